@@ -1,0 +1,98 @@
+// Contracts between the parts (DESIGN.md §1–§5). Small, serialisable shapes only: these cross
+// workflow history, HTTP and the artifact store. Implementations live beside their owners.
+
+/** Why an episode ended (DESIGN §3). `max_context`, `max_steps`, `timeout` are compact-filtered. */
+export type EndReason = 'submitted' | 'max_steps' | 'max_context' | 'timeout' | 'env_timeout' | 'error' | 'done';
+
+export const COMPACT_FILTERED: readonly EndReason[] = ['max_context', 'max_steps', 'timeout'];
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+/**
+ * One episode as one ChatML token stream (DESIGN §4): prompt tokens (mask 0), then per turn the
+ * sampled assistant tokens (mask 1, with their sampling log-probs) and the observation (mask 0).
+ * Stored in the artifact store as JSON; never re-tokenised.
+ */
+export interface Trajectory {
+  runId: string;
+  iteration: number;
+  taskId: string;
+  sample: number;
+  /** checkpoint index the sampling policy served */
+  checkpoint: number;
+  ids: number[];
+  /** 1 on sampled assistant tokens, 0 elsewhere, before compact filtering */
+  mask: number[];
+  /** sampling log-prob per token, 0 where mask is 0 */
+  logprobs: number[];
+  promptLength: number;
+  reward: number;
+  end: EndReason;
+  steps: number;
+  /** environment-specific details (per-test statuses, patch, final map state, …) */
+  info?: Record<string, unknown>;
+  seconds: number;
+}
+
+/** What a rollout activity returns through history: the key, not the tokens. */
+export interface RolloutSummary {
+  key: string;
+  taskId: string;
+  sample: number;
+  reward: number;
+  end: EndReason;
+  steps: number;
+  tokens: number;
+  responseTokens: number;
+  seconds: number;
+}
+
+/** A token-id completion request as OpenAI-compatible servers (ours, vLLM, SGLang) take it. */
+export interface CompletionRequest {
+  promptIds: number[];
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  seed?: number;
+  stopIds?: number[];
+}
+
+export interface CompletionResult {
+  ids: number[];
+  logprobs: number[];
+  finishReason: 'stop' | 'length';
+}
+
+/** Client side of a policy server (lib/policy-client.ts implements it over HTTP). */
+export interface PolicyClient {
+  complete(req: CompletionRequest): Promise<CompletionResult>;
+  /** make the server serve the weights in `dir` (our server and SGLang: POST /update_weights_from_disk) */
+  loadWeights(dir: string, checkpoint: number): Promise<void>;
+  /** the checkpoint index the server serves now, or null when unknown */
+  servedCheckpoint(): Promise<number | null>;
+}
+
+/** Result of one environment step. */
+export interface EnvStep {
+  observation: string;
+  done: boolean;
+  /** set when the environment itself ended the episode */
+  end?: EndReason;
+}
+
+/**
+ * A multi-turn text environment run by the shared episode loop (FrozenLake, SWE).
+ * The loop owns tokens, budgets and step counting; the environment owns the world.
+ */
+export interface TextEnvironment {
+  /** system prompt + first user message */
+  reset(): Promise<ChatMessage[]>;
+  /** apply the assistant's whole turn text */
+  step(assistantText: string): Promise<EnvStep>;
+  /** final reward once the episode ended (SWE: grading in a fresh container) */
+  reward(end: EndReason): Promise<{ reward: number; info?: Record<string, unknown> }>;
+  close(): Promise<void>;
+}

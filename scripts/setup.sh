@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One idempotent set-up for a fresh machine: node modules + native build, the Temporal CLI,
+# and (with --test or --docker) the Docker engine and SWE task images.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want_docker=0
+for a in "$@"; do case "$a" in --test|--docker) want_docker=1 ;; esac; done
+
+if [ ! -d node_modules/@temporalio/worker ] || [ package.json -nt node_modules/.package-lock.json ]; then
+  echo "[setup] npm install" >&2
+  npm install --no-audit --no-fund >&2
+fi
+node gpu-learner/build.mjs >&2
+[ -f scripts/ensure-temporal.sh ] && bash scripts/ensure-temporal.sh >&2
+if [ "$want_docker" = 1 ] && [ -f scripts/ensure-docker.sh ]; then
+  bash scripts/ensure-docker.sh >&2
+fi
+exit 0
