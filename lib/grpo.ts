@@ -1,0 +1,228 @@
+// GRPO++ maths used by the rlIteration workflow (DESIGN §5), in verl core_algos style: small pure
+// functions over arrays, the formula in the doc comment, selected by name from config.
+// Workflow-safe: no node: imports, no I/O, no clocks, no randomness.
+
+import { COMPACT_FILTERED, type EndReason, type Trajectory } from './types.ts';
+
+export type AdvantageEstimator = 'loo' | 'grpo';
+
+/**
+ * Leave-one-out advantage, no std (DeepSWE / RLOO):
+ *   A_i = r_i − (Σ_{j≠i} r_j) / (G − 1);  A_i = r_i when G = 1.
+ * A group whose rewards are all equal gives all zeros.
+ */
+export function leaveOneOutAdvantages(rewards: readonly number[]): number[] {
+  const g = rewards.length;
+  if (g === 0) return [];
+  if (g === 1) return [rewards[0]];
+  const sum = rewards.reduce((a, b) => a + b, 0);
+  return rewards.map((r) => r - (sum - r) / (g - 1));
+}
+
+/**
+ * GRPO advantage (DeepSeekMath): A_i = (r_i − mean(r)) / (std(r) + eps), population std.
+ * All-equal groups give zeros.
+ */
+export function grpoAdvantages(rewards: readonly number[], eps = 1e-6): number[] {
+  const g = rewards.length;
+  if (g === 0) return [];
+  const mean = rewards.reduce((a, b) => a + b, 0) / g;
+  const variance = rewards.reduce((a, r) => a + (r - mean) * (r - mean), 0) / g;
+  const std = Math.sqrt(variance);
+  return rewards.map((r) => (r - mean) / (std + eps));
+}
+
+export function advantagesByName(name: AdvantageEstimator): (rewards: readonly number[]) => number[] {
+  switch (name) {
+    case 'loo':
+      return leaveOneOutAdvantages;
+    case 'grpo':
+      return (r) => grpoAdvantages(r);
+    default:
+      throw new Error(`unknown advantage estimator ${JSON.stringify(name)}: expected 'loo' or 'grpo'`);
+  }
+}
+
+/**
+ * Compact filtering (DAPO/DeepSWE): an episode cut off by the harness (max_context, max_steps,
+ * timeout) gets loss mask 0 on every token; its reward still counts in its group's baseline.
+ */
+export function compactFilterMask(end: EndReason): 0 | 1 {
+  return COMPACT_FILTERED.includes(end) ? 0 : 1;
+}
+
+export interface EpisodeSummary {
+  taskId: string;
+  sample: number;
+  reward: number;
+  end: EndReason;
+  /** total tokens in the stream (optional, for summaries) */
+  tokens?: number;
+  /** sampled assistant tokens (optional, for summaries) */
+  responseTokens?: number;
+  steps?: number;
+}
+
+/**
+ * Advantages for a batch of episodes, grouped by taskId (order of the input is kept).
+ * Every episode's reward counts in its group baseline, filtered or not (DESIGN §5).
+ */
+export function groupAdvantages(
+  summaries: readonly Pick<EpisodeSummary, 'taskId' | 'sample' | 'reward' | 'end'>[],
+  estimator: AdvantageEstimator,
+): number[] {
+  const fn = advantagesByName(estimator);
+  const groups = new Map<string, number[]>();
+  summaries.forEach((s, i) => {
+    const idx = groups.get(s.taskId);
+    if (idx) idx.push(i);
+    else groups.set(s.taskId, [i]);
+  });
+  const out = new Array<number>(summaries.length).fill(0);
+  for (const idx of groups.values()) {
+    const adv = fn(idx.map((i) => summaries[i].reward));
+    idx.forEach((i, k) => (out[i] = adv[k]));
+  }
+  return out;
+}
+
+export interface TrainBatchOptions {
+  /** apply compact filtering (mask 0 on max_context / max_steps / timeout episodes); default true */
+  compactFilter?: boolean;
+  /**
+   * Leave out sequences that cannot contribute a gradient: zero advantage (all-equal groups) or
+   * no trainable token after masking. Default false. `episodes` still reports the count before
+   * dropping, so a caller that normalises by N_episodes (DESIGN §5) can keep the full-batch scale.
+   */
+  dropZeroAdvantage?: boolean;
+  /** include the sampling log-probs as oldLogprobs (learner recomputes them when absent) */
+  includeOldLogprobs?: boolean;
+}
+
+export interface TrainBatch {
+  /** all kept sequences concatenated */
+  ids: Int32Array;
+  /** n+1 sequence boundaries into ids */
+  offsets: Int32Array;
+  /** per token: trajectory mask × compact-filter mask */
+  mask: Float32Array;
+  /** per kept sequence */
+  advantages: Float32Array;
+  oldLogprobs?: Float32Array;
+  /** episodes in the batch before dropping (the N_episodes of the loss normalisation) */
+  episodes: number;
+  /** input indices of the kept sequences */
+  kept: number[];
+  /** tokens with mask 1 */
+  trainableTokens: number;
+}
+
+/**
+ * Packs trajectories into the learner's variable-length batch. Token mask = trajectory mask ×
+ * compact-filter mask. With dropZeroAdvantage, sequences with A = 0 or no trainable token are
+ * left out (they add 0 to Σ mask·ℓ); `episodes` keeps the original count.
+ */
+export function buildTrainBatch(
+  trajs: readonly Pick<Trajectory, 'ids' | 'mask' | 'logprobs' | 'end'>[],
+  advantages: readonly number[],
+  opts: TrainBatchOptions = {},
+): TrainBatch {
+  if (advantages.length !== trajs.length) {
+    throw new Error(`buildTrainBatch: ${trajs.length} trajectories but ${advantages.length} advantages`);
+  }
+  const compact = opts.compactFilter ?? true;
+  const kept: number[] = [];
+  const seqMask: number[] = [];
+  let total = 0;
+  trajs.forEach((t, i) => {
+    if (t.mask.length !== t.ids.length || t.logprobs.length !== t.ids.length) {
+      throw new Error(`buildTrainBatch: trajectory ${i} has ids/mask/logprobs of different lengths`);
+    }
+    const m = compact ? compactFilterMask(t.end) : 1;
+    if (opts.dropZeroAdvantage) {
+      const trainable = m === 1 && t.mask.some((x) => x !== 0);
+      if (advantages[i] === 0 || !trainable) return;
+    }
+    kept.push(i);
+    seqMask.push(m);
+    total += t.ids.length;
+  });
+  const ids = new Int32Array(total);
+  const mask = new Float32Array(total);
+  const offsets = new Int32Array(kept.length + 1);
+  const adv = new Float32Array(kept.length);
+  const old = opts.includeOldLogprobs ? new Float32Array(total) : undefined;
+  let pos = 0;
+  let trainableTokens = 0;
+  kept.forEach((i, k) => {
+    const t = trajs[i];
+    offsets[k] = pos;
+    adv[k] = advantages[i];
+    for (let j = 0; j < t.ids.length; j++) {
+      ids[pos + j] = t.ids[j];
+      const mj = t.mask[j] * seqMask[k];
+      mask[pos + j] = mj;
+      if (mj !== 0) trainableTokens++;
+      if (old) old[pos + j] = t.logprobs[j];
+    }
+    pos += t.ids.length;
+  });
+  offsets[kept.length] = pos;
+  return { ids, offsets, mask, advantages: adv, oldLogprobs: old, episodes: trajs.length, kept, trainableTokens };
+}
+
+export interface IterationSummary {
+  episodes: number;
+  meanReward: number;
+  /** fraction of episodes with reward ≥ 1 (the task was solved) */
+  successRate: number;
+  /** episodes per end reason */
+  ends: Partial<Record<EndReason, number>>;
+  /** compact-filtered episodes per reason */
+  filtered: { max_context: number; max_steps: number; timeout: number };
+  /** groups whose rewards are all equal (zero advantage) */
+  zeroAdvantageGroups: number;
+  groups: number;
+  tokens: number;
+  responseTokens: number;
+  meanSteps: number;
+}
+
+/** Metrics of one iteration's rollouts (what history and the metrics log carry). */
+export function summariseIteration(summaries: readonly EpisodeSummary[]): IterationSummary {
+  const n = summaries.length;
+  const ends: Partial<Record<EndReason, number>> = {};
+  const filtered = { max_context: 0, max_steps: 0, timeout: 0 };
+  let reward = 0;
+  let success = 0;
+  let tokens = 0;
+  let responseTokens = 0;
+  let steps = 0;
+  const groups = new Map<string, number[]>();
+  for (const s of summaries) {
+    reward += s.reward;
+    if (s.reward >= 1) success++;
+    ends[s.end] = (ends[s.end] ?? 0) + 1;
+    if (s.end === 'max_context' || s.end === 'max_steps' || s.end === 'timeout') filtered[s.end]++;
+    tokens += s.tokens ?? 0;
+    responseTokens += s.responseTokens ?? 0;
+    steps += s.steps ?? 0;
+    const g = groups.get(s.taskId);
+    if (g) g.push(s.reward);
+    else groups.set(s.taskId, [s.reward]);
+  }
+  let zeroAdvantageGroups = 0;
+  for (const r of groups.values()) if (r.every((x) => x === r[0])) zeroAdvantageGroups++;
+  return {
+    episodes: n,
+    meanReward: n ? reward / n : 0,
+    successRate: n ? success / n : 0,
+    ends,
+    filtered,
+    zeroAdvantageGroups,
+    groups: groups.size,
+    tokens,
+    responseTokens,
+    meanSteps: n ? steps / n : 0,
+  };
+}
