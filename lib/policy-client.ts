@@ -1,0 +1,162 @@
+// HTTP client for an OpenAI-compatible policy server (ours, vLLM, SGLang) with token-id prompts
+// (DESIGN §4). Transient failures are retried a bounded number of times, then surface as
+// PolicyUnavailableError so the rollout activity fails and Temporal retries it.
+
+import { z } from 'zod';
+import type { CompletionRequest, CompletionResult, PolicyClient } from './types.ts';
+
+/** A completion request that may restrict sampling to some token ids (small action vocabularies). */
+export interface ConstrainedCompletionRequest extends CompletionRequest {
+  allowedIds?: number[];
+}
+
+/** Infrastructure failure (server down, 5xx, timeouts after retries): retry the activity. */
+export class PolicyUnavailableError extends Error {
+  override name = 'PolicyUnavailableError';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** The server answered, but not in the expected shape, or refused the request (4xx). */
+export class PolicyResponseError extends Error {
+  override name = 'PolicyResponseError';
+}
+
+export const PolicyClientOptionsSchema = z.object({
+  baseUrl: z.string().url(),
+  model: z.string().default('policy'),
+  timeoutMs: z.number().int().positive().default(120_000),
+  /** extra attempts after the first, for transient errors */
+  retries: z.number().int().min(0).max(100).default(3),
+  /** first back-off delay; doubles per attempt */
+  backoffMs: z.number().int().min(0).default(200),
+});
+export type PolicyClientOptions = z.input<typeof PolicyClientOptionsSchema>;
+
+const TOKEN_ID = /^token_id:(-?\d+)$/;
+
+const CompletionResponseSchema = z.object({
+  choices: z
+    .array(
+      z.object({
+        text: z.string().optional(),
+        finish_reason: z.string().nullable().optional(),
+        token_ids: z.array(z.number().int()).nullable().optional(),
+        logprobs: z
+          .object({
+            tokens: z.array(z.string()).optional(),
+            token_logprobs: z.array(z.number().nullable()),
+          })
+          .nullable()
+          .optional(),
+      }),
+    )
+    .min(1),
+});
+
+const HealthSchema = z.object({ status: z.string().optional(), checkpoint: z.number().int().nullable().optional() }).passthrough();
+
+/** Parses the first choice of a completions response into ids + logprobs. */
+export function parseCompletionResponse(body: unknown): CompletionResult {
+  const parsed = CompletionResponseSchema.safeParse(body);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new PolicyResponseError(
+      `policy server returned an unexpected completion: ${issue.path.join('.') || '(root)'}: ${issue.message}; body starts ${JSON.stringify(body)?.slice(0, 200)}`,
+    );
+  }
+  const choice = parsed.data.choices[0];
+  let ids: number[];
+  if (choice.token_ids) ids = choice.token_ids;
+  else if (choice.logprobs?.tokens) {
+    ids = choice.logprobs.tokens.map((t, i) => {
+      const m = TOKEN_ID.exec(t);
+      if (!m) throw new PolicyResponseError(`policy server token ${i} is ${JSON.stringify(t)}, expected "token_id:N" (return_tokens_as_token_ids)`);
+      return Number(m[1]);
+    });
+  } else throw new PolicyResponseError('policy server returned neither token_ids nor logprobs.tokens');
+  const lps = choice.logprobs?.token_logprobs;
+  if (!lps) throw new PolicyResponseError('policy server returned no token_logprobs');
+  if (lps.length !== ids.length) {
+    throw new PolicyResponseError(`policy server returned ${ids.length} tokens but ${lps.length} log-probs`);
+  }
+  const logprobs = lps.map((x, i) => {
+    if (x === null) throw new PolicyResponseError(`policy server log-prob ${i} is ${x}`);
+    return x;
+  });
+  const finishReason = choice.finish_reason === 'length' ? 'length' : 'stop';
+  return { ids, logprobs, finishReason };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export function createPolicyClient(options: PolicyClientOptions): PolicyClient & {
+  complete(req: ConstrainedCompletionRequest): Promise<CompletionResult>;
+} {
+  const o = PolicyClientOptionsSchema.parse(options);
+  const base = o.baseUrl.replace(/\/+$/, '');
+
+  /** One JSON request with bounded retries on network errors, timeouts and 5xx. */
+  async function request(method: 'GET' | 'POST', path: string, body?: unknown): Promise<unknown> {
+    let last = '';
+    for (let attempt = 0; attempt <= o.retries; attempt++) {
+      if (attempt > 0) await sleep(o.backoffMs * 2 ** (attempt - 1));
+      let res: Response;
+      try {
+        res = await fetch(base + path, {
+          method,
+          headers: body === undefined ? undefined : { 'content-type': 'application/json' },
+          body: body === undefined ? undefined : JSON.stringify(body),
+          signal: AbortSignal.timeout(o.timeoutMs),
+        });
+      } catch (err) {
+        const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+        last = `${(err as Error).name}: ${cause?.code ?? cause?.message ?? (err as Error).message}`;
+        continue;
+      }
+      const text = await res.text().catch((e: Error) => `(body unreadable: ${e.message})`);
+      if (res.status >= 500 || res.status === 429) {
+        last = `HTTP ${res.status}: ${text.slice(0, 200)}`;
+        continue;
+      }
+      if (!res.ok) throw new PolicyResponseError(`${method} ${path} → HTTP ${res.status}: ${text.slice(0, 500)}`);
+      try {
+        return text === '' ? {} : JSON.parse(text);
+      } catch {
+        throw new PolicyResponseError(`${method} ${path} returned non-JSON: ${text.slice(0, 200)}`);
+      }
+    }
+    throw new PolicyUnavailableError(`policy server ${base}${path} unavailable after ${o.retries + 1} attempts: ${last}`);
+  }
+
+  return {
+    async complete(req: ConstrainedCompletionRequest): Promise<CompletionResult> {
+      const body: Record<string, unknown> = {
+        model: o.model,
+        prompt: req.promptIds,
+        max_tokens: req.maxTokens,
+        temperature: req.temperature,
+        top_p: req.topP,
+        logprobs: 1,
+        return_tokens_as_token_ids: true,
+        return_token_ids: true,
+        skip_special_tokens: false,
+      };
+      if (req.seed !== undefined) body.seed = req.seed;
+      if (req.stopIds?.length) body.stop_token_ids = req.stopIds;
+      if (req.allowedIds?.length) body.allowed_token_ids = req.allowedIds;
+      return parseCompletionResponse(await request('POST', '/v1/completions', body));
+    },
+
+    async loadWeights(dir: string, checkpoint: number): Promise<void> {
+      await request('POST', '/update_weights_from_disk', { model_path: dir, checkpoint });
+    },
+
+    async servedCheckpoint(): Promise<number | null> {
+      const parsed = HealthSchema.safeParse(await request('GET', '/health'));
+      if (!parsed.success) throw new PolicyResponseError(`policy server /health: ${parsed.error.issues[0].message}`);
+      return parsed.data.checkpoint ?? null;
+    },
+  };
+}
