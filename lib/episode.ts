@@ -1,0 +1,199 @@
+// The episode loop shared by FrozenLake and SWE tasks (DESIGN §3–§4). It owns tokens, budgets and
+// step counting; the environment owns the world. One ChatML token stream per episode:
+//   prompt  = chat template of [system, user] + generation prompt, encoded once       (mask 0)
+//   turn    = sampled ids exactly as generated, with their log-probs                  (mask 1)
+//             + `<|im_end|>` when the turn did not end with it                        (mask 0)
+//   obs     = `\n<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n`          (mask 0)
+// Sampled ids are never re-tokenised. Model garbage never throws out of the loop; policy-server
+// failures (PolicyUnavailableError) do, so the rollout activity is retried.
+
+import type { ChatMessage, CompletionRequest, CompletionResult, EndReason, TextEnvironment } from './types.ts';
+import { hashInts } from './envs/frozenlake.ts';
+
+/** The part of lib/tokenizer.ts's Tokenizer the loop needs. */
+export interface EpisodeTokenizer {
+  encode(text: string): number[];
+  decode(ids: ArrayLike<number>, opts?: { skipSpecial?: boolean }): string;
+  tokenId(token: string): number;
+  readonly imEnd: number;
+  readonly eos: number;
+  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt: boolean }): string;
+}
+
+/** A PolicyClient whose complete() may take allowed token ids (ours, vLLM). */
+export interface EpisodePolicy {
+  complete(req: CompletionRequest & { allowedIds?: number[] }): Promise<CompletionResult>;
+}
+
+export interface EpisodeStepEvent {
+  step: number;
+  responseTokens: number;
+  action: string;
+  observation: string;
+  done: boolean;
+}
+
+export interface RunEpisodeOptions {
+  env: TextEnvironment & { actionTokens?: readonly string[] };
+  policy: EpisodePolicy;
+  tokenizer: EpisodeTokenizer;
+  maxSteps: number;
+  /** total budget of sampled assistant tokens over the episode */
+  maxResponseTokens: number;
+  maxTokensPerTurn: number;
+  sampling: { temperature: number; topP: number };
+  seed: number;
+  /** restrict sampling to these tokens; `true` takes the environment's actionTokens */
+  allowedActionTokens?: readonly string[] | boolean;
+  /** append `\nSteps Remaining: N` to each observation (SWE) */
+  stepsRemainingSuffix?: boolean;
+  /** warn in the observation once fewer than this many response tokens remain */
+  tokenWarningAt?: number;
+  /** wall-clock deadline (ms since epoch); the loop ends with 'timeout' after it */
+  deadlineMs?: number;
+  /** clock for the deadline; Date.now by default */
+  now?: () => number;
+  onStep?: (e: EpisodeStepEvent) => void | Promise<void>;
+}
+
+export interface EpisodeResult {
+  ids: number[];
+  mask: number[];
+  logprobs: number[];
+  promptLength: number;
+  reward: number;
+  end: EndReason;
+  steps: number;
+  responseTokens: number;
+  info: Record<string, unknown>;
+}
+
+export const TOKEN_BUDGET_WARNING = 'You are running out of tokens. Submit your answer now.';
+
+/** Sampling seed of one turn, from (episode seed, turn); a positive 31-bit integer. */
+export function turnSeed(seed: number, turn: number): number {
+  return hashInts(seed, turn, 0x7e5) & 0x7fffffff;
+}
+
+/** The mask-0 tokens that follow an assistant turn: the observation as a user message + generation prompt. */
+export function observationText(observation: string): string {
+  return `\n<|im_start|>user\n${observation}<|im_end|>\n<|im_start|>assistant\n`;
+}
+
+export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
+  const now = o.now ?? Date.now;
+  const tok = o.tokenizer;
+  const ids: number[] = [];
+  const mask: number[] = [];
+  const logprobs: number[] = [];
+  const push = (xs: readonly number[], m: 0 | 1, lps?: readonly number[]) => {
+    xs.forEach((x, i) => {
+      ids.push(x);
+      mask.push(m);
+      logprobs.push(m === 1 && lps ? lps[i] : 0);
+    });
+  };
+  const info: Record<string, unknown> = {};
+  let steps = 0;
+  let responseTokens = 0;
+  let end: EndReason | undefined;
+  let envEnd: EndReason | undefined;
+
+  const actionTokens =
+    o.allowedActionTokens === true ? o.env.actionTokens : o.allowedActionTokens === false ? undefined : o.allowedActionTokens;
+  const allowedIds = actionTokens?.length ? actionTokens.map((t) => tok.tokenId(t)) : undefined;
+  const stopIds = [...new Set([tok.imEnd, tok.eos])];
+
+  let messages: ChatMessage[];
+  try {
+    messages = await o.env.reset();
+  } catch (e) {
+    return { ids, mask, logprobs, promptLength: 0, reward: 0, end: 'error', steps, responseTokens, info: { error: `reset: ${(e as Error).message}` } };
+  }
+  push(tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })), 0);
+  const promptLength = ids.length;
+
+  while (end === undefined) {
+    if (o.deadlineMs !== undefined && now() >= o.deadlineMs) {
+      end = 'timeout';
+      break;
+    }
+    const remaining = o.maxResponseTokens - responseTokens;
+    if (remaining <= 0) {
+      end = 'max_context';
+      break;
+    }
+    const maxTokens = Math.min(o.maxTokensPerTurn, remaining);
+    const out = await o.policy.complete({
+      promptIds: ids.slice(),
+      maxTokens,
+      temperature: o.sampling.temperature,
+      topP: o.sampling.topP,
+      seed: turnSeed(o.seed, steps),
+      stopIds,
+      ...(allowedIds ? { allowedIds } : {}),
+    });
+    if (out.ids.length !== out.logprobs.length) throw new Error(`policy returned ${out.ids.length} ids but ${out.logprobs.length} log-probs`);
+    push(out.ids, 1, out.logprobs);
+    responseTokens += out.ids.length;
+    if (out.ids.at(-1) !== tok.imEnd) push([tok.imEnd], 0);
+    steps++;
+    const text = tok.decode(out.ids.filter((id) => id !== tok.imEnd && id !== tok.eos), { skipSpecial: false });
+
+    // a turn cut off by the whole-episode budget is not acted on
+    if (out.finishReason === 'length' && responseTokens >= o.maxResponseTokens && maxTokens < o.maxTokensPerTurn) {
+      end = 'max_context';
+      break;
+    }
+
+    let observation: string;
+    let done: boolean;
+    try {
+      const s = await o.env.step(text);
+      observation = s.observation;
+      done = s.done;
+      envEnd = s.end;
+    } catch (e) {
+      info.error = (e as Error).message;
+      end = 'error';
+      break;
+    }
+    await o.onStep?.({ step: steps, responseTokens, action: text, observation, done });
+    if (done) {
+      end = envEnd ?? 'done';
+      break;
+    }
+    if (steps >= o.maxSteps) {
+      end = 'max_steps';
+      break;
+    }
+    if (o.deadlineMs !== undefined && now() >= o.deadlineMs) {
+      end = 'timeout';
+      break;
+    }
+    if (o.maxResponseTokens - responseTokens <= 0) {
+      end = 'max_context';
+      break;
+    }
+    let obs = observation;
+    if (o.stepsRemainingSuffix) obs += `\nSteps Remaining: ${o.maxSteps - steps}`;
+    if (o.tokenWarningAt !== undefined && o.maxResponseTokens - responseTokens <= o.tokenWarningAt) obs += `\n${TOKEN_BUDGET_WARNING}`;
+    push(tok.encode(observationText(obs)), 0);
+  }
+
+  let reward = 0;
+  if (end === 'error') {
+    reward = 0;
+  } else {
+    try {
+      const r = await o.env.reward(end);
+      reward = r.reward;
+      Object.assign(info, r.info ?? {});
+    } catch (e) {
+      info.error = `reward: ${(e as Error).message}`;
+      end = 'error';
+      reward = 0;
+    }
+  }
+  return { ids, mask, logprobs, promptLength, reward, end, steps, responseTokens, info };
+}
