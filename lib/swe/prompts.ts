@@ -1,0 +1,99 @@
+// Prompt texts of the SWE environment (R2E-Gym / DeepSWE style, our own words): the system prompt with the
+// four tools and the `<function=...>` call format, the instance prompt, the no-call reminder, the budget warning.
+import { MAX_OBSERVATION_CHARS, MAX_SEARCH_FILES } from './tools.ts';
+
+export const SYSTEM_PROMPT = `You are a programming agent. You work inside a Linux sandbox on a checked-out Python repository and fix the issue you are given by editing its source code with the tools below.
+
+You call exactly one function per turn. Think first if you like, then write the call in this format:
+
+<function=FUNCTION_NAME>
+<parameter=PARAMETER_NAME>value</parameter>
+<parameter=OTHER_PARAMETER>
+a value
+that spans several lines
+</parameter>
+</function>
+
+Rules:
+- Only the first function call of your reply is executed; its result comes back in the next message.
+- Put every required parameter in the call. Values are written as plain text (no quoting or escaping).
+- A reply without a function call wastes a step.
+- When you are done, call \`finish\` with command \`submit\`.
+
+Functions:
+
+1. execute_bash — run a bash command in the repository root (/testbed).
+   Parameters:
+   - cmd (string, required): the command line. Each call starts a fresh shell in /testbed.
+   Notes: the command is killed after 90 seconds. Long output keeps its first and last 40 lines.
+   \`git\`, \`ipython\`, \`jupyter\` and \`nohup\` are not available; do not start interactive programs.
+
+2. search — find a literal string in a file or directory.
+   Parameters:
+   - search_term (string, required): the text to look for.
+   - path (string, optional, default /testbed): a file (matching lines are listed with their numbers) or a directory (files with their match counts; more than ${MAX_SEARCH_FILES} files asks you to narrow the search).
+
+3. file_editor — view, create and edit files. Paths are absolute and lie under /testbed.
+   Parameters:
+   - command (string, required): one of \`view\`, \`create\`, \`str_replace\`, \`insert\`, \`undo_edit\`.
+   - path (string, required): e.g. /testbed/package/module.py
+   - view_range (array of two integers, optional, \`view\` of a file): [start, end] line numbers, 1-based; end -1 means the last line.
+   - file_text (string, required for \`create\`): the content of the new file; \`create\` fails if the file exists.
+   - old_str (string, required for \`str_replace\`): text that must occur exactly once in the file, whitespace included.
+   - new_str (string, \`str_replace\`: the replacement, empty to delete; \`insert\`: the text to insert).
+   - insert_line (integer, required for \`insert\`): \`new_str\` is inserted after this line; 0 inserts at the top.
+   Notes: \`view\` of a file prints numbered lines (like \`cat -n\`); \`view\` of a directory lists files two levels deep.
+   \`undo_edit\` reverts the last edit of that file. Output longer than ${MAX_OBSERVATION_CHARS} characters is clipped.
+
+4. finish — end the task and submit your changes.
+   Parameters:
+   - command (string, required): \`submit\`.
+   - result (string, optional): a short summary of the fix.`;
+
+export interface InstancePromptInput {
+  problemStatement: string;
+  repoDir?: string;
+}
+
+export function instancePrompt({ problemStatement, repoDir = '/testbed' }: InstancePromptInput): string {
+  return `A Python code repository is checked out at ${repoDir}. Here is an issue reported against it:
+
+<issue>
+${problemStatement.trim()}
+</issue>
+
+Change the non-test source files in ${repoDir} so that the behaviour described in the issue is fixed.
+The tests that cover the issue already exist or will be added separately: do not modify any test files.
+
+Suggested way to work:
+1. Explore the repository to find the code involved in the issue.
+2. Write a small script ${repoDir}/reproduce_issue.py that shows the problem, and run it with \`python3\`.
+3. Edit the source code to fix the problem.
+4. Run the reproduction script again to confirm the fix, and think about edge cases.
+5. Run the relevant existing unit tests to make sure nothing else broke.
+6. Call \`finish\` with command \`submit\`.
+
+Keep the change minimal and focused on the issue.`;
+}
+
+/** Observation for a reply that contains no function call (the step still counts). */
+export const NO_CALL_REMINDER = `No function call was found in your reply. Every reply must contain exactly one function call in this format:
+
+<function=FUNCTION_NAME>
+<parameter=PARAMETER_NAME>value</parameter>
+</function>
+
+If you have finished, call:
+<function=finish>
+<parameter=command>submit</parameter>
+</function>`;
+
+/** Observation wrapper for a call that could not be parsed or validated. */
+export function callErrorObservation(error: string): string {
+  return `ERROR: ${error.replace(/^ERROR:\s*/, '')}\nFix the function call and try again.`;
+}
+
+/** Appended to observations when the response token budget is nearly spent. */
+export function tokenBudgetWarning(tokensLeft: number): string {
+  return `You have about ${tokensLeft} tokens left in this episode. Finish your current change now and call \`finish\` with command \`submit\`; unsubmitted work is lost.`;
+}

@@ -1,0 +1,168 @@
+// The one tool-call parser (DESIGN §3): the first `<function=NAME><parameter=KEY>VALUE</parameter></function>`
+// block of a model's text, or OpenAI `tool_calls`, into one `ToolCall` shape, validated per tool with zod.
+// Never throws: every failure is a `{ ok: false, error }` whose text can go straight back to the model.
+import { z } from 'zod';
+
+export type ToolArgValue = string | number | boolean | null | ToolArgValue[] | { [k: string]: ToolArgValue };
+
+export interface ToolCall {
+  name: string;
+  args: Record<string, ToolArgValue>;
+}
+
+/** `none`: no call in the text (reminder); the others are errors to show the model. */
+export type ToolCallErrorKind = 'none' | 'malformed' | 'unknown_tool' | 'invalid_args';
+
+export type ParseResult = { ok: true; call: ToolCall } | { ok: false; kind: ToolCallErrorKind; error: string };
+
+/** Per-tool argument schemas: the parsed args (strings from text, JSON values from OpenAI) go through these. */
+export type ToolSchemas = Record<string, z.ZodType<Record<string, unknown>>>;
+
+export interface ParseOptions {
+  /** when given: unknown names are refused and arguments are validated (and coerced) by the tool's schema */
+  tools?: ToolSchemas;
+  /** aliases of tool names (e.g. `str_replace_editor` → `file_editor`) */
+  aliases?: Record<string, string>;
+  /** longest parameter value accepted, in characters */
+  maxParamChars?: number;
+}
+
+export const DEFAULT_MAX_PARAM_CHARS = 200_000;
+
+const FUNCTION_OPEN = '<function=';
+const FUNCTION_CLOSE = '</function>';
+const PARAM_OPEN = '<parameter=';
+const PARAM_CLOSE = '</parameter>';
+const NAME_RE = /^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/;
+
+function fail(kind: ToolCallErrorKind, error: string): ParseResult {
+  return { ok: false, kind, error };
+}
+
+/** One newline right after `<parameter=K>` and one right before `</parameter>` are layout, not value. */
+function trimLayoutNewlines(v: string): string {
+  let s = v;
+  if (s.startsWith('\n')) s = s.slice(1);
+  if (s.endsWith('\n')) s = s.slice(0, -1);
+  return s;
+}
+
+/** Reads the `NAME>` part after an opening `<function=` / `<parameter=`; null when malformed. */
+function readTagName(text: string, from: number): { name: string; end: number } | null {
+  const close = text.indexOf('>', from);
+  if (close < 0 || close - from > 80) return null;
+  const name = text.slice(from, close).trim().replace(/^["']|["']$/g, '');
+  if (!NAME_RE.test(name)) return null;
+  return { name, end: close + 1 };
+}
+
+/**
+ * Parses the first `<function=...>` block of `text`. Parameter values run to the first `</parameter>`
+ * (so `<function=` or `</function>` inside a value is text); a missing `</function>` at the end of the text
+ * is tolerated when every parameter is closed (a stop string may have eaten it). Text between parameters is ignored.
+ */
+export function parseToolCall(text: unknown, opts: ParseOptions = {}): ParseResult {
+  try {
+    return parseToolCallUnsafe(typeof text === 'string' ? text : String(text ?? ''), opts);
+  } catch (e) {
+    return fail('malformed', `Could not parse the function call: ${(e as Error)?.message ?? String(e)}`);
+  }
+}
+
+function parseToolCallUnsafe(text: string, opts: ParseOptions): ParseResult {
+  const maxParam = opts.maxParamChars ?? DEFAULT_MAX_PARAM_CHARS;
+  const start = text.indexOf(FUNCTION_OPEN);
+  if (start < 0) return fail('none', 'No function call found.');
+  const head = readTagName(text, start + FUNCTION_OPEN.length);
+  if (!head) {
+    return fail('malformed', 'Malformed function call: expected `<function=NAME>` with a name of letters, digits or `_`.');
+  }
+  const args: Record<string, ToolArgValue> = {};
+  let i = head.end;
+  for (;;) {
+    const nextParam = text.indexOf(PARAM_OPEN, i);
+    const nextClose = text.indexOf(FUNCTION_CLOSE, i);
+    if (nextClose >= 0 && (nextParam < 0 || nextClose < nextParam)) break; // closed
+    if (nextParam < 0) {
+      // no closing tag and no more parameters: tolerated only if nothing but whitespace or a new block follows
+      const rest = text.slice(i);
+      const stray = rest.indexOf(FUNCTION_OPEN);
+      const tail = stray >= 0 ? rest.slice(0, stray) : rest;
+      if (tail.includes('<parameter') || tail.includes('</parameter')) {
+        return fail('malformed', 'Malformed function call: a `<parameter=...>` tag is not well formed.');
+      }
+      break;
+    }
+    const p = readTagName(text, nextParam + PARAM_OPEN.length);
+    if (!p) return fail('malformed', 'Malformed function call: expected `<parameter=NAME>` with a name of letters, digits or `_`.');
+    const end = text.indexOf(PARAM_CLOSE, p.end);
+    if (end < 0) return fail('malformed', `Malformed function call: parameter \`${p.name}\` is not closed with \`</parameter>\`.`);
+    if (end - p.end > maxParam + 4) {
+      return fail('malformed', `Parameter \`${p.name}\` is too long (${end - p.end} characters; the limit is ${maxParam}).`);
+    }
+    if (Object.prototype.hasOwnProperty.call(args, p.name)) {
+      return fail('malformed', `Parameter \`${p.name}\` is given more than once.`);
+    }
+    args[p.name] = trimLayoutNewlines(text.slice(p.end, end));
+    i = end + PARAM_CLOSE.length;
+  }
+  return validate({ name: head.name, args }, opts);
+}
+
+const OpenAIToolCallSchema = z.object({
+  function: z.object({ name: z.string(), arguments: z.union([z.string(), z.record(z.string(), z.unknown())]).optional() }),
+});
+
+/** The first of OpenAI's `tool_calls` (`[{function: {name, arguments: JSON string}}]`) as a `ToolCall`. */
+export function parseOpenAIToolCalls(toolCalls: unknown, opts: ParseOptions = {}): ParseResult {
+  try {
+    if (!Array.isArray(toolCalls) || toolCalls.length === 0) return fail('none', 'No function call found.');
+    const parsed = OpenAIToolCallSchema.safeParse(toolCalls[0]);
+    if (!parsed.success) return fail('malformed', 'Malformed tool call: expected `{function: {name, arguments}}`.');
+    const { name, arguments: raw } = parsed.data.function;
+    let args: unknown = raw ?? {};
+    if (typeof raw === 'string') {
+      if (raw.length > (opts.maxParamChars ?? DEFAULT_MAX_PARAM_CHARS) * 4) return fail('malformed', 'Tool call arguments are too long.');
+      try {
+        args = raw.trim() === '' ? {} : JSON.parse(raw);
+      } catch (e) {
+        return fail('malformed', `Tool call arguments of \`${name}\` are not valid JSON: ${(e as Error).message}`);
+      }
+    }
+    if (args === null || typeof args !== 'object' || Array.isArray(args)) {
+      return fail('malformed', `Tool call arguments of \`${name}\` must be a JSON object.`);
+    }
+    return validate({ name: name.trim(), args: args as Record<string, ToolArgValue> }, opts);
+  } catch (e) {
+    return fail('malformed', `Could not parse the tool call: ${(e as Error)?.message ?? String(e)}`);
+  }
+}
+
+function validate(call: ToolCall, opts: ParseOptions): ParseResult {
+  const name = opts.aliases?.[call.name] ?? call.name;
+  if (!opts.tools) return { ok: true, call: { name, args: call.args } };
+  const schema = opts.tools[name];
+  if (!schema) {
+    return fail('unknown_tool', `Unknown function \`${call.name}\`. Available functions: ${Object.keys(opts.tools).join(', ')}.`);
+  }
+  const r = schema.safeParse(call.args);
+  if (!r.success) {
+    const problems = r.error.issues
+      .map((iss) => `\`${iss.path.length ? iss.path.join('.') : '(arguments)'}\`: ${iss.message}`)
+      .join('; ');
+    return fail('invalid_args', `Invalid arguments for \`${name}\`: ${problems}`);
+  }
+  return { ok: true, call: { name, args: r.data as Record<string, ToolArgValue> } };
+}
+
+/** Renders a call in the text format; `parseToolCall(formatToolCall(c))` gives `c` back (string values). */
+export function formatToolCall(call: ToolCall): string {
+  const parts = [`<function=${call.name}>`];
+  for (const [k, v] of Object.entries(call.args)) {
+    if (v === undefined) continue;
+    const s = typeof v === 'string' ? v : JSON.stringify(v);
+    parts.push(s.includes('\n') ? `<parameter=${k}>\n${s}\n</parameter>` : `<parameter=${k}>${s}</parameter>`);
+  }
+  parts.push(FUNCTION_CLOSE);
+  return parts.join('\n');
+}
