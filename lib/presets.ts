@@ -1,0 +1,598 @@
+// Tiny Qwen3 model presets and the checkpoint-0 writer (DESIGN §6): a Hugging Face directory
+// (config.json, model.safetensors, tokenizer.json, tokenizer_config.json, generation_config.json)
+// that gpu-learner and a real transformers install both read. Weights come from our own seeded
+// RNG so the same (preset, seed) always gives the same bytes.
+import { mkdir, open, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
+import { basename, dirname, join, resolve } from 'node:path';
+import { CHATML_TEMPLATE } from './tokenizer.ts';
+
+export const SPECIAL_TOKENS = { endOfText: '<|endoftext|>', imStart: '<|im_start|>', imEnd: '<|im_end|>' } as const;
+
+/** The Qwen3 `config.json` fields we write (transformers' Qwen3Config names). */
+export interface Qwen3Config {
+  architectures: ['Qwen3ForCausalLM'];
+  model_type: 'qwen3';
+  vocab_size: number;
+  hidden_size: number;
+  intermediate_size: number;
+  num_hidden_layers: number;
+  num_attention_heads: number;
+  num_key_value_heads: number;
+  head_dim: number;
+  hidden_act: 'silu';
+  max_position_embeddings: number;
+  rms_norm_eps: number;
+  rope_theta: number;
+  rope_scaling: null;
+  tie_word_embeddings: boolean;
+  attention_bias: boolean;
+  attention_dropout: number;
+  initializer_range: number;
+  use_cache: boolean;
+  use_sliding_window: boolean;
+  sliding_window: null;
+  max_window_layers: number;
+  torch_dtype: 'float32';
+  bos_token_id: number;
+  eos_token_id: number;
+  pad_token_id: number;
+  transformers_version: string;
+}
+
+export type PresetName = 'tiny' | 'frozenlake';
+export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'frozenlake'];
+
+interface ModelShape {
+  hidden_size: number;
+  intermediate_size: number;
+  num_hidden_layers: number;
+  num_attention_heads: number;
+  num_key_value_heads: number;
+  head_dim: number;
+  tie_word_embeddings: boolean;
+  max_position_embeddings: number;
+}
+
+interface TokenizerFiles {
+  tokenizerJson: Record<string, unknown>;
+  tokenizerConfig: Record<string, unknown>;
+  vocabSize: number;
+  ids: { endOfText: number; imStart: number; imEnd: number };
+}
+
+export interface Preset {
+  name: PresetName;
+  description: string;
+  shape: ModelShape;
+  tokenizer(): TokenizerFiles;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Byte-level BPE (tiny): GPT-2's byte-to-unicode alphabet, merges learnt from a fixed corpus.
+
+/** GPT-2 bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards. */
+export function byteToUnicode(): string[] {
+  const out: string[] = new Array(256);
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    const printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    out[b] = String.fromCodePoint(printable ? b : 256 + extra++);
+  }
+  return out;
+}
+
+// Qwen2/Qwen3's pre-tokenizer regex (Oniguruma syntax, as tokenizer.json stores it).
+const QWEN_SPLIT_REGEX =
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// The same split in JavaScript syntax, used only to learn merges.
+const JS_SPLIT_REGEX = /'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+/gu;
+
+// English prose and code the tiny tokenizer's merges are learnt from (written for this project).
+const MERGE_CORPUS = `
+The agent reads the issue, looks at the repository and edits the files that need to change.
+Then it runs the tests. When the tests pass, the agent submits the patch and the episode ends.
+A policy that solves the task gets a reward of one; a policy that does not gets zero.
+The learner computes the advantage of each sample in the group and updates the weights of the model.
+We train the model on many tasks, and the model learns to find the bug, write the fix, and test it.
+This is the first line of the file. This is the second line of the file. There are more lines in the file.
+If the function returns the wrong value, the test fails and the error message shows the expected value.
+You are a helpful assistant. The user asks a question and the assistant answers with a short reply.
+def test_function_returns_value():
+    result = compute_value(input_data, options=None)
+    assert result == expected_value
+    return result
+
+class Config:
+    def __init__(self, name, value=None):
+        self.name = name
+        self.value = value
+
+    def to_dict(self):
+        return {"name": self.name, "value": self.value}
+
+import os
+import sys
+from typing import List, Optional
+
+for index in range(len(items)):
+    if items[index] is None:
+        continue
+    print(f"item {index}: {items[index]}")
+
+export function parseConfig(text: string): Config {
+  const value = JSON.parse(text);
+  if (value === null || typeof value !== 'object') {
+    throw new Error('config: expected an object');
+  }
+  return value as Config;
+}
+
+export async function readFile(path: string): Promise<string> {
+  const data = await fs.readFile(path, 'utf8');
+  return data.trim();
+}
+
+const result = items.filter((item) => item.value > 0).map((item) => item.name);
+for (const item of items) {
+  console.log(item.name, item.value);
+}
+git diff --cached
+python -m pytest tests/test_config.py -rA
+<function=execute_bash><parameter=cmd>ls -la /testbed</parameter></function>
+<function=file_editor><parameter=command>view</parameter><parameter=path>/testbed/setup.py</parameter></function>
+<function=finish><parameter=command>submit</parameter></function>
+The system prompt tells the assistant which tools it can use and how to call them with parameters.
+Every iteration samples a batch of tasks, rolls out eight episodes per task, grades them and trains.
+The checkpoint is saved after the update, and the server loads the new weights before the next rollouts.
+`;
+
+/** Learns `count` BPE merges over the byte-level alphabet: most frequent pair first, ties by string order. */
+export function learnMerges(corpus: string, count: number): [string, string][] {
+  const b2u = byteToUnicode();
+  const enc = new TextEncoder();
+  const wordCounts = new Map<string, number>();
+  for (const m of corpus.matchAll(JS_SPLIT_REGEX)) {
+    const w = Array.from(enc.encode(m[0]), (b) => b2u[b]!).join('');
+    wordCounts.set(w, (wordCounts.get(w) ?? 0) + 1);
+  }
+  const words = [...wordCounts.entries()].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)).map(([w, c]) => ({ parts: Array.from(w), count: c }));
+  const merges: [string, string][] = [];
+  while (merges.length < count) {
+    const pairCounts = new Map<string, number>();
+    for (const w of words) {
+      for (let i = 0; i + 1 < w.parts.length; i++) {
+        const key = `${w.parts[i]}\u0000${w.parts[i + 1]}`;
+        pairCounts.set(key, (pairCounts.get(key) ?? 0) + w.count);
+      }
+    }
+    let best: string | undefined;
+    let bestCount = 1; // a merge must occur at least twice
+    for (const [key, c] of pairCounts) {
+      if (c > bestCount || (c === bestCount && best !== undefined && key < best)) {
+        best = key;
+        bestCount = c;
+      }
+    }
+    if (best === undefined) break;
+    const [a, b] = best.split('\u0000') as [string, string];
+    merges.push([a, b]);
+    for (const w of words) {
+      const next: string[] = [];
+      for (let i = 0; i < w.parts.length; i++) {
+        if (i + 1 < w.parts.length && w.parts[i] === a && w.parts[i + 1] === b) {
+          next.push(a + b);
+          i++;
+        } else next.push(w.parts[i]!);
+      }
+      w.parts = next;
+    }
+  }
+  return merges;
+}
+
+function addedToken(id: number, content: string) {
+  return { id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true };
+}
+
+function tokenizerConfigFor(ids: TokenizerFiles['ids'], extra: Record<string, unknown>): Record<string, unknown> {
+  const decoder: Record<string, unknown> = {};
+  for (const [content, id] of [
+    [SPECIAL_TOKENS.endOfText, ids.endOfText],
+    [SPECIAL_TOKENS.imStart, ids.imStart],
+    [SPECIAL_TOKENS.imEnd, ids.imEnd],
+  ] as const) {
+    decoder[String(id)] = { content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: true };
+  }
+  return {
+    add_bos_token: false,
+    add_prefix_space: false,
+    added_tokens_decoder: decoder,
+    additional_special_tokens: [SPECIAL_TOKENS.imStart, SPECIAL_TOKENS.imEnd],
+    bos_token: null,
+    chat_template: CHATML_TEMPLATE,
+    clean_up_tokenization_spaces: false,
+    eos_token: SPECIAL_TOKENS.imEnd,
+    errors: 'replace',
+    model_max_length: 4096,
+    pad_token: SPECIAL_TOKENS.endOfText,
+    split_special_tokens: false,
+    unk_token: null,
+    ...extra,
+  };
+}
+
+export const TINY_VOCAB_SIZE = 512;
+
+function tinyTokenizer(): TokenizerFiles {
+  const b2u = byteToUnicode();
+  const merges = learnMerges(MERGE_CORPUS, TINY_VOCAB_SIZE - 256 - 3);
+  if (merges.length !== TINY_VOCAB_SIZE - 256 - 3) throw new Error(`presets: tiny merge corpus gave ${merges.length} merges, need ${TINY_VOCAB_SIZE - 259}`);
+  const vocab: Record<string, number> = {};
+  b2u.forEach((ch, b) => (vocab[ch] = b));
+  merges.forEach(([a, b], i) => (vocab[a + b] = 256 + i));
+  const ids = { endOfText: TINY_VOCAB_SIZE - 3, imStart: TINY_VOCAB_SIZE - 2, imEnd: TINY_VOCAB_SIZE - 1 };
+  const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
+  return {
+    vocabSize: TINY_VOCAB_SIZE,
+    ids,
+    tokenizerJson: {
+      version: '1.0',
+      truncation: null,
+      padding: null,
+      added_tokens: [addedToken(ids.endOfText, SPECIAL_TOKENS.endOfText), addedToken(ids.imStart, SPECIAL_TOKENS.imStart), addedToken(ids.imEnd, SPECIAL_TOKENS.imEnd)],
+      normalizer: { type: 'NFC' },
+      pre_tokenizer: {
+        type: 'Sequence',
+        pretokenizers: [{ type: 'Split', pattern: { Regex: QWEN_SPLIT_REGEX }, behavior: 'Isolated', invert: false }, byteLevel],
+      },
+      post_processor: byteLevel,
+      decoder: byteLevel,
+      model: {
+        type: 'BPE',
+        dropout: null,
+        unk_token: null,
+        continuing_subword_prefix: '',
+        end_of_word_suffix: '',
+        fuse_unk: false,
+        byte_fallback: false,
+        ignore_merges: false,
+        vocab,
+        merges,
+      },
+    },
+    tokenizerConfig: tokenizerConfigFor(ids, { tokenizer_class: 'Qwen2Tokenizer' }),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// FrozenLake: character-level vocabulary (ASCII) so a random policy meets the action letters often.
+
+/** Grid cells: start, frozen, hole, goal, and the agent's position. */
+export const FROZENLAKE_CELLS = ['S', 'F', 'H', 'G', 'P'] as const;
+/** Actions, one token each: Left, Down, Right, Up (gym's order 0..3). */
+export const FROZENLAKE_ACTIONS = ['L', 'D', 'R', 'U'] as const;
+/** Words that are one token each in the frozenlake vocabulary (besides single characters). */
+export const FROZENLAKE_WORDS = ['system', 'user', 'assistant'] as const;
+/** Characters the frozenlake vocabulary holds one token for: tab, newline and printable ASCII. */
+export const FROZENLAKE_CHARS: readonly string[] = ['\t', '\n', ...Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i))];
+export const FROZENLAKE_UNK = '<unk>';
+
+// Token ids of the frozenlake vocabulary: specials 0..2, <unk> 3, then FROZENLAKE_CHARS from 4,
+// then the merges building FROZENLAKE_WORDS.
+const FL_CHAR_BASE = 4;
+function flCharId(ch: string): number {
+  const i = FROZENLAKE_CHARS.indexOf(ch);
+  if (i < 0) throw new Error(`presets: ${JSON.stringify(ch)} is not a frozenlake character`);
+  return FL_CHAR_BASE + i;
+}
+
+/** Token ids of the frozenlake actions (L=50, D=42, R=56, U=59). */
+export const FROZENLAKE_ACTION_IDS: Readonly<Record<(typeof FROZENLAKE_ACTIONS)[number], number>> = Object.freeze({
+  L: flCharId('L'),
+  D: flCharId('D'),
+  R: flCharId('R'),
+  U: flCharId('U'),
+});
+/** Token ids of the grid cells. */
+export const FROZENLAKE_CELL_IDS: Readonly<Record<(typeof FROZENLAKE_CELLS)[number], number>> = Object.freeze({
+  S: flCharId('S'),
+  F: flCharId('F'),
+  H: flCharId('H'),
+  G: flCharId('G'),
+  P: flCharId('P'),
+});
+export const FROZENLAKE_SPECIAL_IDS = Object.freeze({ endOfText: 0, imStart: 1, imEnd: 2, unk: 3 });
+
+function frozenLakeTokenizer(): TokenizerFiles {
+  const vocab: Record<string, number> = {};
+  vocab[FROZENLAKE_UNK] = FROZENLAKE_SPECIAL_IDS.unk;
+  FROZENLAKE_CHARS.forEach((ch) => (vocab[ch] = flCharId(ch)));
+  // Left-to-right merges that build each word: "u"+"s" -> "us", "us"+"e" -> "use", ...
+  const merges: [string, string][] = [];
+  let next = FL_CHAR_BASE + FROZENLAKE_CHARS.length;
+  for (const word of FROZENLAKE_WORDS) {
+    for (let i = 2; i <= word.length; i++) {
+      const piece = word.slice(0, i);
+      if (vocab[piece] !== undefined) continue;
+      merges.push([word.slice(0, i - 1), word[i - 1]!]);
+      vocab[piece] = next++;
+    }
+  }
+  const ids = { endOfText: FROZENLAKE_SPECIAL_IDS.endOfText, imStart: FROZENLAKE_SPECIAL_IDS.imStart, imEnd: FROZENLAKE_SPECIAL_IDS.imEnd };
+  return {
+    vocabSize: next,
+    ids,
+    tokenizerJson: {
+      version: '1.0',
+      truncation: null,
+      padding: null,
+      added_tokens: [addedToken(ids.endOfText, SPECIAL_TOKENS.endOfText), addedToken(ids.imStart, SPECIAL_TOKENS.imStart), addedToken(ids.imEnd, SPECIAL_TOKENS.imEnd)],
+      normalizer: null,
+      pre_tokenizer: null,
+      post_processor: null,
+      decoder: { type: 'Fuse' },
+      model: {
+        type: 'BPE',
+        dropout: null,
+        unk_token: FROZENLAKE_UNK,
+        continuing_subword_prefix: null,
+        end_of_word_suffix: null,
+        fuse_unk: false,
+        byte_fallback: false,
+        ignore_merges: false,
+        vocab,
+        merges,
+      },
+    },
+    tokenizerConfig: tokenizerConfigFor(ids, { tokenizer_class: 'PreTrainedTokenizerFast', unk_token: FROZENLAKE_UNK }),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
+  tiny: {
+    name: 'tiny',
+    description: 'byte-level BPE (512 tokens), hidden 128, 4 layers, GQA 4/2, tied LM head',
+    shape: {
+      hidden_size: 128,
+      intermediate_size: 384,
+      num_hidden_layers: 4,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 32,
+      tie_word_embeddings: true,
+      max_position_embeddings: 4096,
+    },
+    tokenizer: tinyTokenizer,
+  },
+  frozenlake: {
+    name: 'frozenlake',
+    description: 'ASCII character vocabulary with single-token actions L D R U, hidden 64, 2 layers, GQA 4/2, untied LM head',
+    shape: {
+      hidden_size: 64,
+      intermediate_size: 192,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 16,
+      tie_word_embeddings: false,
+      max_position_embeddings: 4096,
+    },
+    tokenizer: frozenLakeTokenizer,
+  },
+});
+
+export function getPreset(name: string): Preset {
+  if (!(PRESET_NAMES as readonly string[]).includes(name)) throw new Error(`preset: unknown preset ${JSON.stringify(name)} (expected one of ${PRESET_NAMES.join(', ')})`);
+  return PRESETS[name as PresetName];
+}
+
+export function presetConfig(preset: Preset, tok: TokenizerFiles = preset.tokenizer()): Qwen3Config {
+  const s = preset.shape;
+  return {
+    architectures: ['Qwen3ForCausalLM'],
+    model_type: 'qwen3',
+    vocab_size: tok.vocabSize,
+    hidden_size: s.hidden_size,
+    intermediate_size: s.intermediate_size,
+    num_hidden_layers: s.num_hidden_layers,
+    num_attention_heads: s.num_attention_heads,
+    num_key_value_heads: s.num_key_value_heads,
+    head_dim: s.head_dim,
+    hidden_act: 'silu',
+    max_position_embeddings: s.max_position_embeddings,
+    rms_norm_eps: 1e-6,
+    rope_theta: 1e6,
+    rope_scaling: null,
+    tie_word_embeddings: s.tie_word_embeddings,
+    attention_bias: false,
+    attention_dropout: 0,
+    initializer_range: 0.02,
+    use_cache: true,
+    use_sliding_window: false,
+    sliding_window: null,
+    max_window_layers: s.num_hidden_layers,
+    torch_dtype: 'float32',
+    bos_token_id: tok.ids.endOfText,
+    eos_token_id: tok.ids.imEnd,
+    pad_token_id: tok.ids.endOfText,
+    transformers_version: '4.51.0',
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weights.
+
+/** Parameter names and shapes of a Qwen3ForCausalLM with HF tensor names. */
+export function qwen3TensorShapes(c: Qwen3Config): [string, number[]][] {
+  const h = c.hidden_size;
+  const q = c.num_attention_heads * c.head_dim;
+  const kv = c.num_key_value_heads * c.head_dim;
+  const out: [string, number[]][] = [['model.embed_tokens.weight', [c.vocab_size, h]]];
+  for (let i = 0; i < c.num_hidden_layers; i++) {
+    const p = `model.layers.${i}`;
+    out.push(
+      [`${p}.input_layernorm.weight`, [h]],
+      [`${p}.self_attn.q_proj.weight`, [q, h]],
+      [`${p}.self_attn.k_proj.weight`, [kv, h]],
+      [`${p}.self_attn.v_proj.weight`, [kv, h]],
+      [`${p}.self_attn.o_proj.weight`, [h, q]],
+      [`${p}.self_attn.q_norm.weight`, [c.head_dim]],
+      [`${p}.self_attn.k_norm.weight`, [c.head_dim]],
+      [`${p}.post_attention_layernorm.weight`, [h]],
+      [`${p}.mlp.gate_proj.weight`, [c.intermediate_size, h]],
+      [`${p}.mlp.up_proj.weight`, [c.intermediate_size, h]],
+      [`${p}.mlp.down_proj.weight`, [h, c.intermediate_size]],
+    );
+  }
+  out.push(['model.norm.weight', [h]]);
+  if (!c.tie_word_embeddings) out.push(['lm_head.weight', [c.vocab_size, h]]);
+  return out;
+}
+
+/** xmur3 string hash -> 32-bit seed: each tensor gets its own stream, independent of tensor order. */
+function hashSeed(text: string): number {
+  let h = 1779033703 ^ text.length;
+  for (let i = 0; i < text.length; i++) {
+    h = Math.imul(h ^ text.charCodeAt(i), 3432918353);
+    h = (h << 13) | (h >>> 19);
+  }
+  h = Math.imul(h ^ (h >>> 16), 2246822507);
+  h = Math.imul(h ^ (h >>> 13), 3266489909);
+  return (h ^= h >>> 16) >>> 0;
+}
+
+/** sfc32: small fast counter PRNG, uniform 32-bit outputs. */
+function sfc32(a: number, b: number, c: number, d: number): () => number {
+  return () => {
+    a >>>= 0; b >>>= 0; c >>>= 0; d >>>= 0;
+    let t = (a + b) | 0;
+    a = b ^ (b >>> 9);
+    b = (c + (c << 3)) | 0;
+    c = (c << 21) | (c >>> 11);
+    d = (d + 1) | 0;
+    t = (t + d) | 0;
+    c = (c + t) | 0;
+    return t >>> 0;
+  };
+}
+
+/** Fills `out` with normal(0, std) samples (Box-Muller) from the stream named (seed, name). */
+export function fillNormal(out: Float32Array, seed: number, name: string, std: number): void {
+  const rnd = sfc32(hashSeed(`a:${seed}:${name}`), hashSeed(`b:${seed}:${name}`), hashSeed(`c:${seed}:${name}`), hashSeed(`d:${seed}:${name}`));
+  for (let i = 0; i < 12; i++) rnd(); // warm-up
+  for (let i = 0; i < out.length; i += 2) {
+    const u1 = (rnd() + 0.5) / 4294967296;
+    const u2 = (rnd() + 0.5) / 4294967296;
+    const r = Math.sqrt(-2 * Math.log(u1)) * std;
+    out[i] = r * Math.cos(2 * Math.PI * u2);
+    if (i + 1 < out.length) out[i + 1] = r * Math.sin(2 * Math.PI * u2);
+  }
+}
+
+/** Serialises F32 tensors as safetensors: u64 LE header length, JSON header (space-padded to 8 bytes), data. */
+export function encodeSafetensors(tensors: [string, number[], Float32Array][], metadata: Record<string, string> = { format: 'pt' }): Buffer[] {
+  const header: Record<string, unknown> = { __metadata__: metadata };
+  let offset = 0;
+  for (const [name, shape, data] of tensors) {
+    const n = shape.reduce((a, b) => a * b, 1);
+    if (n !== data.length) throw new Error(`safetensors: tensor ${name} has ${data.length} values, shape ${JSON.stringify(shape)} needs ${n}`);
+    header[name] = { dtype: 'F32', shape, data_offsets: [offset, offset + data.byteLength] };
+    offset += data.byteLength;
+  }
+  let json = JSON.stringify(header);
+  json += ' '.repeat((8 - (Buffer.byteLength(json) % 8)) % 8);
+  const head = Buffer.alloc(8);
+  head.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
+  return [head, Buffer.from(json, 'utf8'), ...tensors.map(([, , d]) => Buffer.from(d.buffer, d.byteOffset, d.byteLength))];
+}
+
+/** Random init as transformers does for Qwen3: matrices normal(0, initializer_range), RMSNorm weights 1. */
+export function initWeights(config: Qwen3Config, seed: number): [string, number[], Float32Array][] {
+  return qwen3TensorShapes(config)
+    .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
+    .map(([name, shape]) => {
+      const data = new Float32Array(shape.reduce((a, b) => a * b, 1));
+      if (shape.length === 1) data.fill(1);
+      else fillNormal(data, seed, name, config.initializer_range);
+      return [name, shape, data];
+    });
+}
+
+export interface WrittenModel {
+  dir: string;
+  preset: PresetName;
+  seed: number;
+  config: Qwen3Config;
+  parameters: number;
+  files: string[];
+}
+
+/**
+ * Writes checkpoint 0 of `preset` into `dir` (created; must not exist or be an empty directory).
+ * Atomic: files go to a sibling temp directory renamed into place, so `dir` exists only when complete.
+ */
+export async function writeModel(dir: string, preset: PresetName | string, seed = 0): Promise<WrittenModel> {
+  const p = getPreset(preset);
+  if (!Number.isSafeInteger(seed) || seed < 0) throw new Error(`seed: expected a non-negative integer, got ${String(seed)}`);
+  const target = resolve(dir);
+  const existing = await stat(target).catch(() => undefined);
+  if (existing) {
+    if (!existing.isDirectory()) throw new Error(`out: ${target} exists and is not a directory`);
+    if ((await readdir(target)).length > 0) throw new Error(`out: ${target} exists and is not empty`);
+  }
+  const parent = dirname(target);
+  try {
+    await mkdir(parent, { recursive: true });
+  } catch (e) {
+    throw new Error(`out: cannot create parent directory ${parent}: ${(e as Error).message}`);
+  }
+  const tmp = join(parent, `.${basename(target)}.tmp-${process.pid}-${Date.now()}`);
+  try {
+    await mkdir(tmp);
+  } catch (e) {
+    throw new Error(`out: cannot write in ${parent}: ${(e as Error).message}`);
+  }
+  try {
+    const tok = p.tokenizer();
+    const config = presetConfig(p, tok);
+    const tensors = initWeights(config, seed);
+    const json = (v: unknown) => JSON.stringify(v, null, 2) + '\n';
+    await writeFile(join(tmp, 'config.json'), json(config));
+    await writeFile(join(tmp, 'tokenizer.json'), JSON.stringify(tok.tokenizerJson));
+    await writeFile(join(tmp, 'tokenizer_config.json'), json(tok.tokenizerConfig));
+    await writeFile(
+      join(tmp, 'generation_config.json'),
+      json({
+        bos_token_id: tok.ids.endOfText,
+        eos_token_id: [tok.ids.imEnd, tok.ids.endOfText],
+        pad_token_id: tok.ids.endOfText,
+        do_sample: true,
+        temperature: 1.0,
+        top_p: 1.0,
+        transformers_version: config.transformers_version,
+      }),
+    );
+    const fh = await open(join(tmp, 'model.safetensors'), 'w');
+    try {
+      for (const buf of encodeSafetensors(tensors, { format: 'pt', swerl_preset: p.name, swerl_seed: String(seed) })) await fh.write(buf);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    if (existing) await rmdir(target); // empty, checked above
+    await rename(tmp, target);
+    return {
+      dir: target,
+      preset: p.name,
+      seed,
+      config,
+      parameters: tensors.reduce((a, [, , d]) => a + d.length, 0),
+      files: ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json'],
+    };
+  } catch (e) {
+    await rm(tmp, { recursive: true, force: true });
+    throw e;
+  }
+}
