@@ -160,3 +160,40 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
     },
   };
 }
+
+/** What the in-process adapter needs from gpu-learner's Learner (structural, so lib/ stays import-free). */
+export interface TokenGenerator {
+  generate(
+    promptIds: Int32Array,
+    opts: { maxNewTokens: number; temperature: number; topP: number; seed?: number; stopIds?: number[]; allowedIds?: number[] },
+  ): Promise<{ ids: ArrayLike<number>; logprobs: ArrayLike<number>; finishReason: string }>;
+}
+
+/**
+ * A PolicyClient over a Learner in the same process (benchmarks, tests): same interface as the
+ * HTTP client, no server. Weights are the Learner's own, so loadWeights only records the index.
+ */
+export function createInProcessPolicyClient(generator: TokenGenerator, checkpoint: number | null = 0): PolicyClient & {
+  complete(req: ConstrainedCompletionRequest): Promise<CompletionResult>;
+} {
+  let served = checkpoint;
+  return {
+    async complete(req: ConstrainedCompletionRequest): Promise<CompletionResult> {
+      const out = await generator.generate(Int32Array.from(req.promptIds), {
+        maxNewTokens: req.maxTokens,
+        temperature: req.temperature,
+        topP: req.topP,
+        ...(req.seed !== undefined ? { seed: req.seed } : {}),
+        ...(req.stopIds?.length ? { stopIds: req.stopIds } : {}),
+        ...(req.allowedIds?.length ? { allowedIds: req.allowedIds } : {}),
+      });
+      return { ids: Array.from(out.ids), logprobs: Array.from(out.logprobs), finishReason: out.finishReason === 'length' ? 'length' : 'stop' };
+    },
+    async loadWeights(_dir: string, cp: number): Promise<void> {
+      served = cp;
+    },
+    async servedCheckpoint(): Promise<number | null> {
+      return served;
+    },
+  };
+}
