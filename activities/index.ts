@@ -1,0 +1,20 @@
+// Every activity the workers serve (the one place; others append their export line here).
+// Learner activities share one LearnerContext (Learner + policy server) per process.
+import { LearnerContext, createLearnerActivities, type LearnerWorkerOptions } from './learner.ts';
+import { recordMetrics, sampleBatch } from './dataset.ts';
+import { rollout } from './rollout.ts';
+
+export { LearnerContext, type LearnerWorkerOptions } from './learner.ts';
+export { registerEnvironment } from './rollout.ts';
+
+/** Rollout-queue activities: rollouts, dataset and bookkeeping. */
+export function createRolloutActivities() {
+  return { rollout, sampleBatch, recordMetrics };
+}
+
+/** All activities; the learner ones bound to `ctx`. */
+export function createActivities(ctx: LearnerContext = new LearnerContext()) {
+  return { ...createRolloutActivities(), ...createLearnerActivities(ctx) };
+}
+
+export type { LearnerWorkerOptions as LearnerOptions };

@@ -1,0 +1,240 @@
+// Learner-queue activities: checkpoint 0, policy sync and the GRPO++ learner step (DESIGN §1, §5).
+// The learner worker keeps one Learner in memory and serves it through the policy server; after a
+// restart it reloads the checkpoint a step asks for. gpu-learner and the policy server are imported
+// lazily so that rollout-only workers never load the native addon.
+import { ApplicationFailure, heartbeat } from '@temporalio/activity';
+import { cp, writeFile } from 'node:fs/promises';
+import { validateConfig, type TrainingConfig } from '../lib/config.ts';
+import { buildTrainBatch } from '../lib/grpo.ts';
+import { createPolicyClient } from '../lib/policy-client.ts';
+import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
+import type { Trajectory } from '../lib/types.ts';
+import type {
+  InitCheckpointInput,
+  InitCheckpointResult,
+  LearnerStepInput,
+  LearnerStepResult,
+  SyncPolicyInput,
+  SyncPolicyResult,
+} from '../workflows/shapes.ts';
+
+/** The part of gpu-learner's Learner used here. */
+export interface LearnerHandle {
+  trainStep(
+    batch: { ids: Int32Array; offsets: Int32Array; mask: Float32Array; advantages: Float32Array; oldLogprobs?: Float32Array },
+    hp: Record<string, unknown>,
+  ): Promise<{ loss: number; gradNorm: number; clipFraction: number; meanRatio: number; tokens: number; seconds: number; skipped: boolean; step: number }>;
+  save(dir: string): Promise<void>;
+}
+interface PolicyServerHandle {
+  url: string;
+  port: number;
+  close(): Promise<void>;
+  setLearner(learner: unknown, checkpoint: number): void | Promise<void>;
+}
+
+export interface LearnerWorkerOptions {
+  device?: 'cpu' | 'cuda';
+  threads?: number;
+  /** where the policy server listens (0: a free port) */
+  policyHost?: string;
+  policyPort?: number;
+  modelName?: string;
+}
+
+/** State the learner worker keeps across activities: one Learner, one policy server. */
+export class LearnerContext {
+  learner: LearnerHandle | null = null;
+  loaded: { dir: string; checkpoint: number } | null = null;
+  server: PolicyServerHandle | null = null;
+  private lock: Promise<unknown> = Promise.resolve();
+  constructor(readonly options: LearnerWorkerOptions = {}) {}
+
+  /** Runs `fn` with the learner exclusively (loads, steps and saves never interleave). */
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.lock.then(fn, fn);
+    this.lock = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Loads checkpoint `dir` (index `checkpoint`) unless it is what is in memory; serves it. Call inside exclusive(). */
+  async ensureLoaded(dir: string, checkpoint: number, learnerConfig?: TrainingConfig['learner']): Promise<LearnerHandle> {
+    if (this.learner && this.loaded?.dir === dir) return this.learner;
+    const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as {
+      Learner: { load(dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }): Promise<LearnerHandle> };
+    };
+    const threads = learnerConfig?.threads || this.options.threads || undefined;
+    const learner = await Learner.load(dir, { device: learnerConfig?.device ?? this.options.device ?? 'cpu', ...(threads ? { threads } : {}) });
+    const old = this.learner as unknown as { dispose?: () => void } | null;
+    this.learner = learner;
+    this.loaded = { dir, checkpoint };
+    await this.serve(learner, checkpoint);
+    old?.dispose?.();
+    return learner;
+  }
+
+  private async serve(learner: LearnerHandle, checkpoint: number): Promise<void> {
+    if (this.server) {
+      await this.server.setLearner(learner, checkpoint);
+      return;
+    }
+    const { startPolicyServer } = (await import('./policy-server.ts')) as unknown as {
+      startPolicyServer(o: { learner: unknown; port: number; host: string; modelName: string; checkpoint: number }): Promise<PolicyServerHandle>;
+    };
+    this.server = await startPolicyServer({
+      learner,
+      port: this.options.policyPort ?? 0,
+      host: this.options.policyHost ?? '127.0.0.1',
+      modelName: this.options.modelName ?? 'policy',
+      checkpoint,
+    });
+  }
+
+  /** After a restart: serve the newest complete checkpoint of `runId`, so rollouts find a server. */
+  async resume(store: ArtifactStore, runId: string): Promise<number | null> {
+    const cks = await listCheckpoints(store, runId);
+    if (!cks.length) return null;
+    const n = cks[cks.length - 1];
+    await this.exclusive(() => this.ensureLoaded(store.dirFor(keys.checkpoint(runId, n)), n));
+    return n;
+  }
+
+  async close(): Promise<void> {
+    await this.server?.close();
+    this.server = null;
+  }
+}
+
+function invalid(message: string): ApplicationFailure {
+  return ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message });
+}
+
+async function storedConfig(store: ArtifactStore, runId: string, n: number): Promise<TrainingConfig> {
+  const raw = await store.getJson<unknown>(keys.iterationConfig(runId, n));
+  if (raw === null) throw new Error(`iteration config ${keys.iterationConfig(runId, n)} is missing in ${store.url}`);
+  const v = validateConfig(raw);
+  if (!v.ok) throw invalid(v.errors.join('; '));
+  return v.config;
+}
+
+/** Keeps the activity's heartbeat alive while one long native call runs. */
+async function withHeartbeat<T>(details: Record<string, unknown>, fn: () => Promise<T>): Promise<T> {
+  heartbeat(details);
+  const t = setInterval(() => heartbeat(details), 5000);
+  try {
+    return await fn();
+  } finally {
+    clearInterval(t);
+  }
+}
+
+export function createLearnerActivities(ctx: LearnerContext) {
+  return {
+    /** Writes checkpoint 0 (a preset's random init, or a copy of a local model directory) unless present. */
+    async initCheckpoint(input: InitCheckpointInput): Promise<InitCheckpointResult> {
+      const store = openStore(input.storeUrl);
+      const key = keys.checkpoint(input.runId, 0);
+      const created = await store.putDir(key, async (tmp) => {
+        if ('preset' in input.model) {
+          const { writeModel } = await import('../lib/presets.ts');
+          await writeModel(tmp, input.model.preset, input.model.seed);
+        } else {
+          try {
+            await cp(input.model.path, tmp, { recursive: true });
+          } catch (e) {
+            throw invalid(`config.model.path: cannot read ${JSON.stringify(input.model.path)} (${(e as Error).message})`);
+          }
+        }
+      });
+      return { checkpoint: 0, key, created };
+    },
+
+    /** Makes the policy server serve checkpoint n before rollouts start (DESIGN §4). */
+    async syncPolicy(input: SyncPolicyInput): Promise<SyncPolicyResult> {
+      const store = openStore(input.storeUrl);
+      const dir = store.dirFor(keys.checkpoint(input.runId, input.checkpoint));
+      if (!(await store.exists(keys.checkpoint(input.runId, input.checkpoint)))) {
+        throw new Error(`checkpoint ${input.checkpoint} of run ${input.runId} is not in ${store.url}`);
+      }
+      if (input.policyBaseUrl) {
+        const client = createPolicyClient({ baseUrl: input.policyBaseUrl, model: input.model });
+        if ((await client.servedCheckpoint()) !== input.checkpoint) await client.loadWeights(dir, input.checkpoint);
+        return { policyUrl: input.policyBaseUrl, checkpoint: input.checkpoint };
+      }
+      await ctx.exclusive(() => withHeartbeat({ loading: input.checkpoint }, () => ctx.ensureLoaded(dir, input.checkpoint)));
+      return { policyUrl: ctx.server!.url, checkpoint: input.checkpoint };
+    },
+
+    /**
+     * One GRPO++ optimizer step on iteration n's trajectories: checkpoint n → n+1, saved atomically.
+     * Idempotent: when checkpoint n+1 exists its stored stats are returned.
+     */
+    async learnerStep(input: LearnerStepInput): Promise<LearnerStepResult> {
+      const { runId, n, checkpoint } = input;
+      const store = openStore(input.storeUrl);
+      const nextKey = keys.checkpoint(runId, checkpoint + 1);
+      const existing = await store.getJson<LearnerStepResult>(keys.checkpointStats(runId, checkpoint + 1));
+      if (existing) return { ...existing, reused: true };
+      const config = await storedConfig(store, runId, n);
+      return ctx.exclusive(async () => {
+        const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
+        const learner = await ctx.ensureLoaded(dir, checkpoint, config.learner);
+        const trajs: Trajectory[] = [];
+        for (const it of input.items) {
+          const t = await store.getJson<Trajectory>(it.key);
+          if (!t) throw new Error(`trajectory ${it.key} is missing from ${store.url}`);
+          trajs.push(t);
+        }
+        const batch = buildTrainBatch(trajs, input.items.map((it) => it.advantage), { compactFilter: true, dropZeroAdvantage: true });
+        const a = config.algorithm;
+        const hp = {
+          lr: a.lr,
+          weightDecay: a.weightDecay,
+          beta1: a.beta1,
+          beta2: a.beta2,
+          eps: a.eps,
+          clipLow: a.clipLow,
+          clipHigh: a.loss === 'grpo' ? a.clipLow : a.clipHigh,
+          maxGradNorm: a.maxGradNorm,
+          lMax: a.lMax,
+          mode: a.loss,
+          episodes: batch.episodes,
+          ...(a.microBatchTokens ? { microBatchTokens: a.microBatchTokens } : {}),
+        };
+        // the in-memory weights change now: until n+1 is saved, a retry must reload n
+        ctx.loaded = null;
+        const started = Date.now();
+        const step =
+          batch.kept.length === 0
+            ? { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 1, tokens: 0, seconds: 0, skipped: true, step: 0 }
+            : await withHeartbeat({ n, sequences: batch.kept.length }, () =>
+                learner.trainStep({ ids: batch.ids, offsets: batch.offsets, mask: batch.mask, advantages: batch.advantages }, hp),
+              );
+        const result: LearnerStepResult = {
+          checkpoint: checkpoint + 1,
+          loss: step.loss,
+          gradNorm: step.gradNorm,
+          clipFraction: step.clipFraction,
+          meanRatio: step.meanRatio,
+          tokens: step.tokens,
+          seconds: (Date.now() - started) / 1000,
+          skipped: step.skipped,
+          trajectories: trajs.length,
+          sequences: batch.kept.length,
+          lr: a.lr,
+          reused: false,
+        };
+        await withHeartbeat({ n, saving: checkpoint + 1 }, () =>
+          store.putDir(nextKey, async (tmp) => {
+            await learner.save(tmp);
+            await writeFile(`${tmp}/stats.json`, JSON.stringify(result));
+          }),
+        );
+        const nextDir = store.dirFor(nextKey);
+        ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
+        if (ctx.server) await ctx.server.setLearner(learner, checkpoint + 1);
+        return result;
+      });
+    },
+  };
+}

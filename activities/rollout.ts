@@ -1,0 +1,157 @@
+// The rollout activity (rollout queue): one episode of one task with the policy serving checkpoint n,
+// recorded token-exactly into the artifact store. Idempotent: a stored trajectory is returned as is.
+import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
+import { validateConfig, type TrainingConfig } from '../lib/config.ts';
+import { frozenLakeFromTaskId, hashInts } from '../lib/envs/frozenlake.ts';
+import { runEpisode, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
+import { createPolicyClient } from '../lib/policy-client.ts';
+import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
+import { loadTokenizer } from '../lib/tokenizer.ts';
+import type { RolloutSummary, Trajectory } from '../lib/types.ts';
+import type { RolloutInput } from '../workflows/shapes.ts';
+
+/** What an environment contributes to one episode: the world and its loop options. */
+export interface EpisodeSetup {
+  env: RunEpisodeOptions['env'];
+  loop: Partial<Pick<RunEpisodeOptions, 'maxSteps' | 'allowedActionTokens' | 'stepsRemainingSuffix' | 'tokenWarningAt'>>;
+}
+
+export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number) => Promise<EpisodeSetup>;
+
+/**
+ * Environment factories keyed by `config.env.kind`: the switch point for new environments.
+ * The SWE environment registers itself with `registerEnvironment('swe', factory)`.
+ */
+const factories = new Map<string, EnvironmentFactory>([
+  [
+    'frozenlake',
+    async (config, taskId, seed) => {
+      if (config.env.kind !== 'frozenlake') throw new Error('unreachable');
+      const { kind: _kind, ...flConfig } = config.env;
+      const env = frozenLakeFromTaskId(taskId, flConfig, seed);
+      // one action token per turn: a policy trained from random weights can find the format
+      return { env, loop: { maxSteps: flConfig.maxSteps, allowedActionTokens: true } };
+    },
+  ],
+]);
+
+export function registerEnvironment(kind: string, factory: EnvironmentFactory): void {
+  factories.set(kind, factory);
+}
+
+/** FNV-1a of a string, for folding task ids into seeds. */
+function hashString(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
+
+/** Episode seed from (run seed, iteration, task id, sample) (DESIGN §2). */
+export function rolloutSeed(seed: number, n: number, taskId: string, sample: number): number {
+  return hashInts(seed, n, hashString(taskId), sample);
+}
+
+const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();
+function tokenizerFor(dir: string): Promise<EpisodeTokenizer> {
+  let t = tokenizers.get(dir);
+  if (!t) {
+    t = Promise.resolve(loadTokenizer(dir) as unknown as EpisodeTokenizer | Promise<EpisodeTokenizer>);
+    t.catch(() => tokenizers.delete(dir));
+    tokenizers.set(dir, t);
+  }
+  return t;
+}
+
+const configs = new Map<string, TrainingConfig>();
+async function iterationConfig(store: ArtifactStore, runId: string, n: number): Promise<TrainingConfig> {
+  const key = keys.iterationConfig(runId, n);
+  const cached = configs.get(`${store.url}|${key}`);
+  if (cached) return cached;
+  const raw = await store.getJson<unknown>(key);
+  if (raw === null) throw new Error(`iteration config ${key} not found in ${store.url}`);
+  const v = validateConfig(raw);
+  if (!v.ok) throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: v.errors.join('; ') });
+  configs.set(`${store.url}|${key}`, v.config);
+  return v.config;
+}
+
+export function summaryOf(key: string, t: Trajectory): RolloutSummary {
+  return {
+    key,
+    taskId: t.taskId,
+    sample: t.sample,
+    reward: t.reward,
+    end: t.end,
+    steps: t.steps,
+    tokens: t.ids.length,
+    responseTokens: t.mask.reduce((a, b) => a + b, 0),
+    seconds: t.seconds,
+  };
+}
+
+export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
+  const { storeUrl, runId, n, taskId, sample, checkpoint, policyUrl } = input;
+  const store = openStore(storeUrl);
+  const key = keys.trajectory(runId, n, taskId, sample);
+  const stored = await store.getJson<Trajectory>(key);
+  if (stored) return summaryOf(key, stored);
+
+  const config = await iterationConfig(store, runId, n);
+  const factory = factories.get(config.env.kind);
+  if (!factory) {
+    throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `config.env.kind: no environment registered for ${JSON.stringify(config.env.kind)}` });
+  }
+  const ckptDir = store.dirFor(keys.checkpoint(runId, checkpoint));
+  const policy = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model });
+  // after a learner restart the server may serve another checkpoint: make it serve ours
+  const served = await policy.servedCheckpoint();
+  if (served !== checkpoint) await policy.loadWeights(ckptDir, checkpoint);
+
+  const tokenizer = await tokenizerFor(ckptDir);
+  const seed = rolloutSeed(config.seed, n, taskId, sample);
+  const { env, loop } = await factory(config, taskId, seed);
+  const started = Date.now();
+  const cancelled = Context.current().cancellationSignal;
+  const beat = setInterval(() => heartbeat({ step: -1 }), Math.max(1000, (config.rollout.heartbeatSeconds * 1000) / 2));
+  try {
+    const result = await runEpisode({
+      env,
+      policy,
+      tokenizer,
+      maxSteps: loop.maxSteps ?? config.episode.maxSteps,
+      maxResponseTokens: config.episode.responseBudget,
+      maxTokensPerTurn: config.episode.maxTokensPerTurn,
+      sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
+      seed,
+      allowedActionTokens: loop.allowedActionTokens,
+      stepsRemainingSuffix: loop.stepsRemainingSuffix,
+      tokenWarningAt: loop.tokenWarningAt,
+      deadlineMs: started + config.episode.timeoutMinutes * 60_000,
+      onStep: (e) => {
+        if (cancelled.aborted) throw new Error('rollout cancelled');
+        heartbeat({ step: e.step, responseTokens: e.responseTokens });
+      },
+    });
+    const trajectory: Trajectory = {
+      runId,
+      iteration: n,
+      taskId,
+      sample,
+      checkpoint,
+      ids: result.ids,
+      mask: result.mask,
+      logprobs: result.logprobs,
+      promptLength: result.promptLength,
+      reward: result.reward,
+      end: result.end,
+      steps: result.steps,
+      info: result.info,
+      seconds: (Date.now() - started) / 1000,
+    };
+    await store.putJson(key, trajectory);
+    return summaryOf(key, trajectory);
+  } finally {
+    clearInterval(beat);
+    await env.close();
+  }
+}

@@ -1,0 +1,204 @@
+// The one config schema for a training run (DESIGN §1, §5). Defaults are DeepSWE's published settings.
+// Pure and deterministic: imported by workflow code as well as by activities and the CLI.
+import { z } from 'zod';
+import { FrozenLakeConfigSchema } from './envs/frozenlake.ts';
+
+const int = () => z.number().int();
+
+/** FrozenLake (lib/envs/frozenlake.ts owns its fields) plus the discriminator. */
+export const FrozenLakeEnvConfigSchema = FrozenLakeConfigSchema.extend({ kind: z.literal('frozenlake') }).strict();
+
+/** Filled in by the SWE environment's owner; kept open so their fields pass through untouched. */
+export const SweEnvConfigSchema = z.object({ kind: z.literal('swe') }).passthrough();
+
+export const EnvConfigSchema = z.discriminatedUnion('kind', [FrozenLakeEnvConfigSchema, SweEnvConfigSchema]);
+
+export const ModelSourceSchema = z.union([
+  z.object({ preset: z.enum(['tiny', 'frozenlake']), seed: int().min(0).default(0) }).strict(),
+  z.object({ path: z.string().min(1) }).strict(),
+]);
+
+/** Hyperparameters that `updateHyperparameters` may change while a run goes on. */
+export const HyperparametersSchema = z.object({
+  lr: z.number().gt(0).max(1),
+  weightDecay: z.number().min(0).max(1),
+  clipLow: z.number().min(0).max(1),
+  clipHigh: z.number().min(0).max(10),
+  maxGradNorm: z.number().gt(0).max(1e6),
+  temperature: z.number().gt(0).max(5),
+  topP: z.number().gt(0).max(1),
+  maxInflightRollouts: int().min(1).max(4096),
+});
+export type Hyperparameters = z.infer<typeof HyperparametersSchema>;
+export const HyperparametersUpdateSchema = HyperparametersSchema.partial().strict();
+export type HyperparametersUpdate = z.infer<typeof HyperparametersUpdateSchema>;
+
+export const TrainingConfigSchema = z
+  .object({
+    /** run id; defaults to the trainingRun workflow id */
+    runId: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/).optional(),
+    seed: int().min(0).default(0),
+    iterations: int().min(1).max(1_000_000).default(100),
+    batch: z
+      .object({ tasks: int().min(1).max(512).default(64), samples: int().min(1).max(64).default(8) })
+      .strict()
+      .default({ tasks: 64, samples: 8 }),
+    maxInflightRollouts: int().min(1).max(4096).default(512),
+    rollout: z
+      .object({
+        startToCloseMinutes: z.number().gt(0).max(24 * 60).default(20),
+        heartbeatSeconds: z.number().gt(0).max(600).default(30),
+        heartbeatTimeoutSeconds: z.number().gt(0).max(3600).default(60),
+        maxAttempts: int().min(1).max(100).default(5),
+      })
+      .strict()
+      .default({ startToCloseMinutes: 20, heartbeatSeconds: 30, heartbeatTimeoutSeconds: 60, maxAttempts: 5 }),
+    episode: z
+      .object({
+        maxSteps: int().min(1).max(1000).default(50),
+        responseBudget: int().min(1).max(1 << 20).default(32768),
+        maxTokensPerTurn: int().min(1).max(1 << 20).default(4096),
+        temperature: z.number().gt(0).max(5).default(1),
+        topP: z.number().gt(0).max(1).default(1),
+        timeoutMinutes: z.number().gt(0).max(24 * 60).default(20),
+      })
+      .strict()
+      .default({ maxSteps: 50, responseBudget: 32768, maxTokensPerTurn: 4096, temperature: 1, topP: 1, timeoutMinutes: 20 }),
+    algorithm: z
+      .object({
+        advantage: z.enum(['loo', 'grpo']).default('loo'),
+        loss: z.enum(['grpo++', 'grpo']).default('grpo++'),
+        lr: z.number().gt(0).max(1).default(1e-6),
+        weightDecay: z.number().min(0).max(1).default(0.01),
+        beta1: z.number().min(0).lt(1).default(0.9),
+        beta2: z.number().min(0).lt(1).default(0.999),
+        eps: z.number().gt(0).max(1).default(1e-8),
+        clipLow: z.number().min(0).max(1).default(0.2),
+        clipHigh: z.number().min(0).max(10).default(0.28),
+        maxGradNorm: z.number().gt(0).max(1e6).default(1.0),
+        lMax: int().min(1).max(1 << 22).default(32768),
+        microBatchTokens: int().min(1).optional(),
+      })
+      .strict()
+      .default({ advantage: 'loo', loss: 'grpo++', lr: 1e-6, weightDecay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, clipLow: 0.2, clipHigh: 0.28, maxGradNorm: 1.0, lMax: 32768 }),
+    model: ModelSourceSchema.default({ preset: 'tiny', seed: 0 }),
+    policy: z
+      .object({
+        /** an external OpenAI-compatible server (vLLM, SGLang, a separate learner worker); default: the learner worker's own */
+        baseUrl: z.string().url().optional(),
+        model: z.string().min(1).default('policy'),
+      })
+      .strict()
+      .default({ model: 'policy' }),
+    store: z
+      .object({ url: z.string().regex(/^file:\/\//, 'must be a file:// URL').default('file://runs') })
+      .strict()
+      .default({ url: 'file://runs' }),
+    env: EnvConfigSchema.prefault({ kind: 'frozenlake' }),
+    learner: z
+      .object({
+        device: z.enum(['cpu', 'cuda']).default('cpu'),
+        /** 0: the learner picks */
+        threads: int().min(0).max(1024).default(0),
+        timeoutMinutes: z.number().gt(0).max(7 * 24 * 60).default(60),
+      })
+      .strict()
+      .default({ device: 'cpu', threads: 0, timeoutMinutes: 60 }),
+  })
+  .strict();
+
+export type TrainingConfig = z.infer<typeof TrainingConfigSchema>;
+export type TrainingConfigInput = z.input<typeof TrainingConfigSchema>;
+
+export type ConfigValidation = { ok: true; config: TrainingConfig } | { ok: false; errors: string[] };
+
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let v: unknown = input;
+  for (const k of path) {
+    if (v === null || typeof v !== 'object') return undefined;
+    v = (v as Record<PropertyKey, unknown>)[k];
+  }
+  return v;
+}
+
+function show(v: unknown): string {
+  if (v === undefined) return 'nothing';
+  const s = JSON.stringify(v);
+  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+}
+
+/** Turns zod issues into `prefix.path: what is wanted, got value` lines. */
+export function formatIssues(error: z.ZodError, input: unknown, prefix: string): string[] {
+  return error.issues.map((iss) => {
+    const path = [prefix, ...iss.path.map(String)].join('.');
+    const got = valueAt(input, iss.path);
+    const i = iss as unknown as Record<string, unknown>;
+    let want: string;
+    switch (iss.code) {
+      case 'too_big':
+        want = `must be ${i.inclusive === false ? '<' : '≤'} ${String(i.maximum)}`;
+        break;
+      case 'too_small':
+        want = `must be ${i.inclusive === false ? '>' : '≥'} ${String(i.minimum)}`;
+        break;
+      case 'invalid_type':
+        want = `must be ${String(i.expected)}`;
+        break;
+      case 'invalid_value':
+        want = `must be one of ${(i.values as unknown[]).map((x) => JSON.stringify(x)).join(', ')}`;
+        break;
+      case 'unrecognized_keys':
+        return `${path}: unknown field(s) ${(i.keys as string[]).join(', ')}`;
+      case 'invalid_union':
+        want = iss.path.at(-1) === 'kind' || (i.note === 'No matching discriminator') ? 'must be "frozenlake" or "swe"' : 'does not match any accepted shape';
+        break;
+      default:
+        want = iss.message;
+    }
+    return `${path}: ${want}, got ${show(got)}`;
+  });
+}
+
+/** Validates a raw config (JSON) and fills in the defaults. Errors name the path and the value. */
+export function validateConfig(input: unknown): ConfigValidation {
+  const r = TrainingConfigSchema.safeParse(input);
+  if (r.success) return { ok: true, config: r.data };
+  return { ok: false, errors: formatIssues(r.error, input, 'config') };
+}
+
+export function validateHyperparametersUpdate(input: unknown): { ok: true; update: HyperparametersUpdate } | { ok: false; errors: string[] } {
+  const r = HyperparametersUpdateSchema.safeParse(input);
+  if (r.success) return { ok: true, update: r.data };
+  return { ok: false, errors: formatIssues(r.error, input, 'hyperparameters') };
+}
+
+export function hyperparametersOf(c: TrainingConfig): Hyperparameters {
+  return {
+    lr: c.algorithm.lr,
+    weightDecay: c.algorithm.weightDecay,
+    clipLow: c.algorithm.clipLow,
+    clipHigh: c.algorithm.clipHigh,
+    maxGradNorm: c.algorithm.maxGradNorm,
+    temperature: c.episode.temperature,
+    topP: c.episode.topP,
+    maxInflightRollouts: c.maxInflightRollouts,
+  };
+}
+
+/** Returns a new config with the update applied (the update was validated first). */
+export function applyHyperparameters(c: TrainingConfig, u: HyperparametersUpdate): TrainingConfig {
+  const pick = <T,>(v: T | undefined, d: T): T => (v === undefined ? d : v);
+  return {
+    ...c,
+    maxInflightRollouts: pick(u.maxInflightRollouts, c.maxInflightRollouts),
+    algorithm: {
+      ...c.algorithm,
+      lr: pick(u.lr, c.algorithm.lr),
+      weightDecay: pick(u.weightDecay, c.algorithm.weightDecay),
+      clipLow: pick(u.clipLow, c.algorithm.clipLow),
+      clipHigh: pick(u.clipHigh, c.algorithm.clipHigh),
+      maxGradNorm: pick(u.maxGradNorm, c.algorithm.maxGradNorm),
+    },
+    episode: { ...c.episode, temperature: pick(u.temperature, c.episode.temperature), topP: pick(u.topP, c.episode.topP) },
+  };
+}

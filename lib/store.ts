@@ -1,0 +1,194 @@
+// The one artifact-store interface (DESIGN §2): trajectories, checkpoints, metrics and logs live here,
+// at keys derived from (run, iteration, task, sample). Writes are atomic: temp file (or directory) + rename.
+import { mkdir, readFile, rename, rm, stat, readdir, writeFile, copyFile, appendFile } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+
+export interface ArtifactStore {
+  readonly url: string;
+  get(key: string): Promise<Buffer | null>;
+  getJson<T>(key: string): Promise<T | null>;
+  put(key: string, data: string | Uint8Array): Promise<void>;
+  putJson(key: string, value: unknown): Promise<void>;
+  /** copies a local file in under `key` */
+  putFile(key: string, srcPath: string): Promise<void>;
+  exists(key: string): Promise<boolean>;
+  /** keys (files) under a prefix, recursively, sorted */
+  list(prefix: string): Promise<string[]>;
+  /** immediate child names under a prefix (files and directories), sorted */
+  children(prefix: string): Promise<string[]>;
+  /**
+   * Writes a directory atomically: `build` fills a fresh temp directory, which is then renamed to `key`.
+   * The directory exists under `key` only when complete. Returns false when `key` already existed.
+   */
+  putDir(key: string, build: (tmpDir: string) => Promise<void>): Promise<boolean>;
+  /** a local directory path for `key` (for readers that need a path, e.g. Learner.load) */
+  dirFor(key: string): string;
+  /** appends one line (not atomic across machines; used for logs) */
+  appendLine(key: string, line: string): Promise<void>;
+}
+
+export const keys = {
+  run: (runId: string) => `runs/${runId}`,
+  iteration: (runId: string, n: number) => `runs/${runId}/iter-${n}`,
+  iterationConfig: (runId: string, n: number) => `runs/${runId}/iter-${n}/config.json`,
+  batch: (runId: string, n: number) => `runs/${runId}/iter-${n}/batch.json`,
+  trajectories: (runId: string, n: number) => `runs/${runId}/iter-${n}/traj`,
+  trajectory: (runId: string, n: number, taskId: string, sample: number) =>
+    `runs/${runId}/iter-${n}/traj/${safeSegment(taskId)}/${sample}.json`,
+  checkpoints: (runId: string) => `runs/${runId}/ckpt`,
+  checkpoint: (runId: string, n: number) => `runs/${runId}/ckpt/${n}`,
+  /** learner step stats stored inside the checkpoint it produced */
+  checkpointStats: (runId: string, n: number) => `runs/${runId}/ckpt/${n}/stats.json`,
+  metrics: (runId: string) => `runs/${runId}/metrics.jsonl`,
+};
+
+/** Task ids become one path segment: anything outside [A-Za-z0-9._-] is escaped. */
+export function safeSegment(id: string): string {
+  const s = id.replace(/[^A-Za-z0-9._-]/g, (c) => `~${c.charCodeAt(0).toString(16)}`);
+  return s === '.' || s === '..' ? `~${s}` : s;
+}
+
+function checkKey(key: string): string {
+  if (key.startsWith('/') || key.split('/').some((p) => p === '..' || p === '.' || p === '')) {
+    throw new Error(`store key "${key}" is not a relative path of plain segments`);
+  }
+  return key;
+}
+
+function tmpName(path: string): string {
+  return `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+}
+
+export class FileStore implements ArtifactStore {
+  readonly root: string;
+  constructor(readonly url: string) {
+    this.root = fileStoreRoot(url);
+  }
+  dirFor(key: string): string {
+    return join(this.root, ...checkKey(key).split('/'));
+  }
+  async get(key: string): Promise<Buffer | null> {
+    try {
+      return await readFile(this.dirFor(key));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw e;
+    }
+  }
+  async getJson<T>(key: string): Promise<T | null> {
+    const b = await this.get(key);
+    return b === null ? null : (JSON.parse(b.toString('utf8')) as T);
+  }
+  async put(key: string, data: string | Uint8Array): Promise<void> {
+    const path = this.dirFor(key);
+    await mkdir(dirname(path), { recursive: true });
+    const tmp = tmpName(path);
+    await writeFile(tmp, data);
+    await rename(tmp, path);
+  }
+  async putJson(key: string, value: unknown): Promise<void> {
+    await this.put(key, JSON.stringify(value));
+  }
+  async putFile(key: string, srcPath: string): Promise<void> {
+    const path = this.dirFor(key);
+    await mkdir(dirname(path), { recursive: true });
+    const tmp = tmpName(path);
+    await copyFile(srcPath, tmp);
+    await rename(tmp, path);
+  }
+  async exists(key: string): Promise<boolean> {
+    try {
+      await stat(this.dirFor(key));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+  async children(prefix: string): Promise<string[]> {
+    try {
+      const names = await readdir(this.dirFor(prefix));
+      return names.filter((n) => !n.includes('.tmp-')).sort();
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw e;
+    }
+  }
+  async list(prefix: string): Promise<string[]> {
+    const out: string[] = [];
+    const walk = async (key: string): Promise<void> => {
+      let entries;
+      try {
+        entries = await readdir(this.dirFor(key), { withFileTypes: true });
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT' || (e as NodeJS.ErrnoException).code === 'ENOTDIR') return;
+        throw e;
+      }
+      for (const ent of entries) {
+        if (ent.name.includes('.tmp-')) continue;
+        const k = `${key}/${ent.name}`;
+        if (ent.isDirectory()) await walk(k);
+        else out.push(k);
+      }
+    };
+    await walk(prefix.replace(/\/$/, ''));
+    return out.sort();
+  }
+  async putDir(key: string, build: (tmpDir: string) => Promise<void>): Promise<boolean> {
+    const path = this.dirFor(key);
+    if (await this.exists(key)) return false;
+    await mkdir(dirname(path), { recursive: true });
+    const tmp = tmpName(path);
+    await mkdir(tmp, { recursive: true });
+    try {
+      await build(tmp);
+      await rename(tmp, path);
+      return true;
+    } catch (e) {
+      await rm(tmp, { recursive: true, force: true });
+      // a concurrent writer finished first: theirs is complete, keep it
+      const code = (e as NodeJS.ErrnoException).code;
+      if ((code === 'ENOTEMPTY' || code === 'EEXIST') && (await this.exists(key))) return false;
+      throw e;
+    }
+  }
+  async appendLine(key: string, line: string): Promise<void> {
+    const path = this.dirFor(key);
+    await mkdir(dirname(path), { recursive: true });
+    await appendFile(path, line.endsWith('\n') ? line : `${line}\n`);
+  }
+}
+
+/** `file:///abs/path`, `file://relative/path` (relative to the working directory) or a plain path. */
+export function fileStoreRoot(url: string): string {
+  if (url.startsWith('file:///')) return fileURLToPath(url);
+  if (url.startsWith('file://')) return resolve(url.slice('file://'.length));
+  if (url.includes('://')) throw new Error(`store url "${url}": only file:// stores are supported`);
+  return resolve(url);
+}
+
+/** `file://` URL of an absolute local directory. */
+export function fileStoreUrl(dir: string): string {
+  const abs = resolve(dir);
+  return `file://${abs.split(sep).join('/')}`;
+}
+
+const opened = new Map<string, ArtifactStore>();
+/** The store for a URL (one instance per URL per process). */
+export function openStore(url: string): ArtifactStore {
+  let s = opened.get(url);
+  if (!s) {
+    s = new FileStore(url);
+    opened.set(url, s);
+  }
+  return s;
+}
+
+/** Indices of complete checkpoints of a run, ascending. */
+export async function listCheckpoints(store: ArtifactStore, runId: string): Promise<number[]> {
+  return (await store.children(keys.checkpoints(runId)))
+    .filter((n) => /^\d+$/.test(n))
+    .map(Number)
+    .sort((a, b) => a - b);
+}

@@ -1,0 +1,123 @@
+// Inputs and outputs that cross workflow history between the training workflows and their activities.
+// Small shapes only: ids, keys, numbers (DESIGN §2).
+import type { EndReason, RolloutSummary } from '../lib/types.ts';
+import type { Hyperparameters, TrainingConfig } from '../lib/config.ts';
+
+export type { RolloutSummary };
+
+export interface SampleBatchInput { runId: string; n: number; config: TrainingConfig }
+export interface SampleBatchResult { taskIds: string[]; configKey: string }
+
+export interface InitCheckpointInput { storeUrl: string; runId: string; model: TrainingConfig['model'] }
+export interface InitCheckpointResult { checkpoint: number; key: string; created: boolean }
+
+export interface SyncPolicyInput { storeUrl: string; runId: string; checkpoint: number; policyBaseUrl?: string; model: string }
+export interface SyncPolicyResult { policyUrl: string; checkpoint: number }
+
+/** A rollout is scheduled with ids only; its config lives in the store at keys.iterationConfig(runId, n). */
+export interface RolloutInput {
+  storeUrl: string;
+  runId: string;
+  n: number;
+  taskId: string;
+  sample: number;
+  checkpoint: number;
+  policyUrl: string;
+}
+
+export interface LearnerItem { key: string; advantage: number; end: EndReason }
+export interface LearnerStepInput { storeUrl: string; runId: string; n: number; checkpoint: number; items: LearnerItem[] }
+export interface LearnerStepResult {
+  checkpoint: number;
+  loss: number;
+  gradNorm: number;
+  clipFraction: number;
+  meanRatio: number;
+  tokens: number;
+  seconds: number;
+  skipped: boolean;
+  /** trajectories the learner read from the store for this step */
+  trajectories: number;
+  /** sequences packed into the batch (non-zero advantage) */
+  sequences: number;
+  lr: number;
+  /** true when checkpoint n+1 already existed and its stored stats were returned */
+  reused: boolean;
+}
+
+export type IterationPhase = 'starting' | 'sampling' | 'syncing' | 'rollouts' | 'learning' | 'done' | 'paused' | 'finished';
+
+export interface IterationMetrics {
+  iteration: number;
+  checkpoint: number;
+  meanReward: number;
+  successRate: number;
+  episodes: number;
+  rolloutErrors: number;
+  /** fraction of episodes compact-filtered, per reason */
+  filtered: { max_context: number; max_steps: number; timeout: number };
+  ends: Partial<Record<EndReason, number>>;
+  zeroAdvantageGroups: number;
+  tokens: number;
+  responseTokens: number;
+  meanSteps: number;
+  loss: number;
+  gradNorm: number;
+  clipFraction: number;
+  skipped: boolean;
+  learnerTrajectories: number;
+  lr: number;
+  /** wall-clock split of the iteration (workflow time) */
+  rolloutSeconds: number;
+  learnerSeconds: number;
+  orchestrationSeconds: number;
+  iterationSeconds: number;
+}
+
+export interface RlIterationInput { runId: string; n: number; checkpoint: number; config: TrainingConfig }
+export interface RlIterationResult { checkpoint: number; metrics: IterationMetrics }
+
+export interface IterationProgress { n: number; phase: IterationPhase; rolloutsDone: number; rolloutsTotal: number; rolloutErrors: number }
+
+export interface TrainingRunState {
+  /** iterations completed so far (= index of the next one) */
+  iteration: number;
+  checkpoint: number;
+  lastMetrics: IterationMetrics | null;
+  /** mean reward and success rate of recent iterations (bounded) */
+  recent: { iteration: number; meanReward: number; successRate: number }[];
+  paused: boolean;
+  /** stop once this many iterations are complete */
+  stopAt: number | null;
+}
+
+export interface TrainingStatus {
+  runId: string;
+  iteration: number;
+  iterations: number;
+  running: boolean;
+  phase: IterationPhase;
+  checkpoint: number;
+  iterationWorkflowId: string | null;
+  counts: { iterationsDone: number; iterationsTotal: number; rolloutsPerIteration: number };
+  lastMetrics: IterationMetrics | null;
+  recent: TrainingRunState['recent'];
+  paused: boolean;
+  stopAt: number | null;
+  hyperparameters: Hyperparameters;
+}
+
+export interface TrainingRunResult {
+  runId: string;
+  iterations: number;
+  checkpoint: number;
+  stopped: boolean;
+  lastMetrics: IterationMetrics | null;
+  recent: TrainingRunState['recent'];
+}
+
+export const TASK_QUEUES = { rollout: 'rollout', learner: 'learner' } as const;
+
+export function iterationWorkflowId(runId: string, n: number): string {
+  return `${runId}-iter-${n}`;
+}
