@@ -1,0 +1,192 @@
+// Real HTTP against a real gpu-learner Learner serving tiny preset checkpoints.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startPolicyServer, type PolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { loadTokenizer } from '../lib/tokenizer.ts';
+import { FROZENLAKE_ACTION_IDS, writeModel } from '../lib/presets.ts';
+
+const repo = fileURLToPath(new URL('..', import.meta.url));
+const built = existsSync(join(repo, 'gpu-learner', 'index.ts')) && existsSync(join(repo, 'gpu-learner', 'build', 'gpu_learner.node'));
+const skip = built ? false : 'gpu-learner is not built yet';
+
+interface Completion {
+  model: string;
+  checkpoint: number | null;
+  choices: { text: string; finish_reason: string; token_ids: number[]; logprobs: { tokens: string[]; token_logprobs: number[] } }[];
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+}
+interface ErrorBody {
+  error: { message: string; param: string | null; code: number };
+}
+
+test('policy server over a real Learner', { skip }, async (t) => {
+  const { Learner } = (await import(join(repo, 'gpu-learner', 'index.ts'))) as {
+    Learner: { load(dir: string, opts?: { device?: 'cpu' | 'cuda'; threads?: number }): Promise<ServableModel> };
+  };
+  const root = await mkdtemp(join(tmpdir(), 'swerl-serve-'));
+  const ckpt0 = await writeModel(join(root, 'ckpt-0'), 'tiny', 1);
+  const ckpt1 = await writeModel(join(root, 'ckpt-1'), 'tiny', 2);
+  const tokenizer = await loadTokenizer(ckpt0.dir);
+  const first = await Learner.load(ckpt0.dir, { device: 'cpu', threads: 1 });
+  const loadModel = (dir: string) => Learner.load(dir, { device: 'cpu', threads: 1 });
+  const server: PolicyServer = await startPolicyServer({ learner: first, tokenizer, port: 0, modelName: 'tiny', checkpoint: 0, loadModel });
+  t.after(async () => {
+    await server.close();
+    first.close();
+    await rm(root, { recursive: true, force: true });
+  });
+
+  const post = async <T>(path: string, body: unknown): Promise<{ status: number; body: T }> => {
+    const res = await fetch(server.url + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+    return { status: res.status, body: (await res.json()) as T };
+  };
+  const complete = async (body: Record<string, unknown>): Promise<Completion> => {
+    const r = await post<Completion | ErrorBody>('/v1/completions', { model: 'tiny', logprobs: 1, return_tokens_as_token_ids: true, ...body });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body as Completion;
+  };
+  const prompt = tokenizer.encode(tokenizer.applyChatTemplate([{ role: 'user', content: 'Say something.' }], { addGenerationPrompt: true }));
+
+  await t.test('token-id prompt: ids and log-probs of the right lengths, OpenAI shape', async () => {
+    const c = await complete({ prompt, max_tokens: 12, temperature: 1, seed: 3 });
+    const ch = c.choices[0]!;
+    assert.equal(c.model, 'tiny');
+    assert.equal(ch.finish_reason, 'length');
+    assert.equal(ch.token_ids.length, 12);
+    assert.equal(ch.logprobs.token_logprobs.length, 12);
+    assert.deepEqual(ch.logprobs.tokens, ch.token_ids.map((id) => `token_id:${id}`));
+    assert.ok(ch.token_ids.every((id) => Number.isInteger(id) && id >= 0 && id < 512));
+    assert.ok(ch.logprobs.token_logprobs.every((x) => Number.isFinite(x) && x <= 0));
+    assert.equal(ch.text, tokenizer.decode(ch.token_ids, { skipSpecial: true }));
+    assert.deepEqual(c.usage, { prompt_tokens: prompt.length, completion_tokens: 12, total_tokens: prompt.length + 12 });
+  });
+
+  await t.test('same seed gives the same ids, also under concurrent requests', async () => {
+    const body = { prompt, max_tokens: 10, temperature: 1, seed: 42 };
+    const [a, b, c] = await Promise.all([complete(body), complete(body), complete({ ...body, seed: 43 })]);
+    assert.deepEqual(a.choices[0]!.token_ids, b.choices[0]!.token_ids);
+    assert.deepEqual(a.choices[0]!.logprobs.token_logprobs, b.choices[0]!.logprobs.token_logprobs);
+    assert.notDeepEqual(a.choices[0]!.token_ids, c.choices[0]!.token_ids);
+  });
+
+  await t.test('stop_token_ids end the completion at the stop token', async () => {
+    const free = (await complete({ prompt, max_tokens: 16, seed: 7 })).choices[0]!.token_ids;
+    const stop = free[3]!;
+    const cut = free.indexOf(stop);
+    const c = (await complete({ prompt, max_tokens: 16, seed: 7, stop_token_ids: [stop] })).choices[0]!;
+    assert.equal(c.finish_reason, 'stop');
+    assert.deepEqual(c.token_ids, free.slice(0, cut + 1));
+    assert.equal(c.logprobs.token_logprobs.length, c.token_ids.length);
+  });
+
+  await t.test('allowed_token_ids restrict sampling', async () => {
+    const allowed = Object.values(FROZENLAKE_ACTION_IDS);
+    const c = (await complete({ prompt, max_tokens: 24, seed: 9, allowed_token_ids: allowed })).choices[0]!;
+    assert.equal(c.token_ids.length, 24);
+    assert.ok(c.token_ids.every((id) => allowed.includes(id)), `${c.token_ids}`);
+  });
+
+  await t.test('text prompt with the tokenizer loaded', async () => {
+    const c = await complete({ prompt: 'Hello there', max_tokens: 3, seed: 1, return_tokens_as_token_ids: false });
+    assert.equal(c.usage.prompt_tokens, tokenizer.encode('Hello there').length);
+    assert.deepEqual(c.choices[0]!.logprobs.tokens, c.choices[0]!.token_ids.map((id) => tokenizer.decode([id])));
+  });
+
+  await t.test('bad bodies get 400 naming the field', async () => {
+    const cases: [unknown, string, RegExp][] = [
+      [{ prompt, max_tokens: 'x' }, 'max_tokens', /max_tokens: .*"x"/],
+      [{ max_tokens: 3 }, 'prompt', /prompt: /],
+      [{ prompt: [1, 99999] }, 'prompt', /prompt\.1: token id 99999 is outside the vocabulary/],
+      [{ prompt, temperature: -1 }, 'temperature', /temperature: .*-1/],
+      [{ prompt, n: 2 }, 'n', /n: /],
+      [{ prompt, allowed_token_ids: [] }, 'allowed_token_ids', /allowed_token_ids/],
+      [{ prompt, stop_token_ids: [5000] }, 'stop_token_ids', /stop_token_ids\.0: token id 5000/],
+      [{ prompt, max_tokens: 5000 }, 'max_tokens', /exceeds the context of 4096/],
+      ['{not json', 'body', /body: not valid JSON/],
+    ];
+    for (const [body, param, message] of cases) {
+      const r = await post<ErrorBody>('/v1/completions', body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.equal(r.body.error.param, param);
+      assert.match(r.body.error.message, message);
+    }
+    const wrongModel = await post<ErrorBody>('/v1/completions', { model: 'gpt-4', prompt });
+    assert.equal(wrongModel.status, 404);
+    assert.match(wrongModel.body.error.message, /"gpt-4" does not exist/);
+  });
+
+  await t.test('/health and /v1/models report the checkpoint', async () => {
+    assert.deepEqual(await (await fetch(`${server.url}/health`)).json(), { status: 'ok', model: 'tiny', checkpoint: 0 });
+    const models = (await (await fetch(`${server.url}/v1/models`)).json()) as { object: string; data: { id: string; checkpoint: number; object: string }[] };
+    assert.equal(models.object, 'list');
+    assert.equal(models.data[0]!.id, 'tiny');
+    assert.equal(models.data[0]!.checkpoint, 0);
+  });
+
+  await t.test('update_weights_from_disk swaps checkpoints; a bad path leaves serving intact', async () => {
+    const body = { prompt, max_tokens: 8, seed: 11 };
+    const before = (await complete(body)).choices[0]!;
+    // a request in flight during the swap finishes on the old weights
+    const inFlight = complete({ ...body, max_tokens: 32 });
+    const up = await post<{ success: boolean; checkpoint: number }>('/update_weights_from_disk', { model_path: ckpt1.dir, checkpoint: 1 });
+    assert.equal(up.status, 200, JSON.stringify(up.body));
+    assert.equal(up.body.success, true);
+    const old = await inFlight;
+    assert.equal(old.checkpoint, 0);
+    assert.deepEqual(old.choices[0]!.token_ids.slice(0, 8), before.token_ids);
+
+    const after = await complete(body);
+    assert.equal(after.checkpoint, 1);
+    assert.notDeepEqual(after.choices[0]!.logprobs.token_logprobs, before.logprobs.token_logprobs);
+    assert.equal(((await (await fetch(`${server.url}/health`)).json()) as { checkpoint: number }).checkpoint, 1);
+
+    const bad = await post<ErrorBody>('/update_weights_from_disk', { model_path: join(root, 'missing'), checkpoint: 2 });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.error.param, 'model_path');
+    assert.ok(bad.body.error.message.includes(join(root, 'missing')), bad.body.error.message);
+    const still = await complete(body);
+    assert.equal(still.checkpoint, 1);
+    assert.deepEqual(still.choices[0]!.token_ids, after.choices[0]!.token_ids);
+    assert.equal(server.checkpoint, 1);
+
+    const missing = await post<ErrorBody>('/update_weights_from_disk', { checkpoint: 3 });
+    assert.equal(missing.status, 400);
+    assert.equal(missing.body.error.param, 'model_path');
+  });
+
+  await t.test('setLearner swaps programmatically', async () => {
+    await server.setLearner(first, 0);
+    const c = await complete({ prompt, max_tokens: 4, seed: 1 });
+    assert.equal(c.checkpoint, 0);
+  });
+});
+
+test('policy server without a tokenizer takes token ids only', { skip }, async (t) => {
+  const { Learner } = (await import(join(repo, 'gpu-learner', 'index.ts'))) as {
+    Learner: { load(dir: string, opts?: { device?: 'cpu' | 'cuda'; threads?: number }): Promise<ServableModel> };
+  };
+  const root = await mkdtemp(join(tmpdir(), 'swerl-serve-'));
+  const m = await writeModel(join(root, 'lake'), 'frozenlake', 1);
+  const learner = await Learner.load(m.dir, { device: 'cpu', threads: 1 });
+  const server = await startPolicyServer({ learner, modelName: 'lake' });
+  t.after(async () => {
+    await server.close();
+    learner.close();
+    await rm(root, { recursive: true, force: true });
+  });
+  const res = await fetch(`${server.url}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt: 'hi' }) });
+  assert.equal(res.status, 400);
+  assert.match(((await res.json()) as ErrorBody).error.message, /prompt: a text prompt needs a tokenizer/);
+  const ok = await fetch(`${server.url}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt: [1, 60, 2], max_tokens: 2, seed: 1 }) });
+  const body = (await ok.json()) as Completion;
+  assert.equal(ok.status, 200);
+  assert.equal(body.checkpoint, null);
+  assert.equal(body.choices[0]!.text, '');
+  assert.equal(body.choices[0]!.token_ids.length, 2);
+  assert.ok(body.choices[0]!.logprobs.tokens.every((tok) => /^token_id:\d+$/.test(tok)));
+});
