@@ -189,12 +189,9 @@ export class SweTools {
         cappedByEpisode = true;
       }
     }
-    // `timeout` kills the command's whole process group; the sandbox's own limit is a backstop.
-    const wrapped = `timeout -k 2 ${limit} bash -c ${shq(cmd)} < /dev/null`;
-    const t0 = this.now();
-    const r = await this.sandbox.exec(wrapped, limit + 10, { cwd: REPO_ROOT });
-    const ranToLimit = this.now() - t0 >= limit * 1000 - 500;
-    if (r.timedOut || r.exit === 124 || (r.exit === 137 && ranToLimit)) {
+    // the sandbox runs it under `timeout`, which kills the command's whole process group at the limit
+    const r = await this.sandbox.exec(cmd, limit, { cwd: REPO_ROOT });
+    if (r.timedOut) {
       const out = this.formatStreams(r.stdout, r.stderr);
       if (cappedByEpisode) {
         return { observation: `ERROR: The command ran past the time left in this episode (${limit} s) and was killed.\n${out}`, end: 'env_timeout' };
@@ -239,7 +236,7 @@ export class SweTools {
       return clip(`Matches for "${term}" in ${abs}:\n${lines.join('\n')}`, this.maxChars, 'narrow the search term');
     }
     const r = await this.sandbox.exec(
-      `grep -r -I -c -F --exclude-dir='.*' --exclude='.*' -e ${shq(term)} -- . 2>/dev/null | grep -v ':0$'`,
+      `grep -r -I -c -F --exclude-dir='.?*' --exclude='.?*' -e ${shq(term)} -- . 2>/dev/null | grep -v ':0$'`,
       60,
       { cwd: abs },
     );
@@ -283,7 +280,9 @@ export class SweTools {
         if (kind !== 'none') return `ERROR: \`${abs}\` already exists; \`create\` cannot overwrite it. Use \`str_replace\` or \`insert\` to edit it.`;
         const mk = await this.sandbox.exec(`mkdir -p ${shq(posix.dirname(abs))}`, 30);
         if (mk.exit !== 0) return `ERROR: Could not create the directory of \`${abs}\`: ${mk.stderr.trim()}`;
-        await this.sandbox.writeFile(abs, a.file_text);
+        // a text file ends with a newline (the call format eats the one before `</parameter>`)
+        const content = a.file_text === '' || a.file_text.endsWith('\n') ? a.file_text : `${a.file_text}\n`;
+        await this.sandbox.writeFile(abs, content);
         this.pushHistory(abs, null);
         return `File created successfully at: ${abs}`;
       }

@@ -1,0 +1,179 @@
+// The SWE `TextEnvironment` (DESIGN §3): a sandbox from the task image, the four R2E-Gym tools, the first
+// tool call of each turn executed, and the reward from grading the patch in a fresh container (or SWE-RL
+// similarity). The episode loop (lib/episode.ts) owns tokens, step counting and budgets.
+import { z } from 'zod';
+import { DEFAULT_LIMITS, type Sandbox, type SandboxBackend } from '../lib/sandbox.ts';
+import type { ChatMessage, EndReason, EnvStep, TextEnvironment } from '../lib/types.ts';
+import { parseToolCall } from '../lib/toolcall.ts';
+import { loadTasks, type SweTask } from '../lib/swe/task.ts';
+import { DEFAULT_COMMAND_TIMEOUT_S, MAX_OBSERVATION_CHARS, SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS, SweTools } from '../lib/swe/tools.ts';
+import { NO_CALL_REMINDER, SYSTEM_PROMPT, callErrorObservation, instancePrompt } from '../lib/swe/prompts.ts';
+import { similarityReward } from '../lib/swe/similarity.ts';
+import { gradePatch, type GradeInput } from './grade.ts';
+import { ensureTaskImage, taskImageName } from './images.ts';
+import { createSandboxBackend } from './sandbox/index.ts';
+
+/** Scratch files the agent is told to write; never part of the submitted patch. */
+export const DEFAULT_SCRATCH_GLOBS = ['reproduce_issue.py', 'reproduce*.py'];
+
+/** The SWE environment's fields of the run config (lib/config.ts adds `kind: 'swe'`). */
+export const SweEnvConfigSchema = z
+  .object({
+    /** JSONL or parquet of SWE-bench-style records (lib/swe/task.ts) */
+    tasksFile: z.string().min(1),
+    /** `tests`: 1 iff FAIL_TO_PASS and PASS_TO_PASS all pass (DeepSWE); `similarity`: SWE-RL difflib ratio, −1 when malformed */
+    reward: z.enum(['tests', 'similarity']).default('tests'),
+    /** steps per episode in training (DeepSWE 50) */
+    maxSteps: z.number().int().min(1).max(10_000).default(50),
+    /** steps per episode in evaluation (DeepSWE 100) */
+    evalMaxSteps: z.number().int().min(1).max(10_000).default(100),
+    /** per-command limit of execute_bash, seconds (R2E-Gym 90) */
+    commandTimeoutS: z.number().int().min(1).max(3600).default(DEFAULT_COMMAND_TIMEOUT_S),
+    /** the environment's own wall-clock limit from reset(); a command that would run past it ends with env_timeout */
+    episodeTimeoutS: z.number().int().min(1).max(86_400).default(1200),
+    /** test-run limit of grading (DeepSWE 5 min) */
+    gradeTimeoutS: z.number().int().min(1).max(7200).default(300),
+    /** grade episodes that did not end with `finish` (they get 0 otherwise) */
+    gradeUnsubmitted: z.boolean().default(false),
+    scratchGlobs: z.array(z.string().min(1)).default(DEFAULT_SCRATCH_GLOBS),
+    backend: z.enum(['docker', 'kubernetes']).default('docker'),
+    limits: z
+      .object({
+        cpus: z.number().gt(0).max(64).default(DEFAULT_LIMITS.cpus),
+        memoryBytes: z.number().int().min(8 << 20).default(DEFAULT_LIMITS.memoryBytes),
+        pids: z.number().int().min(16).default(DEFAULT_LIMITS.pids),
+      })
+      .strict()
+      .prefault({}),
+    maxObservationChars: z.number().int().min(1000).max(1_000_000).default(MAX_OBSERVATION_CHARS),
+    /** warn the agent once fewer response tokens than this remain (episode loop) */
+    tokenWarningAt: z.number().int().min(0).default(2048),
+  })
+  .strict();
+
+export type SweEnvConfig = z.infer<typeof SweEnvConfigSchema>;
+export type SweEnvConfigInput = z.input<typeof SweEnvConfigSchema>;
+
+/** Grading of a patch: activities/grade.ts `gradePatch` by default (tests may substitute). */
+export type GradeFn = (input: GradeInput) => Promise<{ reward: number; reason: string } & Record<string, unknown>>;
+
+export interface SweEnvDeps {
+  backend: SandboxBackend;
+  /** the task image (activities/images.ts `taskImageName`) */
+  image: string;
+  /** grading; activities/grade.ts `gradePatch` by default */
+  grade?: GradeFn;
+  /** wall-clock deadline (ms since epoch); default: reset() + episodeTimeoutS */
+  deadlineMs?: number;
+  now?: () => number;
+}
+
+export class SweEnvironment implements TextEnvironment {
+  private sandbox: Sandbox | undefined;
+  private tools: SweTools | undefined;
+  private failure: string | undefined;
+  private steps = 0;
+
+  constructor(
+    readonly task: SweTask,
+    readonly cfg: SweEnvConfig,
+    private readonly deps: SweEnvDeps,
+  ) {}
+
+  async reset(): Promise<ChatMessage[]> {
+    await this.close();
+    this.failure = undefined;
+    this.steps = 0;
+    const now = this.deps.now ?? Date.now;
+    this.sandbox = await this.deps.backend.start(this.deps.image, this.cfg.limits, { 'swerl.task': this.task.instance_id });
+    this.tools = new SweTools(this.sandbox, {
+      commandTimeoutS: this.cfg.commandTimeoutS,
+      deadlineMs: this.deps.deadlineMs ?? now() + this.cfg.episodeTimeoutS * 1000,
+      maxObservationChars: this.cfg.maxObservationChars,
+      now,
+    });
+    return [
+      { role: 'system', content: SYSTEM_PROMPT },
+      { role: 'user', content: instancePrompt({ problemStatement: this.task.problem_statement }) },
+    ];
+  }
+
+  /** Never throws: bad calls are observations; a failing sandbox ends the episode with `error`. */
+  async step(assistantText: string): Promise<EnvStep> {
+    this.steps++;
+    if (!this.tools) return { observation: 'ERROR: the environment was not reset.', done: true, end: 'error' };
+    const parsed = parseToolCall(assistantText, { tools: SWE_TOOL_SCHEMAS, aliases: SWE_TOOL_ALIASES });
+    if (!parsed.ok) {
+      return { observation: parsed.kind === 'none' ? NO_CALL_REMINDER : callErrorObservation(parsed.error), done: false };
+    }
+    try {
+      const r = await this.tools.run(parsed.call);
+      if (r.end) return { observation: r.observation, done: true, end: r.end };
+      return { observation: r.observation, done: false };
+    } catch (e) {
+      this.failure = `${parsed.call.name}: ${(e as Error)?.message ?? String(e)}`;
+      return { observation: `ERROR: the sandbox failed: ${this.failure}`, done: true, end: 'error' };
+    }
+  }
+
+  /**
+   * The patch (`git diff` minus scratch files) graded in a fresh container (`tests`) or compared with the gold
+   * patch (`similarity`). With `tests`, episodes not ending in `submitted` get 0 unless `gradeUnsubmitted`.
+   */
+  async reward(end: EndReason): Promise<{ reward: number; info?: Record<string, unknown> }> {
+    const info: Record<string, unknown> = { instanceId: this.task.instance_id, end, steps: this.steps };
+    if (this.failure) info.error = this.failure;
+    if (!this.sandbox) return { reward: 0, info: { ...info, reason: 'no_sandbox' } };
+    const patch = await this.sandbox.diff(this.cfg.scratchGlobs);
+    info.patch = patch;
+    if (this.cfg.reward === 'similarity') {
+      const s = similarityReward(patch, this.task.patch);
+      return { reward: s.reward, info: { ...info, reason: s.reason, ...(s.error ? { patchError: s.error } : {}) } };
+    }
+    if (end !== 'submitted' && !this.cfg.gradeUnsubmitted) return { reward: 0, info: { ...info, reason: 'not_submitted' } };
+    if (patch.trim() === '') return { reward: 0, info: { ...info, reason: 'empty_patch' } };
+    const grade = this.deps.grade ?? gradePatch;
+    const g = await grade({ task: this.task, patch, backend: this.deps.backend, timeoutS: this.cfg.gradeTimeoutS, limits: this.cfg.limits });
+    const { reward, reason, ...rest } = g;
+    return { reward, info: { ...info, ...rest, reason } };
+  }
+
+  async close(): Promise<void> {
+    const s = this.sandbox;
+    this.sandbox = undefined;
+    this.tools = undefined;
+    if (s) await s.stop();
+  }
+}
+
+const taskFiles = new Map<string, Promise<Map<string, SweTask>>>();
+
+/** Tasks of a file by id, loaded once per process; bad records are skipped (the loader reports them). */
+export function tasksById(file: string): Promise<Map<string, SweTask>> {
+  let p = taskFiles.get(file);
+  if (!p) {
+    p = loadTasks(file).then(({ tasks }) => new Map(tasks.map((t) => [t.instance_id, t])));
+    p.catch(() => taskFiles.delete(file));
+    taskFiles.set(file, p);
+  }
+  return p;
+}
+
+/** The SWE environment of `taskId` under `cfg` (the rollout activity's entry point). */
+export async function createSweEnvironment(
+  taskId: string,
+  cfgInput: SweEnvConfigInput | SweEnvConfig,
+  opts: Partial<Omit<SweEnvDeps, 'image'>> & { image?: string } = {},
+): Promise<SweEnvironment> {
+  const cfg = SweEnvConfigSchema.parse(cfgInput);
+  const task = (await tasksById(cfg.tasksFile)).get(taskId);
+  if (!task) throw new Error(`task ${JSON.stringify(taskId)} is not in ${cfg.tasksFile}`);
+  const backend = opts.backend ?? (await createSandboxBackend(cfg.backend));
+  const image = opts.image ?? (await taskImage(task, backend));
+  return new SweEnvironment(task, cfg, { ...opts, backend, image });
+}
+
+/** Docker builds a missing task image; Kubernetes expects it pre-pulled under its name. */
+async function taskImage(task: SweTask, backend: SandboxBackend): Promise<string> {
+  return backend.name === 'docker' ? (await ensureTaskImage(task)).image : taskImageName(task);
+}
