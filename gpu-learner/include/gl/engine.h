@@ -1,0 +1,110 @@
+// The learner's backend interface: the CPU engine implements it (reference), a CUDA engine slots in
+// behind the same calls. Everything shared by backends (validation, the GRPO++ token loss, sampling,
+// config and safetensors I/O, optimizer-file format) lives host-side next to this header.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gl/config.h"
+
+namespace gl {
+
+struct EngineOptions {
+  int threads = 0;            // 0 => std::thread::hardware_concurrency()
+  bool naive_matmul = false;  // single-loop reference matmul (bench baseline only)
+};
+
+// Packed variable-length sequences: sequence i is ids[offsets[i], offsets[i+1]); no padding.
+struct PackedBatch {
+  const int32_t* ids = nullptr;
+  int64_t n_tokens = 0;
+  const int32_t* offsets = nullptr;  // n_seqs + 1 entries
+  int64_t n_seqs = 0;
+};
+
+struct TrainBatch : PackedBatch {
+  const float* mask = nullptr;          // n_tokens
+  const float* advantages = nullptr;    // n_seqs
+  const float* old_logprobs = nullptr;  // n_tokens, or null => recomputed on the current weights
+};
+
+enum class LossMode { GrpoPlusPlus, Grpo };
+
+struct TrainHyper {
+  double lr = 1e-6, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double clip_low = 0.2, clip_high = 0.28, max_grad_norm = 1.0, l_max = 32768;
+  LossMode mode = LossMode::GrpoPlusPlus;
+  int64_t micro_batch_tokens = 4096;
+};
+
+struct TrainStats {
+  double loss = 0, grad_norm = 0, clip_fraction = 0, mean_ratio = 0;
+  int64_t tokens = 0;
+  double seconds = 0;
+  bool skipped = false;
+  int64_t step = 0;
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 0;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  std::vector<int32_t> stop_ids;
+  std::vector<int32_t> allowed_ids;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> ids;       // generated tokens only (the prompt is not repeated)
+  std::vector<float> logprobs;    // full-vocab log-softmax at temperature 1 of each generated token
+  bool stopped = false;           // true => ended on a stop id (included in ids)
+};
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0, numel = 0;  // into the one parameter (and gradient) allocation
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const QwenConfig& config() const = 0;
+  virtual int64_t step() const = 0;
+  virtual std::string device() const = 0;
+
+  virtual GenerateResult generate(const int32_t* prompt, int64_t n_prompt, const GenerateOptions& opts) = 0;
+  // out: n_tokens entries; out[t] = log p(ids[t] | earlier ids of its sequence), 0 for each first token.
+  virtual void logprobs(const PackedBatch& batch, float* out) = 0;
+  virtual TrainStats train_step(const TrainBatch& batch, const TrainHyper& hp) = 0;
+  virtual void save(const std::string& dir) = 0;   // model.safetensors + config.json + optimizer.bin, atomic
+  virtual void load(const std::string& dir) = 0;   // weights (+ optimizer state when present)
+
+  // Debug/testing: loss (and gradients into the gradient buffer) without an optimizer step.
+  virtual double debug_loss(const TrainBatch& batch, const TrainHyper& hp, bool with_grads) = 0;
+  virtual const std::vector<ParamInfo>& params() const = 0;
+  virtual std::vector<float> get_tensor(const std::string& name, bool grad) const = 0;
+  virtual void set_tensor(const std::string& name, const float* data, int64_t n) = 0;
+};
+
+// device: "cpu" | "cuda". Loads config.json + safetensors (+ optimizer.bin) from dir.
+std::unique_ptr<Engine> make_engine(const std::string& device, const std::string& dir, const EngineOptions& opts);
+
+// Shared validation: throws std::invalid_argument naming the field and the value/index.
+void validate_packed(const PackedBatch& b, int64_t vocab);
+void validate_train(const TrainBatch& b, const TrainHyper& hp, int64_t vocab);
+void validate_generate(int64_t n_prompt, const int32_t* prompt, const GenerateOptions& o, int64_t vocab);
+
+// Optimizer state file (optimizer.bin): magic, version, step, n, m[n], v[n].
+void write_optimizer_state(const std::string& path, int64_t step, const std::vector<float>& m, const std::vector<float>& v);
+// Returns false when the file does not exist; throws on a malformed file or a size mismatch.
+bool read_optimizer_state(const std::string& path, int64_t n, int64_t* step, std::vector<float>* m, std::vector<float>* v);
+
+// Writes to path + ".tmp", then renames (same directory => atomic on POSIX).
+void atomic_write_file(const std::string& path, const std::string& bytes);
+bool file_exists(const std::string& path);
+std::string read_file(const std::string& path);
+
+}  // namespace gl

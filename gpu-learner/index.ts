@@ -1,0 +1,430 @@
+// Typed JS API of the native Qwen3 learner (gpu-learner/build/gpu_learner.node).
+// Every heavy call runs off the event loop; calls on one Learner run one after another.
+import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+
+export type Device = 'cpu' | 'cuda';
+
+/** Hugging Face Qwen3 config.json (the fields the learner reads; others are kept verbatim). */
+export interface QwenConfig {
+  vocab_size: number;
+  hidden_size: number;
+  intermediate_size: number;
+  num_hidden_layers: number;
+  num_attention_heads: number;
+  num_key_value_heads: number;
+  head_dim: number;
+  rms_norm_eps: number;
+  rope_theta: number;
+  max_position_embeddings?: number;
+  tie_word_embeddings?: boolean;
+  attention_bias?: boolean;
+  [key: string]: unknown;
+}
+
+export interface TrainBatch {
+  ids: Int32Array;
+  /** n+1 entries: sequence i is ids[offsets[i], offsets[i+1]). */
+  offsets: Int32Array;
+  /** per token; the first token of each sequence is never trained (it has no prediction). */
+  mask: Float32Array;
+  /** per sequence */
+  advantages: Float32Array;
+  /** per token; when absent, recomputed on the current weights before the update (ρ = 1). */
+  oldLogprobs?: Float32Array;
+}
+
+export interface TrainHyper {
+  lr: number;
+  weightDecay: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  clipLow: number;
+  clipHigh: number;
+  maxGradNorm: number;
+  lMax: number;
+  mode: 'grpo++' | 'grpo';
+  /** gradient accumulation over micro-batches of whole sequences with at most this many tokens (default 4096) */
+  microBatchTokens?: number;
+}
+
+export interface TrainStats {
+  loss: number;
+  /** global gradient norm before clipping */
+  gradNorm: number;
+  clipFraction: number;
+  meanRatio: number;
+  tokens: number;
+  seconds: number;
+  skipped: boolean;
+  step: number;
+}
+
+export interface GenerateOptions {
+  maxNewTokens: number;
+  /** 0 => greedy (default 1) */
+  temperature?: number;
+  topP?: number;
+  /** same seed => same tokens; default: random */
+  seed?: number;
+  stopIds?: number[];
+  /** sample only among these ids (renormalised), like vLLM's allowed_token_ids */
+  allowedIds?: number[];
+}
+
+export interface GenerateResult {
+  /** generated tokens only (not the prompt); ends with the stop id when finishReason is 'stop' */
+  ids: Int32Array;
+  /**
+   * log-prob of each generated token under the policy: the full-vocabulary log-softmax at
+   * temperature 1, whatever temperature / topP / allowedIds were used to sample it — exactly what
+   * logprobs() recomputes for the same tokens.
+   */
+  logprobs: Float32Array;
+  finishReason: 'stop' | 'length';
+}
+
+export interface TokenLoss {
+  loss: number;
+  dlogp: number;
+  ratio: number;
+  clipped: boolean;
+}
+
+export interface LoadOptions {
+  device?: Device;
+  /** worker threads of the CPU engine; default: all hardware threads */
+  threads?: number;
+  /** bench baseline only: the straightforward single-loop matmul */
+  naiveMatmul?: boolean;
+}
+
+interface NativeLearner {
+  configJson(): string;
+  step(): number;
+  device(): string;
+  generate(prompt: Int32Array, opts: object): Promise<GenerateResult>;
+  logprobs(ids: Int32Array, offsets: Int32Array): Promise<Float32Array>;
+  trainStep(ids: Int32Array, offsets: Int32Array, mask: Float32Array, adv: Float32Array, old: Float32Array | undefined, hp: TrainHyper): Promise<TrainStats>;
+  debugLoss(ids: Int32Array, offsets: Int32Array, mask: Float32Array, adv: Float32Array, old: Float32Array | undefined, hp: TrainHyper, withGrads: boolean): Promise<number>;
+  save(dir: string): Promise<void>;
+  reload(dir: string): Promise<void>;
+  paramInfo(): { name: string; shape: number[] }[];
+  getTensor(name: string, grad: boolean): Float32Array;
+  setTensor(name: string, data: Float32Array): void;
+  close(): void;
+}
+
+interface NativeModule {
+  load(dir: string, device: string, threads: number, naive: boolean): Promise<NativeLearner>;
+  grpoTokenLoss(logp: number, oldLogp: number, adv: number, clipLow: number, clipHigh: number): TokenLoss;
+  cudaBuilt: boolean;
+}
+
+const addonPath = new URL('./build/gpu_learner.node', import.meta.url).pathname;
+let nativeModule: NativeModule | undefined;
+
+function native(): NativeModule {
+  if (!nativeModule) {
+    if (!existsSync(addonPath)) throw new Error(`gpu-learner native addon not built (${addonPath} missing): run \`node gpu-learner/build.mjs\``);
+    nativeModule = createRequire(import.meta.url)(addonPath) as NativeModule;
+  }
+  return nativeModule;
+}
+
+/** true when the addon was built with the CUDA backend */
+export function cudaBuilt(): boolean {
+  return native().cudaBuilt;
+}
+
+/**
+ * The native GRPO++ per-token loss: ρ = exp(logp − oldLogp); ℓ = max(−A·ρ, −A·clip(ρ, 1−clipLow, 1+clipHigh));
+ * dlogp = dℓ/dlogp; clipped = the clipped branch is strictly larger (gradient 0).
+ */
+export function grpoTokenLoss(logp: number, oldLogp: number, advantage: number, clipLow: number, clipHigh: number): TokenLoss {
+  return native().grpoTokenLoss(logp, oldLogp, advantage, clipLow, clipHigh);
+}
+
+function int32(field: string, v: unknown): Int32Array {
+  if (v instanceof Int32Array) return v;
+  throw new TypeError(`${field} must be an Int32Array`);
+}
+function float32(field: string, v: unknown): Float32Array {
+  if (v instanceof Float32Array) return v;
+  throw new TypeError(`${field} must be a Float32Array`);
+}
+function idList(field: string, v: unknown): Int32Array | undefined {
+  if (v === undefined) return undefined;
+  if (!Array.isArray(v)) throw new TypeError(`${field} must be an array of token ids`);
+  v.forEach((x, i) => {
+    if (!Number.isInteger(x)) throw new TypeError(`${field}[${i}]=${String(x)} is not an integer token id`);
+  });
+  return Int32Array.from(v as number[]);
+}
+
+export class Learner {
+  readonly config: QwenConfig;
+  readonly device: Device;
+  #native: NativeLearner | undefined;
+  #step: number;
+  #tail: Promise<unknown> = Promise.resolve();
+
+  private constructor(n: NativeLearner, device: Device) {
+    this.#native = n;
+    this.config = JSON.parse(n.configJson()) as QwenConfig;
+    this.#step = n.step();
+    this.device = device;
+  }
+
+  /** Loads config.json + model.safetensors (or the sharded index), and optimizer.bin when present. */
+  static async load(dir: string, opts: LoadOptions = {}): Promise<Learner> {
+    const device = opts.device ?? 'cpu';
+    if (device !== 'cpu' && device !== 'cuda') throw new TypeError(`device must be 'cpu' or 'cuda', got ${JSON.stringify(device)}`);
+    const threads = opts.threads ?? 0;
+    if (!Number.isInteger(threads) || threads < 0) throw new RangeError(`threads must be a non-negative integer, got ${threads}`);
+    const n = await native().load(dir, device, threads, opts.naiveMatmul ?? false);
+    return new Learner(n, device);
+  }
+
+  /** optimizer steps taken (restored by load when optimizer state exists) */
+  get step(): number {
+    return this.#step;
+  }
+
+  #run<T>(fn: (n: NativeLearner) => Promise<T> | T): Promise<T> {
+    const next = this.#tail.then(() => {
+      if (!this.#native) throw new Error('Learner is closed');
+      return fn(this.#native);
+    });
+    this.#tail = next.catch(() => undefined);
+    return next;
+  }
+
+  generate(promptIds: Int32Array, opts: GenerateOptions): Promise<GenerateResult> {
+    int32('promptIds', promptIds);
+    if (typeof opts !== 'object' || opts === null) throw new TypeError('generate options must be an object');
+    const o = {
+      maxNewTokens: opts.maxNewTokens,
+      temperature: opts.temperature ?? 1,
+      topP: opts.topP ?? 1,
+      seed: opts.seed ?? Math.floor(Math.random() * 2 ** 52),
+      stopIds: idList('stopIds', opts.stopIds),
+      allowedIds: idList('allowedIds', opts.allowedIds),
+    };
+    return this.#run((n) => n.generate(promptIds, o));
+  }
+
+  /** Packed log-probs: entry t = log p(ids[t] | earlier ids of its sequence); 0 for each first token. */
+  logprobs(batch: { ids: Int32Array; offsets: Int32Array }): Promise<Float32Array> {
+    const ids = int32('batch.ids', batch.ids), offsets = int32('batch.offsets', batch.offsets);
+    return this.#run((n) => n.logprobs(ids, offsets));
+  }
+
+  /** One GRPO++ (or GRPO) optimizer step over the packed batch (DESIGN §5). */
+  async trainStep(batch: TrainBatch, hp: TrainHyper): Promise<TrainStats> {
+    const a = trainArgs(batch);
+    const st = await this.#run((n) => n.trainStep(a.ids, a.offsets, a.mask, a.advantages, a.oldLogprobs, hp));
+    this.#step = st.step;
+    return st;
+  }
+
+  /** Atomically writes model.safetensors (F32), config.json and optimizer.bin into dir. */
+  save(dir: string): Promise<void> {
+    return this.#run((n) => n.save(dir));
+  }
+
+  /** Replaces the weights (and optimizer state when present) in place from dir; same model shape required. */
+  async reload(dir: string): Promise<void> {
+    await this.#run((n) => n.reload(dir));
+    this.#step = await this.#run((n) => n.step());
+  }
+
+  /** Releases the native model (after any call in flight). */
+  close(): void {
+    const n = this.#native;
+    this.#native = undefined;
+    if (n) void this.#tail.then(() => n.close());
+  }
+
+  // ---- debugging / testing ----
+
+  /** The loss of trainStep without stepping, and the gradient of every parameter tensor. */
+  async debugGradients(batch: TrainBatch, hp: TrainHyper): Promise<{ loss: number; grads: Map<string, Float32Array> }> {
+    const a = trainArgs(batch);
+    return this.#run(async (n) => {
+      const loss = await n.debugLoss(a.ids, a.offsets, a.mask, a.advantages, a.oldLogprobs, hp, true);
+      const grads = new Map<string, Float32Array>();
+      for (const p of n.paramInfo()) grads.set(p.name, n.getTensor(p.name, true));
+      return { loss, grads };
+    });
+  }
+
+  /** The loss of trainStep on the current weights, without gradients or a step. */
+  debugLoss(batch: TrainBatch, hp: TrainHyper): Promise<number> {
+    const a = trainArgs(batch);
+    return this.#run((n) => n.debugLoss(a.ids, a.offsets, a.mask, a.advantages, a.oldLogprobs, hp, false));
+  }
+
+  /** Parameter tensors in allocation order, with Hugging Face names and shapes. */
+  paramInfo(): Promise<{ name: string; shape: number[] }[]> {
+    return this.#run((n) => n.paramInfo());
+  }
+  getParam(name: string): Promise<Float32Array> {
+    return this.#run((n) => n.getTensor(name, false));
+  }
+  setParam(name: string, data: Float32Array): Promise<void> {
+    float32('data', data);
+    return this.#run((n) => n.setTensor(name, data));
+  }
+}
+
+function trainArgs(b: TrainBatch): Required<Omit<TrainBatch, 'oldLogprobs'>> & { oldLogprobs: Float32Array | undefined } {
+  if (typeof b !== 'object' || b === null) throw new TypeError('batch must be an object');
+  return {
+    ids: int32('batch.ids', b.ids),
+    offsets: int32('batch.offsets', b.offsets),
+    mask: float32('batch.mask', b.mask),
+    advantages: float32('batch.advantages', b.advantages),
+    oldLogprobs: b.oldLogprobs === undefined ? undefined : float32('batch.oldLogprobs', b.oldLogprobs),
+  };
+}
+
+// ---------------------------------------------------------------- checkpoints from TypeScript
+
+export type StDtype = 'F32' | 'BF16' | 'F16';
+
+/** Hugging Face Qwen3 tensor names and shapes, in the learner's order. */
+export function qwen3TensorShapes(c: QwenConfig): [string, number[]][] {
+  const C = c.hidden_size, V = c.vocab_size, I = c.intermediate_size, D = c.head_dim;
+  const QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
+  const out: [string, number[]][] = [['model.embed_tokens.weight', [V, C]]];
+  for (let l = 0; l < c.num_hidden_layers; l++) {
+    const p = `model.layers.${l}.`;
+    out.push([p + 'input_layernorm.weight', [C]], [p + 'self_attn.q_proj.weight', [QD, C]]);
+    if (c.attention_bias) out.push([p + 'self_attn.q_proj.bias', [QD]]);
+    out.push([p + 'self_attn.k_proj.weight', [KD, C]]);
+    if (c.attention_bias) out.push([p + 'self_attn.k_proj.bias', [KD]]);
+    out.push([p + 'self_attn.v_proj.weight', [KD, C]]);
+    if (c.attention_bias) out.push([p + 'self_attn.v_proj.bias', [KD]]);
+    out.push([p + 'self_attn.o_proj.weight', [C, QD]]);
+    if (c.attention_bias) out.push([p + 'self_attn.o_proj.bias', [C]]);
+    out.push(
+      [p + 'self_attn.q_norm.weight', [D]],
+      [p + 'self_attn.k_norm.weight', [D]],
+      [p + 'post_attention_layernorm.weight', [C]],
+      [p + 'mlp.gate_proj.weight', [I, C]],
+      [p + 'mlp.up_proj.weight', [I, C]],
+      [p + 'mlp.down_proj.weight', [C, I]],
+    );
+  }
+  out.push(['model.norm.weight', [C]]);
+  if (!c.tie_word_embeddings) out.push(['lm_head.weight', [V, C]]);
+  return out;
+}
+
+/** f32 → bf16 bits, round to nearest even (NaN kept quiet). */
+export function f32ToBf16(x: Float32Array): Uint16Array {
+  const u = new Uint32Array(x.buffer, x.byteOffset, x.length);
+  const out = new Uint16Array(x.length);
+  for (let i = 0; i < x.length; i++) {
+    const v = u[i];
+    if ((v & 0x7fffffff) > 0x7f800000) out[i] = (v >>> 16) | 0x40;
+    else out[i] = (v + 0x7fff + ((v >>> 16) & 1)) >>> 16;
+  }
+  return out;
+}
+
+/** f32 → IEEE half bits, round to nearest even, overflow to ±inf. */
+export function f32ToF16(x: Float32Array): Uint16Array {
+  const u = new Uint32Array(x.buffer, x.byteOffset, x.length);
+  const out = new Uint16Array(x.length);
+  for (let i = 0; i < x.length; i++) {
+    const v = u[i], sign = (v >>> 16) & 0x8000, exp = (v >>> 23) & 0xff, man = v & 0x7fffff;
+    if (exp === 0xff) { out[i] = sign | 0x7c00 | (man ? 0x200 : 0); continue; }
+    const e = exp - 127 + 15;
+    if (e >= 31) { out[i] = sign | 0x7c00; continue; }
+    if (e <= 0) {
+      if (e < -10) { out[i] = sign; continue; }
+      const m = man | 0x800000, shift = 14 - e;
+      let h = m >>> shift;
+      const rem = m & ((1 << shift) - 1), half = 1 << (shift - 1);
+      if (rem > half || (rem === half && (h & 1))) h++;
+      out[i] = sign | h;
+      continue;
+    }
+    let h = (e << 10) | (man >>> 13);
+    const rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
+    out[i] = sign | h;
+  }
+  return out;
+}
+
+/** Writes a safetensors file (tensors converted to dtype), atomically. */
+export function writeSafetensors(path: string, tensors: { name: string; shape: number[]; data: Float32Array }[], dtype: StDtype = 'F32'): void {
+  const header: Record<string, unknown> = {};
+  const blobs: Uint8Array[] = [];
+  let off = 0;
+  for (const t of tensors) {
+    const numel = t.shape.reduce((a, b) => a * b, 1);
+    if (numel !== t.data.length) throw new RangeError(`tensor ${t.name}: shape [${t.shape}] needs ${numel} values, got ${t.data.length}`);
+    const raw = dtype === 'F32' ? t.data : dtype === 'BF16' ? f32ToBf16(t.data) : f32ToF16(t.data);
+    const bytes = new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength);
+    header[t.name] = { dtype, shape: t.shape, data_offsets: [off, off + bytes.length] };
+    blobs.push(bytes);
+    off += bytes.length;
+  }
+  let h = JSON.stringify(header);
+  while ((8 + h.length) % 8) h += ' ';
+  const hb = Buffer.from(h, 'utf8');
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(hb.length));
+  const tmp = `${path}.tmp${process.pid}`;
+  writeFileSync(tmp, Buffer.concat([len, hb, ...blobs]));
+  renameSync(tmp, path);
+}
+
+/** Small deterministic PRNG (mulberry32) with normal samples. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0 || 0x9e3779b9;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export interface RandomCheckpointOptions {
+  dtype?: StDtype;
+  /** std of the matrices (default config.initializer_range ?? 0.02) */
+  std?: number;
+  /** uniform noise added to the norm weights (default 0: all ones, as Hugging Face initialises) */
+  normNoise?: number;
+}
+
+/** Writes config.json + model.safetensors of a random Qwen3 model into dir. */
+export function writeRandomCheckpoint(dir: string, config: QwenConfig, seed: number, opts: RandomCheckpointOptions = {}): void {
+  mkdirSync(dir, { recursive: true });
+  const rand = rng(seed);
+  const normal = () => Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
+  const std = opts.std ?? (typeof config.initializer_range === 'number' ? config.initializer_range : 0.02);
+  const noise = opts.normNoise ?? 0;
+  const tensors = qwen3TensorShapes(config).map(([name, shape]) => {
+    const data = new Float32Array(shape.reduce((a, b) => a * b, 1));
+    const isNorm = name.endsWith('norm.weight');
+    for (let i = 0; i < data.length; i++) data[i] = isNorm ? 1 + noise * (2 * rand() - 1) : std * normal();
+    return { name, shape, data };
+  });
+  writeSafetensors(join(dir, 'model.safetensors'), tensors, opts.dtype ?? 'F32');
+  const full = { architectures: ['Qwen3ForCausalLM'], model_type: 'qwen3', hidden_act: 'silu', torch_dtype: 'float32', ...config };
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(full, null, 2) + '\n');
+}
+
+/** Reads dir/config.json (no validation beyond JSON; the native loader validates). */
+export function readConfig(dir: string): QwenConfig {
+  return JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as QwenConfig;
+}

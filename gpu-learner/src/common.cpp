@@ -1,0 +1,223 @@
+// Host-side pieces shared by every backend: validation, files, optimizer state, sampling, factory.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gl/engine.h"
+#include "gl/sampling.h"
+
+namespace gl {
+
+std::unique_ptr<Engine> make_cpu_engine(const std::string& dir, const EngineOptions& opts);
+#ifdef GL_HAVE_CUDA
+std::unique_ptr<Engine> make_cuda_engine(const std::string& dir, const EngineOptions& opts);
+#endif
+
+std::unique_ptr<Engine> make_engine(const std::string& device, const std::string& dir, const EngineOptions& opts) {
+  if (opts.threads < 0) throw std::invalid_argument("threads must be >= 0, got " + std::to_string(opts.threads));
+  if (device == "cpu") return make_cpu_engine(dir, opts);
+  if (device == "cuda") {
+#ifdef GL_HAVE_CUDA
+    return make_cuda_engine(dir, opts);
+#else
+    throw std::runtime_error("CUDA backend not built (no nvcc found at build time)");
+#endif
+  }
+  throw std::invalid_argument("device must be \"cpu\" or \"cuda\", got \"" + device + "\"");
+}
+
+// ---- validation ----
+
+static std::string num(double v) {
+  char b[64];
+  snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+void validate_packed(const PackedBatch& b, int64_t vocab) {
+  if (b.n_seqs < 1) throw std::invalid_argument("offsets must have at least 2 entries (n sequences + 1), got " + std::to_string(b.n_seqs + 1));
+  if (b.offsets[0] != 0) throw std::invalid_argument("offsets[0] must be 0, got " + std::to_string(b.offsets[0]));
+  for (int64_t i = 1; i <= b.n_seqs; i++)
+    if (b.offsets[i] < b.offsets[i - 1])
+      throw std::invalid_argument("offsets must be non-decreasing: offsets[" + std::to_string(i) + "]=" + std::to_string(b.offsets[i]) +
+                                  " < offsets[" + std::to_string(i - 1) + "]=" + std::to_string(b.offsets[i - 1]));
+  if (b.offsets[b.n_seqs] != b.n_tokens)
+    throw std::invalid_argument("offsets[" + std::to_string(b.n_seqs) + "]=" + std::to_string(b.offsets[b.n_seqs]) +
+                                " must equal ids.length=" + std::to_string(b.n_tokens));
+  for (int64_t t = 0; t < b.n_tokens; t++)
+    if (b.ids[t] < 0 || b.ids[t] >= vocab)
+      throw std::invalid_argument("ids[" + std::to_string(t) + "]=" + std::to_string(b.ids[t]) + " is outside the vocabulary [0, " +
+                                  std::to_string(vocab) + ")");
+}
+
+static void check_range(const char* name, double v, double lo, double hi, bool lo_open, bool hi_open) {
+  bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (!ok)
+    throw std::invalid_argument(std::string(name) + " must be a finite number in " + (lo_open ? "(" : "[") + num(lo) + ", " +
+                                (std::isinf(hi) ? std::string("inf") : num(hi)) + (hi_open ? ")" : "]") + ", got " + num(v));
+}
+
+void validate_train(const TrainBatch& b, const TrainHyper& hp, int64_t vocab) {
+  validate_packed(b, vocab);
+  const double inf = INFINITY;
+  check_range("lr", hp.lr, 0, inf, false, true);
+  check_range("weightDecay", hp.weight_decay, 0, inf, false, true);
+  check_range("beta1", hp.beta1, 0, 1, false, true);
+  check_range("beta2", hp.beta2, 0, 1, false, true);
+  check_range("eps", hp.eps, 0, inf, true, true);
+  check_range("clipLow", hp.clip_low, 0, 1, false, true);
+  check_range("clipHigh", hp.clip_high, 0, inf, false, true);
+  check_range("maxGradNorm", hp.max_grad_norm, 0, inf, true, true);
+  check_range("lMax", hp.l_max, 0, inf, true, true);
+  if (hp.micro_batch_tokens < 1) throw std::invalid_argument("microBatchTokens must be >= 1, got " + std::to_string(hp.micro_batch_tokens));
+  for (int64_t t = 0; t < b.n_tokens; t++)
+    if (!std::isfinite(b.mask[t]) || b.mask[t] < 0)
+      throw std::invalid_argument("mask[" + std::to_string(t) + "]=" + num(b.mask[t]) + " must be finite and >= 0");
+  for (int64_t i = 0; i < b.n_seqs; i++)
+    if (!std::isfinite(b.advantages[i])) throw std::invalid_argument("advantages[" + std::to_string(i) + "]=" + num(b.advantages[i]) + " is not finite");
+  if (b.old_logprobs)
+    for (int64_t t = 0; t < b.n_tokens; t++)
+      if (!std::isfinite(b.old_logprobs[t]) || b.old_logprobs[t] > 0)
+        throw std::invalid_argument("oldLogprobs[" + std::to_string(t) + "]=" + num(b.old_logprobs[t]) + " must be finite and <= 0");
+}
+
+void validate_generate(int64_t n_prompt, const int32_t* prompt, const GenerateOptions& o, int64_t vocab) {
+  if (n_prompt < 1) throw std::invalid_argument("promptIds must not be empty");
+  for (int64_t t = 0; t < n_prompt; t++)
+    if (prompt[t] < 0 || prompt[t] >= vocab)
+      throw std::invalid_argument("promptIds[" + std::to_string(t) + "]=" + std::to_string(prompt[t]) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (o.max_new_tokens < 0) throw std::invalid_argument("maxNewTokens must be >= 0, got " + std::to_string(o.max_new_tokens));
+  check_range("temperature", o.temperature, 0, INFINITY, false, true);
+  check_range("topP", o.top_p, 0, 1, true, false);
+  for (size_t i = 0; i < o.stop_ids.size(); i++)
+    if (o.stop_ids[i] < 0 || o.stop_ids[i] >= vocab)
+      throw std::invalid_argument("stopIds[" + std::to_string(i) + "]=" + std::to_string(o.stop_ids[i]) + " is outside the vocabulary");
+  for (size_t i = 0; i < o.allowed_ids.size(); i++)
+    if (o.allowed_ids[i] < 0 || o.allowed_ids[i] >= vocab)
+      throw std::invalid_argument("allowedIds[" + std::to_string(i) + "]=" + std::to_string(o.allowed_ids[i]) + " is outside the vocabulary");
+}
+
+// ---- files ----
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(path + ": cannot open for reading");
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void atomic_write_file(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw std::runtime_error(tmp + ": cannot open for writing (does the directory exist?)");
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+    f.flush();
+    if (!f) { std::remove(tmp.c_str()); throw std::runtime_error(tmp + ": write failed (disk full?)"); }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error(path + ": rename from temporary file failed");
+  }
+}
+
+static const uint32_t kOptMagic = 0x54504F47;  // "GOPT" little-endian
+static const uint32_t kOptVersion = 1;
+
+void write_optimizer_state(const std::string& path, int64_t step, const std::vector<float>& m, const std::vector<float>& v) {
+  std::string b;
+  auto put = [&](const void* p, size_t n) { b.append(reinterpret_cast<const char*>(p), n); };
+  const uint64_t n = m.size();
+  const uint64_t s = uint64_t(step);
+  put(&kOptMagic, 4);
+  put(&kOptVersion, 4);
+  put(&s, 8);
+  put(&n, 8);
+  put(m.data(), n * 4);
+  put(v.data(), n * 4);
+  atomic_write_file(path, b);
+}
+
+bool read_optimizer_state(const std::string& path, int64_t n, int64_t* step, std::vector<float>* m, std::vector<float>* v) {
+  if (!file_exists(path)) return false;
+  std::string b = read_file(path);
+  if (b.size() < 24) throw std::runtime_error(path + ": truncated optimizer state (" + std::to_string(b.size()) + " bytes)");
+  uint32_t magic, version;
+  uint64_t s, cnt;
+  std::memcpy(&magic, b.data(), 4);
+  std::memcpy(&version, b.data() + 4, 4);
+  std::memcpy(&s, b.data() + 8, 8);
+  std::memcpy(&cnt, b.data() + 16, 8);
+  if (magic != kOptMagic) throw std::runtime_error(path + ": bad magic number (not a gpu-learner optimizer file)");
+  if (version != kOptVersion) throw std::runtime_error(path + ": unsupported version " + std::to_string(version) + ", expected " + std::to_string(kOptVersion));
+  if (cnt != uint64_t(n)) throw std::runtime_error(path + ": holds state for " + std::to_string(cnt) + " parameters, the model has " + std::to_string(n));
+  if (b.size() != 24 + 8 * cnt) throw std::runtime_error(path + ": size " + std::to_string(b.size()) + " bytes, expected " + std::to_string(24 + 8 * cnt) + " (truncated?)");
+  m->resize(cnt);
+  v->resize(cnt);
+  std::memcpy(m->data(), b.data() + 24, cnt * 4);
+  std::memcpy(v->data(), b.data() + 24 + cnt * 4, cnt * 4);
+  *step = int64_t(s);
+  return true;
+}
+
+// ---- sampling ----
+
+int32_t sample_token(const float* logits, int64_t vocab, const SampleParams& p, Rng& rng, float* logprob) {
+  // Full-vocabulary log-softmax at temperature 1, for the returned log-prob.
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < vocab; i++) mx = std::max(mx, logits[i]);
+  double se = 0;
+  for (int64_t i = 0; i < vocab; i++) se += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(se);
+
+  std::vector<int32_t> cand;
+  if (p.allowed && !p.allowed->empty()) cand = *p.allowed;
+  else { cand.resize(vocab); std::iota(cand.begin(), cand.end(), 0); }
+
+  int32_t tok;
+  if (p.temperature == 0) {
+    tok = cand[0];
+    for (int32_t c : cand) if (logits[c] > logits[tok] || (logits[c] == logits[tok] && c < tok)) tok = c;
+  } else {
+    float cmx = -INFINITY;
+    for (int32_t c : cand) cmx = std::max(cmx, logits[c]);
+    std::vector<std::pair<double, int32_t>> pr(cand.size());
+    double total = 0;
+    for (size_t k = 0; k < cand.size(); k++) {
+      double w = std::exp((double(logits[cand[k]]) - cmx) / p.temperature);
+      pr[k] = {w, cand[k]};
+      total += w;
+    }
+    size_t keep = pr.size();
+    if (p.top_p < 1.0) {
+      // Smallest set of most likely tokens whose mass reaches top_p (ties broken by id for determinism).
+      std::sort(pr.begin(), pr.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      double cum = 0;
+      for (keep = 0; keep < pr.size();) {
+        cum += pr[keep++].first;
+        if (cum >= p.top_p * total) break;
+      }
+      total = cum;
+    }
+    double u = rng.uniform() * total, acc = 0;
+    tok = pr[keep - 1].second;
+    for (size_t k = 0; k < keep; k++) {
+      acc += pr[k].first;
+      if (u < acc) { tok = pr[k].second; break; }
+    }
+  }
+  *logprob = float(double(logits[tok]) - lse);
+  return tok;
+}
+
+}  // namespace gl

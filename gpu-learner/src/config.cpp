@@ -1,0 +1,76 @@
+#include "gl/config.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "gl/engine.h"
+#include "gl/json.h"
+
+namespace gl {
+
+namespace {
+
+const Json& need(const Json& j, const std::string& key, const std::string& path) {
+  const Json* v = j.find(key);
+  if (!v || v->is_null()) throw std::runtime_error(path + ": missing required field \"" + key + "\"");
+  return *v;
+}
+
+int64_t get_int(const Json& j, const std::string& key, const std::string& path, int64_t min_value) {
+  const Json& v = need(j, key, path);
+  if (!v.is_number() || std::floor(v.num) != v.num || v.num < double(min_value) || v.num > 1e12)
+    throw std::runtime_error(path + ": field \"" + key + "\" must be an integer >= " + std::to_string(min_value));
+  return int64_t(v.num);
+}
+
+double get_pos(const Json& j, const std::string& key, const std::string& path) {
+  const Json& v = need(j, key, path);
+  if (!v.is_number() || !(v.num > 0) || !std::isfinite(v.num))
+    throw std::runtime_error(path + ": field \"" + key + "\" must be a positive finite number");
+  return v.num;
+}
+
+bool get_bool(const Json& j, const std::string& key, bool dflt, const std::string& path) {
+  const Json* v = j.find(key);
+  if (!v || v->is_null()) return dflt;
+  if (!v->is_bool()) throw std::runtime_error(path + ": field \"" + key + "\" must be true or false");
+  return v->b;
+}
+
+}  // namespace
+
+QwenConfig parse_config(const std::string& text, const std::string& path) {
+  Json j = parse_json(text, path);
+  if (!j.is_object()) throw std::runtime_error(path + ": expected a JSON object");
+  QwenConfig c;
+  c.vocab_size = get_int(j, "vocab_size", path, 1);
+  c.hidden_size = get_int(j, "hidden_size", path, 1);
+  c.intermediate_size = get_int(j, "intermediate_size", path, 1);
+  c.num_hidden_layers = get_int(j, "num_hidden_layers", path, 1);
+  c.num_attention_heads = get_int(j, "num_attention_heads", path, 1);
+  c.num_key_value_heads = get_int(j, "num_key_value_heads", path, 1);
+  c.head_dim = get_int(j, "head_dim", path, 2);
+  c.rms_norm_eps = get_pos(j, "rms_norm_eps", path);
+  c.rope_theta = get_pos(j, "rope_theta", path);
+  if (j.find("max_position_embeddings")) c.max_position_embeddings = get_int(j, "max_position_embeddings", path, 1);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false, path);
+  c.attention_bias = get_bool(j, "attention_bias", false, path);
+  if (c.head_dim % 2 != 0) throw std::runtime_error(path + ": field \"head_dim\" must be even for RoPE, got " + std::to_string(c.head_dim));
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw std::runtime_error(path + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                             ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
+  if (const Json* act = j.find("hidden_act"); act && !(act->is_string() && act->str == "silu"))
+    throw std::runtime_error(path + ": field \"hidden_act\" must be \"silu\" (Qwen3)");
+  if (const Json* rs = j.find("rope_scaling"); rs && !rs->is_null())
+    throw std::runtime_error(path + ": field \"rope_scaling\" is not supported (must be null)");
+  c.raw_json = text;
+  return c;
+}
+
+QwenConfig load_config(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  if (!file_exists(path)) throw std::runtime_error(path + ": file not found");
+  return parse_config(read_file(path), path);
+}
+
+}  // namespace gl
