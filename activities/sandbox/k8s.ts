@@ -1,0 +1,438 @@
+// Kubernetes sandbox backend (DESIGN §3, §7): one pod per sandbox, exec over the API (websocket
+// channels: 1 stdout, 2 stderr, 3 status JSON), files through `tar` over exec. Network isolation
+// comes from the deny-all NetworkPolicy (`denyAllNetworkPolicy`) in the sandbox namespace; see docs/kubernetes.md.
+import type * as k8s from '@kubernetes/client-node';
+import { randomBytes } from 'node:crypto';
+import { posix } from 'node:path';
+import { Readable, type Writable } from 'node:stream';
+import { DEFAULT_LIMITS, type ExecOptions, type ExecResult, type Sandbox, type SandboxBackend, type SandboxLimits } from '../../lib/sandbox.ts';
+import {
+  CappedSink,
+  DEFAULT_MAX_OUTPUT,
+  DIFF_CMD,
+  SANDBOX_LABEL,
+  SandboxDeadError,
+  TESTBED,
+  buildTar,
+  checkDestDir,
+  checkEntryName,
+  filterPatch,
+  sandboxPath,
+  shq,
+  type TarFile,
+} from './common.ts';
+
+export const CONTAINER_NAME = 'sandbox';
+const KILL_AFTER_S = 2;
+const HOST_GRACE_S = 30;
+
+export interface K8sBackendOptions {
+  kubeConfig?: k8s.KubeConfig;
+  namespace?: string;
+  /** scheduling requests; DESIGN §3: 1 CPU / 1 GiB */
+  requests?: { cpu: string; memory: string };
+  imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never';
+  runtimeClassName?: string;
+  nodeSelector?: Record<string, string>;
+  startTimeoutS?: number;
+  retry?: RetryOptions;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pod spec (pure)
+
+/** Label values: ≤ 63 chars of [A-Za-z0-9_.-], alphanumeric at both ends. Labels are metadata, so they are trimmed to fit. */
+export function labelValue(v: string): string {
+  return v
+    .replace(/[^A-Za-z0-9_.-]/g, '_')
+    .slice(0, 63)
+    .replace(/^[^A-Za-z0-9]+|[^A-Za-z0-9]+$/g, '');
+}
+
+export interface PodSpecInput {
+  name: string;
+  namespace: string;
+  image: string;
+  limits?: Partial<SandboxLimits>;
+  labels?: Record<string, string>;
+  requests?: { cpu: string; memory: string };
+  imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never';
+  runtimeClassName?: string;
+  nodeSelector?: Record<string, string>;
+}
+
+/**
+ * Requests default to 1 CPU / 1 GiB, capped at the limits. Kubernetes has no per-pod pids field:
+ * the pids limit is the kubelet's `podPidsLimit` (documented in docs/kubernetes.md).
+ */
+export function buildPodSpec(input: PodSpecInput): k8s.V1Pod {
+  const l: SandboxLimits = { ...DEFAULT_LIMITS, ...input.limits };
+  if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(input.name)) throw new Error(`pod name ${JSON.stringify(input.name)} is not a DNS-1123 label`);
+  if (!(l.cpus > 0)) throw new Error(`limits.cpus must be > 0, got ${l.cpus}`);
+  if (!(l.memoryBytes > 0)) throw new Error(`limits.memoryBytes must be > 0, got ${l.memoryBytes}`);
+  const limCpuMilli = Math.round(l.cpus * 1000);
+  const req = input.requests ?? { cpu: '1', memory: '1Gi' };
+  const reqCpuMilli = Math.min(parseCpu(req.cpu), limCpuMilli);
+  const reqMem = Math.min(parseMemory(req.memory), l.memoryBytes);
+  const labels: Record<string, string> = { 'app.kubernetes.io/managed-by': 'swerl', [SANDBOX_LABEL]: '1' };
+  for (const [k, v] of Object.entries(input.labels ?? {})) labels[k] = labelValue(v);
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: input.name, namespace: input.namespace, labels },
+    spec: {
+      restartPolicy: 'Never',
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      hostNetwork: false,
+      hostPID: false,
+      hostIPC: false,
+      terminationGracePeriodSeconds: 0,
+      // no cluster DNS either: the NetworkPolicy denies egress, and this keeps names from resolving
+      dnsPolicy: 'None',
+      dnsConfig: { nameservers: ['127.0.0.1'] },
+      ...(input.runtimeClassName ? { runtimeClassName: input.runtimeClassName } : {}),
+      ...(input.nodeSelector ? { nodeSelector: input.nodeSelector } : {}),
+      securityContext: { seccompProfile: { type: 'RuntimeDefault' } },
+      volumes: [],
+      containers: [
+        {
+          name: CONTAINER_NAME,
+          image: input.image,
+          imagePullPolicy: input.imagePullPolicy ?? 'IfNotPresent',
+          command: ['sleep', 'infinity'],
+          workingDir: TESTBED,
+          stdin: false,
+          tty: false,
+          resources: {
+            requests: { cpu: `${reqCpuMilli}m`, memory: String(reqMem) },
+            limits: { cpu: `${limCpuMilli}m`, memory: String(l.memoryBytes) },
+          },
+          // task images run as root (the repository is root's); escalation and capabilities are off
+          securityContext: {
+            allowPrivilegeEscalation: false,
+            privileged: false,
+            runAsNonRoot: false,
+            readOnlyRootFilesystem: false,
+            capabilities: { drop: ['ALL'] },
+          },
+        },
+      ],
+    },
+  };
+}
+
+/** Egress and ingress denied for every sandbox pod in the namespace (apply once per namespace). */
+export function denyAllNetworkPolicy(namespace: string): k8s.V1NetworkPolicy {
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: { name: 'swerl-sandbox-deny-all', namespace },
+    spec: {
+      podSelector: { matchLabels: { [SANDBOX_LABEL]: '1' } },
+      policyTypes: ['Ingress', 'Egress'],
+      ingress: [],
+      egress: [],
+    },
+  };
+}
+
+export function parseCpu(q: string): number {
+  const m = /^(\d+(?:\.\d+)?)(m?)$/.exec(q.trim());
+  if (!m) throw new Error(`cpu quantity ${JSON.stringify(q)} not understood (e.g. "1", "500m")`);
+  return m[2] ? Number(m[1]) : Math.round(Number(m[1]) * 1000);
+}
+
+export function parseMemory(q: string): number {
+  const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(q.trim());
+  if (!m) throw new Error(`memory quantity ${JSON.stringify(q)} not understood (e.g. "1Gi", "512Mi")`);
+  const mult: Record<string, number> = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, k: 1e3, M: 1e6, G: 1e9, T: 1e12 };
+  return Math.round(Number(m[1]) * (m[2] ? mult[m[2]]! : 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries
+
+export type RetryClass = 'retry' | 'fatal';
+
+const TRANSIENT_CODES = new Set(['ECONNRESET', 'ECONNREFUSED', 'ETIMEDOUT', 'EPIPE', 'EAI_AGAIN', 'ENOTFOUND', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/** 409 (conflict / name taken), 429 (throttled), 5xx and connection errors are retried; other 4xx are not. */
+export function classifyK8sError(e: unknown): RetryClass {
+  const err = e as { code?: unknown; statusCode?: unknown; cause?: { code?: unknown } };
+  const status = typeof err?.code === 'number' ? err.code : typeof err?.statusCode === 'number' ? err.statusCode : undefined;
+  if (status !== undefined) return status === 409 || status === 429 || status >= 500 ? 'retry' : 'fatal';
+  const code = typeof err?.code === 'string' ? err.code : typeof err?.cause?.code === 'string' ? err.cause.code : undefined;
+  if (code && TRANSIENT_CODES.has(code)) return 'retry';
+  return 'fatal';
+}
+
+export interface RetryOptions {
+  attempts?: number;
+  baseMs?: number;
+  maxMs?: number;
+  sleep?: (ms: number) => Promise<void>;
+}
+
+/** Bounded exponential backoff with full jitter. */
+export async function withRetries<T>(what: string, fn: (attempt: number) => Promise<T>, o: RetryOptions = {}): Promise<T> {
+  const attempts = o.attempts ?? 6;
+  const sleep = o.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
+  let last: unknown;
+  for (let a = 1; a <= attempts; a++) {
+    try {
+      return await fn(a);
+    } catch (e) {
+      last = e;
+      if (classifyK8sError(e) === 'fatal' || a === attempts) break;
+      const cap = Math.min(o.maxMs ?? 10_000, (o.baseMs ?? 200) * 2 ** (a - 1));
+      await sleep(Math.random() * cap);
+    }
+  }
+  const err = last as { code?: unknown; message?: string; body?: unknown };
+  throw new Error(`${what} failed${typeof err?.code === 'number' ? ` (HTTP ${err.code})` : ''}: ${err?.message ?? String(last)}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exec status channel
+
+/**
+ * The status channel's V1Status: `{status:'Success'}` → 0; `{status:'Failure', reason:'NonZeroExitCode',
+ * details:{causes:[{reason:'ExitCode', message:'2'}]}}` → 2; any other Failure (command not found,
+ * container gone) → exit -1 with the message.
+ */
+export function parseExecStatus(s: k8s.V1Status | undefined | null): { exit: number; error?: string } {
+  if (!s) return { exit: -1, error: 'no status from the exec channel' };
+  if (s.status === 'Success') return { exit: 0 };
+  if (s.reason === 'NonZeroExitCode') {
+    const c = s.details?.causes?.find((x) => x.reason === 'ExitCode');
+    const n = Number(c?.message);
+    if (Number.isInteger(n)) return { exit: n };
+  }
+  return { exit: -1, error: s.message ?? s.reason ?? 'exec failed' };
+}
+
+/** The transport: the client's Exec.exec, or a fake in tests. Resolves with something closable. */
+export type ExecTransport = (
+  command: string[],
+  stdout: Writable,
+  stderr: Writable,
+  stdin: Readable | null,
+  onStatus: (s: k8s.V1Status) => void,
+) => Promise<{ close(): void; on?(ev: 'close', cb: () => void): void }>;
+
+export interface RawExec {
+  exit: number;
+  error?: string;
+  stdout: CappedSink;
+  stderr: CappedSink;
+  hostTimedOut: boolean;
+}
+
+/** Runs `command` over the transport; ends on the status message or socket close, or at `hostTimeoutS`. */
+export async function runOverTransport(
+  transport: ExecTransport,
+  command: string[],
+  hostTimeoutS: number,
+  opts: { stdin?: Buffer; maxOutputBytes?: number } = {},
+): Promise<RawExec> {
+  const stdout = new CappedSink(opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT);
+  const stderr = new CappedSink(opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT);
+  let status: k8s.V1Status | undefined;
+  let hostTimedOut = false;
+  let finish!: () => void;
+  const done = new Promise<void>((r) => (finish = r));
+  const timer = setTimeout(() => {
+    hostTimedOut = true;
+    finish();
+  }, hostTimeoutS * 1000);
+  const stdin = opts.stdin ? Readable.from([opts.stdin]) : null;
+  const ws = await transport(command, stdout, stderr, stdin, (s) => {
+    status = s;
+    finish();
+  });
+  ws.on?.('close', () => finish());
+  await done;
+  clearTimeout(timer);
+  try {
+    ws.close();
+  } catch {
+    // already closed
+  }
+  const p = hostTimedOut && !status ? { exit: -1, error: 'no answer from the exec stream' } : parseExecStatus(status);
+  return { ...p, stdout, stderr, hostTimedOut };
+}
+
+/** Assembles an ExecResult from the wrapped command's raw result (exit 124 / late 137 = timed out). */
+export function toExecResult(r: RawExec, timeoutS: number, elapsedS: number): ExecResult {
+  const timedOut = r.hostTimedOut || r.exit === 124 || (r.exit === 137 && elapsedS >= timeoutS);
+  let stderr = r.stderr.text();
+  if (r.error && r.exit === -1 && !timedOut) stderr += `\n[sandbox] exec failed: ${r.error}\n`;
+  if (timedOut) stderr += `\n[sandbox] timed out after ${timeoutS} s; process group killed\n`;
+  return { exit: r.exit, stdout: r.stdout.text(), stderr, timedOut, truncated: r.stdout.truncated || r.stderr.truncated };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backend
+
+function podName(): string {
+  return `swerl-sbx-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
+}
+
+export class K8sBackend implements SandboxBackend {
+  readonly name = 'kubernetes' as const;
+  readonly namespace: string;
+  private kc?: k8s.KubeConfig;
+  private lib?: typeof k8s;
+  constructor(private readonly opts: K8sBackendOptions = {}) {
+    this.namespace = opts.namespace ?? process.env.SWERL_K8S_NAMESPACE ?? 'swerl';
+    this.kc = opts.kubeConfig;
+  }
+
+  private async client(): Promise<{ lib: typeof k8s; kc: k8s.KubeConfig; core: k8s.CoreV1Api }> {
+    this.lib ??= await import('@kubernetes/client-node');
+    if (!this.kc) {
+      this.kc = new this.lib.KubeConfig();
+      this.kc.loadFromDefault();
+    }
+    return { lib: this.lib, kc: this.kc, core: this.kc.makeApiClient(this.lib.CoreV1Api) };
+  }
+
+  async start(image: string, limits: Partial<SandboxLimits> = {}, labels: Record<string, string> = {}): Promise<K8sSandbox> {
+    const { lib, kc, core } = await this.client();
+    const ns = this.namespace;
+    let name = '';
+    await withRetries(
+      `creating a sandbox pod (image ${image}) in namespace ${ns}`,
+      async () => {
+        name = podName(); // a fresh name per attempt: a 409 means the name was taken
+        const spec = buildPodSpec({ name, namespace: ns, image, limits, labels, ...pick(this.opts) });
+        await core.createNamespacedPod({ namespace: ns, body: spec });
+      },
+      this.opts.retry,
+    );
+    const sb = new K8sSandbox(core, new lib.Exec(kc), ns, name, { ...DEFAULT_LIMITS, ...limits }, this.opts.retry);
+    try {
+      await sb.waitRunning(this.opts.startTimeoutS ?? 300);
+    } catch (e) {
+      await sb.stop().catch(() => undefined);
+      throw e;
+    }
+    return sb;
+  }
+}
+
+function pick(o: K8sBackendOptions): Partial<PodSpecInput> {
+  const r: Partial<PodSpecInput> = {};
+  if (o.requests) r.requests = o.requests;
+  if (o.imagePullPolicy) r.imagePullPolicy = o.imagePullPolicy;
+  if (o.runtimeClassName) r.runtimeClassName = o.runtimeClassName;
+  if (o.nodeSelector) r.nodeSelector = o.nodeSelector;
+  return r;
+}
+
+export class K8sSandbox implements Sandbox {
+  private stopped = false;
+  readonly transport: ExecTransport;
+  constructor(
+    private readonly core: k8s.CoreV1Api,
+    exec: k8s.Exec,
+    readonly namespace: string,
+    readonly id: string,
+    readonly limits: SandboxLimits,
+    private readonly retry?: RetryOptions,
+  ) {
+    this.transport = (command, stdout, stderr, stdin, onStatus) =>
+      exec.exec(namespace, id, CONTAINER_NAME, command, stdout, stderr, stdin, false, onStatus) as unknown as ReturnType<ExecTransport>;
+  }
+
+  /** Polls the pod until Running; a pod that fails, or an image that cannot be pulled, is a clear error. */
+  async waitRunning(timeoutS: number): Promise<void> {
+    const until = Date.now() + timeoutS * 1000;
+    for (;;) {
+      const pod = await withRetries(`reading pod ${this.id}`, () => this.core.readNamespacedPod({ name: this.id, namespace: this.namespace }), this.retry);
+      const phase = pod.status?.phase;
+      if (phase === 'Running') return;
+      const waiting = pod.status?.containerStatuses?.[0]?.state?.waiting;
+      if (waiting && /ErrImagePull|ImagePullBackOff|InvalidImageName|CreateContainerConfigError|CreateContainerError/.test(waiting.reason ?? '')) {
+        throw new Error(`pod ${this.id}: ${waiting.reason}: ${waiting.message ?? ''}`);
+      }
+      if (phase === 'Failed' || phase === 'Succeeded') throw new SandboxDeadError(this.id, `pod phase ${phase} before it ran`);
+      if (Date.now() > until) throw new Error(`pod ${this.id} not Running after ${timeoutS} s (phase ${phase ?? 'unknown'})`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+
+  private async checkAlive(detail: string): Promise<void> {
+    if (this.stopped) throw new SandboxDeadError(this.id, 'stopped');
+    const pod = await this.core.readNamespacedPod({ name: this.id, namespace: this.namespace }).catch(() => undefined);
+    if (!pod) throw new SandboxDeadError(this.id, `${detail}; pod gone`);
+    if (pod.status?.phase !== 'Running') throw new SandboxDeadError(this.id, `${detail}; pod phase ${pod.status?.phase}`);
+  }
+
+  async exec(cmd: string, timeoutS: number, opts: ExecOptions = {}): Promise<ExecResult> {
+    if (!(timeoutS > 0)) throw new Error(`timeoutS must be > 0, got ${timeoutS}`);
+    if (this.stopped) throw new SandboxDeadError(this.id, 'stopped');
+    const env = Object.entries(opts.env ?? {}).map(([k, v]) => `${k}=${v}`);
+    const cwd = opts.cwd ?? TESTBED;
+    // no WorkingDir/Env in the exec API: cd and env(1) do it
+    const argv = ['env', ...env, 'timeout', '-s', 'TERM', '-k', `${KILL_AFTER_S}s`, `${timeoutS}s`, 'bash', '-lc', `cd ${shq(cwd)} && ${cmd}`];
+    const t0 = Date.now();
+    let r: RawExec;
+    try {
+      r = await runOverTransport(this.transport, argv, timeoutS + KILL_AFTER_S + HOST_GRACE_S, { maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT });
+    } catch (e) {
+      await this.checkAlive(`exec: ${(e as Error).message}`);
+      throw e;
+    }
+    if (r.exit === -1 || r.exit === 137) await this.checkAlive(`while running ${JSON.stringify(cmd.slice(0, 80))}`);
+    return toExecResult(r, timeoutS, (Date.now() - t0) / 1000);
+  }
+
+  async readFile(path: string): Promise<string> {
+    const abs = sandboxPath(path);
+    const r = await runOverTransport(this.transport, ['cat', '--', abs], 120, { maxOutputBytes: 256 << 20 });
+    if (r.exit !== 0) {
+      await this.checkAlive(`readFile ${abs}`);
+      throw new Error(`readFile ${abs}: ${r.stderr.text().trim() || r.error || `exit ${r.exit}`}`);
+    }
+    return r.stdout.text();
+  }
+
+  async writeFile(path: string, content: string): Promise<void> {
+    const abs = sandboxPath(path);
+    await this.untar([{ path: abs.slice(1), content }]);
+  }
+
+  async copyIn(files: TarFile[], destDir: string): Promise<void> {
+    const dest = checkDestDir(destDir);
+    await this.untar(files.map((f) => ({ ...f, path: posix.join(dest, checkEntryName(f.path)).slice(1) })));
+  }
+
+  /** Entries were checked when the tar was built; tar itself also refuses `..` members. */
+  private async untar(files: TarFile[]): Promise<void> {
+    const tarball = await buildTar(files);
+    const r = await runOverTransport(this.transport, ['tar', '-x', '--no-same-owner', '-C', '/', '-f', '-'], 120, { stdin: tarball });
+    if (r.exit !== 0) {
+      await this.checkAlive('tar copy');
+      throw new Error(`writing ${files.map((f) => '/' + f.path).join(', ')}: ${r.stderr.text().trim() || r.error}`);
+    }
+  }
+
+  async diff(excludeGlobs: string[] = []): Promise<string> {
+    const r = await this.exec(DIFF_CMD, 60, { cwd: TESTBED, maxOutputBytes: 64 << 20 });
+    if (r.exit !== 0) throw new Error(`diff in ${TESTBED} failed (exit ${r.exit}): ${r.stderr.slice(0, 500)}`);
+    return filterPatch(r.stdout, excludeGlobs);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await withRetries(
+      `deleting pod ${this.id}`,
+      () => this.core.deleteNamespacedPod({ name: this.id, namespace: this.namespace, gracePeriodSeconds: 0 }),
+      this.retry,
+    ).catch((e: Error) => {
+      if (!/HTTP 404/.test(e.message)) throw e;
+    });
+  }
+}

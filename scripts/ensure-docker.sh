@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Makes a Docker engine available (installs Debian's docker.io + debootstrap when missing, starts
+# dockerd in the background) and then builds the SWE task images. Idempotent; fast when running.
+# Env: SWERL_DOCKER_LOG (dockerd log file), SWERL_SKIP_IMAGES=1 (engine only), SWERL_TASKS (tasks file).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log="${SWERL_DOCKER_LOG:-/var/log/swerl-dockerd.log}"
+
+say() { echo "[ensure-docker] $*" >&2; }
+
+if ! docker info >/dev/null 2>&1; then
+  missing=()
+  command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+  command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then say "need root to install ${missing[*]}"; exit 1; fi
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  fi
+  if ! pgrep -x dockerd >/dev/null 2>&1; then
+    say "starting dockerd (log: $log)"
+    # Sandboxes run with NetworkMode none, so the engine needs no NAT rules; inside this machine
+    # iptables may not be usable, hence --iptables=false and no masquerading.
+    nohup dockerd --iptables=false --ip-masq=false --ip6tables=false \
+      --storage-driver="${SWERL_DOCKER_STORAGE_DRIVER:-overlay2}" >"$log" 2>&1 &
+  fi
+  for i in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  if ! docker info >/dev/null 2>&1; then
+    say "dockerd did not come up in 60 s; last log lines:"; tail -n 30 "$log" >&2 || true
+    exit 1
+  fi
+  say "docker engine up"
+fi
+
+# debootstrap is needed for the base image even when an engine was already running.
+if ! command -v debootstrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends debootstrap >&2
+  fi
+fi
+
+if [ "${SWERL_SKIP_IMAGES:-0}" != 1 ]; then
+  tasks="${SWERL_TASKS:-}"
+  if [ -z "$tasks" ]; then
+    for c in ../shared/swe-tasks/tasks.jsonl /work/shared/swe-tasks/tasks.jsonl; do
+      [ -f "$c" ] && { tasks="$c"; break; }
+    done
+  fi
+  if [ -n "$tasks" ]; then
+    node scripts/swerl.mjs images build --tasks "$tasks" >&2
+  else
+    node scripts/swerl.mjs images build >&2
+  fi
+fi
