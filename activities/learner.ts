@@ -3,7 +3,9 @@
 // restart it reloads the checkpoint a step asks for. gpu-learner and the policy server are imported
 // lazily so that rollout-only workers never load the native addon.
 import { ApplicationFailure, heartbeat } from '@temporalio/activity';
-import { cp, writeFile } from 'node:fs/promises';
+import { copyFile, cp, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { buildTrainBatch } from '../lib/grpo.ts';
 import { createPolicyClient } from '../lib/policy-client.ts';
@@ -40,7 +42,12 @@ export interface LearnerWorkerOptions {
   policyHost?: string;
   policyPort?: number;
   modelName?: string;
+  /** loads a checkpoint directory; default gpu-learner's Learner.load (another engine may plug in here) */
+  loadLearner?: (dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }) => Promise<LearnerHandle>;
 }
+
+/** Files a checkpoint carries over from its parent when the learner does not write them itself. */
+const CARRIED_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json', 'chat_template.jinja'];
 
 /** State the learner worker keeps across activities: one Learner, one policy server. */
 export class LearnerContext {
@@ -48,6 +55,7 @@ export class LearnerContext {
   loaded: { dir: string; checkpoint: number } | null = null;
   server: PolicyServerHandle | null = null;
   private lock: Promise<unknown> = Promise.resolve();
+  private loadModel: ((dir: string) => Promise<unknown>) | null = null;
   constructor(readonly options: LearnerWorkerOptions = {}) {}
 
   /** Runs `fn` with the learner exclusively (loads, steps and saves never interleave). */
@@ -60,16 +68,23 @@ export class LearnerContext {
   /** Loads checkpoint `dir` (index `checkpoint`) unless it is what is in memory; serves it. Call inside exclusive(). */
   async ensureLoaded(dir: string, checkpoint: number, learnerConfig?: TrainingConfig['learner']): Promise<LearnerHandle> {
     if (this.learner && this.loaded?.dir === dir) return this.learner;
-    const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as {
-      Learner: { load(dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }): Promise<LearnerHandle> };
-    };
+    let load = this.options.loadLearner;
+    if (!load) {
+      const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as {
+        Learner: { load(dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }): Promise<LearnerHandle> };
+      };
+      load = (d, o) => Learner.load(d, o);
+    }
+    const loader = load;
     const threads = learnerConfig?.threads || this.options.threads || undefined;
-    const learner = await Learner.load(dir, { device: learnerConfig?.device ?? this.options.device ?? 'cpu', ...(threads ? { threads } : {}) });
-    const old = this.learner as unknown as { dispose?: () => void } | null;
+    const loadOpts = { device: learnerConfig?.device ?? this.options.device ?? 'cpu', ...(threads ? { threads } : {}) };
+    this.loadModel = (d: string) => loader(d, loadOpts);
+    const learner = await loader(dir, loadOpts);
+    const old = this.learner as unknown as { close?: () => void } | null;
     this.learner = learner;
     this.loaded = { dir, checkpoint };
     await this.serve(learner, checkpoint);
-    old?.dispose?.();
+    if (old && old !== (learner as unknown)) old.close?.();
     return learner;
   }
 
@@ -79,7 +94,7 @@ export class LearnerContext {
       return;
     }
     const { startPolicyServer } = (await import('./policy-server.ts')) as unknown as {
-      startPolicyServer(o: { learner: unknown; port: number; host: string; modelName: string; checkpoint: number }): Promise<PolicyServerHandle>;
+      startPolicyServer(o: { learner: unknown; port: number; host: string; modelName: string; checkpoint: number; loadModel?: (dir: string) => Promise<unknown> }): Promise<PolicyServerHandle>;
     };
     this.server = await startPolicyServer({
       learner,
@@ -87,6 +102,7 @@ export class LearnerContext {
       host: this.options.policyHost ?? '127.0.0.1',
       modelName: this.options.modelName ?? 'policy',
       checkpoint,
+      ...(this.loadModel ? { loadModel: this.loadModel } : {}),
     });
   }
 
@@ -185,7 +201,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
           if (!t) throw new Error(`trajectory ${it.key} is missing from ${store.url}`);
           trajs.push(t);
         }
-        const batch = buildTrainBatch(trajs, input.items.map((it) => it.advantage), { compactFilter: true, dropZeroAdvantage: true });
+        const batch = buildTrainBatch(trajs, input.items.map((it) => it.advantage), { compactFilter: true });
         const a = config.algorithm;
         const hp = {
           lr: a.lr,
@@ -227,6 +243,9 @@ export function createLearnerActivities(ctx: LearnerContext) {
         await withHeartbeat({ n, saving: checkpoint + 1 }, () =>
           store.putDir(nextKey, async (tmp) => {
             await learner.save(tmp);
+            for (const f of CARRIED_FILES) {
+              if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
+            }
             await writeFile(`${tmp}/stats.json`, JSON.stringify(result));
           }),
         );

@@ -2,7 +2,6 @@
 // advantages + compact filtering (pure, here) → learnerStep → checkpoint n+1 and metrics.
 import {
   ActivityFailure,
-  defineQuery,
   getExternalWorkflowHandle,
   proxyActivities,
   setHandler,
@@ -12,7 +11,7 @@ import {
 } from '@temporalio/workflow';
 import type { createActivities } from '../activities/index.ts';
 import { groupAdvantages, summariseIteration } from '../lib/grpo.ts';
-import { phaseSignal, RL_ITERATION_SA, RL_PHASE_SA } from './signals.ts';
+import { phaseSignal, progressQuery, RL_ITERATION_SA, RL_PHASE_SA } from './signals.ts';
 import type {
   IterationMetrics,
   IterationPhase,
@@ -25,8 +24,6 @@ import type {
 import { TASK_QUEUES } from './shapes.ts';
 
 type Activities = ReturnType<typeof createActivities>;
-
-export const progressQuery = defineQuery<IterationProgress>('progress');
 
 export async function rlIteration(input: RlIterationInput): Promise<RlIterationResult> {
   const { runId, n, checkpoint, config } = input;

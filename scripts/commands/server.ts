@@ -1,0 +1,40 @@
+// `swerl server [--dir DIR] [--port 7233] [--ui-port 8233] [--headless]`: a local Temporal dev server
+// on a SQLite file, with the training search attributes registered.
+import type { Command } from 'commander';
+import { z } from 'zod';
+import { startDevServer } from '../../lib/temporal-server.ts';
+
+const ServerOptionsSchema = z.object({
+  dir: z.string().min(1),
+  port: z.coerce.number().int().min(1).max(65535),
+  uiPort: z.coerce.number().int().min(1).max(65535),
+  ip: z.string().min(1),
+  headless: z.boolean().default(false),
+});
+
+export function register(program: Command): void {
+  program
+    .command('server')
+    .description('run a local Temporal dev server (SQLite) with the RlIteration/RlMeanReward/RlPhase search attributes')
+    .option('--dir <dir>', 'directory for temporal.sqlite and temporal.log', '.runs/temporal')
+    .option('--port <port>', 'frontend gRPC port', '7233')
+    .option('--ui-port <port>', 'web UI port', '8233')
+    .option('--ip <ip>', 'address to bind', '127.0.0.1')
+    .option('--headless', 'no web UI')
+    .action(async (raw: Record<string, unknown>) => {
+      const parsed = ServerOptionsSchema.safeParse(raw);
+      if (!parsed.success) {
+        const i = parsed.error.issues[0]!;
+        console.error(`swerl server: --${String(i.path[0])}: ${i.message}, got ${JSON.stringify(raw[String(i.path[0])])}`);
+        process.exitCode = 2;
+        return;
+      }
+      const o = parsed.data;
+      const server = await startDevServer({ dir: o.dir, port: o.port, uiPort: o.headless ? null : o.uiPort, ip: o.ip });
+      console.log(`Temporal dev server at ${server.address} (db ${server.dbFile})${server.uiUrl ? `, web UI ${server.uiUrl}` : ''}`);
+      const stop = () => void server.stop().then(() => process.exit(0));
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+      await new Promise<void>((r) => server.process.once('exit', () => r()));
+    });
+}

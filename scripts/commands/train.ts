@@ -1,0 +1,168 @@
+// `swerl train --config FILE [--iterations N] [--out DIR]`: starts trainingRun on TEMPORAL_ADDRESS, or,
+// when none is given, on an embedded dev server (SQLite under the out dir) with an embedded worker.
+// Shows a progress bar per iteration and a metrics line after each; writes metrics.jsonl and the plot.
+import type { Command } from 'commander';
+import cliProgress from 'cli-progress';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
+import { validateConfig, type TrainingConfig } from '../../lib/config.ts';
+import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
+import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
+import { writeRewardPlot } from '../../lib/plot.ts';
+import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
+import { progressQuery, statusQuery } from '../../workflows/signals.ts';
+import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
+
+export interface TrainOptions {
+  config: string;
+  iterations?: number;
+  out?: string;
+  address?: string;
+  runId?: string;
+  threads?: number;
+  /** no progress bar (tests) */
+  quiet?: boolean;
+}
+
+export interface TrainOutcome {
+  runId: string;
+  result: TrainingRunResult;
+  metrics: IterationMetrics[];
+  metricsPath: string;
+  plotPaths: string[];
+  outDir: string;
+}
+
+export function formatMetrics(m: IterationMetrics): string {
+  const filtered = m.filtered.max_context + m.filtered.max_steps + m.filtered.timeout;
+  return (
+    `iter ${m.iteration}: reward ${m.meanReward.toFixed(3)}  success ${(100 * m.successRate).toFixed(1)}%  ` +
+    `filtered ${(100 * filtered).toFixed(1)}%  tokens ${m.tokens}  loss ${m.loss.toExponential(2)}  |g| ${m.gradNorm.toFixed(3)}  ` +
+    `time ${m.iterationSeconds.toFixed(1)}s (rollouts ${m.rolloutSeconds.toFixed(1)}s, learner ${m.learnerSeconds.toFixed(1)}s, orchestration ${m.orchestrationSeconds.toFixed(1)}s)`
+  );
+}
+
+function readMetrics(storeUrl: string, runId: string): IterationMetrics[] {
+  try {
+    const text = readFileSync(openStore(storeUrl).dirFor(keys.metrics(runId)), 'utf8');
+    const byIter = new Map<number, IterationMetrics>();
+    for (const l of text.split('\n')) if (l.trim()) {
+      const m = JSON.parse(l) as IterationMetrics;
+      if (!byIter.has(m.iteration)) byIter.set(m.iteration, m);
+    }
+    return [...byIter.values()].sort((a, b) => a.iteration - b.iteration);
+  } catch {
+    return [];
+  }
+}
+
+export async function train(o: TrainOptions): Promise<TrainOutcome> {
+  const outDir = resolve(o.out ?? join('runs', `train-${new Date().toISOString().replace(/[:.]/g, '-')}`));
+  mkdirSync(outDir, { recursive: true });
+  const raw = JSON.parse(readFileSync(o.config, 'utf8')) as Record<string, unknown>;
+  if (o.iterations !== undefined) raw.iterations = o.iterations;
+  if (raw.store === undefined) raw.store = { url: fileStoreUrl(join(outDir, 'store')) };
+  const v = validateConfig(raw);
+  if (!v.ok) throw new Error(`invalid config ${o.config}:\n  ${v.errors.join('\n  ')}`);
+  const runId = o.runId ?? v.config.runId ?? `run-${Date.now().toString(36)}`;
+  const config: TrainingConfig = { ...v.config, runId };
+
+  let server: DevServer | null = null;
+  let workers: RunningWorkers | null = null;
+  let address = o.address ?? process.env.TEMPORAL_ADDRESS;
+  const log = (s: string) => {
+    if (!o.quiet) console.log(s);
+  };
+  if (!address) {
+    server = await startDevServer({ dir: join(outDir, 'temporal'), uiPort: 0 });
+    address = server.address;
+    log(`embedded Temporal dev server at ${address}${server.uiUrl ? ` (web UI ${server.uiUrl})` : ''}`);
+    workers = await startWorkers({ address, queues: ['learner', 'rollout'], learner: { device: config.learner.device, threads: o.threads ?? config.learner.threads } });
+  }
+  const connection = await Connection.connect({ address });
+  const client = new Client({ connection });
+  const metricsPath = join(outDir, 'metrics.jsonl');
+  try {
+    try {
+      await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+      log(`started trainingRun ${runId} (store ${config.store.url})`);
+    } catch (e) {
+      if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
+      log(`trainingRun ${runId} is already running: following it`);
+    }
+    const handle = client.workflow.getHandle(runId);
+    const total = config.batch.tasks * config.batch.samples;
+    let bar: cliProgress.SingleBar | null = null;
+    let barIter = -1;
+    let printed = -1;
+    let finished = false;
+    const resultP = handle.result().finally(() => (finished = true)) as Promise<TrainingRunResult>;
+    const flushMetrics = () => {
+      const ms = readMetrics(config.store.url, runId);
+      if (ms.length) writeFileSync(metricsPath, ms.map((m) => JSON.stringify(m)).join('\n') + '\n');
+      for (const m of ms) if (m.iteration > printed) {
+        bar?.stop();
+        bar = null;
+        log(formatMetrics(m));
+        printed = m.iteration;
+      }
+    };
+    while (!finished) {
+      await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
+      flushMetrics();
+      if (finished || o.quiet) continue;
+      try {
+        const st = await handle.query(statusQuery);
+        if (st.running && st.iterationWorkflowId) {
+          const p = await client.workflow.getHandle(st.iterationWorkflowId).query(progressQuery);
+          if (p.n !== barIter) {
+            bar?.stop();
+            bar = new cliProgress.SingleBar(
+              { format: `iter ${p.n} |{bar}| {value}/{total} rollouts | {phase}`, hideCursor: false, noTTYOutput: !process.stdout.isTTY, notTTYSchedule: 5000 },
+              cliProgress.Presets.shades_classic,
+            );
+            bar.start(total, 0, { phase: p.phase });
+            barIter = p.n;
+          }
+          bar?.update(p.rolloutsDone, { phase: p.phase });
+        }
+      } catch {
+        // the server may be restarting, or the iteration just ended
+      }
+    }
+    bar?.stop();
+    const result = await resultP;
+    flushMetrics();
+    const metrics = readMetrics(config.store.url, runId);
+    const plotPaths = metrics.length ? await writeRewardPlot(metricsPath, join(outDir, 'reward.html'), `FrozenLake reward (${runId})`) : [];
+    return { runId, result, metrics, metricsPath, plotPaths, outDir };
+  } finally {
+    await connection.close().catch(() => undefined);
+    await workers?.shutdown();
+    await server?.stop();
+  }
+}
+
+export function register(program: Command): void {
+  program
+    .command('train')
+    .description('run trainingRun (embedded dev server + worker unless TEMPORAL_ADDRESS or --address is given)')
+    .requiredOption('--config <file>', 'training config JSON (e.g. configs/frozenlake.json)')
+    .option('--iterations <n>', 'override config.iterations')
+    .option('--out <dir>', 'output directory (metrics.jsonl, reward plot, store, embedded server state)')
+    .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else embedded)')
+    .option('--run-id <id>', 'run id (= trainingRun workflow id)')
+    .action(async (raw: { config: string; iterations?: string; out?: string; address?: string; runId?: string }) => {
+      const iterations = raw.iterations === undefined ? undefined : Number(raw.iterations);
+      if (iterations !== undefined && !(Number.isInteger(iterations) && iterations >= 1)) {
+        console.error(`swerl train: --iterations: must be a positive integer, got ${JSON.stringify(raw.iterations)}`);
+        process.exitCode = 2;
+        return;
+      }
+      const outcome = await train({ config: raw.config, iterations, out: raw.out, address: raw.address, runId: raw.runId });
+      console.log(`done: ${outcome.result.iterations} iterations, checkpoint ${outcome.result.checkpoint}`);
+      console.log(`metrics: ${outcome.metricsPath}`);
+      if (outcome.plotPaths.length) console.log(`plot: ${outcome.plotPaths.join(', ')}`);
+    });
+}

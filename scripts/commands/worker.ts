@@ -1,0 +1,59 @@
+// `swerl worker --queues rollout,learner [--address HOST:PORT]`: serves the training workflows and activities.
+import type { Command } from 'commander';
+import { z } from 'zod';
+import { startWorkers, type QueueName } from '../../workers/index.ts';
+
+const WorkerOptionsSchema = z.object({
+  queues: z
+    .string()
+    .transform((s) => s.split(',').map((q) => q.trim()).filter(Boolean))
+    .pipe(z.array(z.enum(['rollout', 'learner'])).min(1)),
+  address: z.string().min(1),
+  namespace: z.string().min(1),
+  policyHost: z.string().min(1),
+  policyPort: z.coerce.number().int().min(0).max(65535),
+  device: z.enum(['cpu', 'cuda']),
+  threads: z.coerce.number().int().min(0).max(1024),
+  maxRollouts: z.coerce.number().int().min(1).max(10_000),
+  resumeStore: z.string().optional(),
+  resumeRun: z.string().optional(),
+});
+
+export function register(program: Command): void {
+  program
+    .command('worker')
+    .description('run a worker for the rollout and/or learner task queues')
+    .option('--queues <list>', 'comma-separated task queues: rollout,learner', 'rollout,learner')
+    .option('--address <host:port>', 'Temporal frontend', process.env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233')
+    .option('--namespace <ns>', 'Temporal namespace', process.env.TEMPORAL_NAMESPACE ?? 'default')
+    .option('--policy-host <host>', 'address the policy server binds (learner queue)', '127.0.0.1')
+    .option('--policy-port <port>', 'policy server port (0: a free port)', '0')
+    .option('--device <device>', 'learner device: cpu or cuda', 'cpu')
+    .option('--threads <n>', 'learner CPU threads (0: automatic)', '0')
+    .option('--max-rollouts <n>', 'rollouts run at once in this process', '16')
+    .option('--resume-store <url>', 'at start, serve the newest checkpoint of --resume-run from this store')
+    .option('--resume-run <id>', 'run id for --resume-store')
+    .action(async (raw: Record<string, unknown>) => {
+      const parsed = WorkerOptionsSchema.safeParse(raw);
+      if (!parsed.success) {
+        const i = parsed.error.issues[0]!;
+        console.error(`swerl worker: --${String(i.path[0])}: ${i.message}, got ${JSON.stringify(raw[String(i.path[0])])}`);
+        process.exitCode = 2;
+        return;
+      }
+      const o = parsed.data;
+      const running = await startWorkers({
+        address: o.address,
+        namespace: o.namespace,
+        queues: o.queues as QueueName[],
+        learner: { device: o.device, threads: o.threads, policyHost: o.policyHost, policyPort: o.policyPort },
+        maxConcurrentRollouts: o.maxRollouts,
+        ...(o.resumeStore && o.resumeRun ? { resume: { storeUrl: o.resumeStore, runId: o.resumeRun } } : {}),
+      });
+      console.log(`worker on ${o.address} serving ${o.queues.join(', ')}${running.ctx.server ? `; policy server ${running.ctx.server.url}` : ''}`);
+      const stop = () => void running.shutdown();
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+      await running.done;
+    });
+}

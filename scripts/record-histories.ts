@@ -1,0 +1,66 @@
+// Records histories of trainingRun (every run of its continue-as-new chain) and rlIteration from a
+// short FrozenLake run on a temporary dev server, into test/histories/*.json for test/replay.test.ts.
+// Re-record after an intended workflow change; a change that breaks replay of old histories needs patched().
+import { mkdirSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client, Connection } from '@temporalio/client';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
+import { startDevServer } from '../lib/temporal-server.ts';
+import { fileStoreUrl } from '../lib/store.ts';
+import { startWorkers } from '../workers/index.ts';
+import { pauseSignal, resumeSignal, statusQuery, updateHyperparametersUpdate } from '../workflows/signals.ts';
+import { iterationWorkflowId } from '../workflows/shapes.ts';
+
+const outDir = fileURLToPath(new URL('../test/histories/', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'swerl-record-'));
+const server = await startDevServer({ dir, uiPort: null });
+const workers = await startWorkers({ address: server.address, queues: ['learner', 'rollout'], learner: { threads: 1 } });
+const connection = await Connection.connect({ address: server.address });
+const client = new Client({ connection });
+try {
+  const runId = 'recorded-run';
+  const config = {
+    runId,
+    seed: 3,
+    iterations: 2,
+    batch: { tasks: 2, samples: 2 },
+    maxInflightRollouts: 2,
+    rollout: { startToCloseMinutes: 5, heartbeatSeconds: 2, heartbeatTimeoutSeconds: 10, maxAttempts: 3 },
+    episode: { maxSteps: 6, responseBudget: 6, maxTokensPerTurn: 1, temperature: 1, topP: 1, timeoutMinutes: 5 },
+    algorithm: { lr: 1e-3, lMax: 6 },
+    model: { preset: 'frozenlake', seed: 1 },
+    store: { url: fileStoreUrl(join(dir, 'store')) },
+    env: { kind: 'frozenlake', size: 4, maxSteps: 6 },
+    learner: { device: 'cpu', threads: 1, timeoutMinutes: 10 },
+  };
+  const h = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+  // exercise the handlers so their commands are in the recorded history
+  await h.signal(pauseSignal);
+  await h.executeUpdate(updateHyperparametersUpdate, { args: [{ lr: 2e-3 }] });
+  await h.query(statusQuery);
+  await h.signal(resumeSignal);
+  await h.result();
+
+  mkdirSync(outDir, { recursive: true });
+  const runs: string[] = [];
+  for await (const w of client.workflow.list({ query: `WorkflowId = '${runId}'` })) runs.push(w.runId);
+  const chain = await Promise.all(runs.map(async (r) => ({ r, start: (await client.workflow.getHandle(runId, r).describe()).startTime.getTime() })));
+  chain.sort((a, b) => a.start - b.start);
+  let i = 0;
+  for (const { r } of chain) {
+    const history = await client.workflow.getHandle(runId, r).fetchHistory();
+    writeFileSync(join(outDir, `trainingRun-${i++}.json`), historyToJSON(history));
+  }
+  for (const n of [0, 1]) {
+    const history = await client.workflow.getHandle(iterationWorkflowId(runId, n)).fetchHistory();
+    writeFileSync(join(outDir, `rlIteration-${n}.json`), historyToJSON(history));
+  }
+  console.log(`recorded ${chain.length} trainingRun and 2 rlIteration histories into ${outDir}`);
+} finally {
+  await connection.close();
+  await workers.shutdown();
+  await server.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
