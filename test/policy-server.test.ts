@@ -164,6 +164,18 @@ test('policy server over a real Learner', { skip }, async (t) => {
     const c = await complete({ prompt, max_tokens: 4, seed: 1 });
     assert.equal(c.checkpoint, 0);
   });
+
+  await t.test('a generation error is a 500 with the message; the server stays up', async () => {
+    const broken = await Learner.load(ckpt0.dir, { device: 'cpu', threads: 1 });
+    broken.close();
+    await server.setLearner(broken, 5);
+    const r = await post<ErrorBody>('/v1/completions', { prompt, max_tokens: 2 });
+    assert.equal(r.status, 500);
+    assert.match(r.body.error.message, /generation failed: Learner is closed/);
+    await server.setLearner(first, 0);
+    const ok = await complete({ prompt, max_tokens: 2, seed: 1 });
+    assert.equal(ok.choices[0]!.token_ids.length, 2);
+  });
 });
 
 test('policy server without a tokenizer takes token ids only', { skip }, async (t) => {
