@@ -18,3 +18,4 @@ export function createActivities(ctx: LearnerContext = new LearnerContext()) {
 }
 
 export type { LearnerWorkerOptions as LearnerOptions };
+export * from './swe.ts';
