@@ -150,6 +150,9 @@ export class SweTools {
 
   /** Runs an already validated call (see `SWE_TOOL_SCHEMAS`). */
   async run(call: ToolCall): Promise<ToolResult> {
+    for (const [k, v] of Object.entries(call.args)) {
+      if (typeof v === 'string' && v.includes('\0')) return { observation: `ERROR: Parameter \`${k}\` contains a NUL character.` };
+    }
     switch (call.name) {
       case 'execute_bash':
         return this.executeBash(ExecuteBashArgs.parse(call.args).cmd);
