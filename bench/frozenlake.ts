@@ -66,8 +66,7 @@ export interface IterationRecord {
 
 /** Runs one training run and returns its per-iteration records. */
 export async function trainFrozenLake(o: BenchOptions): Promise<IterationRecord[]> {
-  const learnerModule = '../gpu-learner/index.ts'; // typed import once gpu-learner lands
-  const { Learner } = await import(learnerModule);
+  const { Learner } = await import('../gpu-learner/index.ts');
   const work = await mkdtemp(join(tmpdir(), `fl-bench-${o.mode.replace('+', 'p')}-`));
   try {
     await writeModel(join(work, 'model'), 'frozenlake', o.modelSeed);
