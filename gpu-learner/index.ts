@@ -178,6 +178,7 @@ export class Learner {
     this.device = device;
   }
 
+  /** All methods report bad input as a rejected promise (Error naming the field and the value). */
   /** Loads config.json + model.safetensors (or the sharded index), and optimizer.bin when present. */
   static async load(dir: string, opts: LoadOptions = {}): Promise<Learner> {
     const device = opts.device ?? 'cpu';
@@ -202,7 +203,7 @@ export class Learner {
     return next;
   }
 
-  generate(promptIds: Int32Array, opts: GenerateOptions): Promise<GenerateResult> {
+  async generate(promptIds: Int32Array, opts: GenerateOptions): Promise<GenerateResult> {
     int32('promptIds', promptIds);
     if (typeof opts !== 'object' || opts === null) throw new TypeError('generate options must be an object');
     const o = {
@@ -217,7 +218,7 @@ export class Learner {
   }
 
   /** Packed log-probs: entry t = log p(ids[t] | earlier ids of its sequence); 0 for each first token. */
-  logprobs(batch: { ids: Int32Array; offsets: Int32Array }): Promise<Float32Array> {
+  async logprobs(batch: { ids: Int32Array; offsets: Int32Array }): Promise<Float32Array> {
     const ids = int32('batch.ids', batch.ids), offsets = int32('batch.offsets', batch.offsets);
     return this.#run((n) => n.logprobs(ids, offsets));
   }
@@ -231,7 +232,7 @@ export class Learner {
   }
 
   /** Atomically writes model.safetensors (F32), config.json and optimizer.bin into dir. */
-  save(dir: string): Promise<void> {
+  async save(dir: string): Promise<void> {
     return this.#run((n) => n.save(dir));
   }
 
@@ -262,19 +263,19 @@ export class Learner {
   }
 
   /** The loss of trainStep on the current weights, without gradients or a step. */
-  debugLoss(batch: TrainBatch, hp: TrainHyper): Promise<number> {
+  async debugLoss(batch: TrainBatch, hp: TrainHyper): Promise<number> {
     const a = trainArgs(batch);
     return this.#run((n) => n.debugLoss(a.ids, a.offsets, a.mask, a.advantages, a.oldLogprobs, hp, false));
   }
 
   /** Parameter tensors in allocation order, with Hugging Face names and shapes. */
-  paramInfo(): Promise<{ name: string; shape: number[] }[]> {
+  async paramInfo(): Promise<{ name: string; shape: number[] }[]> {
     return this.#run((n) => n.paramInfo());
   }
-  getParam(name: string): Promise<Float32Array> {
+  async getParam(name: string): Promise<Float32Array> {
     return this.#run((n) => n.getTensor(name, false));
   }
-  setParam(name: string, data: Float32Array): Promise<void> {
+  async setParam(name: string, data: Float32Array): Promise<void> {
     float32('data', data);
     return this.#run((n) => n.setTensor(name, data));
   }
