@@ -54,7 +54,11 @@ test('pause holds between iterations, updates are validated, resume continues, s
     assert.match(String((err.cause as Error).message), /hyperparameters\.lr: must be > 0, got -1/);
     return true;
   });
-  await assert.rejects(h.executeUpdate(updateHyperparametersUpdate, { args: [{ clipHigh: 'x' } as never] }), /hyperparameters\.clipHigh/);
+  await assert.rejects(h.executeUpdate(updateHyperparametersUpdate, { args: [{ clipHigh: 'x' } as never] }), (err: unknown) => {
+    assert.match(String(((err as Error).cause as Error).message), /hyperparameters\.clipHigh: must be number, got "x"/);
+    return true;
+  });
+  assert.equal((await h.query(statusQuery)).hyperparameters.lr, 1e-3, 'rejected updates changed nothing');
   const hp = await h.executeUpdate(updateHyperparametersUpdate, { args: [{ lr: 0.005, temperature: 0.9 }] });
   assert.equal(hp.lr, 0.005);
   assert.equal((await h.query(statusQuery)).hyperparameters.temperature, 0.9);
