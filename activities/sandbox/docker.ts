@@ -195,9 +195,17 @@ export class DockerSandbox implements Sandbox {
   async exec(cmd: string, timeoutS: number, opts: ExecOptions = {}): Promise<DockerExecResult> {
     if (!(timeoutS > 0)) throw new Error(`timeoutS must be > 0, got ${timeoutS}`);
     const t0 = Date.now();
-    // `timeout` makes its own process group and signals all of it: background children die too.
-    const argv = ['timeout', '-s', 'TERM', '-k', `${KILL_AFTER_S}s`, `${timeoutS}s`, 'bash', '-lc', cmd];
-    const r = await this.rawExec(argv, timeoutS + KILL_AFTER_S, opts);
+    // `timeout` makes its own process group (pgid = its pid) and signals all of it at the limit.
+    // When the command ends, whatever is left of its group (background jobs, a fork bomb's
+    // children that were forked while the signal was delivered) is killed until the group is empty:
+    // background jobs do not outlive their command.
+    const wrapper = [
+      `timeout -s TERM -k ${KILL_AFTER_S}s ${timeoutS}s bash -lc "$0" & pg=$!`,
+      'wait $pg; rc=$?',
+      'i=0; while [ $i -lt 100 ] && kill -9 -- -$pg 2>/dev/null; do i=$((i+1)); sleep 0.05; done',
+      'exit $rc',
+    ].join('\n');
+    const r = await this.rawExec(['bash', '-c', wrapper, cmd], timeoutS + KILL_AFTER_S, opts);
     const elapsedS = (Date.now() - t0) / 1000;
     if (r.exit === null && !r.hostTimedOut) throw await this.dead('exec ended without an exit code');
     if (r.exit === null || r.exit === 137) {
