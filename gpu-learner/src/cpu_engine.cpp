@@ -328,6 +328,7 @@ class CpuEngine final : public Engine {
     for (int64_t j = 0; j < nvis; j++) {
       const float* kj = K + j * ks;
       float s = 0;
+#pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < D; d++) s += q[d] * kj[d];
       p[j] = s * scale;
       mx = std::max(mx, p[j]);
@@ -339,7 +340,9 @@ class CpuEngine final : public Engine {
     for (int64_t j = 0; j < nvis; j++) {
       p[j] *= inv;
       const float* vj = Vv + j * ks;
-      for (int64_t d = 0; d < D; d++) out[d] += p[j] * vj[d];
+      const float pj = p[j];
+#pragma omp simd
+      for (int64_t d = 0; d < D; d++) out[d] += pj * vj[d];
     }
   }
 
@@ -484,16 +487,20 @@ class CpuEngine final : public Engine {
             for (int64_t j = 0; j <= i; j++) {
               const float* vj = a.v + (sq.start + j) * KD + g * D;
               float dpj = 0;
+#pragma omp simd reduction(+ : dpj)
               for (int64_t d = 0; d < D; d++) dpj += dout[d] * vj[d];
               dp[size_t(j)] = dpj;
               dsum += double(prow[j]) * dpj;
               float* dvj = dv + (sq.start + j) * KD + g * D;
-              for (int64_t d = 0; d < D; d++) dvj[d] += prow[j] * dout[d];
+              const float pj = prow[j];
+#pragma omp simd
+              for (int64_t d = 0; d < D; d++) dvj[d] += pj * dout[d];
             }
             for (int64_t j = 0; j <= i; j++) {
               const float ds = prow[j] * (dp[size_t(j)] - float(dsum)) * scale;  // softmax backward, times the score scale
               const float* kj = a.kr + (sq.start + j) * KD + g * D;
               float* dkj = dkr + (sq.start + j) * KD + g * D;
+#pragma omp simd
               for (int64_t d = 0; d < D; d++) { dqi[d] += ds * kj[d]; dkj[d] += ds * qi[d]; }
             }
           }

@@ -1,0 +1,64 @@
+// Error wrappers for the CUDA backend: every CUDA / cuBLAS call goes through one of these, so a failure
+// names the file, the line, the call and what to try next (llm.c's cudaCheck, with a hint).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace gl::cuda {
+
+inline const char* cuda_hint(cudaError_t e) {
+  switch (e) {
+    case cudaErrorMemoryAllocation:
+      return "out of GPU memory: lower microBatchTokens / the sequence length, or use a larger GPU";
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+      return "no usable GPU: check nvidia-smi and that the driver supports this CUDA version";
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+      return "binary not built for this GPU: rebuild with CMAKE_CUDA_ARCHITECTURES matching the device (90 for H100)";
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+      return "kernel fault (a bug): rerun under compute-sanitizer to locate it; the CUDA context is now unusable";
+    default:
+      return "see the CUDA error string; rerun with CUDA_LAUNCH_BLOCKING=1 to attribute it to the right call";
+  }
+}
+
+[[noreturn]] inline void cuda_fail(cudaError_t e, const char* what, const char* file, int line) {
+  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " + what + " at " +
+                           file + ":" + std::to_string(line) + " — " + cuda_hint(e));
+}
+
+[[noreturn]] inline void cublas_fail(cublasStatus_t s, const char* what, const char* file, int line) {
+  const char* hint = s == CUBLAS_STATUS_ALLOC_FAILED     ? "out of GPU memory for the cuBLAS workspace"
+                     : s == CUBLAS_STATUS_NOT_SUPPORTED  ? "shape/type combination unsupported on this GPU (bf16 GEMM needs sm_80+)"
+                     : s == CUBLAS_STATUS_ARCH_MISMATCH  ? "GPU architecture too old for bf16 GEMM (needs sm_80+)"
+                     : s == CUBLAS_STATUS_INVALID_VALUE  ? "bad GEMM arguments (a bug: check the leading dimensions)"
+                                                         : "see the cuBLAS status; rerun with CUDA_LAUNCH_BLOCKING=1";
+  throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(s) + " in " + what + " at " + file + ":" +
+                           std::to_string(line) + " — " + hint);
+}
+
+}  // namespace gl::cuda
+
+#define cudaCheck(call)                                                                  \
+  do {                                                                                   \
+    cudaError_t e_ = (call);                                                             \
+    if (e_ != cudaSuccess) ::gl::cuda::cuda_fail(e_, #call, __FILE__, __LINE__);         \
+  } while (0)
+
+// After a kernel launch: catches bad launch configurations immediately (not the kernel's own faults).
+#define cudaCheckLaunch(name)                                                            \
+  do {                                                                                   \
+    cudaError_t e_ = cudaGetLastError();                                                 \
+    if (e_ != cudaSuccess) ::gl::cuda::cuda_fail(e_, "launch of " name, __FILE__, __LINE__); \
+  } while (0)
+
+#define cublasCheck(call)                                                                \
+  do {                                                                                   \
+    cublasStatus_t s_ = (call);                                                          \
+    if (s_ != CUBLAS_STATUS_SUCCESS) ::gl::cuda::cublas_fail(s_, #call, __FILE__, __LINE__); \
+  } while (0)
