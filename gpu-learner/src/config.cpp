@@ -61,6 +61,8 @@ QwenConfig parse_config(const std::string& text, const std::string& path) {
                              ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
   if (const Json* act = j.find("hidden_act"); act && !(act->is_string() && act->str == "silu"))
     throw std::runtime_error(path + ": field \"hidden_act\" must be \"silu\" (Qwen3)");
+  if (const Json* sw = j.find("use_sliding_window"); sw && sw->is_bool() && sw->b)
+    throw std::runtime_error(path + ": field \"use_sliding_window\"=true is not supported (full causal attention only)");
   if (const Json* rs = j.find("rope_scaling"); rs && !rs->is_null())
     throw std::runtime_error(path + ": field \"rope_scaling\" is not supported (must be null)");
   c.raw_json = text;

@@ -260,10 +260,10 @@ __global__ void __launch_bounds__(kBlock) attn_bwd_dkdv_kernel(float* dk, float*
   }
 }
 
+// Dynamic shared memory above 48 KB must be opted into per kernel (H100: up to 227 KB per block).
 template <typename K>
-void launch(K kernel, dim3 grid, size_t smem, cudaStream_t s, const char* name) {
+void allow_smem(K kernel, size_t smem) {
   if (smem > 48 * 1024) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  (void)name;
 }
 
 void check_shape(const AttnShape& a) {
@@ -290,7 +290,7 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
   const dim3 grid((a.max_q_len + kTile - 1) / kTile, a.n_seqs, a.Hq);
   const size_t smem = sizeof(float) * size_t(kTile) * (3 * a.D + 1);
   GL_DISPATCH_DPL(a.D, {
-    launch(attn_fwd_kernel<DPL>, grid, smem, s, "attn_fwd");
+    allow_smem(attn_fwd_kernel<DPL>, smem);
     attn_fwd_kernel<DPL><<<grid, kBlock, smem, s>>>(out, lse, q, k, v, a);
   });
   cudaCheckLaunch("attention_forward");
@@ -307,9 +307,9 @@ void attention_backward(float* dq, float* dk, float* dv, float* delta, const bf1
   const size_t smem_q = sizeof(float) * size_t(kTile) * (4 * a.D + 2);
   const size_t smem_k = sizeof(float) * (size_t(kTile) * (4 * a.D + 2) + 2 * kTile);
   GL_DISPATCH_DPL(a.D, {
-    launch(attn_bwd_dq_kernel<DPL>, gq, smem_q, s, "attn_bwd_dq");
+    allow_smem(attn_bwd_dq_kernel<DPL>, smem_q);
     attn_bwd_dq_kernel<DPL><<<gq, kBlock, smem_q, s>>>(dq, dout, q, k, v, lse, delta, a);
-    launch(attn_bwd_dkdv_kernel<DPL>, gk, smem_k, s, "attn_bwd_dkdv");
+    allow_smem(attn_bwd_dkdv_kernel<DPL>, smem_k);
     attn_bwd_dkdv_kernel<DPL><<<gk, kBlock, smem_k, s>>>(dk, dv, dout, q, k, v, lse, delta, a);
   });
   cudaCheckLaunch("attention_backward");

@@ -92,11 +92,12 @@ __global__ void add_bias_kernel(float* x, const bf16* b, int64_t N, int64_t OC) 
 }
 
 // one thread per column, rows in order (coalesced across the warp)
-__global__ void colsum_kernel(float* g, const float* x, int64_t N, int64_t OC) {
+template <typename X>
+__global__ void colsum_kernel(float* g, const X* x, int64_t N, int64_t OC) {
   const int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o >= OC) return;
   float s = 0;
-  for (int64_t n = 0; n < N; n++) s += x[n * OC + o];
+  for (int64_t n = 0; n < N; n++) s += float(x[n * OC + o]);
   g[o] += s;
 }
 
@@ -386,7 +387,12 @@ void add_bias(float* x, const bf16* b, int64_t N, int64_t OC, cudaStream_t s) {
 }
 
 void colsum_accumulate(float* g, const float* x, int64_t N, int64_t OC, cudaStream_t s) {
-  colsum_kernel<<<blocks_for(OC), kThreads, 0, s>>>(g, x, N, OC);
+  colsum_kernel<float><<<blocks_for(OC), kThreads, 0, s>>>(g, x, N, OC);
+  cudaCheckLaunch("colsum_accumulate");
+}
+
+void colsum_accumulate(float* g, const bf16* x, int64_t N, int64_t OC, cudaStream_t s) {
+  colsum_kernel<bf16><<<blocks_for(OC), kThreads, 0, s>>>(g, x, N, OC);
   cudaCheckLaunch("colsum_accumulate");
 }
 

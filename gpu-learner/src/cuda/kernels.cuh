@@ -37,6 +37,7 @@ void swiglu_backward(bf16* dg, bf16* du, const float* dh, const float* g, const 
 void add_bias(float* x, const bf16* b, int64_t N, int64_t OC, cudaStream_t s);
 // g (OC) += Σ_n x (N,OC)
 void colsum_accumulate(float* g, const float* x, int64_t N, int64_t OC, cudaStream_t s);
+void colsum_accumulate(float* g, const bf16* x, int64_t N, int64_t OC, cudaStream_t s);
 
 // Causal GQA attention over packed sequences, flash-style (online softmax, no T² memory).
 // q (T_q, Hq·D) bf16 at row stride q_stride; k, v (T_k, Hkv·D) bf16 at kv_stride; sequence s has queries
