@@ -19,3 +19,4 @@ export function createActivities(ctx: LearnerContext = new LearnerContext()) {
 
 export type { LearnerWorkerOptions as LearnerOptions };
 export * from './swe.ts';
+export { createSweEnvironment, sweEpisodeSetup } from './swe-env.ts'; // registers env.kind 'swe' with the rollout activity

@@ -1,58 +1,21 @@
 // The SWE `TextEnvironment` (DESIGN §3): a sandbox from the task image, the four R2E-Gym tools, the first
 // tool call of each turn executed, and the reward from grading the patch in a fresh container (or SWE-RL
 // similarity). The episode loop (lib/episode.ts) owns tokens, step counting and budgets.
-import { z } from 'zod';
-import { DEFAULT_LIMITS, type Sandbox, type SandboxBackend } from '../lib/sandbox.ts';
+import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
 import type { ChatMessage, EndReason, EnvStep, TextEnvironment } from '../lib/types.ts';
 import { parseToolCall } from '../lib/toolcall.ts';
 import { loadTasks, type SweTask } from '../lib/swe/task.ts';
-import { DEFAULT_COMMAND_TIMEOUT_S, MAX_OBSERVATION_CHARS, SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS, SweTools } from '../lib/swe/tools.ts';
+import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS, SweTools } from '../lib/swe/tools.ts';
+import { SweEnvConfigSchema, type SweEnvConfig, type SweEnvConfigInput } from '../lib/swe/env-config.ts';
 import { NO_CALL_REMINDER, SYSTEM_PROMPT, callErrorObservation, instancePrompt } from '../lib/swe/prompts.ts';
 import { similarityReward } from '../lib/swe/similarity.ts';
 import { gradePatch, type GradeInput } from './grade.ts';
 import { ensureTaskImage, taskImageName } from './images.ts';
 import { createSandboxBackend } from './sandbox/index.ts';
+import { registerEnvironment, type EpisodeSetup } from './rollout.ts';
+import type { TrainingConfig } from '../lib/config.ts';
 
-/** Scratch files the agent is told to write; never part of the submitted patch. */
-export const DEFAULT_SCRATCH_GLOBS = ['reproduce_issue.py', 'reproduce*.py'];
-
-/** The SWE environment's fields of the run config (lib/config.ts adds `kind: 'swe'`). */
-export const SweEnvConfigSchema = z
-  .object({
-    /** JSONL or parquet of SWE-bench-style records (lib/swe/task.ts) */
-    tasksFile: z.string().min(1),
-    /** `tests`: 1 iff FAIL_TO_PASS and PASS_TO_PASS all pass (DeepSWE); `similarity`: SWE-RL difflib ratio, −1 when malformed */
-    reward: z.enum(['tests', 'similarity']).default('tests'),
-    /** steps per episode in training (DeepSWE 50) */
-    maxSteps: z.number().int().min(1).max(10_000).default(50),
-    /** steps per episode in evaluation (DeepSWE 100) */
-    evalMaxSteps: z.number().int().min(1).max(10_000).default(100),
-    /** per-command limit of execute_bash, seconds (R2E-Gym 90) */
-    commandTimeoutS: z.number().int().min(1).max(3600).default(DEFAULT_COMMAND_TIMEOUT_S),
-    /** the environment's own wall-clock limit from reset(); a command that would run past it ends with env_timeout */
-    episodeTimeoutS: z.number().int().min(1).max(86_400).default(1200),
-    /** test-run limit of grading (DeepSWE 5 min) */
-    gradeTimeoutS: z.number().int().min(1).max(7200).default(300),
-    /** grade episodes that did not end with `finish` (they get 0 otherwise) */
-    gradeUnsubmitted: z.boolean().default(false),
-    scratchGlobs: z.array(z.string().min(1)).default(DEFAULT_SCRATCH_GLOBS),
-    backend: z.enum(['docker', 'kubernetes']).default('docker'),
-    limits: z
-      .object({
-        cpus: z.number().gt(0).max(64).default(DEFAULT_LIMITS.cpus),
-        memoryBytes: z.number().int().min(8 << 20).default(DEFAULT_LIMITS.memoryBytes),
-        pids: z.number().int().min(16).default(DEFAULT_LIMITS.pids),
-      })
-      .strict()
-      .prefault({}),
-    maxObservationChars: z.number().int().min(1000).max(1_000_000).default(MAX_OBSERVATION_CHARS),
-    /** warn the agent once fewer response tokens than this remain (episode loop) */
-    tokenWarningAt: z.number().int().min(0).default(2048),
-  })
-  .strict();
-
-export type SweEnvConfig = z.infer<typeof SweEnvConfigSchema>;
-export type SweEnvConfigInput = z.input<typeof SweEnvConfigSchema>;
+export { DEFAULT_SCRATCH_GLOBS, SweEnvConfigSchema, type SweEnvConfig, type SweEnvConfigInput } from '../lib/swe/env-config.ts';
 
 /** Grading of a patch: activities/grade.ts `gradePatch` by default (tests may substitute). */
 export type GradeFn = (input: GradeInput) => Promise<{ reward: number; reason: string } & Record<string, unknown>>;
@@ -177,3 +140,16 @@ export async function createSweEnvironment(
 async function taskImage(task: SweTask, backend: SandboxBackend): Promise<string> {
   return backend.name === 'docker' ? (await ensureTaskImage(task)).image : taskImageName(task);
 }
+
+/**
+ * The rollout activity's factory for `env.kind: 'swe'`: the environment plus its loop options
+ * (steps from the config, `Steps Remaining: N` after each observation, the token-budget warning).
+ */
+export async function sweEpisodeSetup(config: TrainingConfig, taskId: string, _seed: number): Promise<EpisodeSetup> {
+  const { kind, ...envCfg } = config.env as { kind: string } & Record<string, unknown>;
+  if (kind !== 'swe') throw new Error(`sweEpisodeSetup: env.kind is ${JSON.stringify(kind)}, not "swe"`);
+  const env = await createSweEnvironment(taskId, envCfg as SweEnvConfigInput);
+  return { env, loop: { maxSteps: env.cfg.maxSteps, stepsRemainingSuffix: true, tokenWarningAt: env.cfg.tokenWarningAt } };
+}
+
+registerEnvironment('swe', sweEpisodeSetup);

@@ -2,7 +2,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { createSweEnvironment, SweEnvConfigSchema, type SweEnvironment } from '../activities/swe-env.ts';
+import { createSweEnvironment, sweEpisodeSetup, SweEnvConfigSchema, type SweEnvironment } from '../activities/swe-env.ts';
+import { validateConfig } from '../lib/config.ts';
 import type { EndReason } from '../lib/types.ts';
 import { formatToolCall, type ToolCall } from '../lib/toolcall.ts';
 import { parsePatch } from '../lib/swe/similarity.ts';
@@ -86,6 +87,15 @@ test('config schema: defaults and field errors', () => {
   assert.deepEqual(cfg.scratchGlobs, ['reproduce_issue.py', 'reproduce*.py']);
   const bad = SweEnvConfigSchema.safeParse({ tasksFile: TASKS, reward: 'vibes' });
   assert.ok(!bad.success && bad.error.issues[0]!.path[0] === 'reward');
+});
+
+test('rollout factory: env.kind swe from a validated training config', async () => {
+  const v = validateConfig({ env: { kind: 'swe', tasksFile: TASKS, maxSteps: 7 } });
+  assert.ok(v.ok);
+  const { env, loop } = await sweEpisodeSetup(v.config, 'tkem__cachetools-bb4b37c', 0);
+  assert.deepEqual(loop, { maxSteps: 7, stepsRemainingSuffix: true, tokenWarningAt: 2048 });
+  await env.close();
+  await assert.rejects(sweEpisodeSetup(v.config, 'no-such-task', 0), /not in/);
 });
 
 for (const task of tasks.slice(0, replayCount)) {
