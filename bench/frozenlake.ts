@@ -19,12 +19,12 @@ import { loadTokenizer } from '../lib/tokenizer.ts';
 
 /** Recommended FrozenLake training settings (configs/frozenlake.json takes these). */
 export const FROZENLAKE_DEFAULTS = {
-  env: FrozenLakeConfigSchema.parse({ size: 4, holeProbability: 0.1, maxSteps: 12 }),
+  env: FrozenLakeConfigSchema.parse({ size: 3, holeProbability: 0.2, maxSteps: 6 }),
   tasksPerIteration: 16,
   samplesPerTask: 8,
   iterations: 40,
   maxTokensPerTurn: 1,
-  maxResponseTokens: 12,
+  maxResponseTokens: 6,
   temperature: 1.0,
   topP: 1.0,
   allowedActionTokens: true,
@@ -161,7 +161,7 @@ async function main() {
       'model-seed': { type: 'string', default: '0' },
       lr: { type: 'string', default: String(FROZENLAKE_DEFAULTS.optimizer.lr) },
       temperature: { type: 'string', default: String(FROZENLAKE_DEFAULTS.temperature) },
-      threads: { type: 'string', default: '2' },
+      threads: { type: 'string', default: '1' },
       concurrency: { type: 'string', default: '1' },
       out: { type: 'string', default: 'bench/out/frozenlake' },
     },

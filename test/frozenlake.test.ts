@@ -54,7 +54,7 @@ test('reset gives the exact system and user messages', async () => {
   const env = new FrozenLakeEnv(7);
   const msgs = await env.reset();
   assert.equal(msgs.length, 2);
-  assert.deepEqual(msgs[0], { role: 'system', content: 'Reach G. Avoid H. Answer L D R or U.' });
+  assert.deepEqual(msgs[0], { role: 'system', content: 'Reach G. Avoid H. Reply L D R U.' });
   assert.equal(msgs[1].role, 'user');
   const rows = msgs[1].content.split('\n');
   assert.equal(rows.length, 4);

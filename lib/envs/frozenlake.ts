@@ -21,7 +21,7 @@ export const FrozenLakeConfigSchema = z.object({
   /** Gym semantics: the intended move with p 1/3, each perpendicular move with p 1/3 */
   slippery: z.boolean().default(false),
   /** the system prompt; keep it expressible in the policy's tokenizer */
-  systemPrompt: z.string().default('Reach G. Avoid H. Answer L D R or U.'),
+  systemPrompt: z.string().default('Reach G. Avoid H. Reply L D R U.'),
 });
 export type FrozenLakeConfig = z.infer<typeof FrozenLakeConfigSchema>;
 export type FrozenLakeConfigInput = z.input<typeof FrozenLakeConfigSchema>;
