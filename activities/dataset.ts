@@ -1,22 +1,54 @@
 // Dataset and bookkeeping activities (rollout queue): the task batch of an iteration and the metrics log.
 import { ApplicationFailure } from '@temporalio/activity';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
-import { frozenLakeTaskIds } from '../lib/envs/frozenlake.ts';
+import { frozenLakeTaskIds, hashInts } from '../lib/envs/frozenlake.ts';
+import { listSweTasks } from './swe.ts';
 import { keys, openStore } from '../lib/store.ts';
 import type { IterationMetrics, SampleBatchInput, SampleBatchResult } from '../workflows/shapes.ts';
 
-/** Task ids of iteration n: deterministic from (run seed, n), so a retry draws the same batch. */
-export function taskIdsFor(config: TrainingConfig, n: number): string[] {
+/**
+ * Task ids of iteration n: deterministic from (run seed, n), so a retry draws the same batch.
+ * SWE: a seeded permutation of the task file's ids, walked in order across iterations (an epoch at a time).
+ */
+export async function taskIdsFor(config: TrainingConfig, n: number): Promise<string[]> {
   switch (config.env.kind) {
     case 'frozenlake':
       return frozenLakeTaskIds(config.batch.tasks, config.seed, n);
+    case 'swe': {
+      const { ids, loadErrors } = await listSweTasks({ tasksFile: config.env.tasksFile });
+      if (ids.length === 0) {
+        throw ApplicationFailure.create({
+          type: 'InvalidConfig',
+          nonRetryable: true,
+          message: `config.env.tasksFile: no valid task in ${JSON.stringify(config.env.tasksFile)}${loadErrors.length ? ` (${loadErrors.slice(0, 3).join('; ')})` : ''}`,
+        });
+      }
+      const sorted = [...ids].sort();
+      const out: string[] = [];
+      for (let k = 0; k < config.batch.tasks; k++) {
+        const pos = n * config.batch.tasks + k;
+        const epoch = Math.floor(pos / sorted.length);
+        out.push(permuted(sorted, hashInts(config.seed, epoch, 0x5e))[pos % sorted.length]);
+      }
+      return out;
+    }
     default:
       throw ApplicationFailure.create({
         type: 'InvalidConfig',
         nonRetryable: true,
-        message: `config.env.kind: no task source for ${JSON.stringify(config.env.kind)} yet`,
+        message: `config.env.kind: no task source for ${JSON.stringify((config.env as { kind: string }).kind)}`,
       });
   }
+}
+
+/** Fisher–Yates with a hash-derived stream (same order on every worker). */
+function permuted<T>(xs: readonly T[], seed: number): T[] {
+  const a = [...xs];
+  for (let i = a.length - 1; i > 0; i--) {
+    const j = hashInts(seed, i) % (i + 1);
+    [a[i], a[j]] = [a[j], a[i]];
+  }
+  return a;
 }
 
 /** Draws the iteration's tasks and stores the config snapshot its rollouts and learner step read. */
@@ -27,7 +59,7 @@ export async function sampleBatch(input: SampleBatchInput): Promise<SampleBatchR
   const configKey = keys.iterationConfig(input.runId, input.n);
   const batchKey = keys.batch(input.runId, input.n);
   const stored = await store.getJson<{ taskIds: string[] }>(batchKey);
-  const taskIds = stored?.taskIds ?? taskIdsFor(v.config, input.n);
+  const taskIds = stored?.taskIds ?? (await taskIdsFor(v.config, input.n));
   await store.putJson(configKey, v.config);
   if (!stored) await store.putJson(batchKey, { taskIds });
   return { taskIds, configKey };

@@ -3,13 +3,14 @@
 import { LearnerContext, createLearnerActivities, type LearnerWorkerOptions } from './learner.ts';
 import { recordMetrics, sampleBatch } from './dataset.ts';
 import { rollout } from './rollout.ts';
+import { sweActivities } from './swe.ts';
 
 export { LearnerContext, type LearnerWorkerOptions } from './learner.ts';
 export { registerEnvironment } from './rollout.ts';
 
-/** Rollout-queue activities: rollouts, dataset and bookkeeping. */
+/** Rollout-queue activities: rollouts, dataset, bookkeeping, SWE task validation and grading. */
 export function createRolloutActivities() {
-  return { rollout, sampleBatch, recordMetrics };
+  return { rollout, sampleBatch, recordMetrics, ...sweActivities };
 }
 
 /** All activities; the learner ones bound to `ctx`. */

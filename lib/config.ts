@@ -2,14 +2,15 @@
 // Pure and deterministic: imported by workflow code as well as by activities and the CLI.
 import { z } from 'zod';
 import { FrozenLakeConfigSchema } from './envs/frozenlake.ts';
+import { SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
 
 const int = () => z.number().int();
 
 /** FrozenLake (lib/envs/frozenlake.ts owns its fields) plus the discriminator. */
 export const FrozenLakeEnvConfigSchema = FrozenLakeConfigSchema.extend({ kind: z.literal('frozenlake') }).strict();
 
-/** Filled in by the SWE environment's owner; kept open so their fields pass through untouched. */
-export const SweEnvConfigSchema = z.object({ kind: z.literal('swe') }).passthrough();
+/** SWE tasks (lib/swe/env-config.ts owns its fields) plus the discriminator. */
+export const SweEnvConfigSchema = SweFieldsSchema.extend({ kind: z.literal('swe') }).strict();
 
 export const EnvConfigSchema = z.discriminatedUnion('kind', [FrozenLakeEnvConfigSchema, SweEnvConfigSchema]);
 
