@@ -1,0 +1,178 @@
+// Kubernetes backend without a cluster: pod spec, retry classification, exec stream/status handling.
+// SWERL_K8S_E2E=1 runs the end-to-end test against the cluster in the current kubeconfig (docs/kubernetes.md).
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Writable } from 'node:stream';
+import type { V1Status } from '@kubernetes/client-node';
+import {
+  buildPodSpec,
+  classifyK8sError,
+  denyAllNetworkPolicy,
+  labelValue,
+  parseExecStatus,
+  runOverTransport,
+  toExecResult,
+  withRetries,
+  type ExecTransport,
+} from '../activities/sandbox/k8s.ts';
+
+describe('pod spec', () => {
+  const pod = buildPodSpec({ name: 'swerl-sbx-abc', namespace: 'swerl', image: 'swerl-task-x:1', limits: { cpus: 2, memoryBytes: 4 * 2 ** 30 }, labels: { 'swerl.task': 'Some/Task id!' } });
+  const c = pod.spec!.containers[0]!;
+  test('isolation: no token, no host namespaces, no volumes, never restarted', () => {
+    assert.equal(pod.spec!.automountServiceAccountToken, false);
+    assert.equal(pod.spec!.hostNetwork, false);
+    assert.equal(pod.spec!.hostPID, false);
+    assert.equal(pod.spec!.restartPolicy, 'Never');
+    assert.deepEqual(pod.spec!.volumes, []);
+    assert.equal(c.volumeMounts, undefined);
+    assert.equal(c.securityContext!.allowPrivilegeEscalation, false);
+    assert.equal(c.securityContext!.privileged, false);
+    assert.deepEqual(c.securityContext!.capabilities!.drop, ['ALL']);
+    assert.equal(pod.spec!.terminationGracePeriodSeconds, 0);
+  });
+  test('requests 1 CPU / 1 GiB by default, limits from the sandbox limits', () => {
+    assert.deepEqual(c.resources!.requests, { cpu: '1000m', memory: String(1 << 30) });
+    assert.deepEqual(c.resources!.limits, { cpu: '2000m', memory: String(4 * 2 ** 30) });
+    const small = buildPodSpec({ name: 'a', namespace: 'n', image: 'i', limits: { cpus: 0.5, memoryBytes: 256 << 20 } });
+    assert.deepEqual(small.spec!.containers[0]!.resources!.requests, { cpu: '500m', memory: String(256 << 20) });
+  });
+  test('labels: sandbox label set, values made valid', () => {
+    assert.equal(pod.metadata!.labels!['swerl.sandbox'], '1');
+    assert.equal(pod.metadata!.labels!['swerl.task'], 'Some_Task_id');
+    assert.equal(labelValue('x'.repeat(80)).length, 63);
+  });
+  test('bad names and limits are refused with the value', () => {
+    assert.throws(() => buildPodSpec({ name: 'Bad_Name', namespace: 'n', image: 'i' }), /Bad_Name/);
+    assert.throws(() => buildPodSpec({ name: 'ok', namespace: 'n', image: 'i', limits: { cpus: 0 } }), /cpus must be > 0, got 0/);
+  });
+  test('deny-all NetworkPolicy selects sandbox pods, both directions', () => {
+    const np = denyAllNetworkPolicy('swerl');
+    assert.deepEqual(np.spec!.podSelector.matchLabels, { 'swerl.sandbox': '1' });
+    assert.deepEqual(np.spec!.policyTypes, ['Ingress', 'Egress']);
+    assert.deepEqual(np.spec!.egress, []);
+  });
+});
+
+describe('retries', () => {
+  test('classification', () => {
+    for (const code of [409, 429, 500, 503]) assert.equal(classifyK8sError({ code }), 'retry', String(code));
+    for (const code of [400, 401, 403, 404, 422]) assert.equal(classifyK8sError({ code }), 'fatal', String(code));
+    assert.equal(classifyK8sError({ code: 'ECONNRESET' }), 'retry');
+    assert.equal(classifyK8sError({ cause: { code: 'ETIMEDOUT' } }), 'retry');
+    assert.equal(classifyK8sError(new Error('bad')), 'fatal');
+  });
+  test('bounded backoff: retries transient errors, stops at fatal ones and at the bound', async () => {
+    const sleeps: number[] = [];
+    const sleep = async (ms: number) => void sleeps.push(ms);
+    let n = 0;
+    assert.equal(await withRetries('op', async () => (++n < 3 ? Promise.reject({ code: 429, message: 'slow down' }) : 'ok'), { sleep }), 'ok');
+    assert.equal(n, 3);
+    n = 0;
+    await assert.rejects(withRetries('create pod', async () => (++n, Promise.reject({ code: 403, message: 'forbidden' })), { sleep }), /create pod failed \(HTTP 403\): forbidden/);
+    assert.equal(n, 1);
+    n = 0;
+    await assert.rejects(withRetries('op', async () => (++n, Promise.reject({ code: 503, message: 'down' })), { sleep, attempts: 4, maxMs: 100 }), /HTTP 503/);
+    assert.equal(n, 4);
+    assert.ok(sleeps.every((s) => s <= 10_000));
+  });
+});
+
+describe('exec status channel', () => {
+  test('Success / NonZeroExitCode / other failures', () => {
+    assert.deepEqual(parseExecStatus({ metadata: {}, status: 'Success' }), { exit: 0 });
+    assert.deepEqual(
+      parseExecStatus({
+        metadata: {},
+        status: 'Failure',
+        message: 'command terminated with non-zero exit code: error executing command [sh -c exit 3], exit code 3',
+        reason: 'NonZeroExitCode',
+        details: { causes: [{ reason: 'ExitCode', message: '3' }] },
+      }),
+      { exit: 3 },
+    );
+    const f = parseExecStatus({ metadata: {}, status: 'Failure', message: 'exec: "nope": executable file not found in $PATH', reason: 'InternalError' } as V1Status);
+    assert.equal(f.exit, -1);
+    assert.match(f.error!, /executable file not found/);
+    assert.equal(parseExecStatus(undefined).exit, -1);
+  });
+
+  /** A fake transport delivering channel frames as the client's Exec does: 1 → stdout, 2 → stderr, 3 → status JSON. */
+  function fakeTransport(frames: [number, string][], opts: { neverEnds?: boolean; seenStdin?: Buffer[] } = {}): ExecTransport {
+    return async (_cmd, stdout: Writable, stderr: Writable, stdin, onStatus) => {
+      const closers: (() => void)[] = [];
+      if (stdin) stdin.on('data', (b: Buffer) => opts.seenStdin?.push(b));
+      setImmediate(() => {
+        for (const [ch, text] of frames) {
+          if (ch === 1) stdout.write(Buffer.from(text));
+          else if (ch === 2) stderr.write(Buffer.from(text));
+          else if (ch === 3) onStatus(JSON.parse(text) as V1Status);
+        }
+        if (!opts.neverEnds) closers.forEach((c) => c());
+      });
+      return { close() {}, on: (_e: 'close', cb: () => void) => void closers.push(cb) };
+    };
+  }
+
+  test('stdout/stderr split, exit code from the status channel', async () => {
+    const t = fakeTransport([
+      [1, 'out 1\n'],
+      [2, 'err ✓\n'],
+      [1, 'out 2\n'],
+      [3, JSON.stringify({ metadata: {}, status: 'Failure', reason: 'NonZeroExitCode', details: { causes: [{ reason: 'ExitCode', message: '2' }] } })],
+    ]);
+    const r = await runOverTransport(t, ['x'], 5);
+    assert.equal(r.exit, 2);
+    assert.equal(r.stdout.text(), 'out 1\nout 2\n');
+    assert.equal(r.stderr.text(), 'err ✓\n');
+    assert.deepEqual(toExecResult(r, 10, 0.1), { exit: 2, stdout: 'out 1\nout 2\n', stderr: 'err ✓\n', timedOut: false, truncated: false });
+  });
+
+  test('exit 124 from the timeout wrapper → timedOut; output cap marks truncated', async () => {
+    const t = fakeTransport([
+      [1, 'x'.repeat(100)],
+      [3, JSON.stringify({ metadata: {}, status: 'Failure', reason: 'NonZeroExitCode', details: { causes: [{ reason: 'ExitCode', message: '124' }] } })],
+    ]);
+    const r = toExecResult(await runOverTransport(t, ['x'], 5, { maxOutputBytes: 10 }), 2, 2.1);
+    assert.equal(r.timedOut, true);
+    assert.equal(r.stdout, 'x'.repeat(10));
+    assert.equal(r.truncated, true);
+  });
+
+  test('a stream that never answers ends at the host limit as timed out', async () => {
+    const r = await runOverTransport(fakeTransport([[1, 'partial']], { neverEnds: true }), ['x'], 0.2);
+    assert.equal(r.hostTimedOut, true);
+    assert.equal(toExecResult(r, 0.1, 0.2).timedOut, true);
+  });
+
+  test('closed without a status → exit -1 with a reason', async () => {
+    const r = await runOverTransport(fakeTransport([[1, 'hi']]), ['x'], 5);
+    assert.equal(r.exit, -1);
+    assert.match(toExecResult(r, 5, 0.1).stderr, /no status/);
+  });
+
+  test('stdin (tar copy) reaches the transport', async () => {
+    const seen: Buffer[] = [];
+    await runOverTransport(fakeTransport([[3, '{"status":"Success"}']], { seenStdin: seen }), ['tar'], 5, { stdin: Buffer.from('TARDATA') });
+    await new Promise((r) => setImmediate(r));
+    assert.equal(Buffer.concat(seen).toString(), 'TARDATA');
+  });
+});
+
+test('end to end against a real cluster', { skip: process.env.SWERL_K8S_E2E === '1' ? false : 'set SWERL_K8S_E2E=1 (see docs/kubernetes.md)' }, async () => {
+  const { K8sBackend } = await import('../activities/sandbox/k8s.ts');
+  const image = process.env.SWERL_K8S_IMAGE ?? 'debian:bookworm-slim';
+  const b = new K8sBackend({ namespace: process.env.SWERL_K8S_NAMESPACE ?? 'swerl' });
+  const sb = await b.start(image, { cpus: 1, memoryBytes: 512 << 20 });
+  try {
+    const r = await sb.exec('mkdir -p /testbed && echo hi && echo err >&2; exit 3', 30, { cwd: '/' });
+    assert.deepEqual([r.exit, r.stdout, r.stderr], [3, 'hi\n', 'err\n']);
+    const t = await sb.exec('sleep 1000', 2, { cwd: '/' });
+    assert.equal(t.timedOut, true);
+    await sb.writeFile('/tmp/ü.txt', 'héllo ✓\n');
+    assert.equal(await sb.readFile('/tmp/ü.txt'), 'héllo ✓\n');
+    await assert.rejects(sb.copyIn([{ path: '../x', content: 'x' }], '/tmp'), /refused/);
+  } finally {
+    await sb.stop();
+  }
+});
