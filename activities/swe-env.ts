@@ -148,7 +148,9 @@ async function taskImage(task: SweTask, backend: SandboxBackend): Promise<string
 export async function sweEpisodeSetup(config: TrainingConfig, taskId: string, _seed: number): Promise<EpisodeSetup> {
   const { kind, ...envCfg } = config.env as { kind: string } & Record<string, unknown>;
   if (kind !== 'swe') throw new Error(`sweEpisodeSetup: env.kind is ${JSON.stringify(kind)}, not "swe"`);
-  const env = await createSweEnvironment(taskId, envCfg as SweEnvConfigInput);
+  // the same wall-clock limit as the episode loop's, so a command that would cross it ends with env_timeout
+  const deadlineMs = Date.now() + config.episode.timeoutMinutes * 60_000;
+  const env = await createSweEnvironment(taskId, envCfg as SweEnvConfigInput, { deadlineMs });
   return { env, loop: { maxSteps: env.cfg.maxSteps, stepsRemainingSuffix: true, tokenWarningAt: env.cfg.tokenWarningAt } };
 }
 
