@@ -79,6 +79,14 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
     address = server.address;
     log(`embedded Temporal dev server at ${address}${server.uiUrl ? ` (web UI ${server.uiUrl})` : ''}`);
     workers = await startWorkers({ address, queues: ['learner', 'rollout'], learner: { device: config.learner.device, threads: o.threads ?? config.learner.threads } });
+    // Ctrl-C: stop the embedded worker and server; the run resumes with the same --out and --run-id
+    const embedded = { server, workers };
+    const onSignal = (sig: NodeJS.Signals) => {
+      console.error(`\n${sig}: stopping the embedded worker and server (resume with the same --out and --run-id ${runId})`);
+      void Promise.allSettled([embedded.workers.shutdown()]).then(() => embedded.server.stop()).then(() => process.exit(130));
+    };
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
   }
   const connection = await Connection.connect({ address });
   const client = new Client({ connection });
