@@ -37,7 +37,6 @@ export const FileEditorArgs = z.object({
   old_str: z.string().optional(),
   new_str: z.string().optional(),
   insert_line: intLike.optional(),
-  concise: z.unknown().optional(),
 });
 export const FinishArgs = z.object({ command: z.string().optional(), result: z.string().optional() });
 
