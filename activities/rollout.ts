@@ -4,7 +4,7 @@ import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeFromTaskId, hashInts } from '../lib/envs/frozenlake.ts';
 import { runEpisode, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
-import { createPolicyClient } from '../lib/policy-client.ts';
+import { createPolicyClient, PolicyUnavailableError } from '../lib/policy-client.ts';
 import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { RolloutSummary, Trajectory } from '../lib/types.ts';
@@ -75,6 +75,21 @@ async function iterationConfig(store: ArtifactStore, runId: string, n: number): 
   return v.config;
 }
 
+/**
+ * The policy server is gone (e.g. its learner worker restarted on another port): fail fast with type
+ * `PolicyUnavailable`, which the workflow does not retry in place but answers with a new syncPolicy.
+ */
+async function unavailableAsFailure<T>(url: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof PolicyUnavailableError) {
+      throw ApplicationFailure.create({ type: 'PolicyUnavailable', message: `policy server ${url}: ${e.message}` });
+    }
+    throw e;
+  }
+}
+
 export function summaryOf(key: string, t: Trajectory): RolloutSummary {
   return {
     key,
@@ -104,8 +119,9 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const ckptDir = store.dirFor(keys.checkpoint(runId, checkpoint));
   const policy = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model });
   // after a learner restart the server may serve another checkpoint: make it serve ours
-  const served = await policy.servedCheckpoint();
-  if (served !== checkpoint) await policy.loadWeights(ckptDir, checkpoint);
+  await unavailableAsFailure(policyUrl, async () => {
+    if ((await policy.servedCheckpoint()) !== checkpoint) await policy.loadWeights(ckptDir, checkpoint);
+  });
 
   const tokenizer = await tokenizerFor(ckptDir);
   const seed = rolloutSeed(config.seed, n, taskId, sample);
@@ -114,7 +130,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const cancelled = Context.current().cancellationSignal;
   const beat = setInterval(() => heartbeat({ step: -1 }), Math.max(1000, (config.rollout.heartbeatSeconds * 1000) / 2));
   try {
-    const result = await runEpisode({
+    const result = await unavailableAsFailure(policyUrl, () => runEpisode({
       env,
       policy,
       tokenizer,
@@ -131,7 +147,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
         if (cancelled.aborted) throw new Error('rollout cancelled');
         heartbeat({ step: e.step, responseTokens: e.responseTokens });
       },
-    });
+    }));
     const trajectory: Trajectory = {
       runId,
       iteration: n,

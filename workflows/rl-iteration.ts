@@ -2,6 +2,7 @@
 // advantages + compact filtering (pure, here) → learnerStep → checkpoint n+1 and metrics.
 import {
   ActivityFailure,
+  ApplicationFailure,
   getExternalWorkflowHandle,
   proxyActivities,
   setHandler,
@@ -24,6 +25,9 @@ import type {
 import { TASK_QUEUES } from './shapes.ts';
 
 type Activities = ReturnType<typeof createActivities>;
+
+/** syncPolicy rounds one rollout may ask for when the policy server is unreachable */
+const MAX_POLICY_RESYNCS = 3;
 
 export async function rlIteration(input: RlIterationInput): Promise<RlIterationResult> {
   const { runId, n, checkpoint, config } = input;
@@ -67,7 +71,7 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
       maximumAttempts: config.rollout.maxAttempts,
       initialInterval: '1s',
       maximumInterval: '20s',
-      nonRetryableErrorTypes: ['InvalidConfig'],
+      nonRetryableErrorTypes: ['InvalidConfig', 'PolicyUnavailable'],
     },
   });
 
@@ -87,6 +91,33 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
     }
   }
   const summaries: RolloutSummary[] = new Array(inputs.length);
+  let policyUrl = policy.policyUrl;
+  let resync: Promise<void> | null = null;
+  // The policy server went away (its learner worker restarted): one shared syncPolicy, then retry.
+  const resyncPolicy = (failedUrl: string): Promise<void> => {
+    if (failedUrl !== policyUrl) return Promise.resolve();
+    resync ??= learner
+      .syncPolicy({ storeUrl, runId, checkpoint, policyBaseUrl: config.policy.baseUrl, model: config.policy.model })
+      .then((r) => {
+        policyUrl = r.policyUrl;
+      })
+      .finally(() => {
+        resync = null;
+      });
+    return resync;
+  };
+  const runRollout = async (inp: RolloutInput): Promise<RolloutSummary> => {
+    for (let round = 0; ; round++) {
+      const url = policyUrl;
+      try {
+        return await rollouts.rollout({ ...inp, policyUrl: url });
+      } catch (err) {
+        const cause = err instanceof ActivityFailure ? err.cause : undefined;
+        if (round >= MAX_POLICY_RESYNCS || !(cause instanceof ApplicationFailure) || cause.type !== 'PolicyUnavailable') throw err;
+        await resyncPolicy(url);
+      }
+    }
+  };
   let next = 0;
   // A fixed pool of lanes keeps at most maxInflightRollouts activities scheduled at once.
   const lane = async (): Promise<void> => {
@@ -94,7 +125,7 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
       const i = next++;
       const inp = inputs[i];
       try {
-        summaries[i] = await rollouts.rollout(inp);
+        summaries[i] = await runRollout(inp);
       } catch (err) {
         if (!(err instanceof ActivityFailure)) throw err;
         // retries exhausted: an infrastructure loss, counted and left out of training
