@@ -19,10 +19,10 @@ import { loadTokenizer } from '../lib/tokenizer.ts';
 
 /** Recommended FrozenLake training settings (configs/frozenlake.json takes these). */
 export const FROZENLAKE_DEFAULTS = {
-  env: FrozenLakeConfigSchema.parse({ size: 3, holeProbability: 0.2, maxSteps: 6 }),
+  env: FrozenLakeConfigSchema.parse({ size: 3, holeProbability: 0.1, maxSteps: 6 }),
   tasksPerIteration: 16,
   samplesPerTask: 8,
-  iterations: 40,
+  iterations: 30,
   maxTokensPerTurn: 1,
   maxResponseTokens: 6,
   temperature: 1.0,
@@ -155,7 +155,7 @@ async function main() {
       tasks: { type: 'string', default: String(FROZENLAKE_DEFAULTS.tasksPerIteration) },
       samples: { type: 'string', default: String(FROZENLAKE_DEFAULTS.samplesPerTask) },
       modes: { type: 'string', default: 'grpo++,grpo' },
-      threshold: { type: 'string', default: '0.6' },
+      threshold: { type: 'string', default: '0.5' },
       window: { type: 'string', default: '3' },
       seed: { type: 'string', default: '1' },
       'model-seed': { type: 'string', default: '0' },
