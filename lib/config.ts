@@ -92,9 +92,9 @@ export const TrainingConfigSchema = z
       .strict()
       .default({ model: 'policy' }),
     store: z
-      .object({ url: z.string().regex(/^file:\/\//, 'must be a file:// URL').default('file://runs') })
+      .object({ url: z.string().regex(/^file:\/\//, 'must be a file:// URL').default('file://.runs/store') })
       .strict()
-      .default({ url: 'file://runs' }),
+      .default({ url: 'file://.runs/store' }),
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }),
     learner: z
       .object({

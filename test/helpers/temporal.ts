@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
-import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { DefaultLogger, Runtime, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
 import { buildWorkflowBundle } from '../../workers/index.ts';
 import { fileStoreUrl } from '../../lib/store.ts';
@@ -25,7 +25,13 @@ export interface TestTemporal {
   close(): Promise<void>;
 }
 
+let runtimeInstalled = false;
+
 export async function startTestTemporal(prefix = 'swerl-test-'): Promise<TestTemporal> {
+  if (!runtimeInstalled && !process.env.SWERL_TEST_VERBOSE) {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+    runtimeInstalled = true;
+  }
   const dir = mkdtempSync(join(tmpdir(), prefix));
   const [server, bundle] = await Promise.all([startDevServer({ dir, uiPort: null }), buildWorkflowBundle()]);
   const connection = await Connection.connect({ address: server.address });
