@@ -1,0 +1,80 @@
+// The config schema's error messages and the artifact store's atomic writes and key layout (no server needed).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { applyHyperparameters, validateConfig, validateHyperparametersUpdate } from '../lib/config.ts';
+import { FileStore, fileStoreUrl, keys, listCheckpoints } from '../lib/store.ts';
+
+test('defaults are DeepSWE settings', () => {
+  const v = validateConfig({});
+  assert.ok(v.ok);
+  const c = v.config;
+  assert.deepEqual(c.batch, { tasks: 64, samples: 8 });
+  assert.equal(c.algorithm.lr, 1e-6);
+  assert.equal(c.algorithm.clipLow, 0.2);
+  assert.equal(c.algorithm.clipHigh, 0.28);
+  assert.equal(c.algorithm.lMax, 32768);
+  assert.equal(c.episode.maxSteps, 50);
+  assert.equal(c.episode.responseBudget, 32768);
+  assert.equal(c.rollout.startToCloseMinutes, 20);
+  assert.equal(c.env.kind, 'frozenlake');
+  assert.ok(validateConfig(JSON.parse(readFileSync(new URL('../configs/frozenlake.json', import.meta.url), 'utf8'))).ok);
+});
+
+test('invalid configs name the path and the value', () => {
+  const v = validateConfig({ batch: { tasks: 1000 }, algorithm: { loss: 'ppo', lr: 0 }, env: { kind: 'atari' }, extra: 1 });
+  assert.ok(!v.ok);
+  assert.ok(v.errors.includes('config.batch.tasks: must be ≤ 512, got 1000'), v.errors.join('\n'));
+  assert.ok(v.errors.includes('config.algorithm.loss: must be one of "grpo++", "grpo", got "ppo"'));
+  assert.ok(v.errors.includes('config.algorithm.lr: must be > 0, got 0'));
+  assert.ok(v.errors.some((e) => e.startsWith('config.env.kind:') && e.includes('"atari"')));
+  assert.ok(v.errors.includes('config: unknown field(s) extra'));
+  const swe = validateConfig({ env: { kind: 'swe' } });
+  assert.ok(!swe.ok && swe.errors[0].startsWith('config.env.tasksFile:'));
+});
+
+test('hyperparameter updates are validated and applied', () => {
+  const bad = validateHyperparametersUpdate({ lr: -1, bogus: 2 });
+  assert.ok(!bad.ok && bad.errors.some((e) => e === 'hyperparameters.lr: must be > 0, got -1'));
+  const good = validateHyperparametersUpdate({ lr: 1e-4, temperature: 0.7 });
+  assert.ok(good.ok);
+  const v = validateConfig({});
+  assert.ok(v.ok);
+  const c = applyHyperparameters(v.config, good.update);
+  assert.equal(c.algorithm.lr, 1e-4);
+  assert.equal(c.episode.temperature, 0.7);
+  assert.equal(c.algorithm.clipHigh, 0.28);
+});
+
+test('the file store writes atomically at derived keys; directories exist only when complete', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'swerl-store-'));
+  try {
+    const store = new FileStore(fileStoreUrl(dir));
+    assert.equal(keys.trajectory('r1', 3, 'fl-42', 5), 'runs/r1/iter-3/traj/fl-42/5.json');
+    assert.equal(keys.trajectory('r1', 0, 'django/django#1', 0), 'runs/r1/iter-0/traj/django~2fdjango~231/0.json');
+    await store.putJson(keys.trajectory('r1', 0, 'a', 1), { x: 1 });
+    assert.deepEqual(await store.getJson(keys.trajectory('r1', 0, 'a', 1)), { x: 1 });
+    assert.equal(await store.getJson('runs/r1/missing.json'), null);
+    assert.deepEqual(await store.list(keys.trajectories('r1', 0)), ['runs/r1/iter-0/traj/a/1.json']);
+
+    await assert.rejects(
+      store.putDir(keys.checkpoint('r1', 1), async (tmp) => {
+        await import('node:fs/promises').then((fs) => fs.writeFile(join(tmp, 'model.safetensors'), 'partial'));
+        throw new Error('crash mid-save');
+      }),
+      /crash mid-save/,
+    );
+    assert.equal(await store.exists(keys.checkpoint('r1', 1)), false, 'no partial checkpoint');
+    assert.deepEqual(readdirSync(store.dirFor(keys.checkpoints('r1'))), [], 'temp dir cleaned');
+    for (const n of [0, 1, 2]) {
+      assert.equal(await store.putDir(keys.checkpoint('r1', n), async (tmp) => import('node:fs/promises').then((fs) => fs.writeFile(join(tmp, 'stats.json'), `{"n":${n}}`))), true);
+    }
+    assert.equal(await store.putDir(keys.checkpoint('r1', 2), async () => assert.fail('must not rebuild an existing checkpoint')), false);
+    assert.deepEqual(await listCheckpoints(store, 'r1'), [0, 1, 2]);
+    assert.throws(() => store.dirFor('../escape'), /plain segments/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
