@@ -23,8 +23,9 @@ if ! docker info >/dev/null 2>&1; then
     say "starting dockerd (log: $log)"
     # Sandboxes run with NetworkMode none, so the engine needs no NAT rules; inside this machine
     # iptables may not be usable, hence --iptables=false and no masquerading.
-    nohup dockerd --iptables=false --ip-masq=false --ip6tables=false \
-      --storage-driver="${SWERL_DOCKER_STORAGE_DRIVER:-overlay2}" >"$log" 2>&1 &
+    # setsid: the engine must outlive the shell (and process group) that started it.
+    setsid nohup dockerd --iptables=false --ip-masq=false --ip6tables=false \
+      --storage-driver="${SWERL_DOCKER_STORAGE_DRIVER:-overlay2}" >"$log" 2>&1 < /dev/null &
   fi
   for i in $(seq 1 60); do
     docker info >/dev/null 2>&1 && break
