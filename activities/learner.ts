@@ -42,6 +42,8 @@ export interface LearnerWorkerOptions {
   policyHost?: string;
   policyPort?: number;
   modelName?: string;
+  /** the URL rollout workers on other hosts use to reach this policy server (default: its own URL) */
+  advertiseUrl?: string;
   /** loads a checkpoint directory; default gpu-learner's Learner.load (another engine may plug in here) */
   loadLearner?: (dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }) => Promise<LearnerHandle>;
 }
@@ -178,7 +180,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
         return { policyUrl: input.policyBaseUrl, checkpoint: input.checkpoint };
       }
       await ctx.exclusive(() => withHeartbeat({ loading: input.checkpoint }, () => ctx.ensureLoaded(dir, input.checkpoint)));
-      return { policyUrl: ctx.server!.url, checkpoint: input.checkpoint };
+      return { policyUrl: ctx.options.advertiseUrl ?? ctx.server!.url, checkpoint: input.checkpoint };
     },
 
     /**

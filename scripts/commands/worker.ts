@@ -12,6 +12,7 @@ const WorkerOptionsSchema = z.object({
   namespace: z.string().min(1),
   policyHost: z.string().min(1),
   policyPort: z.coerce.number().int().min(0).max(65535),
+  policyUrl: z.string().url().optional(),
   device: z.enum(['cpu', 'cuda']),
   threads: z.coerce.number().int().min(0).max(1024),
   maxRollouts: z.coerce.number().int().min(1).max(10_000),
@@ -28,6 +29,7 @@ export function register(program: Command): void {
     .option('--namespace <ns>', 'Temporal namespace', process.env.TEMPORAL_NAMESPACE ?? 'default')
     .option('--policy-host <host>', 'address the policy server binds (learner queue)', '127.0.0.1')
     .option('--policy-port <port>', 'policy server port (0: a free port)', '0')
+    .option('--policy-url <url>', 'URL rollout workers on other hosts use for this policy server (with --policy-host 0.0.0.0 and a fixed --policy-port)')
     .option('--device <device>', 'learner device: cpu or cuda', 'cpu')
     .option('--threads <n>', 'learner CPU threads (0: automatic)', '0')
     .option('--max-rollouts <n>', 'rollouts run at once in this process', '16')
@@ -46,7 +48,7 @@ export function register(program: Command): void {
         address: o.address,
         namespace: o.namespace,
         queues: o.queues as QueueName[],
-        learner: { device: o.device, threads: o.threads, policyHost: o.policyHost, policyPort: o.policyPort },
+        learner: { device: o.device, threads: o.threads, policyHost: o.policyHost, policyPort: o.policyPort, ...(o.policyUrl ? { advertiseUrl: o.policyUrl } : {}) },
         maxConcurrentRollouts: o.maxRollouts,
         ...(o.resumeStore && o.resumeRun ? { resume: { storeUrl: o.resumeStore, runId: o.resumeRun } } : {}),
       });
