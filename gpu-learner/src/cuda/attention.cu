@@ -276,12 +276,12 @@ int dpl_of(int D) { return D <= 32 ? 1 : D <= 64 ? 2 : D <= 128 ? 4 : 8; }
 
 }  // namespace
 
-#define GL_DISPATCH_DPL(D, CALL)                  \
+#define GL_DISPATCH_DPL(D, ...)                   \
   switch (dpl_of(D)) {                            \
-    case 1: { constexpr int DPL = 1; CALL; } break; \
-    case 2: { constexpr int DPL = 2; CALL; } break; \
-    case 4: { constexpr int DPL = 4; CALL; } break; \
-    default: { constexpr int DPL = 8; CALL; } break; \
+    case 1: { constexpr int DPL = 1; __VA_ARGS__; } break; \
+    case 2: { constexpr int DPL = 2; __VA_ARGS__; } break; \
+    case 4: { constexpr int DPL = 4; __VA_ARGS__; } break; \
+    default: { constexpr int DPL = 8; __VA_ARGS__; } break; \
   }
 
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& a, cudaStream_t s) {

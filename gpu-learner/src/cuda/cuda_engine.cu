@@ -1,0 +1,687 @@
+// CUDA backend of the Qwen3 policy: bf16 weights and matmul operands, fp32 master weights, gradients
+// and AdamW state, fp32 residual stream. Same maths and call order as cpu_engine.cpp (the reference);
+// differences are rounding only (bf16 operands, fp32 accumulation on the GPU).
+// Memory: parameters, gradients, Adam moments one allocation each; activations planned per micro-batch
+// in one arena. Activation checkpointing per layer: the forward keeps only each layer's input (fp32
+// residual, T·C floats per layer); backward recomputes one layer's activations, then back-propagates it.
+// LM head in row chunks so the (T,V) logits never exist at once. Notation as cpu_engine.cpp.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <sys/stat.h>
+
+#include "check.cuh"
+#include "cuda_engine.h"
+#include "gl/engine.h"
+#include "gl/safetensors.h"
+#include "gl/sampling.h"
+#include "kernels.cuh"
+
+namespace gl {
+
+namespace {
+
+using cuda::bf16;
+
+std::atomic<size_t> g_current{0}, g_peak{0};
+
+// Owning device buffer; counts bytes for cuda_memory_stats().
+class DevMem {
+ public:
+  DevMem() = default;
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  ~DevMem() { release(); }
+  void* alloc(size_t bytes, const char* what) {
+    release();
+    if (bytes == 0) return nullptr;
+    cudaError_t e = cudaMalloc(&p_, bytes);
+    if (e != cudaSuccess) {
+      p_ = nullptr;
+      throw std::runtime_error(std::string("CUDA out of memory allocating ") + std::to_string(bytes >> 20) + " MiB for " + what +
+                               " (" + cudaGetErrorString(e) + ") — lower microBatchTokens / the sequence length, or use a larger GPU");
+    }
+    bytes_ = bytes;
+    const size_t cur = g_current += bytes;
+    size_t pk = g_peak.load();
+    while (cur > pk && !g_peak.compare_exchange_weak(pk, cur)) {
+    }
+    return p_;
+  }
+  void release() {
+    if (p_) {
+      cudaFree(p_);
+      g_current -= bytes_;
+    }
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct LayerParams {  // offsets into the parameter allocations; -1 when absent
+  int64_t ln1, wq, bq, wk, bk, wv, bv, wo, bo, qn, kn, ln2, wg, wu, wd;
+};
+
+void mkdir_p(const std::string& dir) {
+  std::string cur;
+  for (size_t i = 0; i <= dir.size(); i++) {
+    if (i == dir.size() || dir[i] == '/')
+      if (!cur.empty()) ::mkdir(cur.c_str(), 0755);
+    if (i < dir.size()) cur += dir[i];
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw std::runtime_error(dir + ": cannot create directory");
+}
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(const std::string& dir, const EngineOptions& opts) : opts_(opts) {
+    cfg_ = load_config(dir);
+    if (cfg_.head_dim % 2 || cfg_.head_dim > 256)
+      throw std::invalid_argument(dir + "/config.json: head_dim=" + std::to_string(cfg_.head_dim) + " unsupported by the CUDA backend (even, <= 256)");
+    cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cublasCheck(cublasCreate(&blas_));
+    cublasCheck(cublasSetStream(blas_, stream_));
+    plan_params();
+    w32_.alloc(size_t(n_params_) * 4, "fp32 master weights");
+    w16_.alloc(size_t(n_params_) * 2, "bf16 weights");
+    g32_.alloc(size_t(n_params_) * 4, "gradients");
+    m_.alloc(size_t(n_params_) * 4, "AdamW m");
+    v_.alloc(size_t(n_params_) * 4, "AdamW v");
+    red_.alloc(sizeof(double) * size_t(cuda::sumsq_blocks() + 8), "reductions");
+    rope_tables();
+    load(dir);
+  }
+
+  ~CudaEngine() override {
+    if (blas_) cublasDestroy(blas_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  const QwenConfig& config() const override { return cfg_; }
+  int64_t step() const override { return step_; }
+  std::string device() const override { return "cuda"; }
+  const std::vector<ParamInfo>& params() const override { return params_; }
+
+  void load(const std::string& dir) override {
+    QwenConfig c = load_config(dir);
+    if (c.vocab_size != cfg_.vocab_size || c.hidden_size != cfg_.hidden_size || c.num_hidden_layers != cfg_.num_hidden_layers ||
+        c.intermediate_size != cfg_.intermediate_size || c.num_attention_heads != cfg_.num_attention_heads ||
+        c.num_key_value_heads != cfg_.num_key_value_heads || c.head_dim != cfg_.head_dim ||
+        c.tie_word_embeddings != cfg_.tie_word_embeddings || c.attention_bias != cfg_.attention_bias)
+      throw std::runtime_error(dir + "/config.json: model shape differs from the loaded model");
+    SafetensorsReader rd(dir);
+    std::vector<float> w(static_cast<size_t>(n_params_));
+    for (auto& p : params_) rd.read(p.name, p.shape, w.data() + p.offset);
+    std::vector<float> m, v;
+    int64_t step = 0;
+    const bool have_opt = read_optimizer_state(dir + "/optimizer.bin", n_params_, &step, &m, &v);
+    upload(w32_.as<float>(), w.data(), n_params_);
+    cuda::to_bf16(w16_.as<bf16>(), w32_.as<float>(), n_params_, stream_);
+    if (have_opt) {
+      upload(m_.as<float>(), m.data(), n_params_);
+      upload(v_.as<float>(), v.data(), n_params_);
+    } else {
+      cudaCheck(cudaMemsetAsync(m_.as<float>(), 0, size_t(n_params_) * 4, stream_));
+      cudaCheck(cudaMemsetAsync(v_.as<float>(), 0, size_t(n_params_) * 4, stream_));
+    }
+    cudaCheck(cudaMemsetAsync(g32_.as<float>(), 0, size_t(n_params_) * 4, stream_));
+    cudaCheck(cudaStreamSynchronize(stream_));
+    cfg_.raw_json = c.raw_json;
+    step_ = step;
+    src_dir_ = dir;
+  }
+
+  void save(const std::string& dir) override {
+    mkdir_p(dir);
+    std::vector<float> w = download(w32_.as<float>(), n_params_), m = download(m_.as<float>(), n_params_), v = download(v_.as<float>(), n_params_);
+    std::vector<TensorView> views;
+    for (auto& p : params_) views.push_back({p.name, p.shape, w.data() + p.offset});
+    write_safetensors_f32(dir + "/model.safetensors", views);
+    write_optimizer_state(dir + "/optimizer.bin", step_, m, v);
+    atomic_write_file(dir + "/config.json", cfg_.raw_json);
+    if (src_dir_ != dir)
+      for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"})
+        if (file_exists(src_dir_ + "/" + f)) atomic_write_file(dir + "/" + f, read_file(src_dir_ + "/" + f));
+  }
+
+  std::vector<float> get_tensor(const std::string& name, bool grad) const override {
+    const ParamInfo& p = find_param(name);
+    return download((grad ? g32_ : w32_).as<float>() + p.offset, p.numel);
+  }
+
+  void set_tensor(const std::string& name, const float* data, int64_t n) override {
+    const ParamInfo& p = find_param(name);
+    if (n != p.numel)
+      throw std::invalid_argument("tensor \"" + name + "\" has " + std::to_string(p.numel) + " elements, got " + std::to_string(n));
+    upload(w32_.as<float>() + p.offset, data, n);
+    cuda::to_bf16(w16_.as<bf16>() + p.offset, w32_.as<float>() + p.offset, n, stream_);
+    cudaCheck(cudaStreamSynchronize(stream_));
+  }
+
+  // ---------------------------------------------------------------- log-probs
+
+  void logprobs(const PackedBatch& b, float* out) override {
+    validate_packed(b, cfg_.vocab_size);
+    for_micro_batches(b, 4096, [&](int64_t s0, int64_t s1) {
+      const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
+      upload_batch(b.ids + a, b.offsets + s0, s1 - s0, T);
+      forward(T);
+      cudaCheck(cudaMemcpyAsync(out + a, logp_, sizeof(float) * size_t(T), cudaMemcpyDeviceToHost, stream_));
+      cudaCheck(cudaStreamSynchronize(stream_));
+    });
+  }
+
+  // ---------------------------------------------------------------- training
+
+  TrainStats train_step(const TrainBatch& b, const TrainHyper& hp) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    TrainStats st = accumulate_gradients(b, hp);
+    double* norm_d = red_.as<double>();
+    cuda::sumsq(norm_d, norm_d + 8, g32_.as<float>(), n_params_, stream_);
+    double ss = 0;
+    cudaCheck(cudaMemcpyAsync(&ss, norm_d, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    cudaCheck(cudaStreamSynchronize(stream_));
+    st.grad_norm = std::sqrt(ss);
+    if (!std::isfinite(st.grad_norm)) {
+      st.skipped = true;  // weights and Adam state untouched
+    } else {
+      const double clip = st.grad_norm > hp.max_grad_norm ? hp.max_grad_norm / (st.grad_norm + 1e-6) : 1.0;
+      step_++;
+      const double bc1 = 1.0 - std::pow(hp.beta1, double(step_)), bc2 = 1.0 - std::pow(hp.beta2, double(step_));
+      cuda::AdamArgs a{float(hp.beta1), float(hp.beta2), float(1.0 - hp.lr * hp.weight_decay), float(hp.lr / bc1), float(1.0 / std::sqrt(bc2)),
+                       float(hp.eps), float(clip)};
+      cuda::adamw(w32_.as<float>(), w16_.as<bf16>(), m_.as<float>(), v_.as<float>(), g32_.as<float>(), n_params_, a, stream_);
+      cudaCheck(cudaStreamSynchronize(stream_));
+    }
+    st.step = step_;
+    st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return st;
+  }
+
+  double debug_loss(const TrainBatch& b, const TrainHyper& hp, bool with_grads) override {
+    with_grads_ = with_grads;
+    double loss = 0;
+    try {
+      loss = accumulate_gradients(b, hp).loss;
+    } catch (...) {
+      with_grads_ = true;
+      throw;
+    }
+    with_grads_ = true;
+    return loss;
+  }
+
+  // ---------------------------------------------------------------- generation
+
+  GenerateResult generate(const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o) override {
+    validate_generate(n_prompt, prompt, o, cfg_.vocab_size);
+    if (n_prompt >= cfg_.max_position_embeddings)
+      throw std::invalid_argument("promptIds.length=" + std::to_string(n_prompt) + " leaves no room below max_position_embeddings=" +
+                                  std::to_string(cfg_.max_position_embeddings));
+    GenerateResult r;
+    if (o.max_new_tokens == 0) return r;
+    const int64_t max_t = std::min(n_prompt + o.max_new_tokens, cfg_.max_position_embeddings);
+    const int64_t L = cfg_.num_hidden_layers, KD = cfg_.kv_dim();
+    kcache_.alloc(size_t(L * max_t * KD) * 2, "KV cache (K)");
+    vcache_.alloc(size_t(L * max_t * KD) * 2, "KV cache (V)");
+    cache_len_ = max_t;
+    std::vector<float> logits(size_t(cfg_.vocab_size));
+    forward_infer(prompt, n_prompt, 0, logits.data());
+    Rng rng(o.seed);  // the host sampler and RNG of every backend: same seed ⇒ same tokens where logits agree
+    SampleParams sp{o.temperature, o.top_p, &o.allowed_ids};
+    for (int64_t pos = n_prompt; pos < max_t; pos++) {
+      float lp;
+      const int32_t tok = sample_token(logits.data(), cfg_.vocab_size, sp, rng, &lp);
+      r.ids.push_back(tok);
+      r.logprobs.push_back(lp);
+      if (std::find(o.stop_ids.begin(), o.stop_ids.end(), tok) != o.stop_ids.end()) {
+        r.stopped = true;
+        break;
+      }
+      if (pos + 1 < max_t) forward_infer(&tok, 1, pos, logits.data());
+    }
+    kcache_.release();
+    vcache_.release();
+    return r;
+  }
+
+ private:
+  // ---------------------------------------------------------------- parameters
+
+  void add_param(const std::string& name, std::vector<int64_t> shape, int64_t* off) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    *off = n_params_;
+    index_[name] = params_.size();
+    params_.push_back({name, shape, n_params_, n});
+    n_params_ += n;
+  }
+
+  // Same names, order and offsets as the CPU engine.
+  void plan_params() {
+    const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size, I = cfg_.intermediate_size, D = cfg_.head_dim;
+    const int64_t QD = cfg_.q_dim(), KD = cfg_.kv_dim();
+    const bool bias = cfg_.attention_bias;
+    add_param("model.embed_tokens.weight", {V, C}, &emb_);
+    layers_.resize(size_t(cfg_.num_hidden_layers));
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; l++) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      LayerParams& lp = layers_[size_t(l)];
+      lp.bq = lp.bk = lp.bv = lp.bo = -1;
+      add_param(p + "input_layernorm.weight", {C}, &lp.ln1);
+      add_param(p + "self_attn.q_proj.weight", {QD, C}, &lp.wq);
+      if (bias) add_param(p + "self_attn.q_proj.bias", {QD}, &lp.bq);
+      add_param(p + "self_attn.k_proj.weight", {KD, C}, &lp.wk);
+      if (bias) add_param(p + "self_attn.k_proj.bias", {KD}, &lp.bk);
+      add_param(p + "self_attn.v_proj.weight", {KD, C}, &lp.wv);
+      if (bias) add_param(p + "self_attn.v_proj.bias", {KD}, &lp.bv);
+      add_param(p + "self_attn.o_proj.weight", {C, QD}, &lp.wo);
+      if (bias) add_param(p + "self_attn.o_proj.bias", {C}, &lp.bo);
+      add_param(p + "self_attn.q_norm.weight", {D}, &lp.qn);
+      add_param(p + "self_attn.k_norm.weight", {D}, &lp.kn);
+      add_param(p + "post_attention_layernorm.weight", {C}, &lp.ln2);
+      add_param(p + "mlp.gate_proj.weight", {I, C}, &lp.wg);
+      add_param(p + "mlp.up_proj.weight", {I, C}, &lp.wu);
+      add_param(p + "mlp.down_proj.weight", {C, I}, &lp.wd);
+    }
+    add_param("model.norm.weight", {C}, &normf_);
+    if (cfg_.tie_word_embeddings) head_ = emb_;
+    else add_param("lm_head.weight", {V, C}, &head_);
+  }
+
+  const ParamInfo& find_param(const std::string& name) const {
+    auto it = index_.find(name);
+    if (it == index_.end()) throw std::invalid_argument("unknown parameter tensor \"" + name + "\"");
+    return params_[it->second];
+  }
+
+  const bf16* W(int64_t off) const { return off < 0 ? nullptr : w16_.as<bf16>() + off; }
+  float* G(int64_t off) const { return off < 0 ? nullptr : g32_.as<float>() + off; }
+
+  // cos/sin (P, D/2) exactly as the CPU engine computes them (fp32 inv_freq, fp32 angle, double cos/sin).
+  void rope_tables() {
+    const int64_t half = cfg_.head_dim / 2, P = cfg_.max_position_embeddings;
+    std::vector<float> inv(static_cast<size_t>(half)), cs(size_t(P * half)), sn(size_t(P * half));
+    for (int64_t i = 0; i < half; i++) inv[size_t(i)] = float(1.0 / std::pow(cfg_.rope_theta, double(float(2 * i) / float(cfg_.head_dim))));
+    for (int64_t p = 0; p < P; p++)
+      for (int64_t i = 0; i < half; i++) {
+        const float ang = float(p) * inv[size_t(i)];
+        cs[size_t(p * half + i)] = float(std::cos(double(ang)));
+        sn[size_t(p * half + i)] = float(std::sin(double(ang)));
+      }
+    cos_.alloc(cs.size() * 4, "RoPE cos table");
+    sin_.alloc(sn.size() * 4, "RoPE sin table");
+    upload(cos_.as<float>(), cs.data(), int64_t(cs.size()));
+    upload(sin_.as<float>(), sn.data(), int64_t(sn.size()));
+  }
+
+  // ---------------------------------------------------------------- host <-> device
+
+  void upload(float* dst, const float* src, int64_t n) {
+    cudaCheck(cudaMemcpyAsync(dst, src, sizeof(float) * size_t(n), cudaMemcpyHostToDevice, stream_));
+    cudaCheck(cudaStreamSynchronize(stream_));
+  }
+  std::vector<float> download(const float* src, int64_t n) const {
+    std::vector<float> h(static_cast<size_t>(n));
+    cudaCheck(cudaMemcpyAsync(h.data(), src, sizeof(float) * size_t(n), cudaMemcpyDeviceToHost, stream_));
+    cudaCheck(cudaStreamSynchronize(stream_));
+    return h;
+  }
+
+  // ---------------------------------------------------------------- activation plan (one arena)
+
+  int64_t head_chunk(int64_t T) const { return std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 27) / cfg_.vocab_size)); }
+
+  // Plans every activation buffer for a micro-batch of up to T tokens; grows the arena when needed.
+  void plan(int64_t T) {
+    if (T <= cap_tokens_) return;
+    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(), V = cfg_.vocab_size;
+    const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, L = cfg_.num_hidden_layers, ch = head_chunk(T);
+    for (int pass = 0; pass < 2; pass++) {
+      char* base = pass ? arena_.as<char>() : nullptr;
+      size_t off = 0;
+      auto take = [&](int64_t n, size_t elem) -> void* {
+        void* r = base ? base + off : nullptr;
+        off += (size_t(n) * elem + 255) & ~size_t(255);
+        return r;
+      };
+      auto f32 = [&](int64_t n) { return static_cast<float*>(take(n, 4)); };
+      auto b16 = [&](int64_t n) { return static_cast<bf16*>(take(n, 2)); };
+      res_.assign(size_t(L + 1), nullptr);
+      for (int64_t l = 0; l <= L; l++) res_[size_t(l)] = f32(T * C);  // checkpoints: each layer's input, then the final residual
+      ids_ = static_cast<int32_t*>(take(T, 4)); pos_ = static_cast<int32_t*>(take(T, 4)); offs_ = static_cast<int32_t*>(take(T + 1, 4));
+      lnf_ = b16(T * C); rstdf_ = f32(T); lse_head_ = f32(T); logp_ = f32(T); dlogp_ = f32(T);
+      coef_ = f32(T); adv_ = f32(T); old_ = f32(T);
+      ln1_ = b16(T * C); rstd1_ = f32(T); q32_ = f32(T * QD); k32_ = f32(T * KD); v32_ = f32(T * KD);
+      qr_ = b16(T * QD); kr_ = b16(T * KD); v16_ = b16(T * KD); qrstd_ = f32(T * Hq); krstd_ = f32(T * Hkv);
+      atty_ = b16(T * QD); attlse_ = f32(T * Hq); resmid_ = f32(T * C); ln2_ = b16(T * C); rstd2_ = f32(T);
+      gate_ = f32(T * I); up_ = f32(T * I); h_ = b16(T * I);
+      dres_ = f32(T * C); dres16_ = b16(T * C); dln_ = f32(T * C); dh_ = f32(T * I); dg16_ = b16(T * I); du16_ = b16(T * I);
+      datty16_ = b16(T * QD); dq32_ = f32(T * QD); dk32_ = f32(T * KD); dv32_ = f32(T * KD);
+      dq16_ = b16(T * QD); dk16_ = b16(T * KD); dv16_ = b16(T * KD); delta_ = f32(T * Hq);
+      logits_ = f32(ch * V); dlogits_ = b16(ch * V);
+      if (!pass) arena_.alloc(off, "activations");
+    }
+    cap_tokens_ = T;
+  }
+
+  // ---------------------------------------------------------------- GEMMs (cuBLAS, bf16 in, fp32 accumulate and out)
+  // cuBLAS is column-major: a row-major (R,K) matrix is a column-major (K,R) one, so each row-major
+  // product below is issued as its transpose.
+
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const bf16* A, int64_t lda, const bf16* B, int64_t ldb,
+            float* Cm, int64_t ldc, float beta) {
+    const float alpha = 1.0f;
+    cublasCheck(cublasGemmEx(blas_, ta, tb, int(m), int(n), int(k), &alpha, A, CUDA_R_16BF, int(lda), B, CUDA_R_16BF, int(ldb), &beta, Cm,
+                             CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  // out (N,OC) = beta·out + x (N,IC) @ W^T, W (OC,IC)
+  void linear_fwd(float* out, const bf16* x, const bf16* Wt, int64_t N, int64_t IC, int64_t OC, float beta = 0) {
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, Wt, IC, x, IC, out, OC, beta);
+  }
+  // dx (N,IC) = beta·dx + dy (N,OC) @ W
+  void linear_dx(float* dx, const bf16* dy, const bf16* Wt, int64_t N, int64_t IC, int64_t OC, float beta) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, Wt, IC, dy, OC, dx, IC, beta);
+  }
+  // dW (OC,IC) += dy^T (OC,N) @ x (N,IC)
+  void linear_dw(float* dW, const bf16* dy, const bf16* x, int64_t N, int64_t IC, int64_t OC) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, dy, OC, dW, IC, 1.0f);
+  }
+
+  // ---------------------------------------------------------------- forward
+
+  void upload_batch(const int32_t* ids, const int32_t* offs, int64_t n_seqs, int64_t T) {
+    plan(T);
+    std::vector<int32_t> pos(static_cast<size_t>(T)), rel(size_t(n_seqs + 1));
+    max_len_ = 0;
+    for (int64_t s = 0; s <= n_seqs; s++) rel[size_t(s)] = offs[s] - offs[0];
+    for (int64_t s = 0; s < n_seqs; s++) {
+      const int32_t n = rel[size_t(s + 1)] - rel[size_t(s)];
+      max_len_ = std::max<int64_t>(max_len_, n);
+      for (int32_t i = 0; i < n; i++) pos[size_t(rel[size_t(s)] + i)] = i;
+    }
+    n_seqs_ = n_seqs;
+    cudaCheck(cudaMemcpyAsync(ids_, ids, sizeof(int32_t) * size_t(T), cudaMemcpyHostToDevice, stream_));
+    cudaCheck(cudaMemcpyAsync(pos_, pos.data(), sizeof(int32_t) * size_t(T), cudaMemcpyHostToDevice, stream_));
+    cudaCheck(cudaMemcpyAsync(offs_, rel.data(), sizeof(int32_t) * size_t(n_seqs + 1), cudaMemcpyHostToDevice, stream_));
+    cudaCheck(cudaStreamSynchronize(stream_));  // the host vectors die here
+  }
+
+  cuda::AttnShape attn_shape(const int32_t* q_offs, const int32_t* k_offs, int64_t n_seqs, int64_t max_q, int64_t q_pos0) const {
+    cuda::AttnShape a;
+    a.q_offs = q_offs; a.k_offs = k_offs; a.n_seqs = int(n_seqs); a.max_q_len = int(max_q); a.q_pos0 = int(q_pos0);
+    a.Hq = int(cfg_.num_attention_heads); a.Hkv = int(cfg_.num_key_value_heads); a.D = int(cfg_.head_dim);
+    a.q_stride = cfg_.q_dim(); a.kv_stride = cfg_.kv_dim();
+    a.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
+    return a;
+  }
+
+  // One decoder layer: res_[l] (T,C) → res_[l+1]. Leaves its activations in the layer scratch for backward.
+  // With a KV cache (generation): new K/V rows go to the cache at pos0.., attention reads the whole cache.
+  void layer_forward(int64_t l, int64_t T, const float* x, float* out, int64_t pos0 = -1) {
+    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
+    const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads;
+    const LayerParams& p = layers_[size_t(l)];
+    cudaStream_t s = stream_;
+    cuda::rmsnorm_forward(ln1_, rstd1_, x, W(p.ln1), T, C, cfg_.rms_norm_eps, s);
+    linear_fwd(q32_, ln1_, W(p.wq), T, C, QD);
+    linear_fwd(k32_, ln1_, W(p.wk), T, C, KD);
+    linear_fwd(v32_, ln1_, W(p.wv), T, C, KD);
+    if (p.bq >= 0) {
+      cuda::add_bias(q32_, W(p.bq), T, QD, s);
+      cuda::add_bias(k32_, W(p.bk), T, KD, s);
+      cuda::add_bias(v32_, W(p.bv), T, KD, s);
+    }
+    // per-head RMSNorm over D then RoPE, rounded to bf16 for attention
+    cuda::qknorm_rope_forward(qr_, qrstd_, q32_, W(p.qn), cos_.as<float>(), sin_.as<float>(), pos_, T, Hq, D, cfg_.rms_norm_eps, s);
+    cuda::qknorm_rope_forward(kr_, krstd_, k32_, W(p.kn), cos_.as<float>(), sin_.as<float>(), pos_, T, Hkv, D, cfg_.rms_norm_eps, s);
+    cuda::to_bf16(v16_, v32_, T * KD, s);
+    if (pos0 < 0) {
+      cuda::attention_forward(atty_, attlse_, qr_, kr_, v16_, attn_shape(offs_, offs_, n_seqs_, max_len_, 0), s);
+    } else {
+      bf16* kc = kcache_.as<bf16>() + l * cache_len_ * KD;
+      bf16* vc = vcache_.as<bf16>() + l * cache_len_ * KD;
+      cudaCheck(cudaMemcpyAsync(kc + pos0 * KD, kr_, sizeof(bf16) * size_t(T * KD), cudaMemcpyDeviceToDevice, s));
+      cudaCheck(cudaMemcpyAsync(vc + pos0 * KD, v16_, sizeof(bf16) * size_t(T * KD), cudaMemcpyDeviceToDevice, s));
+      cuda::attention_forward(atty_, attlse_, qr_, kc, vc, attn_shape(gen_offs_, gen_offs_ + 2, 1, T, pos0), s);
+    }
+    // resmid = x + atty @ Wo^T (+ bo)
+    cudaCheck(cudaMemcpyAsync(resmid_, x, sizeof(float) * size_t(T * C), cudaMemcpyDeviceToDevice, s));
+    linear_fwd(resmid_, atty_, W(p.wo), T, QD, C, 1.0f);
+    if (p.bo >= 0) cuda::add_bias(resmid_, W(p.bo), T, C, s);
+    cuda::rmsnorm_forward(ln2_, rstd2_, resmid_, W(p.ln2), T, C, cfg_.rms_norm_eps, s);
+    linear_fwd(gate_, ln2_, W(p.wg), T, C, I);
+    linear_fwd(up_, ln2_, W(p.wu), T, C, I);
+    cuda::swiglu_forward(h_, gate_, up_, T * I, s);
+    // out = resmid + h @ Wd^T
+    cudaCheck(cudaMemcpyAsync(out, resmid_, sizeof(float) * size_t(T * C), cudaMemcpyDeviceToDevice, s));
+    linear_fwd(out, h_, W(p.wd), T, I, C, 1.0f);
+  }
+
+  // Whole-model forward of the uploaded micro-batch: checkpoints res_[0..L], lnf_, lse_head_, logp_.
+  void forward(int64_t T) {
+    const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_hidden_layers;
+    cuda::embedding_forward(res_[0], ids_, W(emb_), T, C, stream_);
+    for (int64_t l = 0; l < L; l++) layer_forward(l, T, res_[size_t(l)], res_[size_t(l + 1)]);
+    cuda::rmsnorm_forward(lnf_, rstdf_, res_[size_t(L)], W(normf_), T, C, cfg_.rms_norm_eps, stream_);
+    cudaCheck(cudaMemsetAsync(logp_, 0, sizeof(float) * size_t(T), stream_));
+    const int64_t ch = head_chunk(T);
+    for (int64_t r0 = 0; r0 < T; r0 += ch) {
+      const int64_t rn = std::min(ch, T - r0);
+      linear_fwd(logits_, lnf_ + r0 * C, W(head_), rn, C, V);
+      cuda::lmhead_logprobs(lse_head_, logp_, logits_, ids_, pos_, r0, rn, T, V, stream_);
+    }
+  }
+
+  // ---------------------------------------------------------------- backward
+
+  // Back-propagates dlogp_ through the model; accumulates into g32_.
+  void backward(int64_t T) {
+    const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_hidden_layers;
+    cudaStream_t s = stream_;
+    const int64_t ch = head_chunk(T);
+    for (int64_t r0 = 0; r0 < T; r0 += ch) {  // LM head: logits recomputed chunk by chunk, never all at once
+      const int64_t rn = std::min(ch, T - r0);
+      linear_fwd(logits_, lnf_ + r0 * C, W(head_), rn, C, V);
+      cuda::lmhead_dlogits(dlogits_, logits_, lse_head_, dlogp_, ids_, pos_, r0, rn, T, V, s);
+      linear_dx(dln_ + r0 * C, dlogits_, W(head_), rn, C, V, 0.0f);
+      linear_dw(G(head_), dlogits_, lnf_ + r0 * C, rn, C, V);
+    }
+    cudaCheck(cudaMemsetAsync(dres_, 0, sizeof(float) * size_t(T * C), s));
+    cuda::rmsnorm_backward(dres_, G(normf_), dln_, res_[size_t(L)], W(normf_), rstdf_, T, C, s);
+    for (int64_t l = L - 1; l >= 0; l--) {
+      layer_forward(l, T, res_[size_t(l)], res_[size_t(l + 1)]);  // recompute (activation checkpointing); rewrites the same output
+      layer_backward(l, T);
+    }
+    cuda::embedding_backward(G(emb_), ids_, dres_, T, C, s);
+  }
+
+  // dres_ (T,C): gradient w.r.t. the layer's output on entry, w.r.t. its input on exit.
+  void layer_backward(int64_t l, int64_t T) {
+    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
+    const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads;
+    const LayerParams& p = layers_[size_t(l)];
+    cudaStream_t s = stream_;
+    // out = resmid + down(h): dresmid = dres ; dh = dres @ Wd ; dWd += dres^T h
+    cuda::to_bf16(dres16_, dres_, T * C, s);
+    linear_dx(dh_, dres16_, W(p.wd), T, I, C, 0.0f);
+    linear_dw(G(p.wd), dres16_, h_, T, I, C);
+    cuda::swiglu_backward(dg16_, du16_, dh_, gate_, up_, T * I, s);
+    linear_dx(dln_, dg16_, W(p.wg), T, C, I, 0.0f);
+    linear_dx(dln_, du16_, W(p.wu), T, C, I, 1.0f);
+    linear_dw(G(p.wg), dg16_, ln2_, T, C, I);
+    linear_dw(G(p.wu), du16_, ln2_, T, C, I);
+    cuda::rmsnorm_backward(dres_, G(p.ln2), dln_, resmid_, W(p.ln2), rstd2_, T, C, s);
+    // resmid = x + o(atty): datty = dresmid @ Wo ; dWo += dresmid^T atty
+    cuda::to_bf16(dres16_, dres_, T * C, s);
+    linear_dx(dq32_, dres16_, W(p.wo), T, QD, C, 0.0f);  // dq32_ as fp32 scratch for datty
+    cuda::to_bf16(datty16_, dq32_, T * QD, s);
+    linear_dw(G(p.wo), dres16_, atty_, T, QD, C);
+    if (p.bo >= 0) cuda::colsum_accumulate(G(p.bo), dres_, T, C, s);
+    cuda::attention_backward(dq32_, dk32_, dv32_, delta_, datty16_, atty_, qr_, kr_, v16_, attlse_, attn_shape(offs_, offs_, n_seqs_, max_len_, 0), T, s);
+    // RoPE^T then per-head RMSNorm backward, to the projection outputs
+    cuda::qknorm_rope_backward(dq16_, G(p.qn), dq32_, q32_, W(p.qn), qrstd_, cos_.as<float>(), sin_.as<float>(), pos_, T, Hq, D, s);
+    cuda::qknorm_rope_backward(dk16_, G(p.kn), dk32_, k32_, W(p.kn), krstd_, cos_.as<float>(), sin_.as<float>(), pos_, T, Hkv, D, s);
+    cuda::to_bf16(dv16_, dv32_, T * KD, s);
+    linear_dx(dln_, dq16_, W(p.wq), T, C, QD, 0.0f);
+    linear_dx(dln_, dk16_, W(p.wk), T, C, KD, 1.0f);
+    linear_dx(dln_, dv16_, W(p.wv), T, C, KD, 1.0f);
+    linear_dw(G(p.wq), dq16_, ln1_, T, C, QD);
+    linear_dw(G(p.wk), dk16_, ln1_, T, C, KD);
+    linear_dw(G(p.wv), dv16_, ln1_, T, C, KD);
+    if (p.bq >= 0) {
+      cuda::colsum_accumulate(G(p.bq), dq16_, T, QD, s);
+      cuda::colsum_accumulate(G(p.bk), dk16_, T, KD, s);
+      cuda::colsum_accumulate(G(p.bv), dv32_, T, KD, s);
+    }
+    cuda::rmsnorm_backward(dres_, G(p.ln1), dln_, res_[size_t(l)], W(p.ln1), rstd1_, T, C, s);
+  }
+
+  // ---------------------------------------------------------------- GRPO++ loss over the batch
+
+  template <typename F>
+  void for_micro_batches(const PackedBatch& b, int64_t max_tokens, F&& fn) {
+    int64_t s0 = 0;
+    while (s0 < b.n_seqs) {
+      int64_t s1 = s0 + 1;
+      while (s1 < b.n_seqs && b.offsets[s1 + 1] - b.offsets[s0] <= max_tokens) s1++;
+      fn(s0, s1);
+      s0 = s1;
+    }
+  }
+
+  TrainStats accumulate_gradients(const TrainBatch& b, const TrainHyper& hp) {
+    validate_train(b, hp, cfg_.vocab_size);
+    if (with_grads_) cudaCheck(cudaMemsetAsync(g32_.as<float>(), 0, size_t(n_params_) * 4, stream_));
+    const bool pp = hp.mode == LossMode::GrpoPlusPlus;
+    const double clip_high = pp ? hp.clip_high : hp.clip_low;  // GRPO: symmetric clip
+    // Per-token coefficient mask/normaliser (0 ⇒ not trained) and advantage, as the CPU engine's loop.
+    std::vector<float> coef(size_t(b.n_tokens), 0.0f), adv(size_t(b.n_tokens), 0.0f);
+    const double n_seq = double(b.n_seqs);
+    for (int64_t s = 0; s < b.n_seqs; s++) {
+      const int64_t t0 = b.offsets[s], t1 = b.offsets[s + 1];
+      double norm = n_seq * hp.l_max;  // GRPO++: Σ_i Σ_t m·ℓ / (N·L_max)
+      if (!pp) {                        // GRPO: per-sequence token mean, then mean over sequences
+        double msum = 0;
+        for (int64_t t = t0 + 1; t < t1; t++) msum += b.mask[t];
+        if (msum == 0) continue;
+        norm = n_seq * msum;
+      }
+      for (int64_t t = t0 + 1; t < t1; t++) {  // the first token of a sequence has no prediction
+        coef[size_t(t)] = float(double(b.mask[t]) / norm);
+        adv[size_t(t)] = b.advantages[s];
+      }
+    }
+    double* stats = red_.as<double>();
+    cudaCheck(cudaMemsetAsync(stats, 0, 4 * sizeof(double), stream_));
+    for_micro_batches(b, hp.micro_batch_tokens, [&](int64_t s0, int64_t s1) {
+      const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
+      upload_batch(b.ids + a, b.offsets + s0, s1 - s0, T);
+      cudaCheck(cudaMemcpyAsync(coef_, coef.data() + a, sizeof(float) * size_t(T), cudaMemcpyHostToDevice, stream_));
+      cudaCheck(cudaMemcpyAsync(adv_, adv.data() + a, sizeof(float) * size_t(T), cudaMemcpyHostToDevice, stream_));
+      if (b.old_logprobs) cudaCheck(cudaMemcpyAsync(old_, b.old_logprobs + a, sizeof(float) * size_t(T), cudaMemcpyHostToDevice, stream_));
+      forward(T);
+      cuda::grpo_token_loss(dlogp_, stats, logp_, b.old_logprobs ? old_ : nullptr, adv_, coef_, T, hp.clip_low, clip_high, stream_);
+      if (with_grads_) backward(T);
+      cudaCheck(cudaStreamSynchronize(stream_));  // coef/adv host vectors outlive this; sync bounds the queue
+    });
+    double h[4];
+    cudaCheck(cudaMemcpyAsync(h, stats, sizeof h, cudaMemcpyDeviceToHost, stream_));
+    cudaCheck(cudaStreamSynchronize(stream_));
+    TrainStats st;
+    st.tokens = b.n_tokens;
+    st.loss = h[0];
+    st.clip_fraction = h[3] > 0 ? h[2] / h[3] : 0.0;
+    st.mean_ratio = h[3] > 0 ? h[1] / h[3] : 0.0;
+    st.step = step_;
+    return st;
+  }
+
+  // ---------------------------------------------------------------- incremental forward (KV cache)
+
+  // Feeds n tokens at positions pos0.. through the model, appending K/V to the cache; logits (V) of the last one.
+  void forward_infer(const int32_t* toks, int64_t n, int64_t pos0, float* logits) {
+    const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_hidden_layers;
+    plan(n);
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i++) pos[size_t(i)] = int32_t(pos0 + i);
+    const int32_t go[4] = {0, int32_t(n), 0, int32_t(pos0 + n)};  // q offsets, k offsets (one sequence)
+    if (!gen_offs_mem_.bytes()) gen_offs_mem_.alloc(4 * sizeof(int32_t), "generation offsets");
+    gen_offs_ = gen_offs_mem_.as<int32_t>();
+    cudaCheck(cudaMemcpyAsync(ids_, toks, sizeof(int32_t) * size_t(n), cudaMemcpyHostToDevice, stream_));
+    cudaCheck(cudaMemcpyAsync(pos_, pos.data(), sizeof(int32_t) * size_t(n), cudaMemcpyHostToDevice, stream_));
+    cudaCheck(cudaMemcpyAsync(gen_offs_, go, sizeof go, cudaMemcpyHostToDevice, stream_));
+    cuda::embedding_forward(res_[0], ids_, W(emb_), n, C, stream_);
+    for (int64_t l = 0; l < L; l++) layer_forward(l, n, res_[size_t(l)], res_[size_t(l + 1)], pos0);
+    cuda::rmsnorm_forward(lnf_, rstdf_, res_[size_t(L)] + (n - 1) * C, W(normf_), 1, C, cfg_.rms_norm_eps, stream_);
+    linear_fwd(logits_, lnf_, W(head_), 1, C, V);
+    cudaCheck(cudaMemcpyAsync(logits, logits_, sizeof(float) * size_t(V), cudaMemcpyDeviceToHost, stream_));
+    cudaCheck(cudaStreamSynchronize(stream_));
+  }
+
+  QwenConfig cfg_;
+  EngineOptions opts_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  std::vector<ParamInfo> params_;
+  std::map<std::string, size_t> index_;
+  std::vector<LayerParams> layers_;
+  int64_t n_params_ = 0, emb_ = 0, normf_ = 0, head_ = 0, step_ = 0;
+  DevMem w32_, w16_, g32_, m_, v_, red_, cos_, sin_, arena_, kcache_, vcache_, gen_offs_mem_;
+  std::string src_dir_;
+  bool with_grads_ = true;
+  int64_t cap_tokens_ = 0, n_seqs_ = 0, max_len_ = 0, cache_len_ = 0;
+  int32_t* gen_offs_ = nullptr;
+  // activation arena views (see plan())
+  std::vector<float*> res_;
+  int32_t *ids_ = nullptr, *pos_ = nullptr, *offs_ = nullptr;
+  bf16 *lnf_ = nullptr, *ln1_ = nullptr, *qr_ = nullptr, *kr_ = nullptr, *v16_ = nullptr, *atty_ = nullptr, *ln2_ = nullptr, *h_ = nullptr;
+  bf16 *dres16_ = nullptr, *dg16_ = nullptr, *du16_ = nullptr, *datty16_ = nullptr, *dq16_ = nullptr, *dk16_ = nullptr, *dv16_ = nullptr,
+       *dlogits_ = nullptr;
+  float *rstdf_ = nullptr, *lse_head_ = nullptr, *logp_ = nullptr, *dlogp_ = nullptr, *coef_ = nullptr, *adv_ = nullptr, *old_ = nullptr;
+  float *rstd1_ = nullptr, *q32_ = nullptr, *k32_ = nullptr, *v32_ = nullptr, *qrstd_ = nullptr, *krstd_ = nullptr, *attlse_ = nullptr;
+  float *resmid_ = nullptr, *rstd2_ = nullptr, *gate_ = nullptr, *up_ = nullptr;
+  float *dres_ = nullptr, *dln_ = nullptr, *dh_ = nullptr, *dq32_ = nullptr, *dk32_ = nullptr, *dv32_ = nullptr, *delta_ = nullptr,
+        *logits_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cuda_engine(const std::string& dir, const EngineOptions& opts) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();  // clear the sticky "no device" error
+    throw std::runtime_error(std::string("CUDA requested but no GPU is visible (cudaGetDeviceCount=0)") +
+                             (e != cudaSuccess ? std::string(" [") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + "]" : std::string()) +
+                             "; use device 'cpu', or run on a machine with an NVIDIA GPU and driver");
+  }
+  int dev = 0;
+  cudaCheck(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  cudaCheck(cudaGetDeviceProperties(&prop, dev));
+  if (prop.major < 8)
+    throw std::runtime_error(std::string("CUDA backend needs compute capability 8.0+ (bf16 tensor cores); ") + prop.name + " is " +
+                             std::to_string(prop.major) + "." + std::to_string(prop.minor));
+  return std::make_unique<CudaEngine>(dir, opts);
+}
+
+CudaMemoryStats cuda_memory_stats() { return {g_current.load(), g_peak.load()}; }
+void cuda_reset_peak_memory() { g_peak = g_current.load(); }
+
+}  // namespace gl
