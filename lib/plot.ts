@@ -32,8 +32,9 @@ export function parseMetricsJsonl(text: string): RewardPoint[] {
 }
 
 const SERIES = [
-  { key: 'meanReward' as const, label: 'mean reward', color: '#1f77b4', rgb: [31, 119, 180] },
-  { key: 'successRate' as const, label: 'success rate', color: '#d62728', rgb: [214, 39, 40] },
+  // mean reward drawn wider underneath, so it stays visible where the two coincide (0/1 rewards)
+  { key: 'meanReward' as const, label: 'mean reward', color: '#1f77b4', rgb: [31, 119, 180], width: 6, radius: 3 },
+  { key: 'successRate' as const, label: 'success rate', color: '#d62728', rgb: [214, 39, 40], width: 2, radius: 1 },
 ];
 
 interface Frame {
@@ -91,7 +92,7 @@ export function rewardSvg(points: RewardPoint[], title = 'Reward per iteration')
   parts.push(`<text transform="translate(16 ${(f.top + f.h - f.bottom) / 2}) rotate(-90)" text-anchor="middle">reward / success</text>`);
   SERIES.forEach((s, i) => {
     const pts = points.map((p) => `${px(f, p.iteration).toFixed(1)},${py(f, p[s.key]).toFixed(1)}`).join(' ');
-    if (points.length) parts.push(`<polyline points="${pts}" fill="none" stroke="${s.color}" stroke-width="2"/>`);
+    if (points.length) parts.push(`<polyline points="${pts}" fill="none" stroke="${s.color}" stroke-width="${s.width}"/>`);
     const lx = f.left + 12 + i * 140;
     parts.push(`<line x1="${lx}" y1="${f.top + 8}" x2="${lx + 20}" y2="${f.top + 8}" stroke="${s.color}" stroke-width="3"/>`);
     parts.push(`<text x="${lx + 26}" y="${f.top + 8}" dominant-baseline="middle">${s.label}</text>`);
@@ -183,7 +184,7 @@ export function rewardPng(points: RewardPoint[]): Buffer {
     for (let k = 1; k < points.length; k++) {
       const a = points[k - 1];
       const b = points[k];
-      line(px(f, a.iteration), py(f, a[s.key]), px(f, b.iteration), py(f, b[s.key]), s.rgb);
+      line(px(f, a.iteration), py(f, a[s.key]), px(f, b.iteration), py(f, b[s.key]), s.rgb, s.radius);
     }
     if (points.length === 1) dot(px(f, points[0].iteration), py(f, points[0][s.key]), s.rgb, 2);
     const lx = f.left + 12 + i * 140; // legend swatch (labels are in the HTML)
