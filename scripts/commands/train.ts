@@ -10,6 +10,7 @@ import { validateConfig, type TrainingConfig } from '../../lib/config.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
 import { writeRewardPlot } from '../../lib/plot.ts';
+import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { progressQuery, statusQuery } from '../../workflows/signals.ts';
 import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
@@ -78,6 +79,12 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
     server = await startDevServer({ dir: join(outDir, 'temporal'), uiPort: 0 });
     address = server.address;
     log(`embedded Temporal dev server at ${address}${server.uiUrl ? ` (web UI ${server.uiUrl})` : ''}`);
+    try {
+      // the progress bar is the output; the embedded worker only reports problems
+      Runtime.install({ logger: new DefaultLogger(process.env.SWERL_LOG_LEVEL === 'INFO' ? 'INFO' : 'WARN') });
+    } catch {
+      // a runtime exists already (tests, a host process): keep its logger
+    }
     workers = await startWorkers({ address, queues: ['learner', 'rollout'], learner: { device: config.learner.device, threads: o.threads ?? config.learner.threads } });
     // Ctrl-C: stop the embedded worker and server; the run resumes with the same --out and --run-id
     const embedded = { server, workers };
