@@ -53,6 +53,16 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
     worker = spawnWorker(args, logFile);
+    // and once more inside a learner step (if the poll catches it): checkpoint 3 must be written once, from 2
+    const st = await waitFor('iteration 2 learning (or past it)', async () => {
+      const s = await t.client.workflow.getHandle(runId).query(statusQuery);
+      return (s.running && s.iteration === 2 && s.phase === 'learning') || s.iteration >= 3 ? s : null;
+    }, 150_000, 20);
+    if (st.iteration === 2) {
+      worker.kill('SIGKILL');
+      await new Promise((r) => worker.once('exit', r));
+      worker = spawnWorker(args, logFile);
+    }
     const result: TrainingRunResult = await h.result();
     assert.equal(result.iterations, 3);
     await checkRun(config.store.url, runId, 3, 32);
