@@ -4,7 +4,7 @@
 import type { Command } from 'commander';
 import cliProgress from 'cli-progress';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { isAbsolute, join, resolve } from 'node:path';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { validateConfig, type TrainingConfig } from '../../lib/config.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
@@ -64,6 +64,9 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
   const raw = JSON.parse(readFileSync(o.config, 'utf8')) as Record<string, unknown>;
   if (o.iterations !== undefined) raw.iterations = o.iterations;
   if (raw.store === undefined) raw.store = { url: fileStoreUrl(join(outDir, 'store')) };
+  // Workers may run elsewhere: a relative tasks file is made absolute against this process's cwd.
+  const env = raw.env as { tasksFile?: unknown } | undefined;
+  if (env && typeof env.tasksFile === 'string' && !isAbsolute(env.tasksFile)) env.tasksFile = resolve(env.tasksFile);
   const v = validateConfig(raw);
   if (!v.ok) throw new Error(`invalid config ${o.config}:\n  ${v.errors.join('\n  ')}`);
   const runId = o.runId ?? v.config.runId ?? `run-${Date.now().toString(36)}`;
