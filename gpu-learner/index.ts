@@ -48,6 +48,13 @@ export interface TrainHyper {
   mode: 'grpo++' | 'grpo';
   /** gradient accumulation over micro-batches of whole sequences with at most this many tokens (default 4096) */
   microBatchTokens?: number;
+  /**
+   * N of the loss normalisation (GRPO++: Σ m·ℓ / (N·L_max); GRPO: mean over N sequences): the batch's
+   * sequences plus those the caller left out because they add 0 (zero advantage, no trainable token),
+   * so a batch without them has the full batch's loss and gradient. Integer >= the batch's sequence
+   * count; default (or 0) the batch's own count.
+   */
+  normSequences?: number;
 }
 
 export interface TrainStats {

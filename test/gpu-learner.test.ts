@@ -110,6 +110,48 @@ test('gradient accumulation over micro-batches equals one big batch', async () =
   for (const [name, g] of big.grads) assert.ok(maxAbsDiff(g, small.grads.get(name)!) < 1e-6, name);
 });
 
+test('normSequences: leaving out zero-advantage sequences keeps the full batch\'s loss and gradients', async () => {
+  const n = packed.ids.length;
+  const lp = await learner.logprobs(packed);
+  const mask = Float32Array.from({ length: n }, (_, t) => (t % 4 === 0 ? 0 : 1));
+  const oldLogprobs = Float32Array.from(lp, (v, t) => Math.min(0, v + (t % 2 ? 0.3 : -0.2)));
+  const full: TrainBatch = { ...packed, mask, advantages: Float32Array.from([1, 0, -0.5]), oldLogprobs };
+  // the same batch without sequence 1 (A = 0)
+  const keep = (a: ArrayLike<number>) => Float32Array.from([...Array.from(a).slice(0, 8), ...Array.from(a).slice(13)]);
+  const reduced: TrainBatch = {
+    ids: Int32Array.from([...ids1, ...ids3]),
+    offsets: Int32Array.from([0, 8, 18]),
+    mask: keep(mask),
+    advantages: Float32Array.from([1, -0.5]),
+    oldLogprobs: keep(oldLogprobs),
+  };
+  const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(1e-30, Math.abs(b));
+  for (const mode of ['grpo++', 'grpo'] as const) {
+    const a = await learner.debugGradients(full, { ...hp, mode });
+    const b = await learner.debugGradients(reduced, { ...hp, mode, normSequences: 3 });
+    assert.ok(a.loss !== 0 && rel(b.loss, a.loss) < 1e-6, `${mode}: loss ${b.loss} vs ${a.loss}`);
+    for (const [name, g] of a.grads) {
+      const scale = g.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+      assert.ok(scale > 0, `${mode}: ${name} has a gradient`);
+      assert.ok(maxAbsDiff(b.grads.get(name)!, g) <= 1e-6 * scale, `${mode}: ${name}`);
+    }
+    // without normSequences the reduced batch is normalised by its own 2 sequences: 3/2 × the loss
+    assert.ok(rel(await learner.debugLoss(reduced, { ...hp, mode }), (a.loss * 3) / 2) < 1e-6, `${mode}: N defaults to the batch`);
+  }
+});
+
+test('normSequences below the batch\'s sequence count, negative or fractional, is rejected naming the field', async () => {
+  const n = packed.ids.length;
+  const batch: TrainBatch = { ...packed, mask: new Float32Array(n).fill(1), advantages: Float32Array.from([1, -1, 0.5]) };
+  const step = learner.step;
+  await assert.rejects(learner.debugLoss(batch, { ...hp, normSequences: 2 }), /hp\.normSequences=2\b.*3 sequences/);
+  await assert.rejects(learner.trainStep(batch, { ...hp, normSequences: 1 }), /hp\.normSequences=1\b/);
+  await assert.rejects(learner.debugLoss(batch, { ...hp, normSequences: 3.5 }), /hp\.normSequences must be a non-negative integer, got 3\.5/);
+  await assert.rejects(learner.debugLoss(batch, { ...hp, normSequences: -4 }), /hp\.normSequences/);
+  assert.equal(learner.step, step, 'a rejected step does not step');
+  assert.ok(Number.isFinite(await learner.debugLoss(batch, { ...hp, normSequences: 3 })));
+});
+
 test('log-probs equal packed, one by one, and through generate\'s KV cache', async () => {
   const all = await learner.logprobs(packed);
   assert.equal(all.length, packed.ids.length);

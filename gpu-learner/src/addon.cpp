@@ -122,6 +122,10 @@ gl::TrainHyper parse_hyper(const Napi::Value& v) {
   if (!(mbt >= 1) || mbt != std::floor(mbt) || mbt > 1e12)
     throw Napi::RangeError::New(v.Env(), "microBatchTokens must be an integer >= 1, got " + std::to_string(mbt));
   hp.micro_batch_tokens = int64_t(mbt);
+  const double ns = num_field(o, "normSequences", false, 0);
+  if (!(ns >= 0) || ns != std::floor(ns) || ns > 1e12)
+    throw Napi::RangeError::New(v.Env(), "hp.normSequences must be a non-negative integer, got " + Napi::Number::New(v.Env(), ns).ToString().Utf8Value());
+  hp.norm_seqs = int64_t(ns);
   Napi::Value mode = o.Get("mode");
   const std::string ms = mode.IsString() ? mode.As<Napi::String>().Utf8Value() : "";
   if (ms == "grpo++") hp.mode = gl::LossMode::GrpoPlusPlus;

@@ -76,6 +76,9 @@ void validate_train(const TrainBatch& b, const TrainHyper& hp, int64_t vocab) {
   check_range("maxGradNorm", hp.max_grad_norm, 0, inf, true, true);
   check_range("lMax", hp.l_max, 0, inf, true, true);
   if (hp.micro_batch_tokens < 1) throw std::invalid_argument("microBatchTokens must be >= 1, got " + std::to_string(hp.micro_batch_tokens));
+  if (hp.norm_seqs != 0 && hp.norm_seqs < b.n_seqs)
+    throw std::invalid_argument("hp.normSequences=" + std::to_string(hp.norm_seqs) + " must be 0 (the batch's count) or >= the " +
+                                std::to_string(b.n_seqs) + " sequences in the batch");
   for (int64_t t = 0; t < b.n_tokens; t++)
     if (!std::isfinite(b.mask[t]) || b.mask[t] < 0)
       throw std::invalid_argument("mask[" + std::to_string(t) + "]=" + num(b.mask[t]) + " must be finite and >= 0");

@@ -37,6 +37,9 @@ struct TrainHyper {
   double clip_low = 0.2, clip_high = 0.28, max_grad_norm = 1.0, l_max = 32768;
   LossMode mode = LossMode::GrpoPlusPlus;
   int64_t micro_batch_tokens = 4096;
+  // N of the loss normalisation (see sequence_loss_norms): the batch's sequences plus those a caller
+  // left out because they add 0; 0 => the batch's own sequence count. Never below that count.
+  int64_t norm_seqs = 0;
 };
 
 struct TrainStats {

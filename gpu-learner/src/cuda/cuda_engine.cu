@@ -13,15 +13,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <stdexcept>
-#include <sys/stat.h>
 
 #include "check.cuh"
 #include "cuda_engine.h"
 #include "gl/engine.h"
-#include "gl/safetensors.h"
-#include "gl/sampling.h"
+#include "gl/layout.h"
 #include "kernels.cuh"
 
 namespace gl {
@@ -72,31 +69,17 @@ class DevMem {
   size_t bytes_ = 0;
 };
 
-struct LayerParams {  // offsets into the parameter allocations; -1 when absent
-  int64_t ln1, wq, bq, wk, bk, wv, bv, wo, bo, qn, kn, ln2, wg, wu, wd;
-};
-
-void mkdir_p(const std::string& dir) {
-  std::string cur;
-  for (size_t i = 0; i <= dir.size(); i++) {
-    if (i == dir.size() || dir[i] == '/')
-      if (!cur.empty()) ::mkdir(cur.c_str(), 0755);
-    if (i < dir.size()) cur += dir[i];
-  }
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw std::runtime_error(dir + ": cannot create directory");
-}
-
 class CudaEngine final : public Engine {
  public:
-  CudaEngine(const std::string& dir, const EngineOptions& opts) : opts_(opts) {
-    cfg_ = load_config(dir);
+  CudaEngine(const std::string& dir, const EngineOptions& opts) : CudaEngine(load_config(dir), dir, opts) {}
+  CudaEngine(const QwenConfig& cfg, const std::string& dir, const EngineOptions& opts)
+      : cfg_(cfg), opts_(opts), layout_(cfg), layers_(layout_.layers), n_params_(layout_.size()), emb_(layout_.embed),
+        normf_(layout_.final_norm), head_(layout_.head) {
     if (cfg_.head_dim % 2 || cfg_.head_dim > 256)
       throw std::invalid_argument(dir + "/config.json: head_dim=" + std::to_string(cfg_.head_dim) + " unsupported by the CUDA backend (even, <= 256)");
     cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     cublasCheck(cublasCreate(&blas_));
     cublasCheck(cublasSetStream(blas_, stream_));
-    plan_params();
     w32_.alloc(size_t(n_params_) * 4, "fp32 master weights");
     w16_.alloc(size_t(n_params_) * 2, "bf16 weights");
     g32_.alloc(size_t(n_params_) * 4, "gradients");
@@ -115,18 +98,12 @@ class CudaEngine final : public Engine {
   const QwenConfig& config() const override { return cfg_; }
   int64_t step() const override { return step_; }
   std::string device() const override { return "cuda"; }
-  const std::vector<ParamInfo>& params() const override { return params_; }
+  const std::vector<ParamInfo>& params() const override { return layout_.params(); }
 
   void load(const std::string& dir) override {
     QwenConfig c = load_config(dir);
-    if (c.vocab_size != cfg_.vocab_size || c.hidden_size != cfg_.hidden_size || c.num_hidden_layers != cfg_.num_hidden_layers ||
-        c.intermediate_size != cfg_.intermediate_size || c.num_attention_heads != cfg_.num_attention_heads ||
-        c.num_key_value_heads != cfg_.num_key_value_heads || c.head_dim != cfg_.head_dim ||
-        c.tie_word_embeddings != cfg_.tie_word_embeddings || c.attention_bias != cfg_.attention_bias)
-      throw std::runtime_error(dir + "/config.json: model shape differs from the loaded model");
-    SafetensorsReader rd(dir);
-    std::vector<float> w(static_cast<size_t>(n_params_));
-    for (auto& p : params_) rd.read(p.name, p.shape, w.data() + p.offset);
+    check_same_model_shape(cfg_, c, dir);
+    std::vector<float> w = read_weights(dir, layout_);
     std::vector<float> m, v;
     int64_t step = 0;
     const bool have_opt = read_optimizer_state(dir + "/optimizer.bin", n_params_, &step, &m, &v);
@@ -147,27 +124,18 @@ class CudaEngine final : public Engine {
   }
 
   void save(const std::string& dir) override {
-    mkdir_p(dir);
     std::vector<float> w = download(w32_.as<float>(), n_params_), m = download(m_.as<float>(), n_params_), v = download(v_.as<float>(), n_params_);
-    std::vector<TensorView> views;
-    for (auto& p : params_) views.push_back({p.name, p.shape, w.data() + p.offset});
-    write_safetensors_f32(dir + "/model.safetensors", views);
-    write_optimizer_state(dir + "/optimizer.bin", step_, m, v);
-    atomic_write_file(dir + "/config.json", cfg_.raw_json);
-    if (src_dir_ != dir)
-      for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"})
-        if (file_exists(src_dir_ + "/" + f)) atomic_write_file(dir + "/" + f, read_file(src_dir_ + "/" + f));
+    save_checkpoint(dir, layout_, cfg_, w.data(), m, v, step_, src_dir_);
   }
 
   std::vector<float> get_tensor(const std::string& name, bool grad) const override {
-    const ParamInfo& p = find_param(name);
+    const ParamInfo& p = layout_.find(name);
     return download((grad ? g32_ : w32_).as<float>() + p.offset, p.numel);
   }
 
   void set_tensor(const std::string& name, const float* data, int64_t n) override {
-    const ParamInfo& p = find_param(name);
-    if (n != p.numel)
-      throw std::invalid_argument("tensor \"" + name + "\" has " + std::to_string(p.numel) + " elements, got " + std::to_string(n));
+    const ParamInfo& p = layout_.find(name);
+    check_tensor_size(p, n);
     upload(w32_.as<float>() + p.offset, data, n);
     cuda::to_bf16(w16_.as<bf16>() + p.offset, w32_.as<float>() + p.offset, n, stream_);
     cudaCheck(cudaStreamSynchronize(stream_));
@@ -214,47 +182,25 @@ class CudaEngine final : public Engine {
   }
 
   double debug_loss(const TrainBatch& b, const TrainHyper& hp, bool with_grads) override {
+    struct Restore {
+      bool& flag;
+      ~Restore() { flag = true; }
+    } restore{with_grads_};  // gradients back on, even when the batch is rejected
     with_grads_ = with_grads;
-    double loss = 0;
-    try {
-      loss = accumulate_gradients(b, hp).loss;
-    } catch (...) {
-      with_grads_ = true;
-      throw;
-    }
-    with_grads_ = true;
-    return loss;
+    return accumulate_gradients(b, hp).loss;
   }
 
   // ---------------------------------------------------------------- generation
 
   GenerateResult generate(const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o) override {
-    validate_generate(n_prompt, prompt, o, cfg_.vocab_size);
-    if (n_prompt >= cfg_.max_position_embeddings)
-      throw std::invalid_argument("promptIds.length=" + std::to_string(n_prompt) + " leaves no room below max_position_embeddings=" +
-                                  std::to_string(cfg_.max_position_embeddings));
-    GenerateResult r;
-    if (o.max_new_tokens == 0) return r;
-    const int64_t max_t = std::min(n_prompt + o.max_new_tokens, cfg_.max_position_embeddings);
     const int64_t L = cfg_.num_hidden_layers, KD = cfg_.kv_dim();
-    kcache_.alloc(size_t(L * max_t * KD) * 2, "KV cache (K)");
-    vcache_.alloc(size_t(L * max_t * KD) * 2, "KV cache (V)");
-    cache_len_ = max_t;
-    std::vector<float> logits(size_t(cfg_.vocab_size));
-    forward_infer(prompt, n_prompt, 0, logits.data());
-    Rng rng(o.seed);  // the host sampler and RNG of every backend: same seed ⇒ same tokens where logits agree
-    SampleParams sp{o.temperature, o.top_p, &o.allowed_ids};
-    for (int64_t pos = n_prompt; pos < max_t; pos++) {
-      float lp;
-      const int32_t tok = sample_token(logits.data(), cfg_.vocab_size, sp, rng, &lp);
-      r.ids.push_back(tok);
-      r.logprobs.push_back(lp);
-      if (std::find(o.stop_ids.begin(), o.stop_ids.end(), tok) != o.stop_ids.end()) {
-        r.stopped = true;
-        break;
-      }
-      if (pos + 1 < max_t) forward_infer(&tok, 1, pos, logits.data());
-    }
+    auto reserve = [&](int64_t max_t) {
+      kcache_.alloc(size_t(L * max_t * KD) * 2, "KV cache (K)");
+      vcache_.alloc(size_t(L * max_t * KD) * 2, "KV cache (V)");
+      cache_len_ = max_t;
+    };
+    auto feed = [&](const int32_t* toks, int64_t n, int64_t pos0, float* logits) { forward_infer(toks, n, pos0, logits); };
+    GenerateResult r = decode_tokens(cfg_, prompt, n_prompt, o, reserve, feed);
     kcache_.release();
     vcache_.release();
     return r;
@@ -262,53 +208,6 @@ class CudaEngine final : public Engine {
 
  private:
   // ---------------------------------------------------------------- parameters
-
-  void add_param(const std::string& name, std::vector<int64_t> shape, int64_t* off) {
-    int64_t n = 1;
-    for (auto d : shape) n *= d;
-    *off = n_params_;
-    index_[name] = params_.size();
-    params_.push_back({name, shape, n_params_, n});
-    n_params_ += n;
-  }
-
-  // Same names, order and offsets as the CPU engine.
-  void plan_params() {
-    const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size, I = cfg_.intermediate_size, D = cfg_.head_dim;
-    const int64_t QD = cfg_.q_dim(), KD = cfg_.kv_dim();
-    const bool bias = cfg_.attention_bias;
-    add_param("model.embed_tokens.weight", {V, C}, &emb_);
-    layers_.resize(size_t(cfg_.num_hidden_layers));
-    for (int64_t l = 0; l < cfg_.num_hidden_layers; l++) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
-      LayerParams& lp = layers_[size_t(l)];
-      lp.bq = lp.bk = lp.bv = lp.bo = -1;
-      add_param(p + "input_layernorm.weight", {C}, &lp.ln1);
-      add_param(p + "self_attn.q_proj.weight", {QD, C}, &lp.wq);
-      if (bias) add_param(p + "self_attn.q_proj.bias", {QD}, &lp.bq);
-      add_param(p + "self_attn.k_proj.weight", {KD, C}, &lp.wk);
-      if (bias) add_param(p + "self_attn.k_proj.bias", {KD}, &lp.bk);
-      add_param(p + "self_attn.v_proj.weight", {KD, C}, &lp.wv);
-      if (bias) add_param(p + "self_attn.v_proj.bias", {KD}, &lp.bv);
-      add_param(p + "self_attn.o_proj.weight", {C, QD}, &lp.wo);
-      if (bias) add_param(p + "self_attn.o_proj.bias", {C}, &lp.bo);
-      add_param(p + "self_attn.q_norm.weight", {D}, &lp.qn);
-      add_param(p + "self_attn.k_norm.weight", {D}, &lp.kn);
-      add_param(p + "post_attention_layernorm.weight", {C}, &lp.ln2);
-      add_param(p + "mlp.gate_proj.weight", {I, C}, &lp.wg);
-      add_param(p + "mlp.up_proj.weight", {I, C}, &lp.wu);
-      add_param(p + "mlp.down_proj.weight", {C, I}, &lp.wd);
-    }
-    add_param("model.norm.weight", {C}, &normf_);
-    if (cfg_.tie_word_embeddings) head_ = emb_;
-    else add_param("lm_head.weight", {V, C}, &head_);
-  }
-
-  const ParamInfo& find_param(const std::string& name) const {
-    auto it = index_.find(name);
-    if (it == index_.end()) throw std::invalid_argument("unknown parameter tensor \"" + name + "\"");
-    return params_[it->second];
-  }
 
   const bf16* W(int64_t off) const { return off < 0 ? nullptr : w16_.as<bf16>() + off; }
   float* G(int64_t off) const { return off < 0 ? nullptr : g32_.as<float>() + off; }
@@ -554,17 +453,6 @@ class CudaEngine final : public Engine {
 
   // ---------------------------------------------------------------- GRPO++ loss over the batch
 
-  template <typename F>
-  void for_micro_batches(const PackedBatch& b, int64_t max_tokens, F&& fn) {
-    int64_t s0 = 0;
-    while (s0 < b.n_seqs) {
-      int64_t s1 = s0 + 1;
-      while (s1 < b.n_seqs && b.offsets[s1 + 1] - b.offsets[s0] <= max_tokens) s1++;
-      fn(s0, s1);
-      s0 = s1;
-    }
-  }
-
   TrainStats accumulate_gradients(const TrainBatch& b, const TrainHyper& hp) {
     validate_train(b, hp, cfg_.vocab_size);
     if (with_grads_) cudaCheck(cudaMemsetAsync(g32_.as<float>(), 0, size_t(n_params_) * 4, stream_));
@@ -572,16 +460,11 @@ class CudaEngine final : public Engine {
     const double clip_high = pp ? hp.clip_high : hp.clip_low;  // GRPO: symmetric clip
     // Per-token coefficient mask/normaliser (0 ⇒ not trained) and advantage, as the CPU engine's loop.
     std::vector<float> coef(size_t(b.n_tokens), 0.0f), adv(size_t(b.n_tokens), 0.0f);
-    const double n_seq = double(b.n_seqs);
+    const std::vector<double> norms = sequence_loss_norms(b, hp);
     for (int64_t s = 0; s < b.n_seqs; s++) {
       const int64_t t0 = b.offsets[s], t1 = b.offsets[s + 1];
-      double norm = n_seq * hp.l_max;  // GRPO++: Σ_i Σ_t m·ℓ / (N·L_max)
-      if (!pp) {                        // GRPO: per-sequence token mean, then mean over sequences
-        double msum = 0;
-        for (int64_t t = t0 + 1; t < t1; t++) msum += b.mask[t];
-        if (msum == 0) continue;
-        norm = n_seq * msum;
-      }
+      const double norm = norms[size_t(s)];
+      if (norm == 0) continue;
       for (int64_t t = t0 + 1; t < t1; t++) {  // the first token of a sequence has no prediction
         coef[size_t(t)] = float(double(b.mask[t]) / norm);
         adv[size_t(t)] = b.advantages[s];
@@ -638,10 +521,10 @@ class CudaEngine final : public Engine {
   EngineOptions opts_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  std::vector<ParamInfo> params_;
-  std::map<std::string, size_t> index_;
-  std::vector<LayerParams> layers_;
-  int64_t n_params_ = 0, emb_ = 0, normf_ = 0, head_ = 0, step_ = 0;
+  ParamLayout layout_;
+  const std::vector<LayerParams>& layers_;
+  const int64_t n_params_, emb_, normf_, head_;  // from layout_
+  int64_t step_ = 0;
   DevMem w32_, w16_, g32_, m_, v_, red_, cos_, sin_, arena_, kcache_, vcache_, gen_offs_mem_;
   std::string src_dir_;
   bool with_grads_ = true;

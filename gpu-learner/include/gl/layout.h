@@ -1,0 +1,81 @@
+// Host-side pieces every backend shares around its device code: the parameter layout (one table of
+// tensor specs planned up front from the config, llm.c style), checkpoint I/O by tensor name, the
+// decoding loop around a backend's incremental forward, and the GRPO++ batch bookkeeping.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gl/config.h"
+#include "gl/engine.h"
+
+namespace gl {
+
+// Offsets of one decoder layer's tensors into the parameter allocation; -1 when absent (no attention bias).
+struct LayerParams {
+  int64_t ln1, wq, bq, wk, bk, wv, bv, wo, bo, qn, kn, ln2, wg, wu, wd;
+};
+
+// Every parameter tensor of a Qwen3 model: Hugging Face name, shape and offset into the one parameter
+// allocation (gradients and Adam moments use the same offsets). Order and offsets are part of the
+// optimizer.bin format: embed_tokens, then per layer ln1, q, (bq), k, (bk), v, (bv), o, (bo), q_norm,
+// k_norm, ln2, gate, up, down, then norm, then lm_head unless tied.
+class ParamLayout {
+ public:
+  explicit ParamLayout(const QwenConfig& cfg);
+  const std::vector<ParamInfo>& params() const { return params_; }
+  int64_t size() const { return size_; }  // total floats
+  // Throws std::invalid_argument naming the tensor when it does not exist.
+  const ParamInfo& find(const std::string& name) const;
+
+  int64_t embed = 0, final_norm = 0, head = 0;  // head == embed when the embeddings are tied
+  std::vector<LayerParams> layers;
+
+ private:
+  int64_t add(const std::string& name, std::vector<int64_t> shape);
+  std::vector<ParamInfo> params_;
+  std::map<std::string, size_t> index_;
+  int64_t size_ = 0;
+};
+
+// Throws when dir's config describes a model of another shape than `loaded` (reload in place).
+void check_same_model_shape(const QwenConfig& loaded, const QwenConfig& c, const std::string& dir);
+// All weights of dir's safetensors, converted to fp32, laid out as `layout` says.
+std::vector<float> read_weights(const std::string& dir, const ParamLayout& layout);
+// Throws std::invalid_argument when a set_tensor call gives the wrong element count.
+void check_tensor_size(const ParamInfo& p, int64_t n);
+void mkdir_p(const std::string& dir);
+
+// A checkpoint directory: model.safetensors (F32), optimizer.bin, config.json (verbatim), and the
+// tokenizer / generation files copied from src_dir so the directory stays servable.
+void save_checkpoint(const std::string& dir, const ParamLayout& layout, const QwenConfig& cfg, const float* w,
+                     const std::vector<float>& m, const std::vector<float>& v, int64_t step, const std::string& src_dir);
+
+// The decoding loop of every backend: validation, the position limit, host sampling and stop ids.
+// reserve(max_t) sizes the backend's KV cache; feed(toks, n, pos0, logits) runs n tokens at positions
+// pos0.. through the model, appending to the cache, and writes the last token's logits (V).
+using FeedTokens = std::function<void(const int32_t* toks, int64_t n, int64_t pos0, float* logits)>;
+GenerateResult decode_tokens(const QwenConfig& cfg, const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o,
+                             const std::function<void(int64_t max_t)>& reserve, const FeedTokens& feed);
+
+// Micro-batches of whole sequences [s0, s1) with at most max_tokens tokens (a longer sequence alone).
+template <typename F>
+void for_micro_batches(const PackedBatch& b, int64_t max_tokens, F&& fn) {
+  int64_t s0 = 0;
+  while (s0 < b.n_seqs) {
+    int64_t s1 = s0 + 1;
+    while (s1 < b.n_seqs && b.offsets[s1 + 1] - b.offsets[s0] <= max_tokens) s1++;
+    fn(s0, s1);
+    s0 = s1;
+  }
+}
+
+// Per sequence, the divisor of its tokens' m·ℓ (0 ⇒ the sequence adds nothing):
+//   GRPO++: N·L_max (DESIGN §5, a constant);  GRPO: N·Σ_t m_t (per-sequence token mean, then mean over N).
+// N = hp.norm_seqs when set, else the batch's sequence count; with it, a learner may leave out sequences
+// that add 0 (zero advantage, no trainable token) and keep the loss and gradient of the full batch.
+std::vector<double> sequence_loss_norms(const TrainBatch& b, const TrainHyper& hp);
+
+}  // namespace gl
