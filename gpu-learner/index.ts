@@ -4,36 +4,15 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync } from '
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
+import type { PackedTrainBatch as TrainBatch, StepStats } from '../lib/grpo.ts';
+import { qwen3TensorShapes, type QwenConfig } from '../lib/qwen3.ts';
+import { encodeSafetensors, type NamedTensor, type StDtype } from '../lib/safetensors.ts';
+
+export type { PackedTrainBatch as TrainBatch } from '../lib/grpo.ts';
+export { qwen3TensorShapes, type Qwen3ModelConfig, type QwenConfig } from '../lib/qwen3.ts';
+export { f32ToBf16, f32ToF16, type StDtype } from '../lib/safetensors.ts';
+
 export type Device = 'cpu' | 'cuda';
-
-/** Hugging Face Qwen3 config.json (the fields the learner reads; others are kept verbatim). */
-export interface QwenConfig {
-  vocab_size: number;
-  hidden_size: number;
-  intermediate_size: number;
-  num_hidden_layers: number;
-  num_attention_heads: number;
-  num_key_value_heads: number;
-  head_dim: number;
-  rms_norm_eps: number;
-  rope_theta: number;
-  max_position_embeddings?: number;
-  tie_word_embeddings?: boolean;
-  attention_bias?: boolean;
-  [key: string]: unknown;
-}
-
-export interface TrainBatch {
-  ids: Int32Array;
-  /** n+1 entries: sequence i is ids[offsets[i], offsets[i+1]). */
-  offsets: Int32Array;
-  /** per token; the first token of each sequence is never trained (it has no prediction). */
-  mask: Float32Array;
-  /** per sequence */
-  advantages: Float32Array;
-  /** per token; when absent, recomputed on the current weights before the update (ρ = 1). */
-  oldLogprobs?: Float32Array;
-}
 
 export interface TrainHyper {
   lr: number;
@@ -57,15 +36,8 @@ export interface TrainHyper {
   normSequences?: number;
 }
 
-export interface TrainStats {
-  loss: number;
-  /** global gradient norm before clipping */
-  gradNorm: number;
-  clipFraction: number;
-  meanRatio: number;
-  tokens: number;
-  seconds: number;
-  skipped: boolean;
+export interface TrainStats extends StepStats {
+  /** optimizer steps taken after this one */
   step: number;
 }
 
@@ -301,96 +273,10 @@ function trainArgs(b: TrainBatch): Required<Omit<TrainBatch, 'oldLogprobs'>> & {
 
 // ---------------------------------------------------------------- checkpoints from TypeScript
 
-export type StDtype = 'F32' | 'BF16' | 'F16';
-
-/** Hugging Face Qwen3 tensor names and shapes, in the learner's order. */
-export function qwen3TensorShapes(c: QwenConfig): [string, number[]][] {
-  const C = c.hidden_size, V = c.vocab_size, I = c.intermediate_size, D = c.head_dim;
-  const QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
-  const out: [string, number[]][] = [['model.embed_tokens.weight', [V, C]]];
-  for (let l = 0; l < c.num_hidden_layers; l++) {
-    const p = `model.layers.${l}.`;
-    out.push([p + 'input_layernorm.weight', [C]], [p + 'self_attn.q_proj.weight', [QD, C]]);
-    if (c.attention_bias) out.push([p + 'self_attn.q_proj.bias', [QD]]);
-    out.push([p + 'self_attn.k_proj.weight', [KD, C]]);
-    if (c.attention_bias) out.push([p + 'self_attn.k_proj.bias', [KD]]);
-    out.push([p + 'self_attn.v_proj.weight', [KD, C]]);
-    if (c.attention_bias) out.push([p + 'self_attn.v_proj.bias', [KD]]);
-    out.push([p + 'self_attn.o_proj.weight', [C, QD]]);
-    if (c.attention_bias) out.push([p + 'self_attn.o_proj.bias', [C]]);
-    out.push(
-      [p + 'self_attn.q_norm.weight', [D]],
-      [p + 'self_attn.k_norm.weight', [D]],
-      [p + 'post_attention_layernorm.weight', [C]],
-      [p + 'mlp.gate_proj.weight', [I, C]],
-      [p + 'mlp.up_proj.weight', [I, C]],
-      [p + 'mlp.down_proj.weight', [C, I]],
-    );
-  }
-  out.push(['model.norm.weight', [C]]);
-  if (!c.tie_word_embeddings) out.push(['lm_head.weight', [V, C]]);
-  return out;
-}
-
-/** f32 → bf16 bits, round to nearest even (NaN kept quiet). */
-export function f32ToBf16(x: Float32Array): Uint16Array {
-  const u = new Uint32Array(x.buffer, x.byteOffset, x.length);
-  const out = new Uint16Array(x.length);
-  for (let i = 0; i < x.length; i++) {
-    const v = u[i];
-    if ((v & 0x7fffffff) > 0x7f800000) out[i] = (v >>> 16) | 0x40;
-    else out[i] = (v + 0x7fff + ((v >>> 16) & 1)) >>> 16;
-  }
-  return out;
-}
-
-/** f32 → IEEE half bits, round to nearest even, overflow to ±inf. */
-export function f32ToF16(x: Float32Array): Uint16Array {
-  const u = new Uint32Array(x.buffer, x.byteOffset, x.length);
-  const out = new Uint16Array(x.length);
-  for (let i = 0; i < x.length; i++) {
-    const v = u[i], sign = (v >>> 16) & 0x8000, exp = (v >>> 23) & 0xff, man = v & 0x7fffff;
-    if (exp === 0xff) { out[i] = sign | 0x7c00 | (man ? 0x200 : 0); continue; }
-    const e = exp - 127 + 15;
-    if (e >= 31) { out[i] = sign | 0x7c00; continue; }
-    if (e <= 0) {
-      if (e < -10) { out[i] = sign; continue; }
-      const m = man | 0x800000, shift = 14 - e;
-      let h = m >>> shift;
-      const rem = m & ((1 << shift) - 1), half = 1 << (shift - 1);
-      if (rem > half || (rem === half && (h & 1))) h++;
-      out[i] = sign | h;
-      continue;
-    }
-    let h = (e << 10) | (man >>> 13);
-    const rem = man & 0x1fff;
-    if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
-    out[i] = sign | h;
-  }
-  return out;
-}
-
 /** Writes a safetensors file (tensors converted to dtype), atomically. */
-export function writeSafetensors(path: string, tensors: { name: string; shape: number[]; data: Float32Array }[], dtype: StDtype = 'F32'): void {
-  const header: Record<string, unknown> = {};
-  const blobs: Uint8Array[] = [];
-  let off = 0;
-  for (const t of tensors) {
-    const numel = t.shape.reduce((a, b) => a * b, 1);
-    if (numel !== t.data.length) throw new RangeError(`tensor ${t.name}: shape [${t.shape}] needs ${numel} values, got ${t.data.length}`);
-    const raw = dtype === 'F32' ? t.data : dtype === 'BF16' ? f32ToBf16(t.data) : f32ToF16(t.data);
-    const bytes = new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength);
-    header[t.name] = { dtype, shape: t.shape, data_offsets: [off, off + bytes.length] };
-    blobs.push(bytes);
-    off += bytes.length;
-  }
-  let h = JSON.stringify(header);
-  while ((8 + h.length) % 8) h += ' ';
-  const hb = Buffer.from(h, 'utf8');
-  const len = Buffer.alloc(8);
-  len.writeBigUInt64LE(BigInt(hb.length));
+export function writeSafetensors(path: string, tensors: NamedTensor[], dtype: StDtype = 'F32'): void {
   const tmp = `${path}.tmp${process.pid}`;
-  writeFileSync(tmp, Buffer.concat([len, hb, ...blobs]));
+  writeFileSync(tmp, Buffer.concat(encodeSafetensors(tensors, { dtype })));
   renameSync(tmp, path);
 }
 

@@ -99,16 +99,34 @@ export interface TrainBatchOptions {
   includeOldLogprobs?: boolean;
 }
 
-export interface TrainBatch {
-  /** all kept sequences concatenated */
+/** What one learner step reports (gpu-learner's trainStep; the workflow's learner-step result). */
+export interface StepStats {
+  loss: number;
+  /** global gradient norm before clipping */
+  gradNorm: number;
+  clipFraction: number;
+  meanRatio: number;
+  tokens: number;
+  seconds: number;
+  /** no update: the gradient norm was not finite, or there was nothing to train */
+  skipped: boolean;
+}
+
+/** Packed variable-length sequences as the learner takes them (gpu-learner's trainStep batch); no padding. */
+export interface PackedTrainBatch {
   ids: Int32Array;
-  /** n+1 sequence boundaries into ids */
+  /** n+1 entries: sequence i is ids[offsets[i], offsets[i+1]) */
   offsets: Int32Array;
-  /** per token: trajectory mask × compact-filter mask */
+  /** per token; the first token of each sequence is never trained (it has no prediction) */
   mask: Float32Array;
-  /** per kept sequence */
+  /** per sequence */
   advantages: Float32Array;
+  /** per token; when absent, recomputed on the current weights before the update (ρ = 1) */
   oldLogprobs?: Float32Array;
+}
+
+/** The kept sequences packed (mask: trajectory mask × compact-filter mask), with what was left out. */
+export interface TrainBatch extends PackedTrainBatch {
   /** episodes in the batch before dropping (the N_episodes of the loss normalisation) */
   episodes: number;
   /** input indices of the kept sequences */

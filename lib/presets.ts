@@ -4,25 +4,20 @@
 // RNG so the same (preset, seed) always gives the same bytes.
 import { mkdir, open, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
+import { qwen3TensorShapes, type Qwen3ModelConfig } from './qwen3.ts';
+import { encodeSafetensors, type NamedTensor } from './safetensors.ts';
 import { CHATML_TEMPLATE } from './tokenizer.ts';
+
+export { qwen3TensorShapes };
 
 export const SPECIAL_TOKENS = { endOfText: '<|endoftext|>', imStart: '<|im_start|>', imEnd: '<|im_end|>' } as const;
 
 /** The Qwen3 `config.json` fields we write (transformers' Qwen3Config names). */
-export interface Qwen3Config {
+export interface Qwen3Config extends Qwen3ModelConfig {
   architectures: ['Qwen3ForCausalLM'];
   model_type: 'qwen3';
-  vocab_size: number;
-  hidden_size: number;
-  intermediate_size: number;
-  num_hidden_layers: number;
-  num_attention_heads: number;
-  num_key_value_heads: number;
-  head_dim: number;
   hidden_act: 'silu';
   max_position_embeddings: number;
-  rms_norm_eps: number;
-  rope_theta: number;
   rope_scaling: null;
   tie_word_embeddings: boolean;
   attention_bias: boolean;
@@ -42,16 +37,20 @@ export interface Qwen3Config {
 export type PresetName = 'tiny' | 'frozenlake';
 export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'frozenlake'];
 
-interface ModelShape {
-  hidden_size: number;
-  intermediate_size: number;
-  num_hidden_layers: number;
-  num_attention_heads: number;
-  num_key_value_heads: number;
-  head_dim: number;
-  tie_word_embeddings: boolean;
-  max_position_embeddings: number;
-}
+/** The Qwen3 fields a preset fixes (its tokenizer gives the vocabulary). */
+type ModelShape = Required<
+  Pick<
+    Qwen3ModelConfig,
+    | 'hidden_size'
+    | 'intermediate_size'
+    | 'num_hidden_layers'
+    | 'num_attention_heads'
+    | 'num_key_value_heads'
+    | 'head_dim'
+    | 'tie_word_embeddings'
+    | 'max_position_embeddings'
+  >
+>;
 
 interface TokenizerFiles {
   tokenizerJson: Record<string, unknown>;
@@ -424,33 +423,6 @@ export function presetConfig(preset: Preset, tok: TokenizerFiles = preset.tokeni
 // ---------------------------------------------------------------------------------------------
 // Weights.
 
-/** Parameter names and shapes of a Qwen3ForCausalLM with HF tensor names. */
-export function qwen3TensorShapes(c: Qwen3Config): [string, number[]][] {
-  const h = c.hidden_size;
-  const q = c.num_attention_heads * c.head_dim;
-  const kv = c.num_key_value_heads * c.head_dim;
-  const out: [string, number[]][] = [['model.embed_tokens.weight', [c.vocab_size, h]]];
-  for (let i = 0; i < c.num_hidden_layers; i++) {
-    const p = `model.layers.${i}`;
-    out.push(
-      [`${p}.input_layernorm.weight`, [h]],
-      [`${p}.self_attn.q_proj.weight`, [q, h]],
-      [`${p}.self_attn.k_proj.weight`, [kv, h]],
-      [`${p}.self_attn.v_proj.weight`, [kv, h]],
-      [`${p}.self_attn.o_proj.weight`, [h, q]],
-      [`${p}.self_attn.q_norm.weight`, [c.head_dim]],
-      [`${p}.self_attn.k_norm.weight`, [c.head_dim]],
-      [`${p}.post_attention_layernorm.weight`, [h]],
-      [`${p}.mlp.gate_proj.weight`, [c.intermediate_size, h]],
-      [`${p}.mlp.up_proj.weight`, [c.intermediate_size, h]],
-      [`${p}.mlp.down_proj.weight`, [h, c.intermediate_size]],
-    );
-  }
-  out.push(['model.norm.weight', [h]]);
-  if (!c.tie_word_embeddings) out.push(['lm_head.weight', [c.vocab_size, h]]);
-  return out;
-}
-
 /** xmur3 string hash -> 32-bit seed: each tensor gets its own stream, independent of tensor order. */
 function hashSeed(text: string): number {
   let h = 1779033703 ^ text.length;
@@ -491,32 +463,15 @@ export function fillNormal(out: Float32Array, seed: number, name: string, std: n
   }
 }
 
-/** Serialises F32 tensors as safetensors: u64 LE header length, JSON header (space-padded to 8 bytes), data. */
-export function encodeSafetensors(tensors: [string, number[], Float32Array][], metadata: Record<string, string> = { format: 'pt' }): Buffer[] {
-  const header: Record<string, unknown> = { __metadata__: metadata };
-  let offset = 0;
-  for (const [name, shape, data] of tensors) {
-    const n = shape.reduce((a, b) => a * b, 1);
-    if (n !== data.length) throw new Error(`safetensors: tensor ${name} has ${data.length} values, shape ${JSON.stringify(shape)} needs ${n}`);
-    header[name] = { dtype: 'F32', shape, data_offsets: [offset, offset + data.byteLength] };
-    offset += data.byteLength;
-  }
-  let json = JSON.stringify(header);
-  json += ' '.repeat((8 - (Buffer.byteLength(json) % 8)) % 8);
-  const head = Buffer.alloc(8);
-  head.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
-  return [head, Buffer.from(json, 'utf8'), ...tensors.map(([, , d]) => Buffer.from(d.buffer, d.byteOffset, d.byteLength))];
-}
-
 /** Random init as transformers does for Qwen3: matrices normal(0, initializer_range), RMSNorm weights 1. */
-export function initWeights(config: Qwen3Config, seed: number): [string, number[], Float32Array][] {
+export function initWeights(config: Qwen3Config, seed: number): NamedTensor[] {
   return qwen3TensorShapes(config)
     .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
     .map(([name, shape]) => {
       const data = new Float32Array(shape.reduce((a, b) => a * b, 1));
       if (shape.length === 1) data.fill(1);
       else fillNormal(data, seed, name, config.initializer_range);
-      return [name, shape, data];
+      return { name, shape, data };
     });
 }
 
@@ -576,7 +531,7 @@ export async function writeModel(dir: string, preset: PresetName | string, seed 
     );
     const fh = await open(join(tmp, 'model.safetensors'), 'w');
     try {
-      for (const buf of encodeSafetensors(tensors, { format: 'pt', swerl_preset: p.name, swerl_seed: String(seed) })) await fh.write(buf);
+      for (const buf of encodeSafetensors(tensors, { metadata: { format: 'pt', swerl_preset: p.name, swerl_seed: String(seed) } })) await fh.write(buf);
       await fh.sync();
     } finally {
       await fh.close();
@@ -588,7 +543,7 @@ export async function writeModel(dir: string, preset: PresetName | string, seed 
       preset: p.name,
       seed,
       config,
-      parameters: tensors.reduce((a, [, , d]) => a + d.length, 0),
+      parameters: tensors.reduce((a, t) => a + t.data.length, 0),
       files: ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json'],
     };
   } catch (e) {

@@ -2,6 +2,7 @@
 // Small shapes only: ids, keys, numbers (DESIGN §2).
 import type { EndReason, RolloutSummary } from '../lib/types.ts';
 import type { Hyperparameters, TrainingConfig } from '../lib/config.ts';
+import type { StepStats } from '../lib/grpo.ts';
 
 export type { RolloutSummary };
 
@@ -27,15 +28,8 @@ export interface RolloutInput {
 
 export interface LearnerItem { key: string; advantage: number; end: EndReason }
 export interface LearnerStepInput { storeUrl: string; runId: string; n: number; checkpoint: number; items: LearnerItem[] }
-export interface LearnerStepResult {
+export interface LearnerStepResult extends StepStats {
   checkpoint: number;
-  loss: number;
-  gradNorm: number;
-  clipFraction: number;
-  meanRatio: number;
-  tokens: number;
-  seconds: number;
-  skipped: boolean;
   /** trajectories the learner read from the store for this step */
   trajectories: number;
   /** sequences packed into the batch (non-zero advantage) */
