@@ -7,7 +7,7 @@ import { copyFile, cp, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
-import { buildTrainBatch } from '../lib/grpo.ts';
+import { buildTrainBatch, type PackedTrainBatch, type StepStats } from '../lib/grpo.ts';
 import { createPolicyClient } from '../lib/policy-client.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
@@ -23,9 +23,9 @@ import type {
 /** The part of gpu-learner's Learner used here. */
 export interface LearnerHandle {
   trainStep(
-    batch: { ids: Int32Array; offsets: Int32Array; mask: Float32Array; advantages: Float32Array; oldLogprobs?: Float32Array },
+    batch: PackedTrainBatch,
     hp: Record<string, unknown>,
-  ): Promise<{ loss: number; gradNorm: number; clipFraction: number; meanRatio: number; tokens: number; seconds: number; skipped: boolean; step: number }>;
+  ): Promise<StepStats & { step: number }>;
   save(dir: string): Promise<void>;
 }
 interface PolicyServerHandle {
@@ -203,7 +203,9 @@ export function createLearnerActivities(ctx: LearnerContext) {
           if (!t) throw new Error(`trajectory ${it.key} is missing from ${store.url}`);
           trajs.push(t);
         }
-        const batch = buildTrainBatch(trajs, input.items.map((it) => it.advantage), { compactFilter: true });
+        // Zero-advantage (and fully masked) sequences add 0 to Σ m·ℓ: left out of the forward/backward,
+        // still counted in N through normSequences, so the step is the full batch's (DESIGN §5).
+        const batch = buildTrainBatch(trajs, input.items.map((it) => it.advantage), { compactFilter: true, dropZeroAdvantage: true });
         const a = config.algorithm;
         const hp = {
           lr: a.lr,
@@ -216,15 +218,17 @@ export function createLearnerActivities(ctx: LearnerContext) {
           maxGradNorm: a.maxGradNorm,
           lMax: a.lMax,
           mode: a.loss,
-          episodes: batch.episodes,
+          normSequences: batch.episodes,
           ...(a.microBatchTokens ? { microBatchTokens: a.microBatchTokens } : {}),
         };
         // the in-memory weights change now: until n+1 is saved, a retry must reload n
         ctx.loaded = null;
         const started = Date.now();
+        // nothing to train (every group's rewards equal): no native call, a skipped step with zero stats;
+        // checkpoint n+1 is still written (same weights, same optimizer step) so the run goes on
         const step =
           batch.kept.length === 0
-            ? { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 1, tokens: 0, seconds: 0, skipped: true, step: 0 }
+            ? { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true, step: 0 }
             : await withHeartbeat({ n, sequences: batch.kept.length }, () =>
                 learner.trainStep({ ids: batch.ids, offsets: batch.offsets, mask: batch.mask, advantages: batch.advantages }, hp),
               );
