@@ -48,7 +48,7 @@ describe('pod spec', () => {
   });
   test('deny-all NetworkPolicy selects sandbox pods, both directions', () => {
     const np = denyAllNetworkPolicy('swerl');
-    assert.deepEqual(np.spec!.podSelector.matchLabels, { 'swerl.sandbox': '1' });
+    assert.deepEqual(np.spec?.podSelector?.matchLabels, { 'swerl.sandbox': '1' });
     assert.deepEqual(np.spec!.policyTypes, ['Ingress', 'Egress']);
     assert.deepEqual(np.spec!.egress, []);
   });
