@@ -13,7 +13,7 @@ import type { RolloutInput } from '../workflows/shapes.ts';
 /** What an environment contributes to one episode: the world and its loop options. */
 export interface EpisodeSetup {
   env: RunEpisodeOptions['env'];
-  loop: Partial<Pick<RunEpisodeOptions, 'maxSteps' | 'allowedActionTokens' | 'stepsRemainingSuffix' | 'tokenWarningAt'>>;
+  loop: Partial<Pick<RunEpisodeOptions, 'maxSteps' | 'allowedActionTokens' | 'stepsRemainingSuffix' | 'tokenWarningAt' | 'tokenWarning'>>;
 }
 
 export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number) => Promise<EpisodeSetup>;
@@ -142,6 +142,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       allowedActionTokens: loop.allowedActionTokens,
       stepsRemainingSuffix: loop.stepsRemainingSuffix,
       tokenWarningAt: loop.tokenWarningAt,
+      tokenWarning: loop.tokenWarning,
       deadlineMs: started + config.episode.timeoutMinutes * 60_000,
       onStep: (e) => {
         if (cancelled.aborted) throw new Error('rollout cancelled');

@@ -7,7 +7,7 @@ import { parseToolCall } from '../lib/toolcall.ts';
 import { loadTasks, type SweTask } from '../lib/swe/task.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS, SweTools } from '../lib/swe/tools.ts';
 import { SweEnvConfigSchema, type SweEnvConfig, type SweEnvConfigInput } from '../lib/swe/env-config.ts';
-import { NO_CALL_REMINDER, SYSTEM_PROMPT, callErrorObservation, instancePrompt } from '../lib/swe/prompts.ts';
+import { NO_CALL_REMINDER, SYSTEM_PROMPT, callErrorObservation, instancePrompt, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 import { similarityReward } from '../lib/swe/similarity.ts';
 import { gradePatch, type GradeInput } from './grade.ts';
 import { ensureTaskImage, taskImageName } from './images.ts';
@@ -151,7 +151,7 @@ export async function sweEpisodeSetup(config: TrainingConfig, taskId: string, _s
   // the same wall-clock limit as the episode loop's, so a command that would cross it ends with env_timeout
   const deadlineMs = Date.now() + config.episode.timeoutMinutes * 60_000;
   const env = await createSweEnvironment(taskId, envCfg as SweEnvConfigInput, { deadlineMs });
-  return { env, loop: { maxSteps: env.cfg.maxSteps, stepsRemainingSuffix: true, tokenWarningAt: env.cfg.tokenWarningAt } };
+  return { env, loop: { maxSteps: env.cfg.maxSteps, stepsRemainingSuffix: true, tokenWarningAt: env.cfg.tokenWarningAt, tokenWarning: tokenBudgetWarning } };
 }
 
 registerEnvironment('swe', sweEpisodeSetup);

@@ -49,6 +49,8 @@ export interface RunEpisodeOptions {
   stepsRemainingSuffix?: boolean;
   /** warn in the observation once fewer than this many response tokens remain */
   tokenWarningAt?: number;
+  /** the warning's text given the response tokens left; TOKEN_BUDGET_WARNING by default (SWE: lib/swe/prompts.ts) */
+  tokenWarning?: (tokensLeft: number) => string;
   /** wall-clock deadline (ms since epoch); the loop ends with 'timeout' after it */
   deadlineMs?: number;
   /** clock for the deadline; Date.now by default */
@@ -177,7 +179,8 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
     }
     let obs = observation;
     if (o.stepsRemainingSuffix) obs += `\nSteps Remaining: ${o.maxSteps - steps}`;
-    if (o.tokenWarningAt !== undefined && o.maxResponseTokens - responseTokens <= o.tokenWarningAt) obs += `\n${TOKEN_BUDGET_WARNING}`;
+    const left = o.maxResponseTokens - responseTokens;
+    if (o.tokenWarningAt !== undefined && left <= o.tokenWarningAt) obs += `\n${o.tokenWarning ? o.tokenWarning(left) : TOKEN_BUDGET_WARNING}`;
     push(tok.encode(observationText(obs)), 0);
   }
 

@@ -131,6 +131,13 @@ test('steps-remaining suffix and token-budget warning', async () => {
   assert.ok(!text.split('Steps Remaining: 3')[0].includes(TOKEN_BUDGET_WARNING));
   assert.match(text, new RegExp(`Steps Remaining: 3\\n${TOKEN_BUDGET_WARNING.replace(/\./g, '\\.')}<\\|im_end\\|>`));
   assert.equal(r.end, 'max_context');
+
+  // an environment's own warning text, told how many response tokens are left
+  const again = scripted('U');
+  const r2 = await runEpisode({ ...base, maxSteps: 5, maxResponseTokens: 4, tokenWarningAt: 2, tokenWarning: (n) => `only ${n} left`, env: new FrozenLakeEnv(openSeed()), policy: again.policy, tokenizer: tok });
+  const text2 = tok.decode(r2.ids.slice(r2.promptLength));
+  assert.match(text2, /only 2 left<\|im_end\|>/);
+  assert.ok(!text2.includes(TOKEN_BUDGET_WARNING));
 });
 
 test('an environment that throws ends with error; policy outages propagate', async () => {

@@ -7,7 +7,7 @@ import { validateConfig } from '../lib/config.ts';
 import type { EndReason } from '../lib/types.ts';
 import { formatToolCall, type ToolCall } from '../lib/toolcall.ts';
 import { parsePatch } from '../lib/swe/similarity.ts';
-import { NO_CALL_REMINDER, SYSTEM_PROMPT } from '../lib/swe/prompts.ts';
+import { NO_CALL_REMINDER, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 
 const TASKS = '/work/shared/swe-tasks/tasks.jsonl';
 const tasks = readFileSync(TASKS, 'utf8')
@@ -93,7 +93,7 @@ test('rollout factory: env.kind swe from a validated training config', async () 
   const v = validateConfig({ env: { kind: 'swe', tasksFile: TASKS, maxSteps: 7 } });
   assert.ok(v.ok);
   const { env, loop } = await sweEpisodeSetup(v.config, 'tkem__cachetools-bb4b37c', 0);
-  assert.deepEqual(loop, { maxSteps: 7, stepsRemainingSuffix: true, tokenWarningAt: 2048 });
+  assert.deepEqual(loop, { maxSteps: 7, stepsRemainingSuffix: true, tokenWarningAt: 2048, tokenWarning: tokenBudgetWarning });
   await env.close();
   await assert.rejects(sweEpisodeSetup(v.config, 'no-such-task', 0), /not in/);
 });
