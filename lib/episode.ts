@@ -4,8 +4,10 @@
 //   turn    = sampled ids exactly as generated, with their log-probs                  (mask 1)
 //             + `<|im_end|>` when the turn did not end with it                        (mask 0)
 //   obs     = `\n<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n`          (mask 0)
-// Sampled ids are never re-tokenised. Model garbage never throws out of the loop; policy-server
-// failures (PolicyUnavailableError) do, so the rollout activity is retried.
+// Sampled ids are never re-tokenised. Model garbage never throws out of the loop. What is not the
+// agent's doing throws, so the rollout activity is retried (DESIGN §2): policy-server failures
+// (PolicyUnavailableError), an environment that cannot start (reset) or cannot be graded (reward).
+// A failure inside step() ends the episode with 'error': the agent may have caused it.
 
 import type { ChatMessage, CompletionRequest, CompletionResult, EndReason, TextEnvironment } from './types.ts';
 import { hashInts } from './envs/frozenlake.ts';
@@ -106,12 +108,8 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
   const allowedIds = actionTokens?.length ? actionTokens.map((t) => tok.tokenId(t)) : undefined;
   const stopIds = [...new Set([tok.imEnd, tok.eos])];
 
-  let messages: ChatMessage[];
-  try {
-    messages = await o.env.reset();
-  } catch (e) {
-    return { ids, mask, logprobs, promptLength: 0, reward: 0, end: 'error', steps, responseTokens, info: { error: `reset: ${(e as Error).message}` } };
-  }
+  // infrastructure: a sandbox that cannot start is retried, never scored
+  const messages: ChatMessage[] = await o.env.reset();
   push(tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })), 0);
   const promptLength = ids.length;
 
@@ -185,18 +183,11 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
   }
 
   let reward = 0;
-  if (end === 'error') {
-    reward = 0;
-  } else {
-    try {
-      const r = await o.env.reward(end);
-      reward = r.reward;
-      Object.assign(info, r.info ?? {});
-    } catch (e) {
-      info.error = `reward: ${(e as Error).message}`;
-      end = 'error';
-      reward = 0;
-    }
+  if (end !== 'error') {
+    // infrastructure too: a grading run that cannot happen is retried (test failures are a reward of 0, not a throw)
+    const r = await o.env.reward(end);
+    reward = r.reward;
+    Object.assign(info, r.info ?? {});
   }
   return { ids, mask, logprobs, promptLength, reward, end, steps, responseTokens, info };
 }

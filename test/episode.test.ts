@@ -140,7 +140,7 @@ test('steps-remaining suffix and token-budget warning', async () => {
   assert.ok(!text2.includes(TOKEN_BUDGET_WARNING));
 });
 
-test('an environment that throws ends with error; policy outages propagate', async () => {
+test('step failures end with error; reset, reward and policy failures propagate', async () => {
   const env: TextEnvironment = {
     reset: async () => [{ role: 'system', content: 'x' }, { role: 'user', content: 'y' }],
     step: async () => {
@@ -155,6 +155,12 @@ test('an environment that throws ends with error; policy outages propagate', asy
   assert.equal(r.reward, 0);
   assert.equal(r.info.error, 'sandbox exploded');
   assert.equal(r.steps, 1);
+
+  // reset and reward failures are infrastructure (no sandbox, no grading run): they propagate so the rollout is retried
+  const noSandbox: TextEnvironment = { ...env, reset: async () => { throw new Error('no such image'); } };
+  await assert.rejects(runEpisode({ ...base, env: noSandbox, policy, tokenizer: tok }), /no such image/);
+  const noGrading: TextEnvironment = { ...env, step: async () => ({ observation: 'ok', done: true, end: 'submitted' }), reward: async () => { throw new Error('grading container failed to start'); } };
+  await assert.rejects(runEpisode({ ...base, env: noGrading, policy, tokenizer: tok }), /grading container/);
 
   const down: EpisodePolicy = { complete: async () => { throw new PolicyUnavailableError('down'); } };
   await assert.rejects(runEpisode({ ...base, env: new FrozenLakeEnv(1), policy: down, tokenizer: tok }), PolicyUnavailableError);
