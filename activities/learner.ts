@@ -6,7 +6,7 @@ import { ApplicationFailure, heartbeat } from '@temporalio/activity';
 import { copyFile, cp, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { validateConfig, type TrainingConfig } from '../lib/config.ts';
+import { validateConfig, type ModelSource, type TrainingConfig } from '../lib/config.ts';
 import { buildTrainBatch, type PackedTrainBatch, type StepStats } from '../lib/grpo.ts';
 import { createPolicyClient } from '../lib/policy-client.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
@@ -123,6 +123,41 @@ export class LearnerContext {
   }
 }
 
+/** `<schedule workflow id>-<RFC 3339 UTC time>`: the workflow ids a Temporal Schedule gives its runs. */
+const SCHEDULED_RUN = /^(.+)-(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z)$/;
+
+/**
+ * The run whose newest complete checkpoint becomes `runId`'s checkpoint 0, and that checkpoint.
+ * "latest": the newest earlier run of the same Schedule that has one (its times sort as text),
+ * else `initialRun`.
+ */
+async function sourceCheckpoint(store: ArtifactStore, runId: string, model: Extract<ModelSource, { fromRun: string }>): Promise<{ run: string; checkpoint: number }> {
+  const newest = async (run: string) => (await listCheckpoints(store, run)).at(-1);
+  let run = model.fromRun;
+  if (run === 'latest') {
+    const m = SCHEDULED_RUN.exec(runId);
+    if (!m && !model.initialRun) {
+      throw invalid(`config.model.fromRun: "latest" needs a run started by a Schedule (run id <schedule workflow id>-<time>), got run id ${JSON.stringify(runId)}`);
+    }
+    const earlier = m
+      ? (await store.children('runs')).filter((r) => r < runId && SCHEDULED_RUN.exec(r)?.[1] === m[1]).reverse()
+      : [];
+    for (const r of earlier) {
+      const n = await newest(r);
+      if (n !== undefined) return { run: r, checkpoint: n };
+    }
+    if (!model.initialRun) {
+      throw invalid(`config.model.fromRun: "latest": no earlier run of schedule workflow ${JSON.stringify(m![1])} has a checkpoint in ${store.url}, and config.model.initialRun is not set`);
+    }
+    run = model.initialRun;
+  }
+  const field = model.fromRun === 'latest' ? 'config.model.initialRun' : 'config.model.fromRun';
+  if (run === runId) throw invalid(`${field}: ${JSON.stringify(run)} is this run itself`);
+  const n = await newest(run);
+  if (n === undefined) throw invalid(`${field}: run ${JSON.stringify(run)} has no complete checkpoint in ${store.url}`);
+  return { run, checkpoint: n };
+}
+
 function invalid(message: string): ApplicationFailure {
   return ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message });
 }
@@ -148,19 +183,28 @@ async function withHeartbeat<T>(details: Record<string, unknown>, fn: () => Prom
 
 export function createLearnerActivities(ctx: LearnerContext) {
   return {
-    /** Writes checkpoint 0 (a preset's random init, or a copy of a local model directory) unless present. */
+    /**
+     * Writes checkpoint 0 unless present: a preset's random init, a copy of a local model directory,
+     * or a copy of the newest complete checkpoint of an earlier run (`fromRun`, recorded in from.json).
+     */
     async initCheckpoint(input: InitCheckpointInput): Promise<InitCheckpointResult> {
       const store = openStore(input.storeUrl);
       const key = keys.checkpoint(input.runId, 0);
+      const model = input.model;
       const created = await store.putDir(key, async (tmp) => {
-        if ('preset' in input.model) {
+        if ('fromRun' in model) {
+          const src = await sourceCheckpoint(store, input.runId, model);
+          // the learner's stats belong to the step that wrote the source checkpoint, not to this run
+          await cp(store.dirFor(keys.checkpoint(src.run, src.checkpoint)), tmp, { recursive: true, filter: (p) => !p.endsWith('/stats.json') });
+          await writeFile(join(tmp, 'from.json'), JSON.stringify(src));
+        } else if ('preset' in model) {
           const { writeModel } = await import('../lib/presets.ts');
-          await writeModel(tmp, input.model.preset, input.model.seed);
+          await writeModel(tmp, model.preset, model.seed);
         } else {
           try {
-            await cp(input.model.path, tmp, { recursive: true });
+            await cp(model.path, tmp, { recursive: true });
           } catch (e) {
-            throw invalid(`config.model.path: cannot read ${JSON.stringify(input.model.path)} (${(e as Error).message})`);
+            throw invalid(`config.model.path: cannot read ${JSON.stringify(model.path)} (${(e as Error).message})`);
           }
         }
       });

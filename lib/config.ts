@@ -14,10 +14,21 @@ export const SweEnvConfigSchema = SweFieldsSchema.extend({ kind: z.literal('swe'
 
 export const EnvConfigSchema = z.discriminatedUnion('kind', [FrozenLakeEnvConfigSchema, SweEnvConfigSchema]);
 
+/** Run ids are store path segments and workflow ids; ':' allows a Schedule's `<id>-<RFC 3339 time>` workflow ids. */
+export const RUN_ID = /^[A-Za-z0-9._:-]{1,200}$/;
+const runIdSchema = () => z.string().regex(RUN_ID, 'must be a run id ([A-Za-z0-9._:-], at most 200)');
+
 export const ModelSourceSchema = z.union([
   z.object({ preset: z.enum(['tiny', 'frozenlake']), seed: int().min(0).default(0) }).strict(),
   z.object({ path: z.string().min(1) }).strict(),
+  /**
+   * Start from the newest complete checkpoint of an earlier run in the same store (retraining).
+   * "latest": the newest earlier run of the same Schedule (run ids `<schedule workflow id>-<time>`);
+   * when there is none yet, `initialRun` (if given) is used instead.
+   */
+  z.object({ fromRun: runIdSchema(), initialRun: runIdSchema().optional() }).strict(),
 ]);
+export type ModelSource = z.infer<typeof ModelSourceSchema>;
 
 /** Hyperparameters that `updateHyperparameters` may change while a run goes on. */
 export const HyperparametersSchema = z.object({
@@ -37,7 +48,7 @@ export type HyperparametersUpdate = z.infer<typeof HyperparametersUpdateSchema>;
 export const TrainingConfigSchema = z
   .object({
     /** run id; defaults to the trainingRun workflow id */
-    runId: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/).optional(),
+    runId: runIdSchema().optional(),
     seed: int().min(0).default(0),
     iterations: int().min(1).max(1_000_000).default(100),
     batch: z
@@ -130,7 +141,26 @@ function show(v: unknown): string {
 
 /** Turns zod issues into `prefix.path: what is wanted, got value` lines. */
 export function formatIssues(error: z.ZodError, input: unknown, prefix: string): string[] {
-  return error.issues.map((iss) => {
+  return formatIssueList(error.issues, input, prefix);
+}
+
+/**
+ * The one branch of a failed union that the input was meant for: its issues are neither unknown
+ * keys nor missing fields (e.g. `model: {fromRun: "a/b"}` is reported at `model.fromRun`).
+ */
+function intendedBranch(iss: z.core.$ZodIssue, input: unknown): z.core.$ZodIssue[] | null {
+  const branches = ((iss as unknown as { errors?: z.core.$ZodIssue[][] }).errors ?? []).filter(
+    (b) => b.length > 0 && b.every((x) => x.code !== 'unrecognized_keys' && !(x.code === 'invalid_type' && valueAt(input, [...iss.path, ...x.path]) === undefined)),
+  );
+  return branches.length === 1 ? branches[0].map((x) => ({ ...x, path: [...iss.path, ...x.path] })) : null;
+}
+
+function formatIssueList(issues: readonly z.core.$ZodIssue[], input: unknown, prefix: string): string[] {
+  return issues.flatMap((iss) => {
+    if (iss.code === 'invalid_union') {
+      const branch = intendedBranch(iss, input);
+      if (branch) return formatIssueList(branch, input, prefix);
+    }
     const path = [prefix, ...iss.path.map(String)].join('.');
     const got = valueAt(input, iss.path);
     const i = iss as unknown as Record<string, unknown>;
@@ -149,14 +179,14 @@ export function formatIssues(error: z.ZodError, input: unknown, prefix: string):
         want = `must be one of ${(i.values as unknown[]).map((x) => JSON.stringify(x)).join(', ')}`;
         break;
       case 'unrecognized_keys':
-        return `${path}: unknown field(s) ${(i.keys as string[]).join(', ')}`;
+        return [`${path}: unknown field(s) ${(i.keys as string[]).join(', ')}`];
       case 'invalid_union':
         want = iss.path.at(-1) === 'kind' || (i.note === 'No matching discriminator') ? 'must be "frozenlake" or "swe"' : 'does not match any accepted shape';
         break;
       default:
         want = iss.message;
     }
-    return `${path}: ${want}, got ${show(got)}`;
+    return [`${path}: ${want}, got ${show(got)}`];
   });
 }
 
