@@ -9,7 +9,7 @@
 // (PolicyUnavailableError), an environment that cannot start (reset) or cannot be graded (reward).
 // A failure inside step() ends the episode with 'error': the agent may have caused it.
 
-import type { ChatMessage, CompletionRequest, CompletionResult, EndReason, TextEnvironment } from './types.ts';
+import type { ChatMessage, CompletionRequest, CompletionResult, EndReason, TextEnvironment, Trajectory } from './types.ts';
 import { hashInts } from './envs/frozenlake.ts';
 
 /** The part of lib/tokenizer.ts's Tokenizer the loop needs. */
@@ -60,14 +60,8 @@ export interface RunEpisodeOptions {
   onStep?: (e: EpisodeStepEvent) => void | Promise<void>;
 }
 
-export interface EpisodeResult {
-  ids: number[];
-  mask: number[];
-  logprobs: number[];
-  promptLength: number;
-  reward: number;
-  end: EndReason;
-  steps: number;
+/** The token stream and outcome of one episode: a Trajectory before its run/task/sample identity. */
+export interface EpisodeResult extends Pick<Trajectory, 'ids' | 'mask' | 'logprobs' | 'promptLength' | 'reward' | 'end' | 'steps'> {
   responseTokens: number;
   info: Record<string, unknown>;
 }

@@ -1,28 +1,19 @@
 // The README's way for ML-infra engineers: a run started, queried and listed with the official
 // `temporal` CLI against a running worker (no code of ours on the client side).
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { startWorkers, type RunningWorkers } from '../workers/index.ts';
 import { temporalBinary } from '../lib/temporal-server.ts';
-import { startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
+import { useTemporalWithWorker, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;
-let workers: RunningWorkers;
 // async: the worker runs in this process, so the CLI must not block its event loop
 const run = promisify(execFile);
 const cli = async (...args: string[]): Promise<string> =>
   (await run(temporalBinary(), [...args, '--address', t.server.address], { encoding: 'utf8', timeout: 120_000 })).stdout;
 
-before(async () => {
-  t = await startTestTemporal();
-  workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
-});
-after(async () => {
-  await workers?.shutdown();
-  await t?.close();
-});
+useTemporalWithWorker((x) => (t = x));
 
 test('temporal workflow start / query / result / list drive a training run', async () => {
   const config = tinyConfig(t.dir, { iterations: 1, batch: { tasks: 2, samples: 2 } });

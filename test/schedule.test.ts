@@ -1,28 +1,19 @@
 // Retraining on a schedule against a real dev server: a Schedule whose runs start from the newest
 // checkpoint of an earlier run (fromRun), triggered by hand; list, delete; fromRun failures name the field.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { WorkflowFailedError, type Client } from '@temporalio/client';
-import { startWorkers, type RunningWorkers } from '../workers/index.ts';
 import { train } from '../scripts/commands/train.ts';
 import { createSchedule, deleteSchedule, listSchedules, scheduledConfig, triggerSchedule } from '../scripts/commands/schedule.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { TrainingRunResult } from '../workflows/shapes.ts';
-import { startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
+import { useTemporalWithWorker, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;
-let workers: RunningWorkers;
 
-before(async () => {
-  t = await startTestTemporal();
-  workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
-});
-after(async () => {
-  await workers?.shutdown();
-  await t?.close();
-});
+useTemporalWithWorker((x) => (t = x));
 
 const small = { iterations: 1, batch: { tasks: 2, samples: 2 } };
 

@@ -1,24 +1,15 @@
 // trainingRun's control surface against a real dev server: bad config, pause/resume,
 // updateHyperparameters (rejected and accepted), stopAfterIteration, the status query.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WorkflowFailedError, WorkflowUpdateFailedError } from '@temporalio/client';
-import { startWorkers, type RunningWorkers } from '../workers/index.ts';
 import { statusQuery, pauseSignal, resumeSignal, stopAfterIterationSignal, updateHyperparametersUpdate } from '../workflows/signals.ts';
 import type { TrainingRunResult, TrainingStatus } from '../workflows/shapes.ts';
-import { startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
+import { useTemporalWithWorker, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;
-let workers: RunningWorkers;
 
-before(async () => {
-  t = await startTestTemporal();
-  workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
-});
-after(async () => {
-  await workers?.shutdown();
-  await t?.close();
-});
+useTemporalWithWorker((x) => (t = x));
 
 test('a bad config fails the run with the field and value named', async () => {
   const h = await t.client.workflow.start('trainingRun', {

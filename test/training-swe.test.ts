@@ -1,29 +1,21 @@
 // Training on real SWE tasks through the same workflows as FrozenLake (issue #4 item 7): one
 // iteration of the tiny local policy on two shared tasks × two samples, each episode in a real Docker
 // sandbox, graded by running the task's tests, and one learner step to checkpoint 1.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startWorkers, type RunningWorkers } from '../workers/index.ts';
 import { train } from '../scripts/commands/train.ts';
 import { keys, listCheckpoints, openStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
-import { startTestTemporal, ROOT, type TestTemporal } from './helpers/temporal.ts';
+import { useTemporalWithWorker, ROOT, type TestTemporal } from './helpers/temporal.ts';
 import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
 
 let t: TestTemporal;
-let workers: RunningWorkers;
 
-before(async () => {
+useTemporalWithWorker((x) => (t = x), async () => {
   await requireDocker();
   await imagesFor(await sharedTasks());
-  t = await startTestTemporal();
-  workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
-});
-after(async () => {
-  await workers?.shutdown();
-  await t?.close();
 });
 
 test('an SWE training iteration runs rollouts in sandboxes, grades them and steps the learner', async () => {

@@ -1,26 +1,17 @@
 // A short FrozenLake run end to end through `swerl train`'s client side against a real dev server:
 // trajectory count = tasks × samples × iterations, checkpoints contiguous 0..N, one metrics line per iteration.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync, readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { startWorkers, type RunningWorkers } from '../workers/index.ts';
 import { train } from '../scripts/commands/train.ts';
 import { keys, listCheckpoints, openStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
-import { startTestTemporal, tinyConfig, type TestTemporal } from './helpers/temporal.ts';
+import { useTemporalWithWorker, tinyConfig, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;
-let workers: RunningWorkers;
 
-before(async () => {
-  t = await startTestTemporal();
-  workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
-});
-after(async () => {
-  await workers?.shutdown();
-  await t?.close();
-});
+useTemporalWithWorker((x) => (t = x));
 
 test('a short FrozenLake run completes with every trajectory and checkpoint in the store', async () => {
   const config = tinyConfig(t.dir, { iterations: 2, batch: { tasks: 4, samples: 2 } });

@@ -8,7 +8,8 @@ import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
-import { buildWorkflowBundle } from '../../workers/index.ts';
+import { after, before } from 'node:test';
+import { buildWorkflowBundle, startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { fileStoreUrl } from '../../lib/store.ts';
 import type { TrainingConfigInput } from '../../lib/config.ts';
 
@@ -52,6 +53,25 @@ export async function startTestTemporal(prefix = 'swerl-test-'): Promise<TestTem
     },
   };
   return t;
+}
+
+/**
+ * The usual file set-up: a dev server and one in-process worker serving both task queues, started
+ * before the file's tests (after `prepare`) and stopped after them; `onReady` receives the server.
+ */
+export function useTemporalWithWorker(onReady: (t: TestTemporal) => void, prepare?: () => Promise<void>): void {
+  let t: TestTemporal | undefined;
+  let workers: RunningWorkers | undefined;
+  before(async () => {
+    await prepare?.();
+    t = await startTestTemporal();
+    workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+    onReady(t);
+  });
+  after(async () => {
+    await workers?.shutdown();
+    await t?.close();
+  });
 }
 
 /** A small FrozenLake config for tests, storing under `dir`. */
