@@ -133,3 +133,45 @@ test('non-finite gradient norm skips the update; the model keeps working; closed
   const lp = await learner.logprobs({ ids, offsets });
   assert.equal(lp.length, 6);
 });
+
+test('config.json as transformers 5 writes it: rope_parameters read, other RoPE types refused, dtype float32 on save', async () => {
+  const mk = (name: string, edit: (c: Record<string, unknown>) => void, dtype: 'F32' | 'BF16' = 'F32') => {
+    const d = join(root, name);
+    writeRandomCheckpoint(d, config, 3, { dtype });
+    const c = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8'));
+    edit(c);
+    writeFileSync(join(d, 'config.json'), JSON.stringify(c, null, 2));
+    return d;
+  };
+  // transformers 5: no top-level rope_theta, rope_parameters {rope_type, rope_theta}, "dtype", layer_types
+  const v5 = mk('v5', (c) => {
+    delete c.rope_theta;
+    delete c.torch_dtype;
+    Object.assign(c, { rope_parameters: { rope_theta: 10000, rope_type: 'default' }, dtype: 'bfloat16', layer_types: ['full_attention'] });
+  }, 'BF16');
+  const v4 = mk('v4', (c) => Object.assign(c, { rope_scaling: null }), 'BF16');
+  const a = await Learner.load(v5, { threads: 1 });
+  const b = await Learner.load(v4, { threads: 1 });
+  assert.deepEqual(await a.logprobs({ ids, offsets }), await b.logprobs({ ids, offsets }), 'same RoPE from rope_parameters as from rope_theta');
+  const saved = join(root, 'v5-saved');
+  await a.save(saved);
+  a.close();
+  b.close();
+  const out = JSON.parse(readFileSync(join(saved, 'config.json'), 'utf8'));
+  assert.equal(out.dtype, 'float32', 'F32 weights are not labelled bfloat16');
+  assert.deepEqual(out.rope_parameters, { rope_theta: 10000, rope_type: 'default' }, 'the rest is kept');
+  const header = readFileSync(join(saved, 'model.safetensors'));
+  assert.match(header.subarray(8, 8 + Number(header.readBigUInt64LE(0))).toString(), /"dtype":"F32"/);
+
+  const yarn = mk('yarn', (c) => {
+    delete c.rope_theta;
+    c.rope_parameters = { rope_type: 'yarn', rope_theta: 1e6, factor: 4 };
+  });
+  await assert.rejects(Learner.load(yarn), /yarn\/config.json: field "rope_parameters.rope_type" is "yarn": this RoPE type is not implemented \(only "default" RoPE\)/);
+  const linear = mk('linear', (c) => (c.rope_scaling = { type: 'linear', factor: 2 }));
+  await assert.rejects(Learner.load(linear), /field "rope_scaling.rope_type" is "linear": this RoPE type is not implemented/);
+  const noTheta = mk('no-theta', (c) => delete c.rope_theta);
+  await assert.rejects(Learner.load(noTheta), /missing required field "rope_theta" \(or "rope_parameters.rope_theta"\)/);
+  const sliding = mk('sliding', (c) => (c.layer_types = ['sliding_attention']));
+  await assert.rejects(Learner.load(sliding), /field "layer_types" holds "sliding_attention": only "full_attention" layers are supported/);
+});

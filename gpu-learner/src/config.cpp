@@ -30,6 +30,34 @@ double get_pos(const Json& j, const std::string& key, const std::string& path) {
   return v.num;
 }
 
+// The RoPE type named by a rope_parameters / rope_scaling object ("rope_type", or transformers 4's "type").
+std::string rope_type_of(const Json& r, const std::string& field, const std::string& path) {
+  if (!r.is_object()) throw std::runtime_error(path + ": field \"" + field + "\" must be an object or null");
+  const Json* t = r.find("rope_type");
+  if (!t) t = r.find("type");
+  if (!t || t->is_null()) return "default";
+  if (!t->is_string()) throw std::runtime_error(path + ": field \"" + field + ".rope_type\" must be a string");
+  return t->str;
+}
+
+// rope_theta: transformers 4 writes it at the top level (rope_scaling beside it), transformers 5 inside
+// rope_parameters {rope_type, rope_theta}. Only the default (unscaled) RoPE is implemented: any other
+// type is refused by name rather than silently computed wrong.
+double read_rope_theta(const Json& j, const std::string& path) {
+  for (const char* field : {"rope_parameters", "rope_scaling"}) {
+    const Json* r = j.find(field);
+    if (!r || r->is_null()) continue;
+    const std::string type = rope_type_of(*r, field, path);
+    if (type != "default")
+      throw std::runtime_error(path + ": field \"" + field + ".rope_type\" is \"" + type +
+                               "\": this RoPE type is not implemented (only \"default\" RoPE)");
+    if (std::string(field) == "rope_parameters" && r->find("rope_theta")) return get_pos(*r, "rope_theta", path + " rope_parameters");
+  }
+  if (!j.find("rope_theta"))
+    throw std::runtime_error(path + ": missing required field \"rope_theta\" (or \"rope_parameters.rope_theta\")");
+  return get_pos(j, "rope_theta", path);
+}
+
 bool get_bool(const Json& j, const std::string& key, bool dflt, const std::string& path) {
   const Json* v = j.find(key);
   if (!v || v->is_null()) return dflt;
@@ -51,7 +79,7 @@ QwenConfig parse_config(const std::string& text, const std::string& path) {
   c.num_key_value_heads = get_int(j, "num_key_value_heads", path, 1);
   c.head_dim = get_int(j, "head_dim", path, 2);
   c.rms_norm_eps = get_pos(j, "rms_norm_eps", path);
-  c.rope_theta = get_pos(j, "rope_theta", path);
+  c.rope_theta = read_rope_theta(j, path);
   if (j.find("max_position_embeddings")) c.max_position_embeddings = get_int(j, "max_position_embeddings", path, 1);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false, path);
   c.attention_bias = get_bool(j, "attention_bias", false, path);
@@ -63,10 +91,47 @@ QwenConfig parse_config(const std::string& text, const std::string& path) {
     throw std::runtime_error(path + ": field \"hidden_act\" must be \"silu\" (Qwen3)");
   if (const Json* sw = j.find("use_sliding_window"); sw && sw->is_bool() && sw->b)
     throw std::runtime_error(path + ": field \"use_sliding_window\"=true is not supported (full causal attention only)");
-  if (const Json* rs = j.find("rope_scaling"); rs && !rs->is_null())
-    throw std::runtime_error(path + ": field \"rope_scaling\" is not supported (must be null)");
+  if (const Json* lt = j.find("layer_types"); lt && lt->is_array())
+    for (const Json& t : lt->arr)
+      if (!(t.is_string() && t.str == "full_attention"))
+        throw std::runtime_error(path + ": field \"layer_types\" holds \"" + (t.is_string() ? t.str : std::string("?")) +
+                                 "\": only \"full_attention\" layers are supported");
   c.raw_json = text;
   return c;
+}
+
+std::string config_for_f32_weights(const std::string& text) {
+  // A light scan of the (already validated) text: strings are skipped whole, depth counts braces and
+  // brackets; a top-level "dtype"/"torch_dtype" key's string value is replaced, everything else kept.
+  std::string out;
+  out.reserve(text.size() + 16);
+  int depth = 0;
+  std::string last_key;
+  bool want_value = false;
+  for (size_t i = 0; i < text.size();) {
+    const char ch = text[i];
+    if (ch == '"') {
+      size_t j = i + 1;
+      while (j < text.size() && text[j] != '"') j += text[j] == '\\' ? 2 : 1;
+      const std::string tok = text.substr(i, j + 1 - i);
+      i = j + 1;
+      if (depth == 1 && want_value && (last_key == "\"dtype\"" || last_key == "\"torch_dtype\"")) {
+        out += "\"float32\"";
+      } else {
+        out += tok;
+      }
+      if (depth == 1 && !want_value) last_key = tok;
+      want_value = false;
+      continue;
+    }
+    if (ch == '{' || ch == '[') depth++;
+    if (ch == '}' || ch == ']') depth--;
+    if (depth == 1 && ch == ':') want_value = true;
+    if (depth == 1 && ch == ',') want_value = false;
+    out += ch;
+    i++;
+  }
+  return out;
 }
 
 QwenConfig load_config(const std::string& dir) {

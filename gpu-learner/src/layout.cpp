@@ -94,7 +94,7 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const Qw
   for (auto& p : layout.params()) views.push_back({p.name, p.shape, w + p.offset});
   write_safetensors_f32(dir + "/model.safetensors", views);
   write_optimizer_state(dir + "/optimizer.bin", step, m, v);
-  atomic_write_file(dir + "/config.json", cfg.raw_json);
+  atomic_write_file(dir + "/config.json", config_for_f32_weights(cfg.raw_json));
   if (src_dir != dir)
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json", "vocab.json",
                           "merges.txt"})

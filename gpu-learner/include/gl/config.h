@@ -18,7 +18,7 @@ struct QwenConfig {
   int64_t max_position_embeddings = 32768;
   bool tie_word_embeddings = false;
   bool attention_bias = false;
-  std::string raw_json;             // the file's text, written back verbatim by save()
+  std::string raw_json;             // the file's text, written back by save() (dtype set to float32)
 
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
@@ -27,5 +27,9 @@ struct QwenConfig {
 // Parses and validates; errors name the file and the field.
 QwenConfig parse_config(const std::string& json_text, const std::string& path);
 QwenConfig load_config(const std::string& dir);
+// The config text written beside F32 weights: a top-level "dtype" / "torch_dtype" (e.g. "bfloat16" from a
+// bf16 source) becomes "float32", so readers that honour it (transformers, vLLM) do not mistake the
+// checkpoint's precision; every other byte is kept.
+std::string config_for_f32_weights(const std::string& json_text);
 
 }  // namespace gl

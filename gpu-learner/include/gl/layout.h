@@ -48,7 +48,7 @@ std::vector<float> read_weights(const std::string& dir, const ParamLayout& layou
 void check_tensor_size(const ParamInfo& p, int64_t n);
 void mkdir_p(const std::string& dir);
 
-// A checkpoint directory: model.safetensors (F32), optimizer.bin, config.json (verbatim), and the
+// A checkpoint directory: model.safetensors (F32), optimizer.bin, config.json (dtype float32), and the
 // tokenizer / generation files copied from src_dir so the directory stays servable.
 void save_checkpoint(const std::string& dir, const ParamLayout& layout, const QwenConfig& cfg, const float* w,
                      const std::vector<float>& m, const std::vector<float>& v, int64_t step, const std::string& src_dir);
