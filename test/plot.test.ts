@@ -3,96 +3,85 @@ import assert from 'node:assert/strict';
 import { mkdtemp, readFile, writeFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { crc32, inflateSync } from 'node:zlib';
-import { writeRewardPlot } from '../lib/plot.ts';
+import { PNG } from 'pngjs';
+import { parseMetricsJsonl, renderChart, rewardChart, writeRewardPlot } from '../lib/plot.ts';
 
-const WIDTH = 720; // as documented on rewardPng
-const HEIGHT = 400;
-const CHANNELS = 3; // RGB
-const WHITE = [255, 255, 255];
-
-interface Png {
-  width: number;
-  height: number;
-  pixel: (x: number, y: number) => number[];
+/** `aria-label`s of the point marks in a Vega SVG, one per plotted value. */
+function pointLabels(svg: string): string[] {
+  const symbols = svg.match(/<g class="mark-symbol role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/);
+  assert.ok(symbols, 'a group of point marks');
+  return [...symbols[1].matchAll(/aria-label="([^"]*)"/g)].map((m) => m[1]);
 }
 
-/** Checks signature, chunk CRCs and IDAT size; returns the pixels (filter type 0 only, as we write). */
-function decodePng(buf: Buffer): Png {
-  assert.deepEqual([...buf.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 'PNG signature');
-  const types: string[] = [];
-  const idat: Buffer[] = [];
-  let ihdr: Buffer | undefined;
-  for (let at = 8; at < buf.length; ) {
-    const len = buf.readUInt32BE(at);
-    const type = buf.toString('ascii', at + 4, at + 8);
-    const data = buf.subarray(at + 8, at + 8 + len);
-    assert.equal(buf.readUInt32BE(at + 8 + len), crc32(buf.subarray(at + 4, at + 8 + len)), `CRC of ${type}`);
-    types.push(type);
-    if (type === 'IHDR') ihdr = data;
-    if (type === 'IDAT') idat.push(data);
-    at += 12 + len;
-  }
-  assert.equal(types[0], 'IHDR');
-  assert.equal(types.at(-1), 'IEND');
-  assert.ok(ihdr);
-  const width = ihdr.readUInt32BE(0);
-  const height = ihdr.readUInt32BE(4);
-  assert.equal(ihdr[8], 8, 'bit depth');
-  assert.equal(ihdr[9], 2, 'colour type RGB');
-  const raw = inflateSync(Buffer.concat(idat));
-  const stride = 1 + width * CHANNELS;
-  assert.equal(raw.length, height * stride, 'IDAT inflates to height×(1+width×channels)');
-  for (let y = 0; y < height; y++) assert.equal(raw[y * stride], 0, `filter type of row ${y}`);
-  const pixel = (x: number, y: number) => [...raw.subarray(y * stride + 1 + x * CHANNELS, y * stride + 1 + (x + 1) * CHANNELS)];
-  return { width, height, pixel };
-}
-
-/** Non-background pixels in the rectangle [x0, x1) × [y0, y1). */
-function inkIn(png: Png, x0: number, y0: number, x1: number, y1: number): number {
+function inkIn(png: PNG, x0: number, y0: number, x1: number, y1: number): number {
   let n = 0;
-  for (let y = y0; y < y1; y++) for (let x = x0; x < x1; x++) if (png.pixel(x, y).some((v, i) => v !== WHITE[i])) n++;
+  for (let y = y0; y < y1; y++)
+    for (let x = x0; x < x1; x++) {
+      const i = (y * png.width + x) * 4;
+      if (png.data[i] < 200 || png.data[i + 1] < 200 || png.data[i + 2] < 200) n++;
+    }
   return n;
 }
 
-function countColour(png: Png, rgb: number[]): number {
-  let n = 0;
-  for (let y = 0; y < png.height; y++) for (let x = 0; x < png.width; x++) if (png.pixel(x, y).every((v, i) => v === rgb[i])) n++;
-  return n;
-}
-
-test('writeRewardPlot: labelled SVG in the HTML and a labelled, valid PNG beside it', async () => {
+test('writeRewardPlot: SVG with one point per iteration and series, labelled axes, a PNG that decodes', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'plot-test-'));
   try {
     // FrozenLake-like: successRate equals meanReward, so the second series lies exactly on the first
-    const rewards = [0.05, 0.2, 0.45, 0.6, 0.8];
+    const rewards = [0.05, 0.2, 0.45, 0.6, 0.8, 0.85, 0.9];
     const rows = rewards.map((r, iteration) => JSON.stringify({ iteration, meanReward: r, successRate: r, episodes: 16 }));
     const metrics = join(dir, 'metrics.jsonl');
     await writeFile(metrics, [JSON.stringify({ config: { lr: 0.003 } }), ...rows].join('\n') + '\n');
 
-    const [htmlPath, pngPath] = await writeRewardPlot(metrics, join(dir, 'reward.html'), 'FrozenLake reward');
+    const [htmlPath, svgPath, pngPath] = await writeRewardPlot(metrics, join(dir, 'reward.html'), 'FrozenLake reward');
+    assert.equal(svgPath, join(dir, 'reward.svg'));
     assert.equal(pngPath, join(dir, 'reward.png'));
 
+    const svg = await readFile(svgPath, 'utf8');
+    const labels = pointLabels(svg);
+    for (const series of ['mean reward', 'success rate']) {
+      const mine = labels.filter((l) => l.endsWith(`series: ${series}`));
+      assert.deepEqual(
+        mine.map((l) => Number(/iteration: (\d+)/.exec(l)![1])),
+        rewards.map((_, i) => i),
+        `${series}: one point per iteration`,
+      );
+      assert.deepEqual(mine.map((l) => Number(/success rate: ([\d.]+)/.exec(l)![1])), rewards, `${series}: the values`);
+    }
+    assert.equal(labels.length, 2 * rewards.length, 'no other points');
+    assert.match(svg, /stroke-dasharray="6,4"/, 'success rate dashed so the mean reward shows through');
+    for (const label of ['FrozenLake reward', '>iteration<', '>mean reward / success rate<', '>mean reward<', '>success rate<'])
+      assert.ok(svg.includes(label), `SVG has ${label}`);
     const html = await readFile(htmlPath, 'utf8');
-    assert.match(html, /<svg[^>]*>/);
-    const polylines = [...html.matchAll(/<polyline points="([^"]*)"/g)].map((m) => m[1].trim().split(/\s+/));
-    assert.equal(polylines.length, 2, 'one polyline per series');
-    for (const pts of polylines) assert.equal(pts.length, rewards.length, 'one point per iteration');
-    assert.match(html, /stroke-dasharray/, 'second series dashed so the first shows through');
-    for (const label of ['FrozenLake reward', '>iteration<', '>mean reward / success rate<', '>mean reward<', '>success rate<', '>0.2<', '>1.0<'])
-      assert.ok(html.includes(label), `HTML has ${label}`);
+    assert.ok(html.includes(svg), 'the HTML page embeds the SVG');
+    assert.equal((html.match(/<tr><td>/g) ?? []).length, rewards.length, 'one table row per iteration');
 
-    const png = decodePng(await readFile(pngPath));
-    assert.equal(png.width, WIDTH);
-    assert.equal(png.height, HEIGHT);
-    // title band above the legend row, left margin (y ticks and axis name), band under the x axis (ticks and name)
-    assert.ok(inkIn(png, 0, 0, WIDTH, 28) > 100, 'title text in the top band');
-    assert.ok(inkIn(png, 0, 60, 50, HEIGHT - 60) > 100, 'y tick labels and y axis name');
-    assert.ok(inkIn(png, 0, HEIGHT - 40, WIDTH, HEIGHT) > 50, 'x tick labels and x axis name');
-    // both series visible although they coincide
-    assert.ok(countColour(png, [31, 119, 180]) > 100, 'mean reward line visible');
-    assert.ok(countColour(png, [214, 39, 40]) > 100, 'success rate line visible');
+    const png = PNG.sync.read(await readFile(pngPath));
+    assert.ok(png.width > 500 && png.height > 250, `PNG size ${png.width}×${png.height}`);
+    assert.ok(inkIn(png, 0, 0, png.width, 30) > 100, 'title text drawn in the top band');
+    assert.ok(inkIn(png, 0, 40, 60, png.height - 40) > 100, 'y axis labels drawn on the left');
+    let blue = 0;
+    for (let i = 0; i < png.data.length; i += 4) if (png.data[i + 2] > 150 && png.data[i] < 120) blue++;
+    assert.ok(blue > 500, `the wide mean-reward line is drawn (${blue} blue pixels)`);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+test('evaluation scores in the metrics become their own series, at the iterations that have them', async () => {
+  const text = [
+    { iteration: 0, meanReward: 0.1, successRate: 0.1 },
+    { iteration: 1, meanReward: 0.2, successRate: 0.2, eval: { pass1: 0.15, passAtK: { 4: 0.3 } } },
+    { iteration: 2, meanReward: 0.3, successRate: 0.3 },
+    { iteration: 3, meanReward: 0.4, successRate: 0.4, eval: { pass1: 0.25, passAtK: { 4: 0.5 } } },
+  ]
+    .map((r) => JSON.stringify(r))
+    .join('\n');
+  const points = parseMetricsJsonl(text);
+  assert.deepEqual(points[1].eval, { pass1: 0.15, 'passAtK.4': 0.3 });
+  const chart = rewardChart(points, 'with eval');
+  assert.deepEqual(chart.series.map((s) => s.name), ['mean reward', 'success rate', 'eval pass1', 'eval passAtK.4']);
+  const { svg, png } = await renderChart(chart);
+  const evalPoints = pointLabels(svg).filter((l) => l.endsWith('series: eval pass1'));
+  assert.deepEqual(evalPoints.map((l) => Number(/iteration: (\d+)/.exec(l)![1])), [1, 3]);
+  assert.ok(PNG.sync.read(png).width > 0);
 });
