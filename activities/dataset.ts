@@ -4,7 +4,7 @@ import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeTaskIds, hashInts } from '../lib/envs/frozenlake.ts';
 import { listSweTasks } from './swe.ts';
 import { keys, openStore } from '../lib/store.ts';
-import type { IterationMetrics, SampleBatchInput, SampleBatchResult } from '../workflows/shapes.ts';
+import type { IterationMetrics, SampleBatchInput, SampleBatchResult, StoreLearnerItemsInput } from '../workflows/shapes.ts';
 
 /**
  * Task ids of iteration n: deterministic from (run seed, n), so a retry draws the same batch.
@@ -75,4 +75,11 @@ export async function recordMetrics(input: { storeUrl: string; runId: string; me
   if (seen.has(input.metrics.iteration)) return;
   lines.push(JSON.stringify({ runId: input.runId, ...input.metrics }));
   await store.put(key, `${lines.join('\n')}\n`);
+}
+
+/** Stores one child workflow's learner items (a fanned-out iteration); the learner step reads them by key. */
+export async function storeLearnerItems(input: StoreLearnerItemsInput): Promise<{ key: string; items: number }> {
+  const key = keys.learnerItems(input.runId, input.n, input.part);
+  await openStore(input.storeUrl).putJson(key, input.items);
+  return { key, items: input.items.length };
 }

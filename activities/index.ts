@@ -1,7 +1,7 @@
 // Every activity the workers serve (the one place; others append their export line here).
 // Learner activities share one LearnerContext (Learner + policy server) per process.
 import { LearnerContext, createLearnerActivities, type LearnerWorkerOptions } from './learner.ts';
-import { recordMetrics, sampleBatch } from './dataset.ts';
+import { recordMetrics, sampleBatch, storeLearnerItems } from './dataset.ts';
 import { rollout } from './rollout.ts';
 import { sweActivities } from './swe.ts';
 
@@ -10,7 +10,7 @@ export { registerEnvironment } from './rollout.ts';
 
 /** Rollout-queue activities: rollouts, dataset, bookkeeping, SWE task validation and grading. */
 export function createRolloutActivities() {
-  return { rollout, sampleBatch, recordMetrics, ...sweActivities };
+  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, ...sweActivities };
 }
 
 /** All activities; the learner ones bound to `ctx`. */

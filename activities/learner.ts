@@ -14,6 +14,7 @@ import type { Trajectory } from '../lib/types.ts';
 import type {
   InitCheckpointInput,
   InitCheckpointResult,
+  LearnerItem,
   LearnerStepInput,
   LearnerStepResult,
   SyncPolicyInput,
@@ -170,10 +171,13 @@ async function storedConfig(store: ArtifactStore, runId: string, n: number): Pro
   return v.config;
 }
 
-/** Keeps the activity's heartbeat alive while one long native call runs. */
+/**
+ * Keeps the activity's heartbeat alive while `fn` runs (native calls run off the event loop), every
+ * second: the SDK throttles what it sends, and learner.heartbeatTimeoutSeconds may be a few seconds.
+ */
 async function withHeartbeat<T>(details: Record<string, unknown>, fn: () => Promise<T>): Promise<T> {
   heartbeat(details);
-  const t = setInterval(() => heartbeat(details), 5000);
+  const t = setInterval(() => heartbeat(details), 1000);
   try {
     return await fn();
   } finally {
@@ -213,18 +217,8 @@ export function createLearnerActivities(ctx: LearnerContext) {
 
     /** Makes the policy server serve checkpoint n before rollouts start (DESIGN §4). */
     async syncPolicy(input: SyncPolicyInput): Promise<SyncPolicyResult> {
-      const store = openStore(input.storeUrl);
-      const dir = store.dirFor(keys.checkpoint(input.runId, input.checkpoint));
-      if (!(await store.exists(keys.checkpoint(input.runId, input.checkpoint)))) {
-        throw new Error(`checkpoint ${input.checkpoint} of run ${input.runId} is not in ${store.url}`);
-      }
-      if (input.policyBaseUrl) {
-        const client = createPolicyClient({ baseUrl: input.policyBaseUrl, model: input.model });
-        if ((await client.servedCheckpoint()) !== input.checkpoint) await client.loadWeights(dir, input.checkpoint);
-        return { policyUrl: input.policyBaseUrl, checkpoint: input.checkpoint };
-      }
-      await ctx.exclusive(() => withHeartbeat({ loading: input.checkpoint }, () => ctx.ensureLoaded(dir, input.checkpoint)));
-      return { policyUrl: ctx.options.advertiseUrl ?? ctx.server!.url, checkpoint: input.checkpoint };
+      // heartbeats from the start: waiting for the learner (exclusive) counts against the heartbeat timeout too
+      return withHeartbeat({ sync: input.checkpoint }, () => syncPolicyNow(input));
     },
 
     /**
@@ -232,78 +226,103 @@ export function createLearnerActivities(ctx: LearnerContext) {
      * Idempotent: when checkpoint n+1 exists its stored stats are returned.
      */
     async learnerStep(input: LearnerStepInput): Promise<LearnerStepResult> {
-      const { runId, n, checkpoint } = input;
-      const store = openStore(input.storeUrl);
-      const nextKey = keys.checkpoint(runId, checkpoint + 1);
-      const existing = await store.getJson<LearnerStepResult>(keys.checkpointStats(runId, checkpoint + 1));
-      if (existing) return { ...existing, reused: true };
-      const config = await storedConfig(store, runId, n);
-      return ctx.exclusive(async () => {
-        const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
-        const learner = await ctx.ensureLoaded(dir, checkpoint, config.learner);
-        const trajs: Trajectory[] = [];
-        for (const it of input.items) {
-          const t = await store.getJson<Trajectory>(it.key);
-          if (!t) throw new Error(`trajectory ${it.key} is missing from ${store.url}`);
-          trajs.push(t);
-        }
-        // Zero-advantage (and fully masked) sequences add 0 to Σ m·ℓ: left out of the forward/backward,
-        // still counted in N through normSequences, so the step is the full batch's (DESIGN §5).
-        const batch = buildTrainBatch(trajs, input.items.map((it) => it.advantage), { compactFilter: true, dropZeroAdvantage: true });
-        const a = config.algorithm;
-        const hp = {
-          lr: a.lr,
-          weightDecay: a.weightDecay,
-          beta1: a.beta1,
-          beta2: a.beta2,
-          eps: a.eps,
-          clipLow: a.clipLow,
-          clipHigh: a.loss === 'grpo' ? a.clipLow : a.clipHigh,
-          maxGradNorm: a.maxGradNorm,
-          lMax: a.lMax,
-          mode: a.loss,
-          normSequences: batch.episodes,
-          ...(a.microBatchTokens ? { microBatchTokens: a.microBatchTokens } : {}),
-        };
-        // the in-memory weights change now: until n+1 is saved, a retry must reload n
-        ctx.loaded = null;
-        const started = Date.now();
-        // nothing to train (every group's rewards equal): no native call, a skipped step with zero stats;
-        // checkpoint n+1 is still written (same weights, same optimizer step) so the run goes on
-        const step =
-          batch.kept.length === 0
-            ? { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true, step: 0 }
-            : await withHeartbeat({ n, sequences: batch.kept.length }, () =>
-                learner.trainStep({ ids: batch.ids, offsets: batch.offsets, mask: batch.mask, advantages: batch.advantages }, hp),
-              );
-        const result: LearnerStepResult = {
-          checkpoint: checkpoint + 1,
-          loss: step.loss,
-          gradNorm: step.gradNorm,
-          clipFraction: step.clipFraction,
-          meanRatio: step.meanRatio,
-          tokens: step.tokens,
-          seconds: (Date.now() - started) / 1000,
-          skipped: step.skipped,
-          trajectories: trajs.length,
-          sequences: batch.kept.length,
-          lr: a.lr,
-          reused: false,
-        };
-        await withHeartbeat({ n, saving: checkpoint + 1 }, () =>
-          store.putDir(nextKey, async (tmp) => {
-            await learner.save(tmp);
-            for (const f of CARRIED_FILES) {
-              if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
-            }
-            await writeFile(`${tmp}/stats.json`, JSON.stringify(result));
-          }),
-        );
-        const nextDir = store.dirFor(nextKey);
-        ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
-        if (ctx.server) await ctx.server.setLearner(learner, checkpoint + 1);
-        return result;
-      });
+      return withHeartbeat({ n: input.n, step: input.checkpoint }, () => learnerStepNow(input));
     },
   };
+
+  async function syncPolicyNow(input: SyncPolicyInput): Promise<SyncPolicyResult> {
+    const store = openStore(input.storeUrl);
+    const dir = store.dirFor(keys.checkpoint(input.runId, input.checkpoint));
+    if (!(await store.exists(keys.checkpoint(input.runId, input.checkpoint)))) {
+      throw new Error(`checkpoint ${input.checkpoint} of run ${input.runId} is not in ${store.url}`);
+    }
+    if (input.policyBaseUrl) {
+      const client = createPolicyClient({ baseUrl: input.policyBaseUrl, model: input.model });
+      if ((await client.servedCheckpoint()) !== input.checkpoint) await client.loadWeights(dir, input.checkpoint);
+      return { policyUrl: input.policyBaseUrl, checkpoint: input.checkpoint };
+    }
+    await ctx.exclusive(() => withHeartbeat({ loading: input.checkpoint }, () => ctx.ensureLoaded(dir, input.checkpoint)));
+    return { policyUrl: ctx.options.advertiseUrl ?? ctx.server!.url, checkpoint: input.checkpoint };
+  }
+
+  async function learnerStepNow(input: LearnerStepInput): Promise<LearnerStepResult> {
+    const { runId, n, checkpoint } = input;
+    const store = openStore(input.storeUrl);
+    const nextKey = keys.checkpoint(runId, checkpoint + 1);
+    const existing = await store.getJson<LearnerStepResult>(keys.checkpointStats(runId, checkpoint + 1));
+    if (existing) return { ...existing, reused: true };
+    const config = await storedConfig(store, runId, n);
+    return ctx.exclusive(async () => {
+      const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
+      const learner = await ctx.ensureLoaded(dir, checkpoint, config.learner);
+      const items = [...input.items];
+      for (const part of input.itemParts ?? []) {
+        const stored = await store.getJson<LearnerItem[]>(part);
+        if (!stored) throw new Error(`learner items ${part} are missing from ${store.url}`);
+        items.push(...stored);
+      }
+      const trajs: Trajectory[] = [];
+      for (const it of items) {
+        const t = await store.getJson<Trajectory>(it.key);
+        if (!t) throw new Error(`trajectory ${it.key} is missing from ${store.url}`);
+        trajs.push(t);
+      }
+      // Zero-advantage (and fully masked) sequences add 0 to Σ m·ℓ: left out of the forward/backward,
+      // still counted in N through normSequences, so the step is the full batch's (DESIGN §5).
+      const batch = buildTrainBatch(trajs, items.map((it) => it.advantage), { compactFilter: true, dropZeroAdvantage: true });
+      const a = config.algorithm;
+      const hp = {
+        lr: a.lr,
+        weightDecay: a.weightDecay,
+        beta1: a.beta1,
+        beta2: a.beta2,
+        eps: a.eps,
+        clipLow: a.clipLow,
+        clipHigh: a.loss === 'grpo' ? a.clipLow : a.clipHigh,
+        maxGradNorm: a.maxGradNorm,
+        lMax: a.lMax,
+        mode: a.loss,
+        normSequences: batch.episodes,
+        ...(a.microBatchTokens ? { microBatchTokens: a.microBatchTokens } : {}),
+      };
+      // the in-memory weights change now: until n+1 is saved, a retry must reload n
+      ctx.loaded = null;
+      const started = Date.now();
+      // nothing to train (every group's rewards equal): no native call, a skipped step with zero stats;
+      // checkpoint n+1 is still written (same weights, same optimizer step) so the run goes on
+      const step =
+        batch.kept.length === 0
+          ? { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true, step: 0 }
+          : await withHeartbeat({ n, sequences: batch.kept.length }, () =>
+              learner.trainStep({ ids: batch.ids, offsets: batch.offsets, mask: batch.mask, advantages: batch.advantages }, hp),
+            );
+      const result: LearnerStepResult = {
+        checkpoint: checkpoint + 1,
+        loss: step.loss,
+        gradNorm: step.gradNorm,
+        clipFraction: step.clipFraction,
+        meanRatio: step.meanRatio,
+        tokens: step.tokens,
+        seconds: (Date.now() - started) / 1000,
+        skipped: step.skipped,
+        trajectories: trajs.length,
+        sequences: batch.kept.length,
+        lr: a.lr,
+        reused: false,
+      };
+      await withHeartbeat({ n, saving: checkpoint + 1 }, () =>
+        store.putDir(nextKey, async (tmp) => {
+          await learner.save(tmp);
+          for (const f of CARRIED_FILES) {
+            if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
+          }
+          await writeFile(`${tmp}/stats.json`, JSON.stringify(result));
+        }),
+      );
+      const nextDir = store.dirFor(nextKey);
+      ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
+      if (ctx.server) await ctx.server.setLearner(learner, checkpoint + 1);
+      return result;
+    });
+  }
 }

@@ -6,6 +6,21 @@ import { SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
 
 const int = () => z.number().int();
 
+/**
+ * Fan-out bounds (DESIGN §1, docs/limits.md). Temporal allows 2,000 pending activities per workflow and
+ * warns at 10,240 history events (about 4.4 events per rollout): one workflow schedules at most
+ * ROLLOUTS_PER_WORKFLOW_MAX rollouts; a larger batch fans out through child workflows of whole tasks.
+ */
+export const ROLLOUTS_PER_WORKFLOW_DEFAULT = 1000;
+export const ROLLOUTS_PER_WORKFLOW_MAX = 1900;
+/** child workflows of one iteration (each costs the parent about 6 history events plus progress signals) */
+export const ROLLOUT_CHILD_WORKFLOWS_MAX = 200;
+
+/** Tasks per rollout child workflow: whole groups, so advantages are computed where the rollouts ran. */
+export function tasksPerChildWorkflow(rolloutsPerWorkflow: number, samples: number): number {
+  return Math.max(1, Math.floor(rolloutsPerWorkflow / samples));
+}
+
 /** FrozenLake (lib/envs/frozenlake.ts owns its fields) plus the discriminator. */
 export const FrozenLakeEnvConfigSchema = FrozenLakeConfigSchema.extend({ kind: z.literal('frozenlake') }).strict();
 
@@ -56,6 +71,8 @@ export const TrainingConfigSchema = z
       .strict()
       .default({ tasks: 64, samples: 8 }),
     maxInflightRollouts: int().min(1).max(4096).default(512),
+    /** the most rollouts one workflow schedules; larger batches fan out through child workflows of this many */
+    rolloutsPerWorkflow: int().min(1).max(ROLLOUTS_PER_WORKFLOW_MAX).default(ROLLOUTS_PER_WORKFLOW_DEFAULT),
     rollout: z
       .object({
         startToCloseMinutes: z.number().gt(0).max(24 * 60).default(20),
@@ -113,11 +130,26 @@ export const TrainingConfigSchema = z
         /** 0: the learner picks */
         threads: int().min(0).max(1024).default(0),
         timeoutMinutes: z.number().gt(0).max(7 * 24 * 60).default(60),
+        /** the learner heartbeats every second while it works: a dead learner worker is noticed after this long */
+        heartbeatTimeoutSeconds: z.number().min(2).max(3600).default(60),
       })
       .strict()
-      .default({ device: 'cpu', threads: 0, timeoutMinutes: 60 }),
+      .default({ device: 'cpu', threads: 0, timeoutMinutes: 60, heartbeatTimeoutSeconds: 60 }),
   })
-  .strict();
+  .strict()
+  .superRefine((c, ctx) => {
+    if (c.rollout.heartbeatTimeoutSeconds <= c.rollout.heartbeatSeconds) {
+      ctx.addIssue({ code: 'custom', path: ['rollout', 'heartbeatTimeoutSeconds'], message: `must be > rollout.heartbeatSeconds (${c.rollout.heartbeatSeconds})` });
+    }
+    const children = Math.ceil(c.batch.tasks / tasksPerChildWorkflow(c.rolloutsPerWorkflow, c.batch.samples));
+    if (c.batch.tasks * c.batch.samples > c.rolloutsPerWorkflow && children > ROLLOUT_CHILD_WORKFLOWS_MAX) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['rolloutsPerWorkflow'],
+        message: `must be at least ${Math.ceil(c.batch.tasks / ROLLOUT_CHILD_WORKFLOWS_MAX) * c.batch.samples} for ${c.batch.tasks} tasks × ${c.batch.samples} samples (${children} child workflows, at most ${ROLLOUT_CHILD_WORKFLOWS_MAX})`,
+      });
+    }
+  });
 
 export type TrainingConfig = z.infer<typeof TrainingConfigSchema>;
 export type TrainingConfigInput = z.input<typeof TrainingConfigSchema>;

@@ -244,3 +244,43 @@ export function summariseIteration(summaries: readonly EpisodeSummary[]): Iterat
     meanSteps: n ? steps / n : 0,
   };
 }
+
+/** The summary of disjoint sets of whole groups (the child workflows of a fanned-out iteration). */
+export function mergeIterationSummaries(parts: readonly IterationSummary[]): IterationSummary {
+  const ends: Partial<Record<EndReason, number>> = {};
+  const filtered = { max_context: 0, max_steps: 0, timeout: 0 };
+  let episodes = 0;
+  let reward = 0;
+  let success = 0;
+  let steps = 0;
+  let zeroAdvantageGroups = 0;
+  let groups = 0;
+  let tokens = 0;
+  let responseTokens = 0;
+  for (const p of parts) {
+    episodes += p.episodes;
+    reward += p.meanReward * p.episodes;
+    success += p.successRate * p.episodes;
+    steps += p.meanSteps * p.episodes;
+    for (const [k, v] of Object.entries(p.ends) as [EndReason, number][]) ends[k] = (ends[k] ?? 0) + v;
+    filtered.max_context += p.filtered.max_context;
+    filtered.max_steps += p.filtered.max_steps;
+    filtered.timeout += p.filtered.timeout;
+    zeroAdvantageGroups += p.zeroAdvantageGroups;
+    groups += p.groups;
+    tokens += p.tokens;
+    responseTokens += p.responseTokens;
+  }
+  return {
+    episodes,
+    meanReward: episodes ? reward / episodes : 0,
+    successRate: episodes ? success / episodes : 0,
+    ends,
+    filtered,
+    zeroAdvantageGroups,
+    groups,
+    tokens,
+    responseTokens,
+    meanSteps: episodes ? steps / episodes : 0,
+  };
+}

@@ -37,6 +37,10 @@ export const keys = {
   trajectories: (runId: string, n: number) => `runs/${runId}/iter-${n}/traj`,
   trajectory: (runId: string, n: number, taskId: string, sample: number) =>
     `runs/${runId}/iter-${n}/traj/${safeSegment(taskId)}/${sample}.json`,
+  /** a fanned-out iteration's LearnerItem[] of one child workflow */
+  learnerItems: (runId: string, n: number, part: number) => `runs/${runId}/iter-${n}/learner-items/${part}.json`,
+  /** infrastructure failures of a rollout's attempts (the trajectory lists them once one attempt succeeds) */
+  rolloutFailures: (runId: string, n: number, taskId: string, sample: number) => `runs/${runId}/iter-${n}/failures/${safeSegment(taskId)}/${sample}`,
   checkpoints: (runId: string) => `runs/${runId}/ckpt`,
   checkpoint: (runId: string, n: number) => `runs/${runId}/ckpt/${n}`,
   /** learner step stats stored inside the checkpoint it produced */

@@ -1,6 +1,8 @@
 // Records histories of trainingRun (every run of its continue-as-new chain) and rlIteration from a
 // short FrozenLake run on a temporary dev server, into test/histories/*.json for test/replay.test.ts.
 // Re-record after an intended workflow change; a change that breaks replay of old histories needs patched().
+// Scenarios (arguments; all when none): `run` (trainingRun-*.json, rlIteration-0/1.json) and `fanout`
+// (rlIteration-fanout.json and its rolloutChunk-fanout-*.json children). Record only the new one you add.
 import { mkdirSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +13,10 @@ import { startDevServer } from '../lib/temporal-server.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { startWorkers } from '../workers/index.ts';
 import { pauseSignal, resumeSignal, statusQuery, updateHyperparametersUpdate } from '../workflows/signals.ts';
-import { iterationWorkflowId } from '../workflows/shapes.ts';
+import { iterationWorkflowId, rolloutChunkWorkflowId } from '../workflows/shapes.ts';
+
+const scenarios = process.argv.slice(2);
+const wanted = (name: string) => scenarios.length === 0 || scenarios.includes(name);
 
 const outDir = fileURLToPath(new URL('../test/histories/', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'swerl-record-'));
@@ -20,8 +25,7 @@ const workers = await startWorkers({ address: server.address, queues: ['learner'
 const connection = await Connection.connect({ address: server.address });
 const client = new Client({ connection });
 try {
-  const runId = 'recorded-run';
-  const config = {
+  const baseConfig = (runId: string) => ({
     runId,
     seed: 3,
     iterations: 2,
@@ -34,30 +38,40 @@ try {
     store: { url: fileStoreUrl(join(dir, 'store')) },
     env: { kind: 'frozenlake', size: 4, maxSteps: 6 },
     learner: { device: 'cpu', threads: 1, timeoutMinutes: 10 },
-  };
-  const h = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-  // exercise the handlers so their commands are in the recorded history
-  await h.signal(pauseSignal);
-  await h.executeUpdate(updateHyperparametersUpdate, { args: [{ lr: 2e-3 }] });
-  await h.query(statusQuery);
-  await h.signal(resumeSignal);
-  await h.result();
-
+  });
   mkdirSync(outDir, { recursive: true });
-  const runs: string[] = [];
-  for await (const w of client.workflow.list({ query: `WorkflowId = '${runId}'` })) runs.push(w.runId);
-  const chain = await Promise.all(runs.map(async (r) => ({ r, start: (await client.workflow.getHandle(runId, r).describe()).startTime.getTime() })));
-  chain.sort((a, b) => a.start - b.start);
-  let i = 0;
-  for (const { r } of chain) {
-    const history = await client.workflow.getHandle(runId, r).fetchHistory();
-    writeFileSync(join(outDir, `trainingRun-${i++}.json`), historyToJSON(history));
+  const save = async (workflowId: string, file: string, runId?: string) => {
+    const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+    writeFileSync(join(outDir, file), historyToJSON(history));
+  };
+  if (wanted('run')) {
+    const runId = 'recorded-run';
+    const config = baseConfig(runId);
+    const h = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    // exercise the handlers so their commands are in the recorded history
+    await h.signal(pauseSignal);
+    await h.executeUpdate(updateHyperparametersUpdate, { args: [{ lr: 2e-3 }] });
+    await h.query(statusQuery);
+    await h.signal(resumeSignal);
+    await h.result();
+    const runs: string[] = [];
+    for await (const w of client.workflow.list({ query: `WorkflowId = '${runId}'` })) runs.push(w.runId);
+    const chain = await Promise.all(runs.map(async (r) => ({ r, start: (await client.workflow.getHandle(runId, r).describe()).startTime.getTime() })));
+    chain.sort((a, b) => a.start - b.start);
+    let i = 0;
+    for (const { r } of chain) await save(runId, `trainingRun-${i++}.json`, r);
+    for (const n of [0, 1]) await save(iterationWorkflowId(runId, n), `rlIteration-${n}.json`);
+    console.log(`recorded ${chain.length} trainingRun and 2 rlIteration histories into ${outDir}`);
   }
-  for (const n of [0, 1]) {
-    const history = await client.workflow.getHandle(iterationWorkflowId(runId, n)).fetchHistory();
-    writeFileSync(join(outDir, `rlIteration-${n}.json`), historyToJSON(history));
+  if (wanted('fanout')) {
+    // 3 tasks × 2 samples, 2 rollouts per workflow: three rolloutChunk children of one task, two at a time
+    const runId = 'recorded-fanout';
+    const config = { ...baseConfig(runId), iterations: 1, batch: { tasks: 3, samples: 2 }, rolloutsPerWorkflow: 2, maxInflightRollouts: 2 };
+    await client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    await save(iterationWorkflowId(runId, 0), 'rlIteration-fanout.json');
+    for (const k of [0, 1, 2]) await save(rolloutChunkWorkflowId(runId, 0, k), `rolloutChunk-fanout-${k}.json`);
+    console.log(`recorded the fanned-out rlIteration and its 3 rolloutChunk histories into ${outDir}`);
   }
-  console.log(`recorded ${chain.length} trainingRun and 2 rlIteration histories into ${outDir}`);
 } finally {
   await connection.close();
   await workers.shutdown();

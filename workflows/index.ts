@@ -1,4 +1,4 @@
 // Every workflow a worker serves (the one place; others append their export line here).
 export { trainingRun } from './training-run.ts';
-export { rlIteration } from './rl-iteration.ts';
+export { rlIteration, rolloutChunk } from './rl-iteration.ts';
 export { validateTasks } from './validate-tasks.ts';

@@ -2,7 +2,7 @@
 // Small shapes only: ids, keys, numbers (DESIGN §2).
 import type { EndReason, RolloutSummary } from '../lib/types.ts';
 import type { Hyperparameters, TrainingConfig } from '../lib/config.ts';
-import type { StepStats } from '../lib/grpo.ts';
+import type { IterationSummary, StepStats } from '../lib/grpo.ts';
 
 export type { RolloutSummary };
 
@@ -27,7 +27,39 @@ export interface RolloutInput {
 }
 
 export interface LearnerItem { key: string; advantage: number; end: EndReason }
-export interface LearnerStepInput { storeUrl: string; runId: string; n: number; checkpoint: number; items: LearnerItem[] }
+/**
+ * `items` inline, or (a fanned-out iteration) `itemParts`: store keys of LearnerItem[] written by
+ * `storeLearnerItems`, so no payload grows with the batch.
+ */
+export interface LearnerStepInput { storeUrl: string; runId: string; n: number; checkpoint: number; items: LearnerItem[]; itemParts?: string[] }
+export interface StoreLearnerItemsInput { storeUrl: string; runId: string; n: number; part: number; items: LearnerItem[] }
+
+/** A rollout whose attempts all failed (infrastructure): left out of training, reported with its last error. */
+export interface RolloutFailure { taskId: string; sample: number; error: string }
+
+/** One child workflow of a fanned-out iteration: whole tasks, so group advantages are computed there. */
+export interface RolloutChunkInput {
+  runId: string;
+  n: number;
+  checkpoint: number;
+  chunk: number;
+  taskIds: string[];
+  /** rollouts of this chunk in flight at once */
+  lanes: number;
+  policyUrl: string;
+  config: TrainingConfig;
+}
+export interface RolloutChunkResult {
+  chunk: number;
+  rollouts: number;
+  rolloutErrors: number;
+  /** the first failures (bounded) */
+  failures: RolloutFailure[];
+  summary: IterationSummary;
+  /** store key of this chunk's LearnerItem[] */
+  itemsKey: string;
+}
+export interface RolloutChunkProgress { chunk: number; done: number; errors: number }
 export interface LearnerStepResult extends StepStats {
   checkpoint: number;
   /** trajectories the learner read from the store for this step */
@@ -48,6 +80,10 @@ export interface IterationMetrics {
   successRate: number;
   episodes: number;
   rolloutErrors: number;
+  /** the first rollouts whose retries ran out, with their last error (absent when none) */
+  rolloutFailures?: RolloutFailure[];
+  /** child workflows the rollouts fanned out through (absent when the iteration ran them itself) */
+  rolloutWorkflows?: number;
   /** fraction of episodes compact-filtered, per reason */
   filtered: { max_context: number; max_steps: number; timeout: number };
   ends: Partial<Record<EndReason, number>>;
@@ -114,4 +150,8 @@ export const TASK_QUEUES = { rollout: 'rollout', learner: 'learner' } as const;
 
 export function iterationWorkflowId(runId: string, n: number): string {
   return `${runId}-iter-${n}`;
+}
+
+export function rolloutChunkWorkflowId(runId: string, n: number, chunk: number): string {
+  return `${iterationWorkflowId(runId, n)}-rollouts-${chunk}`;
 }

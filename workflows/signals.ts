@@ -2,7 +2,7 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import { defineSearchAttributeKey } from '@temporalio/common';
 import type { Hyperparameters, HyperparametersUpdate } from '../lib/config.ts';
-import type { IterationPhase, IterationProgress, TrainingStatus } from './shapes.ts';
+import type { IterationPhase, IterationProgress, RolloutChunkProgress, TrainingStatus } from './shapes.ts';
 
 export const pauseSignal = defineSignal('pause');
 export const resumeSignal = defineSignal('resume');
@@ -11,6 +11,8 @@ export const stopAfterIterationSignal = defineSignal<[{ iteration?: number }?]>(
 /** sent by rlIteration to its parent on each phase change */
 export const phaseSignal = defineSignal<[{ n: number; phase: IterationPhase }]>('iterationPhase');
 export const updateHyperparametersUpdate = defineUpdate<Hyperparameters, [HyperparametersUpdate]>('updateHyperparameters');
+/** sent by a rolloutChunk child to its rlIteration as its rollouts finish */
+export const chunkProgressSignal = defineSignal<[RolloutChunkProgress]>('rolloutChunkProgress');
 /** rlIteration's rollout progress */
 export const progressQuery = defineQuery<IterationProgress>('progress');
 export const statusQuery = defineQuery<TrainingStatus>('status');
