@@ -1,62 +1,186 @@
-// Reward (DESIGN §3, DeepSWE): in a fresh container of the task image apply the patch, restore the
-// test files and apply test_patch on top, run test_cmd with a 5-minute limit, parse the log;
-// reward 1 iff every FAIL_TO_PASS and PASS_TO_PASS test passed.
+// Reward (DESIGN §3, DeepSWE, today's SWE-bench rules; lib/swe/grading.ts): in a fresh container of the
+// task image apply the patch, put back everything that configures or extends the test runner and the
+// tests themselves to base + test_patch (lib/swe/runner-guard.ts), run test_cmd with a 5-minute limit,
+// and read the statuses from a channel the agent's code does not write in the normal course:
+//   pytest      our results plugin (activities/swerl_pytest_results.py) under a per-run random module
+//               name outside /testbed, loaded with `-p` before any conftest or test module, writing to
+//               a file outside /testbed; cross-checked with the exit status, the number of tests that
+//               started and an audit of reporting hooks and of pytest's own reporting functions;
+//   other runners (unittest, Django, sympy): the log (lib/swe/testlog.ts), cross-checked with the exit
+//               status as SWE-bench does. Their output is written by the same process as the code under
+//               test, so only the restored runner files stand between the agent and the verdict there.
+// Residual risk, stated plainly: the code under test runs in the test process. Code written to defeat
+// this grader in particular (find our plugin's module, rewrite its file at exit, patch pytest and then
+// our audit) can still pass; closing that needs process isolation between the tests and the reporter,
+// which a runner that imports the code under test cannot give. The audit makes the generic in-process
+// hacks (a hook registered from patched code, pytest's report functions replaced, fake report classes,
+// printed PASSED lines, deselection, forced exit codes) score 0.
+// A run that cannot happen (sandbox, image, the channel never came up) throws GradingError: infrastructure.
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type { Sandbox, SandboxBackend, SandboxLimits } from '../lib/sandbox.ts';
 import { filesInPatch, type SweTask } from '../lib/swe/task.ts';
-import { parseTestLog, type TestStatus } from '../lib/swe/testlog.ts';
+import { logFormatOf, parseTestLog } from '../lib/swe/testlog.ts';
+import { GRADER_VERSION, GradingError, judgeTests, listedTests, type GradeReason, type GradeResult, type ResultChannel, type TestOutcome } from '../lib/swe/grading.ts';
+import { pathsToRestore } from '../lib/swe/runner-guard.ts';
+import { pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
 import { ensureTaskImage } from './images.ts';
-import { SandboxDeadError, shq } from './sandbox/common.ts';
+import { shq } from './sandbox/common.ts';
+
+export { GRADER_VERSION, GradingError, type GradeReason, type GradeResult, type TestOutcome } from '../lib/swe/grading.ts';
 
 export const GRADE_TIMEOUT_S = 300;
 const LOG_TAIL_CHARS = 4000;
-const WORK = '/tmp/swerl-grade';
-
-export type GradeReason =
-  | 'passed'
-  | 'tests_failed'
-  | 'empty_patch'
-  | 'patch_apply_failed'
-  | 'test_patch_apply_failed'
-  | 'timeout'
-  | 'sandbox_died';
-
-export type GradedStatus = TestStatus | 'MISSING';
-
-/** A type alias (not an interface) so callers may view it as a plain record. */
-export type GradeResult = {
-  reward: 0 | 1;
-  reason: GradeReason;
-  /** FAIL_TO_PASS and PASS_TO_PASS ids → status in the log ('MISSING' when the log does not name it) */
-  tests: Record<string, GradedStatus>;
-  durationS: number;
-  /** end of the test log (or of git apply's complaint) */
-  logTail: string;
-  image: string;
-  detail?: string;
-};
+const PLUGIN_SOURCE = readFileSync(new URL('./swerl_pytest_results.py', import.meta.url), 'utf8');
 
 export interface GradeInput {
   task: SweTask;
-  /** the agent's patch (`git diff` against the task's base) */
+  /** the agent's patch (`git diff` against the task's base); may be empty */
   patch: string;
   backend: SandboxBackend;
   timeoutS?: number;
   limits?: Partial<SandboxLimits>;
 }
 
-/** Runs the task's tests in a fresh sandbox with `patch` (may be empty) + test_patch. */
+/** Whether test_cmd runs pytest (then the plugin channel is used). */
+export function runsPytest(testCmd: string): boolean {
+  return /(^|[\s;&|(/])(py\.test|pytest)(\s|$|;)/.test(testCmd);
+}
+
+/** Prints one JSON line per interpreter: its top-level module names from outside /testbed and its site directories. */
+const PROBE = [
+  'import sys,os,json,site,sysconfig',
+  "n=set(sys.builtin_module_names)|set(getattr(sys,'stdlib_module_names',()))",
+  'for p in sys.path:',
+  " r=os.path.realpath(p or '.')",
+  " if r=='/testbed' or r.startswith('/testbed/') or not os.path.isdir(r): continue",
+  ' for e in os.listdir(r):',
+  "  if e.endswith(('.py','.pyc','.so','.pyd')) or os.path.isdir(os.path.join(r,e)): n.add(e.split('.')[0])",
+  "s=list(site.getsitepackages()) if hasattr(site,'getsitepackages') else []",
+  "s.append(sysconfig.get_paths()['purelib'])",
+  "print(json.dumps({'exe':sys.executable,'names':sorted(x for x in n if x.isidentifier()),'site':s}))",
+].join('\n');
+
+interface Prep {
+  names: Set<string>;
+  siteDirs: string[];
+  baseFiles: Set<string>;
+  applied: boolean;
+  applyLog: string;
+  touched: string[];
+  packageInits: Set<string>;
+}
+
+/** `git apply --numstat -z`: "A\tD\tpath\0" or, for a rename, "A\tD\t\0old\0new\0". */
+export function parseNumstatZ(out: string): string[] {
+  const parts = out.split('\0');
+  const paths: string[] = [];
+  for (let i = 0; i < parts.length; i++) {
+    const p = parts[i]!;
+    if (p === '') continue;
+    const m = /^(?:\d+|-)\t(?:\d+|-)\t(.*)$/s.exec(p);
+    if (!m) continue;
+    if (m[1] !== '') paths.push(m[1]!);
+    else {
+      if (parts[i + 1]) paths.push(parts[i + 1]!);
+      if (parts[i + 2]) paths.push(parts[i + 2]!);
+      i += 2;
+    }
+  }
+  return [...new Set(paths)];
+}
+
+function sections(out: string, marker: string): Map<string, string> {
+  const m = new Map<string, string>();
+  const parts = out.split(`\n${marker} `);
+  for (const p of parts.slice(1)) {
+    const nl = p.indexOf('\n');
+    m.set(nl < 0 ? p : p.slice(0, nl), nl < 0 ? '' : p.slice(nl + 1));
+  }
+  return m;
+}
+
+/** Before the patch: interpreters probed, the base file list; then the patch applied and what it touched. */
+async function prepare(sb: Sandbox, work: string, marker: string, hasPatch: boolean): Promise<Prep> {
+  const script = [
+    'cd /testbed',
+    `for py in python3 python; do command -v "$py" >/dev/null 2>&1 || continue; (cd / && "$py" -I -c ${shq(PROBE)}) 2>/dev/null | sed 's/^/@probe /'; done`,
+    `printf '\\n${marker} base\\n'; git ls-tree -r -z --name-only HEAD`,
+    hasPatch
+      ? [
+          `printf '\\n${marker} apply\\n'`,
+          `if git apply --whitespace=nowarn ${work}/patch.diff 2>${work}/apply.log; then echo applied`,
+          `elif command -v patch >/dev/null 2>&1 && patch --batch --fuzz=5 -p1 --dry-run -i ${work}/patch.diff >/dev/null 2>&1 && patch --batch --fuzz=5 -p1 -i ${work}/patch.diff >${work}/apply.log 2>&1; then echo applied`,
+          `else echo failed; cat ${work}/apply.log; fi`,
+          `printf '\\n${marker} touched\\n'; git apply --numstat -z ${work}/patch.diff`,
+        ].join('\n')
+      : '',
+    `printf '\\n${marker} inits\\n'; find . -path ./.git -prune -o -name __init__.py -print0`,
+    `printf '\\n${marker} end\\n'`,
+  ].join('\n');
+  const r = await sb.exec(script, 120, { maxOutputBytes: 64 << 20 });
+  const s = sections('\n' + r.stdout, marker);
+  if (!s.has('end')) throw new Error(`preparing the grading run failed (exit ${r.exit}): ${(r.stdout + r.stderr).slice(-500)}`);
+  const names = new Set<string>();
+  const siteDirs: string[] = [];
+  for (const line of r.stdout.split('\n')) {
+    if (!line.startsWith('@probe ')) continue;
+    try {
+      const p = JSON.parse(line.slice(7)) as { names: string[]; site: string[] };
+      for (const n of p.names) names.add(n);
+      for (const d of p.site) if (!siteDirs.includes(d)) siteDirs.push(d);
+    } catch {
+      // an interpreter that printed something else (Python 2 without -I, say): not one the tests use
+    }
+  }
+  const z = (t: string | undefined) => (t ?? '').split('\0').map((x) => x.replace(/^\n+|\n+$/g, '')).filter((x) => x !== '');
+  const apply = s.get('apply') ?? 'applied\n';
+  return {
+    names,
+    siteDirs,
+    baseFiles: new Set(z(s.get('base'))),
+    applied: apply.startsWith('applied'),
+    applyLog: apply.replace(/^(applied|failed)\n?/, ''),
+    touched: parseNumstatZ(s.get('touched') ?? ''),
+    packageInits: new Set(z(s.get('inits')).map((p) => p.replace(/^\.\//, ''))),
+  };
+}
+
+/** Runs the task's tests in a fresh sandbox with `patch` (may be empty) + test_patch, graded by today's SWE-bench rules. */
 export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
   const { task, patch, backend } = input;
   const timeoutS = input.timeoutS ?? GRADE_TIMEOUT_S;
   const t0 = Date.now();
-  const image = (await ensureTaskImage(task)).image;
-  const result = (reason: GradeReason, tests: Record<string, GradedStatus>, log: string, detail?: string): GradeResult => {
-    const ids = [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS];
-    const allPass = reason === 'tests_failed' && ids.every((id) => tests[id] === 'PASSED');
+  const nonce = randomBytes(8).toString('hex');
+  const work = `/opt/swerl-grade-${nonce}`;
+  const module = `swerl_results_${nonce}`;
+  const results = `${work}/results.jsonl`;
+  const marker = `@@swerl-${nonce}`;
+  const hasPatch = patch.trim() !== '';
+  const pytest = runsPytest(task.test_cmd);
+  let image = '';
+  const base = {
+    instanceId: task.instance_id,
+    patchExists: hasPatch,
+    graderVersion: GRADER_VERSION,
+  };
+  const result = (
+    fields: { reason: GradeReason; patchApplied: boolean; statuses?: Map<string, TestOutcome>; channel: ResultChannel; restored?: string[]; exitCode?: number | null },
+    log: string,
+    detail?: string,
+  ): GradeResult => {
+    const tests = listedTests(task, fields.statuses ?? new Map());
+    const resolved = fields.reason === 'tests_failed' && judgeTests(tests).resolved;
     const r: GradeResult = {
-      reward: allPass ? 1 : 0,
-      reason: allPass ? 'passed' : reason,
+      ...base,
+      reward: resolved ? 1 : 0,
+      resolved,
+      reason: resolved ? 'passed' : fields.reason,
+      patchApplied: fields.patchApplied,
       tests,
+      channel: fields.channel,
+      restored: fields.restored ?? [],
+      exitCode: fields.exitCode ?? null,
       durationS: (Date.now() - t0) / 1000,
       logTail: log.slice(-LOG_TAIL_CHARS),
       image,
@@ -64,33 +188,87 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
     if (detail) r.detail = detail;
     return r;
   };
-  const sb: Sandbox = await backend.start(image, input.limits, { 'swerl.purpose': 'grade', 'swerl.task': task.instance_id.slice(0, 63) });
+
+  let sb: Sandbox;
   try {
-    const files = [{ path: 'test.diff', content: task.test_patch }];
-    const hasPatch = patch.trim() !== '';
-    if (hasPatch) files.push({ path: 'patch.diff', content: patch.endsWith('\n') ? patch : patch + '\n' });
-    await sb.copyIn(files, WORK);
-    if (hasPatch) {
-      const a = await sb.exec(`git apply --whitespace=nowarn ${WORK}/patch.diff`, 60);
-      if (a.exit !== 0) return result('patch_apply_failed', {}, a.stdout + a.stderr, `git apply exit ${a.exit}`);
-    }
-    // An agent may have edited the tests: put every file test_patch touches back to the base commit
-    // (or remove it when the base lacks it), then apply test_patch on top.
-    const restore = filesInPatch(task.test_patch)
-      .map((f) => `if git cat-file -e HEAD:${shq(f)} 2>/dev/null; then git checkout -q HEAD -- ${shq(f)}; else rm -rf -- ${shq(f)}; fi`)
-      .join('\n');
-    const tp = await sb.exec(`set -e\n${restore}\ngit apply --whitespace=nowarn ${WORK}/test.diff`, 60);
-    if (tp.exit !== 0) return result('test_patch_apply_failed', {}, tp.stdout + tp.stderr, `git apply test_patch exit ${tp.exit}`);
-    const run = await sb.exec(task.test_cmd, timeoutS, { maxOutputBytes: 16 << 20 });
-    const log = run.stdout + (run.stderr ? `\n${run.stderr}` : '');
-    const parsed = parseTestLog(log);
-    const tests: Record<string, GradedStatus> = {};
-    for (const id of [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS]) tests[id] = parsed.get(id) ?? 'MISSING';
-    if (run.timedOut) return result('timeout', tests, log, `test_cmd ran past ${timeoutS} s`);
-    return result('tests_failed', tests, log);
+    image = (await ensureTaskImage(task)).image;
+    sb = await backend.start(image, input.limits, { 'swerl.purpose': 'grade', 'swerl.task': task.instance_id.slice(0, 63) });
   } catch (e) {
-    if (e instanceof SandboxDeadError) return result('sandbox_died', {}, '', e.message);
-    throw e;
+    throw new GradingError(task.instance_id, `sandbox could not start: ${(e as Error).message}`);
+  }
+  try {
+    const files = [
+      { path: 'test.diff', content: task.test_patch },
+      { path: `${module}.py`, content: PLUGIN_SOURCE.replace('"__SWERL_RESULTS_PATH__"', JSON.stringify(results)) },
+    ];
+    if (hasPatch) files.push({ path: 'patch.diff', content: patch.endsWith('\n') ? patch : patch + '\n' });
+    await sb.copyIn(files, work);
+    const prep = await prepare(sb, work, marker, hasPatch);
+    if (!prep.applied) return result({ reason: 'patch_apply_failed', patchApplied: false, channel: 'none' }, prep.applyLog, 'git apply (and patch --fuzz=5) refused the patch');
+
+    const testPatchFiles = filesInPatch(task.test_patch);
+    const restore = pathsToRestore({
+      touched: prep.touched,
+      baseFiles: prep.baseFiles,
+      packageDirsAfterPatch: new Set([...prep.packageInits].map((p) => p.split('/').slice(0, -1).join('/'))),
+      testPatchFiles,
+      testIds: [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS],
+      testCmd: task.test_cmd,
+      externalModules: prep.names,
+    });
+    const restored = [...restore.keys()];
+    const toRestore = [...new Set([...restored, ...testPatchFiles])];
+    const setup = [
+      'set -e',
+      'restore() { rm -rf -- "$1"; if git cat-file -e "HEAD:$1" 2>/dev/null; then git checkout -q HEAD -- "$1"; fi; }',
+      ...toRestore.map((f) => `restore ${shq(f)}`),
+      `git apply --whitespace=nowarn ${work}/test.diff`,
+      ...(pytest ? prep.siteDirs.map((d) => `mkdir -p ${shq(d)} && printf '%s\\n' ${shq(work)} > ${shq(`${d}/${module}.pth`)}`) : []),
+    ].join('\n');
+    const tp = await sb.exec(setup, 120);
+    if (tp.exit !== 0) {
+      return result({ reason: 'test_patch_apply_failed', patchApplied: true, channel: 'none', restored }, tp.stdout + tp.stderr, `restoring the tests and applying test_patch failed (exit ${tp.exit})`);
+    }
+
+    const cmd = pytest ? `export PYTEST_ADDOPTS="\${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-p ${module}"\n${task.test_cmd}` : task.test_cmd;
+    const run = await sb.exec(cmd, timeoutS, { maxOutputBytes: 16 << 20 });
+    const log = run.stdout + (run.stderr ? `\n${run.stderr}` : '');
+    const exitCode = run.timedOut ? null : run.exit;
+    const timeoutDetail = `test_cmd ran past ${timeoutS} s`;
+
+    if (!pytest) {
+      if (!run.timedOut && (run.exit === 126 || run.exit === 127)) throw new GradingError(task.instance_id, `test_cmd could not start (exit ${run.exit}): ${log.slice(-300)}`);
+      const statuses = parseTestLog(log, logFormatOf(task.test_cmd));
+      const fields = { patchApplied: true, statuses, channel: 'log' as const, restored, exitCode };
+      if (run.timedOut) return result({ ...fields, reason: 'timeout' }, log, timeoutDetail);
+      const anyFailed = [...statuses.values()].some((s) => s === 'FAILED' || s === 'ERROR');
+      if (run.exit !== 0 && statuses.size > 0 && !anyFailed) {
+        return result({ ...fields, reason: 'runner_tampered' }, log, `exit status ${run.exit} but the log reports no failure`);
+      }
+      return result({ ...fields, reason: 'tests_failed' }, log);
+    }
+
+    let text = '';
+    try {
+      text = await sb.readFile(results);
+    } catch (e) {
+      if ((e as Error).name === 'SandboxDeadError') throw e;
+    }
+    const pr = readPluginRecords(text);
+    const fields = { patchApplied: true, statuses: pr.statuses, channel: 'pytest-plugin' as const, restored, exitCode };
+    // a run past the limit scores 0 (DESIGN §3) whatever it reported so far
+    if (run.timedOut) return result({ ...fields, reason: 'timeout' }, log, timeoutDetail);
+    // the plugin loads before any repository code: without its start record the channel never came up
+    if (!pr.start) throw new GradingError(task.instance_id, `the results plugin never started (exit ${run.exit}): ${log.slice(-500)}`);
+    const restoredSet = new Set(toRestore);
+    const patchedFiles = new Set(prep.touched.filter((p) => !restoredSet.has(p)).map((p) => `/testbed/${p}`));
+    const contradictions = pluginRunContradictions({ run: pr, exitCode, patchedFiles });
+    if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictions.join('; '));
+    if (!pr.finish) return result({ ...fields, reason: 'tests_failed' }, log, `the pytest session never finished (exit ${run.exit})`);
+    return result({ ...fields, reason: 'tests_failed' }, log, pr.finish.exitstatus > 1 ? `pytest exit status ${pr.finish.exitstatus}` : undefined);
+  } catch (e) {
+    if (e instanceof GradingError) throw e;
+    throw new GradingError(task.instance_id, (e as Error).message);
   } finally {
     await sb.stop().catch(() => undefined);
   }
@@ -98,9 +276,30 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
 
 /** DeepSWE's binary reward for the agent's patch. An empty patch scores 0 without running tests. */
 export async function gradePatch(input: GradeInput): Promise<GradeResult> {
+  const { task } = input;
   if (input.patch.trim() === '') {
-    const image = await ensureTaskImage(input.task).then((e) => e.image);
-    return { reward: 0, reason: 'empty_patch', tests: {}, durationS: 0, logTail: '', image };
+    let image: string;
+    try {
+      image = (await ensureTaskImage(task)).image;
+    } catch (e) {
+      throw new GradingError(task.instance_id, `task image: ${(e as Error).message}`);
+    }
+    return {
+      instanceId: task.instance_id,
+      reward: 0,
+      resolved: false,
+      reason: 'empty_patch',
+      patchExists: false,
+      patchApplied: false,
+      tests: listedTests(task, new Map()),
+      graderVersion: GRADER_VERSION,
+      channel: 'none',
+      restored: [],
+      exitCode: null,
+      durationS: 0,
+      logTail: '',
+      image,
+    };
   }
   return runTaskTests(input);
 }
@@ -111,41 +310,32 @@ export interface ValidationResult {
   problems: string[];
   durationS: number;
   /** statuses without the fix (test_patch only) and with the gold patch */
-  before: Record<string, GradedStatus>;
-  after: Record<string, GradedStatus>;
+  before: GradeResult['tests'];
+  after: GradeResult['tests'];
 }
 
 /** A task is valid when, with test_patch alone, every FAIL_TO_PASS fails and every PASS_TO_PASS passes, and with the gold patch all pass. */
 export async function validateTask(input: { task: SweTask; backend: SandboxBackend; timeoutS?: number }): Promise<ValidationResult> {
   const { task } = input;
   const t0 = Date.now();
-  const [before, after] = await Promise.all([
-    runTaskTests({ ...input, patch: '' }),
-    runTaskTests({ ...input, patch: task.patch }),
-  ]);
+  const [before, after] = await Promise.all([runTaskTests({ ...input, patch: '' }), runTaskTests({ ...input, patch: task.patch })]);
   const problems: string[] = [];
   if (!task.FAIL_TO_PASS.length) problems.push('FAIL_TO_PASS is empty');
+  const ran = (r: GradeResult) => r.reason === 'tests_failed' || r.reason === 'passed';
   for (const [label, r] of [
     ['without the fix', before],
     ['with the gold patch', after],
   ] as const) {
-    if (r.reason !== 'tests_failed' && r.reason !== 'passed') problems.push(`${label}: ${r.reason}${r.detail ? ` (${r.detail})` : ''}`);
+    if (!ran(r)) problems.push(`${label}: ${r.reason}${r.detail ? ` (${r.detail})` : ''}`);
   }
-  if (before.reason === 'tests_failed' || before.reason === 'passed') {
-    for (const id of task.FAIL_TO_PASS) if (before.tests[id] === 'PASSED') problems.push(`FAIL_TO_PASS ${id} passes without the fix`);
-    for (const id of task.PASS_TO_PASS) if (before.tests[id] !== 'PASSED') problems.push(`PASS_TO_PASS ${id} is ${before.tests[id]} without the fix`);
+  if (ran(before)) {
+    for (const [id, s] of Object.entries(before.tests.FAIL_TO_PASS)) if (s === 'PASSED') problems.push(`FAIL_TO_PASS ${id} passes without the fix`);
+    for (const [id, s] of Object.entries(before.tests.PASS_TO_PASS)) if (s !== 'PASSED') problems.push(`PASS_TO_PASS ${id} is ${s} without the fix`);
   }
-  if (after.reason === 'tests_failed' || after.reason === 'passed') {
-    for (const id of [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS]) {
-      if (after.tests[id] !== 'PASSED') problems.push(`${id} is ${after.tests[id]} with the gold patch`);
+  if (ran(after)) {
+    for (const [id, s] of [...Object.entries(after.tests.FAIL_TO_PASS), ...Object.entries(after.tests.PASS_TO_PASS)]) {
+      if (s !== 'PASSED') problems.push(`${id} is ${s} with the gold patch`);
     }
   }
-  return {
-    instanceId: task.instance_id,
-    valid: problems.length === 0,
-    problems,
-    durationS: (Date.now() - t0) / 1000,
-    before: before.tests,
-    after: after.tests,
-  };
+  return { instanceId: task.instance_id, valid: problems.length === 0, problems, durationS: (Date.now() - t0) / 1000, before: before.tests, after: after.tests };
 }

@@ -1,7 +1,8 @@
 // Grading in fresh containers of a real task image.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { gradePatch } from '../activities/grade.ts';
+import { gradePatch, GradingError, GRADER_VERSION } from '../activities/grade.ts';
+import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { imagesFor, requireDocker, sharedTask, testBackend } from './helpers/docker.ts';
 
@@ -22,7 +23,13 @@ describe('gradePatch', () => {
     const g = await gradePatch({ task, patch: task.patch, backend });
     assert.equal(g.reward, 1, g.logTail);
     assert.equal(g.reason, 'passed');
-    for (const id of [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS]) assert.equal(g.tests[id], 'PASSED', id);
+    assert.equal(g.resolved, true);
+    assert.equal(g.patchApplied, true);
+    assert.equal(g.channel, 'pytest-plugin');
+    assert.equal(g.graderVersion, GRADER_VERSION);
+    assert.equal(g.exitCode, 0);
+    for (const id of task.FAIL_TO_PASS) assert.equal(g.tests.FAIL_TO_PASS[id], 'PASSED', id);
+    for (const id of task.PASS_TO_PASS) assert.equal(g.tests.PASS_TO_PASS[id], 'PASSED', id);
     assert.ok(g.durationS > 0);
   });
 
@@ -30,6 +37,8 @@ describe('gradePatch', () => {
     const g = await gradePatch({ task, patch: '  \n', backend });
     assert.equal(g.reward, 0);
     assert.equal(g.reason, 'empty_patch');
+    assert.equal(g.patchExists, false);
+    assert.deepEqual(Object.values(g.tests.FAIL_TO_PASS), task.FAIL_TO_PASS.map(() => 'MISSING'));
   });
 
   test('a patch that does not apply → 0, patch_apply_failed', async () => {
@@ -37,6 +46,7 @@ describe('gradePatch', () => {
     const g = await gradePatch({ task, patch: bad, backend });
     assert.equal(g.reward, 0);
     assert.equal(g.reason, 'patch_apply_failed');
+    assert.equal(g.patchApplied, false);
     assert.match(g.logTail, /nope\.py/);
   });
 
@@ -47,7 +57,8 @@ describe('gradePatch', () => {
     const g = await gradePatch({ task, patch: cheat, backend });
     assert.equal(g.reward, 0, g.logTail);
     assert.equal(g.reason, 'tests_failed');
-    assert.ok(task.FAIL_TO_PASS.some((id) => g.tests[id] !== 'PASSED'));
+    assert.ok(task.FAIL_TO_PASS.some((id) => g.tests.FAIL_TO_PASS[id] !== 'PASSED'));
+    assert.ok(g.restored.includes(testFile), JSON.stringify(g.restored));
   });
 
   test('a test run past the limit → 0, timeout', async () => {
@@ -55,6 +66,29 @@ describe('gradePatch', () => {
     const g = await gradePatch({ task: slow, patch: task.patch, backend, timeoutS: 2 });
     assert.equal(g.reward, 0);
     assert.equal(g.reason, 'timeout');
+    assert.equal(g.exitCode, null);
+  });
+
+  test('a task image that does not exist → GradingError (infrastructure), never a reward', async () => {
+    const ghost: SweTask = { ...task, image: 'swerl-no-such-image:missing' };
+    await assert.rejects(gradePatch({ task: ghost, patch: task.patch, backend }), (e: unknown) => e instanceof GradingError && e.name === 'GradingError');
+  });
+
+  test('a sandbox that dies before the tests run → GradingError', async () => {
+    // the real container, stopped under the grader just before test_cmd
+    const dying: SandboxBackend = {
+      name: 'docker',
+      start: async (image, limits, labels) => {
+        const sb = await backend.start(image, limits, labels);
+        const wrapped: Sandbox = Object.create(sb) as Sandbox;
+        wrapped.exec = async (cmd, t, o) => {
+          if (cmd.includes(task.test_cmd)) await sb.stop();
+          return sb.exec(cmd, t, o);
+        };
+        return wrapped;
+      },
+    };
+    await assert.rejects(gradePatch({ task, patch: task.patch, backend: dying }), GradingError);
   });
 });
 

@@ -109,7 +109,7 @@ for (const task of tasks.slice(0, replayCount)) {
     assert.equal(r.info.reason, 'passed', JSON.stringify({ reason: r.info.reason, detail: r.info.detail, patch: r.info.patch }).slice(0, 2000));
     assert.equal(r.reward, 1);
     assert.doesNotMatch(String(r.info.patch), /reproduce_issue\.py/);
-    for (const id of task.FAIL_TO_PASS) assert.equal((r.info.tests as Record<string, string>)[id], 'PASSED');
+    for (const id of task.FAIL_TO_PASS) assert.equal((r.info.tests as { FAIL_TO_PASS: Record<string, string> }).FAIL_TO_PASS[id], 'PASSED');
   });
 }
 
@@ -136,7 +136,7 @@ test('editing the test file so the failing test passes trivially → 0 (grading 
   assert.match(String(r.info.patch), /toolz\/tests\/test_itertoolz\.py/);
   assert.equal(r.reward, 0);
   assert.equal(r.info.reason, 'tests_failed');
-  assert.notEqual((r.info.tests as Record<string, string>)[f2p], 'PASSED');
+  assert.equal((r.info.tests as { FAIL_TO_PASS: Record<string, string> }).FAIL_TO_PASS[f2p], 'FAILED');
 });
 
 test('similarity reward option: gold replay → 1, nothing → −1', async () => {

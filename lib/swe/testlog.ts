@@ -1,11 +1,13 @@
 // Test-log parsers (DESIGN §3): pytest `-rA` (and `-v`), unittest verbose, Django and sympy
 // formats → test id → status. Pure functions; ids are kept as the log spells them.
 
-export type TestStatus = 'PASSED' | 'FAILED' | 'ERROR' | 'SKIPPED';
+import type { TestOutcome } from './grading.ts';
+
+export type TestStatus = Exclude<TestOutcome, 'MISSING'>;
 export type TestLogFormat = 'pytest' | 'unittest' | 'django' | 'sympy' | 'auto';
 
 /** A later status for the same test overrides an earlier one only when it is worse (a teardown ERROR after PASSED). */
-const RANK: Record<TestStatus, number> = { SKIPPED: 0, PASSED: 1, FAILED: 2, ERROR: 3 };
+const RANK: Record<TestStatus, number> = { SKIPPED: 0, XFAIL: 0, PASSED: 1, XPASS: 1, FAILED: 2, ERROR: 3 };
 
 function put(m: Map<string, TestStatus>, id: string, s: TestStatus): void {
   const prev = m.get(id);
@@ -18,14 +20,13 @@ function lines(log: string): string[] {
   return log.replace(ANSI, '').replace(/\r\n?/g, '\n').split('\n');
 }
 
-/** XFAIL counts as passed (the test behaved as declared), as SWE-bench's harness does; so does non-strict XPASS. */
 const PYTEST_STATUS: Record<string, TestStatus> = {
   PASSED: 'PASSED',
   FAILED: 'FAILED',
   ERROR: 'ERROR',
   SKIPPED: 'SKIPPED',
-  XFAIL: 'PASSED',
-  XPASS: 'PASSED',
+  XFAIL: 'XFAIL',
+  XPASS: 'XPASS',
 };
 
 /** Strips the ` - message` pytest appends to FAILED/ERROR/XFAIL summary lines; parametrised ids may hold ` - `. */
@@ -61,8 +62,8 @@ const UNITTEST_STATUS: [RegExp, TestStatus][] = [
   [/^FAIL$/, 'FAILED'],
   [/^ERROR$/, 'ERROR'],
   [/^skipped\b/, 'SKIPPED'],
-  [/^expected failure$/, 'PASSED'],
-  [/^unexpected success$/, 'FAILED'],
+  [/^expected failure$/, 'XFAIL'],
+  [/^unexpected success$/, 'XPASS'],
 ];
 
 function unittestStatus(word: string): TestStatus | undefined {
@@ -102,7 +103,7 @@ export const parseDjangoLog = parseUnittestLog;
 /** sympy's bin/test: "test_x ok", "test_y F", "test_z E" (f: expected fail, s: skipped, X: unexpected pass, w: slow skipped). */
 export function parseSympyLog(log: string): Map<string, TestStatus> {
   const m = new Map<string, TestStatus>();
-  const map: Record<string, TestStatus> = { ok: 'PASSED', F: 'FAILED', E: 'ERROR', f: 'PASSED', s: 'SKIPPED', w: 'SKIPPED', X: 'FAILED' };
+  const map: Record<string, TestStatus> = { ok: 'PASSED', F: 'FAILED', E: 'ERROR', f: 'XFAIL', s: 'SKIPPED', w: 'SKIPPED', X: 'XPASS' };
   for (const raw of lines(log)) {
     const r = /^(test_\w+)\s+(ok|F|E|f|s|w|X)(?:\s+\[[\d.]+s\])?$/.exec(raw.trim());
     if (r) put(m, r[1]!, map[r[2]!]!);
@@ -127,4 +128,13 @@ export function parseTestLog(log: string, format: TestLogFormat = 'auto'): Map<s
       return m;
     }
   }
+}
+
+/** The log format a test command prints: Django's runtests.py, sympy's bin/test, unittest, pytest; 'auto' otherwise. */
+export function logFormatOf(testCmd: string): TestLogFormat {
+  if (/runtests\.py/.test(testCmd)) return 'django';
+  if (/(^|[\s/])bin\/test(\s|$)/.test(testCmd)) return 'sympy';
+  if (/-m\s+unittest\b/.test(testCmd)) return 'unittest';
+  if (/(^|[\s;&|(/])(py\.test|pytest)(\s|$|;)/.test(testCmd)) return 'pytest';
+  return 'auto';
 }

@@ -1,0 +1,148 @@
+// Reading the results plugin's records (activities/swerl_pytest_results.py) into per-test statuses,
+// and the cross-checks that decide whether they can be believed (pure).
+import { z } from 'zod';
+import type { TestOutcome } from './grading.ts';
+
+const Start = z.object({ event: z.literal('start'), python: z.string(), pytest: z.string(), runner_dir: z.string(), preloaded: z.array(z.string()) }).loose();
+const Test = z
+  .object({
+    event: z.literal('test'),
+    nodeid: z.string(),
+    when: z.string(),
+    outcome: z.string(),
+    xfail: z.boolean(),
+    foreign_report: z.string().optional(),
+    changed: z.array(z.string()).optional(),
+  })
+  .loose();
+const Collect = z.object({ event: z.literal('collect'), nodeid: z.string(), outcome: z.string() }).loose();
+const HookImpl = z.object({ hook: z.string(), plugin: z.string(), file: z.string(), exists: z.boolean().optional() });
+const Finish = z
+  .object({
+    event: z.literal('finish'),
+    exitstatus: z.number().int(),
+    testscollected: z.number().int(),
+    testsfailed: z.number().int(),
+    logstart: z.number().int(),
+    deselected: z.number().int(),
+    shouldstop: z.boolean(),
+    shouldfail: z.boolean(),
+    changed: z.array(z.string()),
+    audit: z.object({ hookimpls: z.array(HookImpl), plugins: z.array(z.object({ name: z.string(), file: z.string() })) }),
+  })
+  .loose();
+const Record = z.discriminatedUnion('event', [Start, Test, Collect, Finish]);
+
+export type PluginStart = z.infer<typeof Start>;
+export type PluginFinish = z.infer<typeof Finish>;
+
+export interface PluginRun {
+  start?: PluginStart;
+  finish?: PluginFinish;
+  statuses: Map<string, TestOutcome>;
+  collectErrors: string[];
+  /** report objects of a class other than pytest's TestReport */
+  foreignReports: string[];
+  /** pytest/pluggy/plugin functions replaced during the run */
+  changed: string[];
+  /** lines that were not records (a run that wrote into our file) */
+  badLines: number;
+}
+
+/** Folds the records of one run. A nodeid's status: its call phase (or setup when it never got there); a failed teardown makes it ERROR. */
+export function readPluginRecords(text: string): PluginRun {
+  const run: PluginRun = { statuses: new Map(), collectErrors: [], foreignReports: [], changed: [], badLines: 0 };
+  const phases = new Map<string, Map<string, { outcome: string; xfail: boolean }>>();
+  for (const line of text.split('\n')) {
+    if (line.trim() === '') continue;
+    let raw: unknown;
+    try {
+      raw = JSON.parse(line);
+    } catch {
+      run.badLines++;
+      continue;
+    }
+    const r = Record.safeParse(raw);
+    if (!r.success) {
+      run.badLines++;
+      continue;
+    }
+    const rec = r.data;
+    switch (rec.event) {
+      case 'start':
+        // xdist workers also load the plugin; the first start is the controller's
+        run.start ??= rec;
+        break;
+      case 'test': {
+        if (rec.foreign_report) run.foreignReports.push(rec.foreign_report);
+        for (const c of rec.changed ?? []) if (!run.changed.includes(c)) run.changed.push(c);
+        if (rec.outcome === 'rerun') break;
+        let m = phases.get(rec.nodeid);
+        if (!m) phases.set(rec.nodeid, (m = new Map()));
+        // a later protocol of the same id (a duplicate) starts again from setup
+        if (rec.when === 'setup') m.clear();
+        m.set(rec.when, { outcome: rec.outcome, xfail: rec.xfail });
+        break;
+      }
+      case 'collect':
+        run.collectErrors.push(rec.nodeid);
+        break;
+      case 'finish':
+        run.finish = rec;
+        for (const c of rec.changed) if (!run.changed.includes(c)) run.changed.push(c);
+        break;
+    }
+  }
+  for (const [id, m] of phases) {
+    const call = m.get('call');
+    const setup = m.get('setup');
+    const teardown = m.get('teardown');
+    let s: TestOutcome | undefined;
+    const of = (p: { outcome: string; xfail: boolean }): TestOutcome =>
+      p.outcome === 'passed' ? (p.xfail ? 'XPASS' : 'PASSED') : p.outcome === 'skipped' ? (p.xfail ? 'XFAIL' : 'SKIPPED') : 'FAILED';
+    if (call) s = of(call);
+    else if (setup && setup.outcome === 'failed') s = 'ERROR';
+    else if (setup && setup.outcome === 'skipped') s = of(setup);
+    if (teardown && teardown.outcome === 'failed' && s !== 'FAILED') s = 'ERROR';
+    if (s) run.statuses.set(id, s);
+  }
+  return run;
+}
+
+export interface PluginVerdictInput {
+  run: PluginRun;
+  /** the test command's exit status as the shell saw it */
+  exitCode: number | null;
+  /** paths under /testbed the patch changed and the grader did not restore (absolute) */
+  patchedFiles: ReadonlySet<string>;
+}
+
+/**
+ * Reasons to disbelieve a finished run (empty: believable). Each is something a run of pytest's own
+ * code cannot produce: pytest functions replaced, reports of another class, a reporting hook implemented
+ * in a file the patch changed (outside the runner's own package), a hook from a file that does not
+ * exist, an exit status that disagrees with the session's or with the recorded failures, fewer or more
+ * tests started than collected in a complete session.
+ */
+export function pluginRunContradictions(input: PluginVerdictInput): string[] {
+  const { run, exitCode } = input;
+  const out: string[] = [];
+  const f = run.finish;
+  if (run.changed.length) out.push(`replaced during the run: ${run.changed.join(', ')}`);
+  if (run.foreignReports.length) out.push(`reports of class ${[...new Set(run.foreignReports)].join(', ')}`);
+  if (run.badLines) out.push(`${run.badLines} lines in the results file that the plugin did not write`);
+  if (!f) return out;
+  const runnerDir = run.start?.runner_dir ?? '';
+  for (const h of f.audit.hookimpls) {
+    const inRunner = runnerDir !== '' && h.file.startsWith(`${runnerDir}/`);
+    if (h.exists === false) out.push(`hook ${h.hook} implemented in ${h.file}, which does not exist`);
+    else if (!inRunner && input.patchedFiles.has(h.file)) out.push(`hook ${h.hook} implemented in ${h.file}, which the patch changed`);
+  }
+  if (exitCode !== null && exitCode !== f.exitstatus) out.push(`exit status ${exitCode}, but the session ended with ${f.exitstatus}`);
+  const failed = [...run.statuses.values()].some((s) => s === 'FAILED' || s === 'ERROR') || run.collectErrors.length > 0;
+  if (f.exitstatus === 0 && failed) out.push('exit status 0 with failed tests');
+  if ((f.exitstatus === 0 || f.exitstatus === 1) && !f.shouldstop && !f.shouldfail && f.logstart !== f.testscollected) {
+    out.push(`${f.logstart} tests started, ${f.testscollected} collected`);
+  }
+  return out;
+}
