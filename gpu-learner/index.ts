@@ -51,6 +51,8 @@ export interface GenerateOptions {
   stopIds?: number[];
   /** sample only among these ids (renormalised), like vLLM's allowed_token_ids */
   allowedIds?: number[];
+  /** also return the k most likely tokens of each position (OpenAI `logprobs: k`) */
+  topLogprobs?: number;
 }
 
 export interface GenerateResult {
@@ -63,6 +65,10 @@ export interface GenerateResult {
    */
   logprobs: Float32Array;
   finishReason: 'stop' | 'length';
+  /** with topLogprobs k > 0: per position the k most likely ids, most likely first (ids.length × k) */
+  topIds?: Int32Array;
+  /** their log-probs, the same distribution as `logprobs` */
+  topLogprobs?: Float32Array;
 }
 
 export interface TokenLoss {
@@ -192,6 +198,7 @@ export class Learner {
       seed: opts.seed ?? Math.floor(Math.random() * 2 ** 52),
       stopIds: idList('stopIds', opts.stopIds),
       allowedIds: idList('allowedIds', opts.allowedIds),
+      topLogprobs: opts.topLogprobs ?? 0,
     };
     return this.#run((n) => n.generate(promptIds, o));
   }

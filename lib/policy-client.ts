@@ -31,6 +31,8 @@ export const PolicyClientOptionsSchema = z.object({
   retries: z.number().int().min(0).max(100).default(3),
   /** first back-off delay; doubles per attempt */
   backoffMs: z.number().int().min(0).default(200),
+  /** sent as `Authorization: Bearer …` when set (hosted OpenAI-compatible endpoints) */
+  apiKey: z.string().optional(),
 });
 export type PolicyClientOptions = z.input<typeof PolicyClientOptionsSchema>;
 
@@ -91,14 +93,10 @@ export function parseCompletionResponse(body: unknown): CompletionResult {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export function createPolicyClient(options: PolicyClientOptions): PolicyClient & {
-  complete(req: ConstrainedCompletionRequest): Promise<CompletionResult>;
-} {
-  const o = PolicyClientOptionsSchema.parse(options);
+/** One JSON request with bounded retries on network errors, timeouts, 429 and 5xx (then PolicyUnavailableError). */
+function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
   const base = o.baseUrl.replace(/\/+$/, '');
-
-  /** One JSON request with bounded retries on network errors, timeouts and 5xx. */
-  async function request(method: 'GET' | 'POST', path: string, body?: unknown): Promise<unknown> {
+  return async function request(method: 'GET' | 'POST', path: string, body?: unknown): Promise<unknown> {
     let last = '';
     for (let attempt = 0; attempt <= o.retries; attempt++) {
       if (attempt > 0) await sleep(o.backoffMs * 2 ** (attempt - 1));
@@ -106,7 +104,7 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
       try {
         res = await fetch(base + path, {
           method,
-          headers: body === undefined ? undefined : { 'content-type': 'application/json' },
+          headers: body === undefined ? undefined : { 'content-type': 'application/json', ...(o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {}) },
           body: body === undefined ? undefined : JSON.stringify(body),
           signal: AbortSignal.timeout(o.timeoutMs),
         });
@@ -128,7 +126,14 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
       }
     }
     throw new PolicyUnavailableError(`policy server ${base}${path} unavailable after ${o.retries + 1} attempts: ${last}`);
-  }
+  };
+}
+
+export function createPolicyClient(options: PolicyClientOptions): PolicyClient & {
+  complete(req: ConstrainedCompletionRequest): Promise<CompletionResult>;
+} {
+  const o = PolicyClientOptionsSchema.parse(options);
+  const request = jsonRequester(o);
 
   return {
     async complete(req: ConstrainedCompletionRequest): Promise<CompletionResult> {
@@ -157,6 +162,122 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
       const parsed = HealthSchema.safeParse(await request('GET', '/health'));
       if (!parsed.success) throw new PolicyResponseError(`policy server /health: ${parsed.error.issues[0].message}`);
       return parsed.data.checkpoint ?? null;
+    },
+  };
+}
+
+/** An OpenAI tool call as the chat API returns it (arguments are a JSON string). */
+export interface ChatToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+/** A chat-completions message (OpenAI shape). */
+export type ChatApiMessage =
+  | { role: 'system' | 'user'; content: string }
+  | { role: 'assistant'; content: string | null; tool_calls?: ChatToolCall[] }
+  | { role: 'tool'; content: string; tool_call_id: string };
+
+export interface ChatRequest {
+  messages: ChatApiMessage[];
+  /** OpenAI tool definitions (`[{type: 'function', function: {name, description, parameters}}]`) */
+  tools?: readonly unknown[];
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  seed?: number;
+  stop?: string[];
+  /** per-token log-probs; with topLogprobs k, the k most likely tokens of each position */
+  logprobs?: boolean;
+  topLogprobs?: number;
+}
+
+export interface TokenLogprob {
+  token: string;
+  logprob: number;
+  top: { token: string; logprob: number }[];
+}
+
+export interface ChatResult {
+  content: string | null;
+  toolCalls: ChatToolCall[];
+  finishReason: 'stop' | 'length' | 'tool_calls' | 'content_filter';
+  promptTokens: number;
+  completionTokens: number;
+  logprobs: TokenLogprob[] | null;
+}
+
+const ChatResponseSchema = z.object({
+  choices: z
+    .array(
+      z.object({
+        message: z.object({
+          content: z.string().nullish(),
+          tool_calls: z
+            .array(z.object({ id: z.string().optional(), type: z.string().optional(), function: z.object({ name: z.string(), arguments: z.string().optional() }) }))
+            .nullish(),
+        }),
+        finish_reason: z.string().nullish(),
+        logprobs: z
+          .object({
+            content: z
+              .array(z.object({ token: z.string(), logprob: z.number(), top_logprobs: z.array(z.object({ token: z.string(), logprob: z.number() })).nullish() }))
+              .nullish(),
+          })
+          .nullish(),
+      }),
+    )
+    .min(1),
+  usage: z.object({ prompt_tokens: z.number().int(), completion_tokens: z.number().int() }).nullish(),
+});
+
+/** Parses the first choice of a chat-completions response. */
+export function parseChatResponse(body: unknown): ChatResult {
+  const parsed = ChatResponseSchema.safeParse(body);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new PolicyResponseError(
+      `chat server returned an unexpected completion: ${issue.path.join('.') || '(root)'}: ${issue.message}; body starts ${JSON.stringify(body)?.slice(0, 200)}`,
+    );
+  }
+  const ch = parsed.data.choices[0];
+  const fr = ch.finish_reason;
+  return {
+    content: ch.message.content ?? null,
+    toolCalls: (ch.message.tool_calls ?? []).map((c, i) => ({ id: c.id ?? `call_${i}`, type: 'function', function: { name: c.function.name, arguments: c.function.arguments ?? '{}' } })),
+    finishReason: fr === 'length' || fr === 'tool_calls' || fr === 'content_filter' ? fr : 'stop',
+    promptTokens: parsed.data.usage?.prompt_tokens ?? 0,
+    completionTokens: parsed.data.usage?.completion_tokens ?? 0,
+    logprobs: ch.logprobs?.content ? ch.logprobs.content.map((p) => ({ token: p.token, logprob: p.logprob, top: p.top_logprobs ?? [] })) : null,
+  };
+}
+
+export interface ChatClient {
+  chat(req: ChatRequest): Promise<ChatResult>;
+}
+
+/** Client of any OpenAI-compatible `/v1/chat/completions` (ours, vLLM, SGLang, hosted APIs). */
+export function createChatClient(options: PolicyClientOptions): ChatClient {
+  const o = PolicyClientOptionsSchema.parse(options);
+  const request = jsonRequester(o);
+  return {
+    async chat(req: ChatRequest): Promise<ChatResult> {
+      const body: Record<string, unknown> = {
+        model: o.model,
+        messages: req.messages,
+        max_tokens: req.maxTokens,
+        temperature: req.temperature,
+        top_p: req.topP,
+      };
+      if (req.tools?.length) body.tools = req.tools;
+      if (req.seed !== undefined) body.seed = req.seed;
+      if (req.stop?.length) body.stop = req.stop;
+      if (req.logprobs) {
+        body.logprobs = true;
+        if (req.topLogprobs) body.top_logprobs = req.topLogprobs;
+      }
+      return parseChatResponse(await request('POST', '/v1/chat/completions', body));
     },
   };
 }

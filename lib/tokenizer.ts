@@ -25,12 +25,46 @@ export interface Tokenizer {
   /** ids of all special tokens */
   readonly specialIds: readonly number[];
   readonly chatTemplate: string;
-  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt: boolean }): string;
+  applyChatTemplate(messages: readonly TemplateMessage[], opts: ChatTemplateOptions): string;
 }
 
-/** ChatML as every preset writes it; used when a tokenizer_config has no chat_template. */
+/** A message as chat templates read it: ours, or OpenAI's with tool calls and tool results. */
+export type TemplateMessage =
+  | ChatMessage
+  | {
+      role: 'system' | 'user' | 'assistant' | 'tool';
+      content: string | null;
+      tool_calls?: { id?: string; type?: 'function'; function: { name: string; arguments: string | Record<string, unknown> } }[];
+      tool_call_id?: string;
+      name?: string;
+    };
+
+export interface ChatTemplateOptions {
+  addGenerationPrompt: boolean;
+  /** OpenAI `tools` (`[{type: 'function', function: {name, description, parameters}}]`), rendered by the template */
+  tools?: readonly unknown[];
+  /** extra template variables (vLLM's `chat_template_kwargs`, e.g. enable_thinking) */
+  kwargs?: Record<string, unknown>;
+}
+
+/**
+ * ChatML as every preset writes it; used when a tokenizer_config has no chat_template. Without tools it
+ * is plain ChatML; with tools it renders them as Qwen3's template does (a `# Tools` system block, calls
+ * as `<tool_call>` JSON, results as `<tool_response>` user turns), so tool-calling requests mean the same.
+ */
 export const CHATML_TEMPLATE =
-  "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endfor %}" +
+  "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}" +
+  "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}" +
+  "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}" +
+  "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}{%- endif %}" +
+  "{%- for message in messages %}" +
+  "{%- if tools and loop.first and message.role == 'system' %}" +
+  "{%- elif message.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}" +
+  "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content }}" +
+  "{%- if message.tool_calls %}{%- for tc in message.tool_calls %}{%- if message.content or not loop.first %}{{- '\\n' }}{%- endif %}" +
+  "{{- '<tool_call>\\n{\"name\": \"' + tc.function.name + '\", \"arguments\": ' }}" +
+  "{%- if tc.function.arguments is string %}{{- tc.function.arguments }}{%- else %}{{- tc.function.arguments | tojson }}{%- endif %}{{- '}\\n</tool_call>' }}{%- endfor %}{%- endif %}" +
+  "{{- '<|im_end|>\\n' }}{%- endif %}{%- endfor %}" +
   "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
 const tokenSpec = z.union([z.string(), z.object({ content: z.string() }).loose()]).nullish();
@@ -154,9 +188,12 @@ export function tokenizerFromJson(tokenizerJson: unknown, tokenizerConfig: unkno
     tokenText(id: number): string | undefined {
       return idToText.get(id);
     },
-    applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt: boolean }): string {
+    applyChatTemplate(messages: readonly TemplateMessage[], opts: ChatTemplateOptions): string {
       return template.render({
-        messages,
+        ...opts.kwargs,
+        // templates call string methods on content: OpenAI's null (a call-only assistant turn) is ''
+        messages: messages.map((m) => (m.content === null ? { ...m, content: '' } : m)),
+        ...(opts.tools?.length ? { tools: opts.tools } : {}),
         add_generation_prompt: opts.addGenerationPrompt,
         eos_token: eosText,
         bos_token: bosText ?? '',

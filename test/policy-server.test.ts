@@ -202,3 +202,143 @@ test('policy server without a tokenizer takes token ids only', { skip }, async (
   assert.equal(body.choices[0]!.token_ids.length, 2);
   assert.ok(body.choices[0]!.logprobs.tokens.every((tok) => /^token_id:\d+$/.test(tok)));
 });
+
+test('chat completions, top log-probs, stop strings and strict parameters, through the official openai client', { skip }, async (t) => {
+  const { default: OpenAI, APIError } = await import('openai');
+  const { Learner } = (await import(join(repo, 'gpu-learner', 'index.ts'))) as {
+    Learner: { load(dir: string, opts?: { device?: 'cpu' | 'cuda'; threads?: number }): Promise<ServableModel> };
+  };
+  const root = await mkdtemp(join(tmpdir(), 'swerl-chat-'));
+  const m = await writeModel(join(root, 'tiny'), 'tiny', 3);
+  const tokenizer = await loadTokenizer(m.dir);
+  const learner = await Learner.load(m.dir, { device: 'cpu', threads: 1 });
+  const server = await startPolicyServer({ learner, tokenizer, modelName: 'tiny', checkpoint: 4 });
+  t.after(async () => {
+    await server.close();
+    learner.close();
+    await rm(root, { recursive: true, force: true });
+  });
+  const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const messages = [
+    { role: 'system' as const, content: 'You are a careful judge.' },
+    { role: 'user' as const, content: 'Is the patch correct? Answer YES or NO.' },
+  ];
+
+  await t.test('chat: templated prompt, content, per-token log-probs with top-k, reproducible by seed', async () => {
+    const req = { model: 'tiny', messages, max_tokens: 12, seed: 5, logprobs: true, top_logprobs: 5 };
+    const a = await client.chat.completions.create(req);
+    const b = await client.chat.completions.create(req);
+    const ch = a.choices[0]!;
+    assert.equal(a.object, 'chat.completion');
+    assert.equal(ch.message.role, 'assistant');
+    assert.equal(typeof ch.message.content, 'string');
+    assert.ok(['stop', 'length'].includes(ch.finish_reason));
+    const expectedPrompt = tokenizer.encode(tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true })).length;
+    assert.equal(a.usage!.prompt_tokens, expectedPrompt);
+    const lps = ch.logprobs!.content!;
+    assert.equal(lps.length, a.usage!.completion_tokens);
+    for (const p of lps) {
+      assert.equal(p.top_logprobs.length, 5);
+      for (let k = 1; k < 5; k++) assert.ok(p.top_logprobs[k - 1]!.logprob >= p.top_logprobs[k]!.logprob);
+      assert.ok(p.logprob <= p.top_logprobs[0]!.logprob + 1e-6);
+      assert.ok(p.top_logprobs.reduce((s, x) => s + Math.exp(x.logprob), 0) <= 1 + 1e-5);
+    }
+    assert.deepEqual(b.choices[0]!.logprobs, ch.logprobs);
+    assert.equal(b.choices[0]!.message.content, ch.message.content);
+  });
+
+  await t.test('greedy: the sampled token is the top-1 and its log-prob is the same number', async () => {
+    const r = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 });
+    for (const p of r.choices[0]!.logprobs!.content!) {
+      assert.equal(p.token, p.top_logprobs[0]!.token);
+      assert.equal(p.logprob, p.top_logprobs[0]!.logprob);
+    }
+  });
+
+  await t.test('completions: logprobs: N gives N alternatives per position, the greedy token first', async () => {
+    const prompt = tokenizer.encode(tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true }));
+    const res = await fetch(`${server.url}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ model: 'tiny', prompt, max_tokens: 6, temperature: 0, logprobs: 4, return_tokens_as_token_ids: true }),
+    });
+    const body = (await res.json()) as { choices: { token_ids: number[]; logprobs: { token_logprobs: number[]; top_logprobs: Record<string, number>[] } }[] };
+    const ch = body.choices[0]!;
+    assert.equal(ch.logprobs.top_logprobs.length, 6);
+    ch.logprobs.top_logprobs.forEach((top, i) => {
+      const entries = Object.entries(top);
+      assert.equal(entries.length, 4);
+      assert.equal(entries[0]![0], `token_id:${ch.token_ids[i]}`);
+      assert.equal(entries[0]![1], ch.logprobs.token_logprobs[i]);
+    });
+    // and through the openai client (text prompt)
+    const c = await client.completions.create({ model: 'tiny', prompt: 'Hello', max_tokens: 3, logprobs: 2, seed: 1 });
+    assert.equal(c.choices[0]!.logprobs!.top_logprobs!.length, 3);
+  });
+
+  await t.test('tools reach the template; <tool_call> blocks come back as OpenAI tool calls', async () => {
+    const tools = [{ type: 'function' as const, function: { name: 'finish', description: 'Submit.', parameters: { type: 'object', properties: { command: { type: 'string' } } } } }];
+    const withTools = await client.chat.completions.create({ model: 'tiny', messages, tools, max_tokens: 2, seed: 1 });
+    const without = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, seed: 1 });
+    const rendered = tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true, tools });
+    assert.match(rendered, /<tools>\n\{"type": "function", "function": \{"name": "finish"/);
+    assert.equal(withTools.usage!.prompt_tokens, tokenizer.encode(rendered).length);
+    assert.ok(withTools.usage!.prompt_tokens > without.usage!.prompt_tokens);
+    // a tool call and its result in the history render too
+    const follow = await client.chat.completions.create({
+      model: 'tiny',
+      tools,
+      max_tokens: 2,
+      seed: 1,
+      messages: [...messages, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'finish', arguments: '{"command":"submit"}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'ok' }],
+    });
+    assert.ok(follow.usage!.prompt_tokens > withTools.usage!.prompt_tokens);
+    const { parseToolCallBlocks } = await import('../activities/policy-server.ts');
+    const p = parseToolCallBlocks('Let me submit.\n<tool_call>\n{"name": "finish", "arguments": {"command": "submit"}}\n</tool_call>', () => 'id1');
+    assert.deepEqual(p, { content: 'Let me submit.', toolCalls: [{ id: 'id1', type: 'function', function: { name: 'finish', arguments: '{"command":"submit"}' } }] });
+    assert.deepEqual(parseToolCallBlocks('<tool_call>{not json}</tool_call>'), { content: '<tool_call>{not json}</tool_call>', toolCalls: [] });
+  });
+
+  await t.test('stop strings end the text before the first occurrence', async () => {
+    const free = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 16, seed: 21, logprobs: true });
+    const text = free.choices[0]!.message.content!;
+    assert.ok(text.length >= 8, JSON.stringify(text));
+    const stop = text.slice(4, 7);
+    const cut = text.indexOf(stop);
+    const r = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 16, seed: 21, stop: [stop, '\u0000never'], logprobs: true });
+    const ch = r.choices[0]!;
+    assert.equal(ch.message.content, text.slice(0, cut));
+    assert.equal(ch.finish_reason, 'stop');
+    assert.equal((ch as unknown as { stop_reason: string }).stop_reason, stop);
+    // the tokens kept are the free run's, up to the one that completes the stop string
+    const kept = ch.logprobs!.content!.map((x) => x.token).join('');
+    assert.ok(kept.startsWith(text.slice(0, cut + stop.length)) && kept.length <= text.length, JSON.stringify({ kept, text }));
+    assert.equal(r.usage!.completion_tokens, ch.logprobs!.content!.length);
+  });
+
+  await t.test('parameters we do not implement are a 400 naming them', async () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ frequency_penalty: 0.5 }, 'frequency_penalty'],
+      [{ presence_penalty: 1 }, 'presence_penalty'],
+      [{ logit_bias: { '5': 10 } }, 'logit_bias'],
+      [{ response_format: { type: 'json_object' } }, 'response_format'],
+      [{ tool_choice: 'required', tools: [] }, 'tool_choice'],
+      [{ n: 2 }, 'n'],
+      [{ top_logprobs: 3 }, 'top_logprobs'],
+      [{ top_logprobs: 21, logprobs: true }, 'top_logprobs'],
+      [{ made_up: true }, 'made_up'],
+    ];
+    for (const [extra, param] of cases) {
+      await assert.rejects(
+        client.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, ...extra } as never),
+        (e: unknown) => e instanceof APIError && e.status === 400 && (e.error as { param?: string }).param === param && e.message.includes(param),
+        JSON.stringify(extra),
+      );
+    }
+    // neutral values are what the server does, so they are accepted
+    const ok = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, presence_penalty: 0, frequency_penalty: 0, logit_bias: {}, user: 'me' });
+    assert.equal(ok.choices.length, 1);
+    const res = await fetch(`${server.url}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt: [1, 2], best_of: 1, suffix: 'x' }) });
+    assert.equal(res.status, 400);
+    assert.equal(((await res.json()) as ErrorBody).error.param, 'suffix');
+  });
+});

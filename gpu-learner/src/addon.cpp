@@ -233,6 +233,10 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
     auto allowed = typed_arg<int32_t>(o.Get("allowedIds"), napi_int32_array, "allowedIds", "Int32Array", true);
     go.stop_ids.assign(stop.data, stop.data + stop.length);
     go.allowed_ids.assign(allowed.data, allowed.data + allowed.length);
+    const double topk = num_field(o, "topLogprobs", false, 0);
+    if (!(topk >= 0) || topk != std::floor(topk) || topk > 1e9)
+      throw Napi::RangeError::New(info.Env(), "topLogprobs must be an integer >= 0, got " + std::to_string(topk));
+    go.top_logprobs = int64_t(topk);
     auto res = std::make_shared<gl::GenerateResult>();
     return queue(
         info.Env(), m, [prompt, go, res](gl::Engine& e) { *res = e.generate(prompt->data, prompt->length, go); },
@@ -242,6 +246,10 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
           out.Set("ids", external_array<int32_t, Napi::Int32Array>(env, std::move(res->ids)));
           out.Set("logprobs", external_array<float, Napi::Float32Array>(env, std::move(res->logprobs)));
           out.Set("finishReason", stopped ? "stop" : "length");
+          if (!res->top_ids.empty()) {
+            out.Set("topIds", external_array<int32_t, Napi::Int32Array>(env, std::move(res->top_ids)));
+            out.Set("topLogprobs", external_array<float, Napi::Float32Array>(env, std::move(res->top_logprobs)));
+          }
           return out;
         });
   }

@@ -104,6 +104,8 @@ void validate_generate(int64_t n_prompt, const int32_t* prompt, const GenerateOp
   for (size_t i = 0; i < o.allowed_ids.size(); i++)
     if (o.allowed_ids[i] < 0 || o.allowed_ids[i] >= vocab)
       throw std::invalid_argument("allowedIds[" + std::to_string(i) + "]=" + std::to_string(o.allowed_ids[i]) + " is outside the vocabulary");
+  if (o.top_logprobs < 0 || o.top_logprobs > vocab)
+    throw std::invalid_argument("topLogprobs must be in [0, " + std::to_string(vocab) + "], got " + std::to_string(o.top_logprobs));
 }
 
 // ---- files ----

@@ -2,6 +2,7 @@
 #include "gl/layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <sys/stat.h>
 
@@ -101,6 +102,24 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const Qw
       if (file_exists(src_dir + "/" + f)) atomic_write_file(dir + "/" + f, read_file(src_dir + "/" + f));
 }
 
+// The k largest entries of one row's full-vocabulary log-softmax (temperature 1), appended most likely first.
+static void append_top_logprobs(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>* ids, std::vector<float>* lps) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < vocab; i++) mx = std::max(mx, logits[i]);
+  double se = 0;
+  for (int64_t i = 0; i < vocab; i++) se += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(se);
+  std::vector<int32_t> idx(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; i++) idx[size_t(i)] = int32_t(i);
+  const int64_t kk = std::min(k, vocab);
+  std::partial_sort(idx.begin(), idx.begin() + kk, idx.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (int64_t j = 0; j < kk; j++) {
+    ids->push_back(idx[size_t(j)]);
+    lps->push_back(float(double(logits[idx[size_t(j)]]) - lse));
+  }
+}
+
 GenerateResult decode_tokens(const QwenConfig& cfg, const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o,
                              const std::function<void(int64_t max_t)>& reserve, const FeedTokens& feed) {
   validate_generate(n_prompt, prompt, o, cfg.vocab_size);
@@ -120,6 +139,7 @@ GenerateResult decode_tokens(const QwenConfig& cfg, const int32_t* prompt, int64
     const int32_t tok = sample_token(logits.data(), cfg.vocab_size, sp, rng, &lp);
     r.ids.push_back(tok);
     r.logprobs.push_back(lp);
+    if (o.top_logprobs > 0) append_top_logprobs(logits.data(), cfg.vocab_size, o.top_logprobs, &r.top_ids, &r.top_logprobs);
     if (std::find(o.stop_ids.begin(), o.stop_ids.end(), tok) != o.stop_ids.end()) {
       r.stopped = true;
       break;

@@ -57,12 +57,17 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::vector<int32_t> stop_ids;
   std::vector<int32_t> allowed_ids;
+  int64_t top_logprobs = 0;  // k most likely tokens (full-vocab log-softmax at temperature 1) per position
 };
 
 struct GenerateResult {
   std::vector<int32_t> ids;       // generated tokens only (the prompt is not repeated)
   std::vector<float> logprobs;    // full-vocab log-softmax at temperature 1 of each generated token
   bool stopped = false;           // true => ended on a stop id (included in ids)
+  // top_logprobs > 0: per generated position the k most likely ids and their log-probs, most likely
+  // first (ties: lower id first); row-major (ids.size() x k), same distribution as `logprobs`
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
 };
 
 struct ParamInfo {

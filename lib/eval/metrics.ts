@@ -1,0 +1,202 @@
+// Evaluation metrics (DESIGN §8): pass@1 as the mean over tasks of c/n, the unbiased pass@k estimator in
+// its numerically stable product form, a bootstrap confidence interval over tasks, and the summary tables.
+// Pure and deterministic (seeded), so workflow code and the CLI may call it.
+
+/** mulberry32: a small seeded PRNG, uniform in [0, 1); the same stream on every platform. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Unbiased pass@k of one task with n episodes of which c resolved (Chen et al. 2021):
+ * 1 − C(n−c, k)/C(n, k) = 1 − Π_{i=n−c+1..n} (1 − k/i), and 1 when n − c < k. Never forms a binomial.
+ */
+export function passAtK(n: number, c: number, k: number): number {
+  if (!(Number.isInteger(n) && Number.isInteger(c) && Number.isInteger(k)) || n < 1 || c < 0 || c > n || k < 1 || k > n) {
+    throw new RangeError(`passAtK: need integers 0 ≤ c ≤ n, 1 ≤ k ≤ n; got n=${n}, c=${c}, k=${k}`);
+  }
+  if (n - c < k) return 1;
+  let miss = 1;
+  for (let i = n - c + 1; i <= n; i++) miss *= 1 - k / i;
+  return 1 - miss;
+}
+
+/** One task's episodes: requested runs, completed episodes (not infrastructure errors) and resolved ones. */
+export interface TaskCounts {
+  taskId: string;
+  repo: string;
+  runs: number;
+  completed: number;
+  resolved: number;
+}
+
+/**
+ * pass@k for k = 1..maxK. `dataset`: every task counts, with n = runs requested (an episode that never
+ * completed counts as not resolved); `completed`: only tasks with at least k completed episodes, with
+ * n = completed episodes. Entry k−1 is null when no task qualifies.
+ */
+export function passAtKCurve(tasks: readonly TaskCounts[], maxK: number, against: 'dataset' | 'completed'): (number | null)[] {
+  const out: (number | null)[] = [];
+  for (let k = 1; k <= maxK; k++) {
+    let sum = 0;
+    let m = 0;
+    for (const t of tasks) {
+      const n = against === 'dataset' ? t.runs : t.completed;
+      if (n < k) continue;
+      sum += passAtK(n, Math.min(t.resolved, n), k);
+      m++;
+    }
+    out.push(m ? sum / m : null);
+  }
+  return out;
+}
+
+export interface Interval {
+  low: number;
+  high: number;
+  level: number;
+  samples: number;
+}
+
+/** Percentile bootstrap of the mean of `values` (one per task), resampling tasks with replacement; seeded. */
+export function bootstrapMeanCI(values: readonly number[], opts: { samples?: number; level?: number; seed?: number } = {}): Interval | null {
+  const samples = opts.samples ?? 2000;
+  const level = opts.level ?? 0.95;
+  if (values.length === 0) return null;
+  const rand = seededRandom(opts.seed ?? 0);
+  const means = new Float64Array(samples);
+  for (let b = 0; b < samples; b++) {
+    let s = 0;
+    for (let i = 0; i < values.length; i++) s += values[Math.floor(rand() * values.length)];
+    means[b] = s / values.length;
+  }
+  means.sort();
+  const q = (p: number) => means[Math.min(samples - 1, Math.max(0, Math.round(p * (samples - 1))))];
+  return { low: q((1 - level) / 2), high: q(1 - (1 - level) / 2), level, samples };
+}
+
+/** What the summary needs of each completed episode. */
+export interface EpisodeFacts {
+  taskId: string;
+  run: number;
+  resolved: boolean;
+  end: string;
+  steps: number;
+  tokens: number;
+  responseTokens: number;
+  seconds: number;
+}
+
+export interface RepoRow {
+  repo: string;
+  tasks: number;
+  episodes: number;
+  resolved: number;
+  errors: number;
+  pass1: number;
+}
+
+export interface EvalMetrics {
+  tasks: number;
+  runs: number;
+  episodes: { planned: number; completed: number; resolved: number; errors: number };
+  /** mean over tasks of c/n, n = runs requested */
+  pass1: number;
+  /** mean over tasks with a completed episode of c/n, n = completed episodes */
+  pass1Completed: number | null;
+  /** bootstrap interval of pass1 over tasks */
+  pass1CI: Interval | null;
+  passAtK: (number | null)[];
+  passAtKCompleted: (number | null)[];
+  ends: Record<string, number>;
+  mean: { steps: number; tokens: number; responseTokens: number; seconds: number };
+  perRepo: RepoRow[];
+}
+
+/** The evaluation's numbers from its plan (tasks × runs), its completed episodes and its error count per task. */
+export function evaluationMetrics(
+  plan: { taskIds: readonly string[]; repos: Readonly<Record<string, string>>; runs: number },
+  episodes: readonly EpisodeFacts[],
+  errors: readonly { taskId: string; run: number }[],
+  opts: { bootstrapSamples?: number; seed?: number } = {},
+): EvalMetrics {
+  const counts = new Map<string, TaskCounts>(
+    plan.taskIds.map((id) => [id, { taskId: id, repo: plan.repos[id] ?? repoOf(id), runs: plan.runs, completed: 0, resolved: 0 }]),
+  );
+  const ends: Record<string, number> = {};
+  const sum = { steps: 0, tokens: 0, responseTokens: 0, seconds: 0 };
+  for (const e of episodes) {
+    const t = counts.get(e.taskId);
+    if (!t) continue;
+    t.completed++;
+    if (e.resolved) t.resolved++;
+    ends[e.end] = (ends[e.end] ?? 0) + 1;
+    sum.steps += e.steps;
+    sum.tokens += e.tokens;
+    sum.responseTokens += e.responseTokens;
+    sum.seconds += e.seconds;
+  }
+  const tasks = [...counts.values()];
+  const perTask = tasks.map((t) => t.resolved / t.runs);
+  const done = tasks.filter((t) => t.completed > 0);
+  const completed = episodes.filter((e) => counts.has(e.taskId)).length;
+  const errorsByTask = new Map<string, number>();
+  for (const e of errors) errorsByTask.set(e.taskId, (errorsByTask.get(e.taskId) ?? 0) + 1);
+  const repos = new Map<string, RepoRow>();
+  for (const t of tasks) {
+    const r = repos.get(t.repo) ?? { repo: t.repo, tasks: 0, episodes: 0, resolved: 0, errors: 0, pass1: 0 };
+    r.tasks++;
+    r.episodes += t.completed;
+    r.resolved += t.resolved;
+    r.errors += errorsByTask.get(t.taskId) ?? 0;
+    r.pass1 += t.resolved / t.runs;
+    repos.set(t.repo, r);
+  }
+  const mean = (x: number) => (completed ? x / completed : 0);
+  return {
+    tasks: tasks.length,
+    runs: plan.runs,
+    episodes: { planned: tasks.length * plan.runs, completed, resolved: tasks.reduce((s, t) => s + t.resolved, 0), errors: errors.length },
+    pass1: perTask.length ? perTask.reduce((a, b) => a + b, 0) / perTask.length : 0,
+    pass1Completed: done.length ? done.reduce((s, t) => s + t.resolved / t.completed, 0) / done.length : null,
+    pass1CI: bootstrapMeanCI(perTask, { samples: opts.bootstrapSamples ?? 2000, seed: opts.seed ?? 0 }),
+    passAtK: passAtKCurve(tasks, plan.runs, 'dataset'),
+    passAtKCompleted: passAtKCurve(tasks, plan.runs, 'completed'),
+    ends,
+    mean: { steps: mean(sum.steps), tokens: mean(sum.tokens), responseTokens: mean(sum.responseTokens), seconds: mean(sum.seconds) },
+    perRepo: [...repos.values()].map((r) => ({ ...r, pass1: r.pass1 / r.tasks })).sort((a, b) => a.repo.localeCompare(b.repo)),
+  };
+}
+
+/** `owner__name-hash` (SWE-bench instance ids) → `owner/name`. */
+export function repoOf(instanceId: string): string {
+  const m = /^(.+?)__(.+)-[^-]+$/.exec(instanceId);
+  return m ? `${m[1]}/${m[2]}` : instanceId;
+}
+
+const pct = (x: number | null | undefined) => (x === null || x === undefined ? '   -  ' : `${(100 * x).toFixed(1).padStart(5)}%`);
+
+/** The summary table `swerl eval` and `swerl eval report` print. */
+export function formatEvalMetrics(m: EvalMetrics, title = 'evaluation'): string {
+  const lines: string[] = [];
+  lines.push(`${title}: ${m.tasks} tasks × ${m.runs} runs = ${m.episodes.planned} episodes; completed ${m.episodes.completed}, resolved ${m.episodes.resolved}, errors ${m.episodes.errors}`);
+  const ci = m.pass1CI ? ` (${Math.round(m.pass1CI.level * 100)}% CI ${pct(m.pass1CI.low).trim()} – ${pct(m.pass1CI.high).trim()})` : '';
+  lines.push(`pass@1 ${pct(m.pass1).trim()}${ci} against the dataset; ${pct(m.pass1Completed).trim()} against completed episodes`);
+  lines.push(`  k        ${m.passAtK.map((_, i) => String(i + 1).padStart(6)).join(' ')}`);
+  lines.push(`  pass@k   ${m.passAtK.map(pct).join(' ')}`);
+  lines.push(`  (compl.) ${m.passAtKCompleted.map(pct).join(' ')}`);
+  lines.push(`ends: ${Object.entries(m.ends).sort().map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`);
+  lines.push(`mean per episode: ${m.mean.steps.toFixed(1)} steps, ${Math.round(m.mean.tokens)} tokens (${Math.round(m.mean.responseTokens)} generated), ${m.mean.seconds.toFixed(1)} s`);
+  lines.push('repository                          tasks  episodes  resolved  errors  pass@1');
+  for (const r of m.perRepo) {
+    lines.push(`${r.repo.padEnd(34).slice(0, 34)}  ${String(r.tasks).padStart(5)}  ${String(r.episodes).padStart(8)}  ${String(r.resolved).padStart(8)}  ${String(r.errors).padStart(6)}  ${pct(r.pass1)}`);
+  }
+  return lines.join('\n');
+}
