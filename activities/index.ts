@@ -4,13 +4,14 @@ import { LearnerContext, createLearnerActivities, type LearnerWorkerOptions } fr
 import { recordMetrics, sampleBatch, storeLearnerItems } from './dataset.ts';
 import { rollout } from './rollout.ts';
 import { sweActivities } from './swe.ts';
+import { evalEpisode, prepareEvaluation, recordEvalError, writeEvaluationReport } from './evaluation.ts';
 
 export { LearnerContext, type LearnerWorkerOptions } from './learner.ts';
 export { registerEnvironment } from './rollout.ts';
 
 /** Rollout-queue activities: rollouts, dataset, bookkeeping, SWE task validation and grading. */
 export function createRolloutActivities() {
-  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, ...sweActivities };
+  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport };
 }
 
 /** All activities; the learner ones bound to `ctx`. */

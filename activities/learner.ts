@@ -232,8 +232,8 @@ export function createLearnerActivities(ctx: LearnerContext) {
 
   async function syncPolicyNow(input: SyncPolicyInput): Promise<SyncPolicyResult> {
     const store = openStore(input.storeUrl);
-    const dir = store.dirFor(keys.checkpoint(input.runId, input.checkpoint));
-    if (!(await store.exists(keys.checkpoint(input.runId, input.checkpoint)))) {
+    const dir = input.modelDir ?? store.dirFor(keys.checkpoint(input.runId, input.checkpoint));
+    if (input.modelDir === undefined && !(await store.exists(keys.checkpoint(input.runId, input.checkpoint)))) {
       throw new Error(`checkpoint ${input.checkpoint} of run ${input.runId} is not in ${store.url}`);
     }
     if (input.policyBaseUrl) {

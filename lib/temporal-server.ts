@@ -7,8 +7,8 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Connection } from '@temporalio/client';
 
-/** Search attributes the training workflows upsert (DESIGN §1). */
-export const SEARCH_ATTRIBUTES = { RlIteration: 'Int', RlMeanReward: 'Double', RlPhase: 'Keyword' } as const;
+/** Search attributes the training and evaluation workflows upsert (DESIGN §1). */
+export const SEARCH_ATTRIBUTES = { RlIteration: 'Int', RlMeanReward: 'Double', RlPhase: 'Keyword', RlEvalPass1: 'Double', EvalPass1: 'Double', EvalDone: 'Int' } as const;
 
 export interface DevServerOptions {
   /** directory holding temporal.sqlite and temporal.log */

@@ -5,8 +5,8 @@ import { readFileSync } from 'node:fs';
 import { createSweEnvironment, sweEpisodeSetup, SweEnvConfigSchema, type SweEnvironment } from '../activities/swe-env.ts';
 import { validateConfig } from '../lib/config.ts';
 import type { EndReason } from '../lib/types.ts';
-import { formatToolCall, type ToolCall } from '../lib/toolcall.ts';
-import { parsePatch } from '../lib/swe/similarity.ts';
+import { formatToolCall } from '../lib/toolcall.ts';
+import { editsFromPatch } from './helpers/scripted-agent.ts';
 import { NO_CALL_REMINDER, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 
 const TASKS = '/work/shared/swe-tasks/tasks.jsonl';
@@ -17,42 +17,7 @@ const tasks = readFileSync(TASKS, 'utf8')
 /** SWE_AGENT_TASKS=3 replays only the first three gold patches */
 const replayCount = Number(process.env.SWE_AGENT_TASKS ?? tasks.length);
 
-const fe = (args: Record<string, string | number>): string => `Let me edit.\n${formatToolCall({ name: 'file_editor', args } as ToolCall)}`;
 const finish = formatToolCall({ name: 'finish', args: { command: 'submit' } });
-
-/** file_editor calls that reproduce a git diff: `create` for new files, `insert` for pure additions, else `str_replace`. */
-function editsFromPatch(patch: string): string[] {
-  const parsed = parsePatch(patch);
-  assert.ok(parsed.ok);
-  const calls: string[] = [];
-  const headers = [...patch.matchAll(/^(@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*)$/gm)].map((m) => Number(m[2]));
-  let h = 0;
-  for (const f of parsed.files) {
-    const path = `/testbed/${f.newPath}`;
-    const starts = headers.slice(h, h + f.hunks.length);
-    h += f.hunks.length;
-    const isNew = new RegExp(`^diff --git a/${f.oldPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} b/.*\\nnew file mode`, 'm').test(patch);
-    if (isNew) {
-      calls.push(fe({ command: 'create', path, file_text: f.hunks.flatMap((x) => x.filter((l) => l.startsWith('+')).map((l) => l.slice(1))).join('\n') }));
-      continue;
-    }
-    // bottom-up, so that line numbers of the hunks above stay valid for `insert`
-    for (let k = f.hunks.length - 1; k >= 0; k--) {
-      const body = f.hunks[k]!.filter((l) => !l.startsWith('\\'));
-      const oldLines = body.filter((l) => !l.startsWith('+')).map((l) => l.slice(1));
-      const newLines = body.filter((l) => !l.startsWith('-')).map((l) => l.slice(1));
-      const plus = body.map((l, i) => (l.startsWith('+') ? i : -1)).filter((i) => i >= 0);
-      const contiguous = plus.length > 0 && plus.at(-1)! - plus[0]! + 1 === plus.length;
-      if (!body.some((l) => l.startsWith('-')) && contiguous) {
-        const insertLine = starts[k]! - 1 + plus[0]!;
-        calls.push(fe({ command: 'insert', path, insert_line: insertLine, new_str: plus.map((i) => body[i]!.slice(1)).join('\n') }));
-      } else {
-        calls.push(fe({ command: 'str_replace', path, old_str: oldLines.join('\n'), new_str: newLines.join('\n') }));
-      }
-    }
-  }
-  return calls;
-}
 
 /** Runs a scripted episode the way the episode loop does (reset, steps until done, reward, close). */
 async function scripted(env: SweEnvironment, turns: string[]): Promise<{ reward: number; info: Record<string, unknown>; end: EndReason; observations: string[] }> {

@@ -12,7 +12,15 @@ export interface SampleBatchResult { taskIds: string[]; configKey: string }
 export interface InitCheckpointInput { storeUrl: string; runId: string; model: TrainingConfig['model'] }
 export interface InitCheckpointResult { checkpoint: number; key: string; created: boolean }
 
-export interface SyncPolicyInput { storeUrl: string; runId: string; checkpoint: number; policyBaseUrl?: string; model: string }
+export interface SyncPolicyInput {
+  storeUrl: string;
+  runId: string;
+  checkpoint: number;
+  policyBaseUrl?: string;
+  model: string;
+  /** serve this Hugging Face model directory instead of the run's checkpoint (evaluation of a model outside any run) */
+  modelDir?: string;
+}
 export interface SyncPolicyResult { policyUrl: string; checkpoint: number }
 
 /** A rollout is scheduled with ids only; its config lives in the store at keys.iterationConfig(runId, n). */

@@ -1,0 +1,449 @@
+// Evaluation activities (rollout queue, DESIGN §1 evaluationRun): the plan, one stored episode per
+// (evaluation, task, run) through the training episode loop (or its chat-completions mode), the error
+// record of an episode that could not happen, and the report. Idempotent: a stored episode is returned.
+import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
+import { isDeepStrictEqual } from 'node:util';
+import { runChatEpisode } from '../lib/chat-episode.ts';
+import { runEpisode, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
+import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
+import { evalKeys } from '../lib/eval/keys.ts';
+import { evaluationMetrics, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
+import { createChatClient, createPolicyClient, PolicyResponseError, PolicyUnavailableError, type ChatApiMessage } from '../lib/policy-client.ts';
+import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
+import { formatLoadError, loadTasks } from '../lib/swe/task.ts';
+import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../lib/swe/tools.ts';
+import { SWE_OPENAI_TOOLS, SYSTEM_PROMPT_TOOL_CALLS } from '../lib/swe/tool-definitions.ts';
+import { tokenBudgetWarning } from '../lib/swe/prompts.ts';
+import { loadTokenizer } from '../lib/tokenizer.ts';
+import type { EndReason } from '../lib/types.ts';
+import { createSweEnvironment } from './swe-env.ts';
+import { rolloutSeed } from './rollout.ts';
+
+/** What the plan fixes once: the tasks, runs, repositories and the resolved model. */
+export interface EvalPlan {
+  evalId: string;
+  taskIds: string[];
+  repos: Record<string, string>;
+  runs: number;
+  modelName: string;
+  /** the run checkpoint evaluated (run models), else null */
+  checkpoint: number | null;
+  /** store key of the served model directory (run and path models), else null */
+  modelDir: string | null;
+  loadErrors: string[];
+}
+
+/** One finished episode (stored at evalKeys.episode; never written twice). */
+export interface EvalEpisodeRecord {
+  evalId: string;
+  taskId: string;
+  run: number;
+  seed: number;
+  modelName: string;
+  checkpoint: number | null;
+  end: EndReason;
+  resolved: boolean;
+  reward: number;
+  /** the working tree's diff when the episode ended */
+  patch: string;
+  /** the patch that was graded (the prediction): the diff of a submitted episode, else '' */
+  prediction: string;
+  /** grading details from the environment (reason, per-test statuses, grader version, …) */
+  grade: Record<string, unknown>;
+  steps: number;
+  tokens: number;
+  responseTokens: number;
+  seconds: number;
+  /** the trajectory as text: each assistant turn and the observation it got */
+  turns: { action: string; observation: string }[];
+  /** token mode: the ChatML token stream (sampled ids and log-probs as generated) */
+  stream?: { ids: number[]; mask: number[]; logprobs: number[]; promptLength: number };
+  /** chat mode: the conversation as sent to the server */
+  messages?: ChatApiMessage[];
+  api: 'completions' | 'chat';
+  finishedAt: string;
+}
+
+/** What crosses workflow history per episode. */
+export interface EvalEpisodeSummary {
+  taskId: string;
+  run: number;
+  resolved: boolean;
+  end: EndReason;
+  steps: number;
+  seconds: number;
+  /** true when this call found the episode already stored */
+  stored: boolean;
+}
+
+export interface EvalErrorRecord {
+  taskId: string;
+  run: number;
+  reason: string;
+  at: string;
+}
+
+export interface PrepareEvaluationInput {
+  evalId: string;
+  config: unknown;
+}
+
+function invalid(message: string, type = 'InvalidConfig'): ApplicationFailure {
+  return ApplicationFailure.create({ type, nonRetryable: true, message });
+}
+
+const configs = new Map<string, EvalConfig>();
+export async function storedEvalConfig(store: ArtifactStore, evalId: string): Promise<EvalConfig> {
+  const k = `${store.url}|${evalId}`;
+  const cached = configs.get(k);
+  if (cached) return cached;
+  const raw = await store.getJson<unknown>(evalKeys.config(evalId));
+  if (raw === null) throw new Error(`evaluation config ${evalKeys.config(evalId)} not found in ${store.url}`);
+  const v = validateEvalConfig(raw);
+  if (!v.ok) throw invalid(v.errors.join('; '));
+  configs.set(k, v.config);
+  return v.config;
+}
+
+export async function storedPlan(store: ArtifactStore, evalId: string): Promise<EvalPlan> {
+  const plan = await store.getJson<EvalPlan>(evalKeys.plan(evalId));
+  if (!plan) throw invalid(`evalId: no evaluation ${JSON.stringify(evalId)} in ${store.url} (no ${evalKeys.plan(evalId)})`);
+  return plan;
+}
+
+/**
+ * Stores the config and fixes the plan: the task ids (the `tasks` subset, then `limit`), the repositories,
+ * the checkpoint behind "latest". An evaluation id already used with another config is refused by name;
+ * the same config again returns the stored plan (a resumed or restarted evaluation).
+ */
+export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<EvalPlan> {
+  const v = validateEvalConfig(input.config);
+  if (!v.ok) throw invalid(`invalid evaluation config: ${v.errors.join('; ')}`);
+  const config = v.config;
+  const store = openStore(config.store.url);
+  const evalId = input.evalId;
+  const existing = await store.getJson<unknown>(evalKeys.config(evalId));
+  if (existing !== null && !isDeepStrictEqual(existing, config)) {
+    throw invalid(`config.evalId: evaluation ${JSON.stringify(evalId)} already exists in ${store.url} with a different config; pick another evalId`);
+  }
+  const planned = await store.getJson<EvalPlan>(evalKeys.plan(evalId));
+  if (existing !== null && planned) return planned;
+
+  let loaded;
+  try {
+    loaded = await loadTasks(config.tasksFile);
+  } catch (e) {
+    throw invalid(`config.tasksFile: cannot load ${JSON.stringify(config.tasksFile)}: ${(e as Error).message}`);
+  }
+  const byId = new Map(loaded.tasks.map((t) => [t.instance_id, t]));
+  let ids = loaded.tasks.map((t) => t.instance_id);
+  if (config.tasks) {
+    const missing = config.tasks.filter((id) => !byId.has(id));
+    if (missing.length) throw invalid(`config.tasks: ${missing.slice(0, 5).map((x) => JSON.stringify(x)).join(', ')} not valid tasks of ${config.tasksFile}`);
+    ids = [...config.tasks];
+  }
+  if (config.limit !== undefined) ids = ids.slice(0, config.limit);
+  if (ids.length === 0) throw invalid(`config.tasksFile: no valid task in ${JSON.stringify(config.tasksFile)}${loaded.errors.length ? ` (${loaded.errors.slice(0, 3).map(formatLoadError).join('; ')})` : ''}`);
+
+  let checkpoint: number | null = null;
+  let modelDir: string | null = null;
+  const m = config.model;
+  if ('run' in m) {
+    const cks = await listCheckpoints(store, m.run);
+    if (m.checkpoint === 'latest') {
+      if (!cks.length) throw invalid(`config.model.run: run ${JSON.stringify(m.run)} has no complete checkpoint in ${store.url}`);
+      checkpoint = cks.at(-1)!;
+    } else {
+      if (!cks.includes(m.checkpoint)) throw invalid(`config.model.checkpoint: run ${JSON.stringify(m.run)} has no checkpoint ${m.checkpoint} in ${store.url} (has ${cks.join(', ') || 'none'})`);
+      checkpoint = m.checkpoint;
+    }
+    modelDir = keys.checkpoint(m.run, checkpoint);
+  }
+  const modelName = config.modelName ?? ('run' in m ? `swerl/${m.run}/ckpt-${checkpoint}` : modelNameOf(config));
+  const plan: EvalPlan = {
+    evalId,
+    taskIds: ids,
+    repos: Object.fromEntries(ids.map((id) => [id, byId.get(id)!.repo ?? repoOf(id)])),
+    runs: config.runs,
+    modelName,
+    checkpoint,
+    modelDir,
+    loadErrors: loaded.errors.slice(0, 20).map(formatLoadError),
+  };
+  await store.putJson(evalKeys.config(evalId), config);
+  await store.putJson(evalKeys.plan(evalId), plan);
+  return plan;
+}
+
+/** Episode seed from (evaluation seed, task, run): the rollout seed with the run as the sample. */
+export function evalEpisodeSeed(seed: number, taskId: string, run: number): number {
+  return rolloutSeed(seed, 0, taskId, run);
+}
+
+const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();
+function tokenizerFor(dir: string): Promise<EpisodeTokenizer> {
+  let t = tokenizers.get(dir);
+  if (!t) {
+    t = loadTokenizer(dir) as Promise<EpisodeTokenizer>;
+    t.catch(() => tokenizers.delete(dir));
+    tokenizers.set(dir, t);
+  }
+  return t;
+}
+
+export interface EvalEpisodeInput {
+  storeUrl: string;
+  evalId: string;
+  taskId: string;
+  run: number;
+  /** our policy server (run and path models); server models use their own baseUrl */
+  policyUrl?: string;
+}
+
+const summaryOf = (r: EvalEpisodeRecord, stored: boolean): EvalEpisodeSummary => ({
+  taskId: r.taskId,
+  run: r.run,
+  resolved: r.resolved,
+  end: r.end,
+  steps: r.steps,
+  seconds: r.seconds,
+  stored,
+});
+
+/**
+ * One evaluation episode. An episode that could not happen (sandbox, Docker, grading, policy server)
+ * throws and is retried; a policy server of ours that is gone fails with type `PolicyUnavailable` so the
+ * workflow re-syncs it; a server that refuses the requests (4xx) fails non-retryably (`PolicyRejected`).
+ * What the model does (garbage, max steps, time limit) is a result.
+ */
+export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeSummary> {
+  const { evalId, taskId, run } = input;
+  const store = openStore(input.storeUrl);
+  const key = evalKeys.episode(evalId, taskId, run);
+  const done = await store.getJson<EvalEpisodeRecord>(key);
+  if (done) return summaryOf(done, true);
+
+  const config = await storedEvalConfig(store, evalId);
+  const plan = await storedPlan(store, evalId);
+  const seed = evalEpisodeSeed(config.seed, taskId, run);
+  const started = Date.now();
+  const deadlineMs = started + config.episodeTimeoutMinutes * 60_000;
+  const m = config.model;
+  const ours = !('baseUrl' in m);
+  const policyUrl = ours ? input.policyUrl : m.baseUrl;
+  if (!policyUrl) throw invalid('policyUrl: missing for a run or path model (the workflow passes the synced server)');
+  const apiKey = 'baseUrl' in m && m.apiKeyEnv ? process.env[m.apiKeyEnv] : undefined;
+  const clientOpts = { baseUrl: policyUrl, model: 'baseUrl' in m ? m.model : 'policy', timeoutMs: 600_000, ...(apiKey ? { apiKey } : {}) };
+
+  const env = await createSweEnvironment(
+    taskId,
+    {
+      tasksFile: config.tasksFile,
+      reward: 'tests',
+      maxSteps: config.maxSteps,
+      episodeTimeoutS: Math.ceil(config.episodeTimeoutMinutes * 60),
+      gradeTimeoutS: config.gradeTimeoutSeconds,
+      ...config.env,
+    },
+    { deadlineMs },
+  );
+  const turns: EvalEpisodeRecord['turns'] = [];
+  const cancelled = Context.current().cancellationSignal;
+  const onStep = (e: EpisodeStepEvent) => {
+    if (cancelled.aborted) throw new Error('evaluation episode cancelled');
+    turns.push({ action: e.action, observation: e.observation });
+    heartbeat({ step: e.step, responseTokens: e.responseTokens });
+  };
+  const beat = setInterval(() => heartbeat({ step: turns.length }), Math.max(1000, Math.min(10_000, (config.heartbeatTimeoutSeconds * 1000) / 3)));
+  const loop = {
+    maxSteps: config.maxSteps,
+    maxResponseTokens: config.contextBudget,
+    maxTokensPerTurn: config.maxTokensPerTurn,
+    sampling: config.sampling,
+    seed,
+    stepsRemainingSuffix: true,
+    tokenWarningAt: env.cfg.tokenWarningAt,
+    tokenWarning: tokenBudgetWarning,
+    deadlineMs,
+    onStep,
+  };
+  try {
+    let record: Omit<EvalEpisodeRecord, 'seconds' | 'finishedAt'>;
+    const base = { evalId, taskId, run, seed, modelName: plan.modelName, checkpoint: plan.checkpoint };
+    try {
+      if ('baseUrl' in m && m.api === 'chat') {
+        const r = await runChatEpisode({
+          ...loop,
+          env,
+          chat: createChatClient(clientOpts),
+          toolFormat: m.toolFormat,
+          ...(m.toolFormat === 'openai' ? { tools: SWE_OPENAI_TOOLS, toolSchemas: SWE_TOOL_SCHEMAS, toolAliases: SWE_TOOL_ALIASES, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS } : {}),
+        });
+        record = { ...base, ...outcome(r.end, r.reward, r.info), steps: r.steps, tokens: r.tokens, responseTokens: r.responseTokens, turns, messages: r.messages, api: 'chat' };
+      } else {
+        const dir = 'baseUrl' in m ? m.tokenizer! : 'path' in m ? m.path : store.dirFor(plan.modelDir!);
+        const tokenizer = await tokenizerFor(dir);
+        const policy = createPolicyClient(clientOpts);
+        if (ours && plan.checkpoint !== null && (await policy.servedCheckpoint()) !== plan.checkpoint) {
+          // after a learner restart the server may serve another checkpoint: make it serve ours
+          await policy.loadWeights(store.dirFor(plan.modelDir!), plan.checkpoint);
+        }
+        const r = await runEpisode({ ...loop, env, policy, tokenizer });
+        record = {
+          ...base,
+          ...outcome(r.end, r.reward, r.info),
+          steps: r.steps,
+          tokens: r.ids.length,
+          responseTokens: r.responseTokens,
+          turns,
+          stream: { ids: r.ids, mask: r.mask, logprobs: r.logprobs, promptLength: r.promptLength },
+          api: 'completions',
+        };
+      }
+    } catch (e) {
+      if (e instanceof PolicyUnavailableError && ours) throw ApplicationFailure.create({ type: 'PolicyUnavailable', message: `policy server ${policyUrl}: ${e.message}` });
+      if (e instanceof PolicyResponseError) throw ApplicationFailure.create({ type: 'PolicyRejected', nonRetryable: true, message: `policy server ${policyUrl} refused the episode's request: ${e.message}` });
+      throw e;
+    }
+    const full: EvalEpisodeRecord = { ...record, seconds: (Date.now() - started) / 1000, finishedAt: new Date().toISOString() };
+    // a concurrent attempt (a heartbeat timeout while this one still ran) may have stored it first: keep the first
+    const again = await store.getJson<EvalEpisodeRecord>(key);
+    if (again) return summaryOf(again, true);
+    await store.putJson(key, full);
+    return summaryOf(full, false);
+  } finally {
+    clearInterval(beat);
+    await env.close();
+  }
+}
+
+/** The episode's verdict from the environment's reward info: the graded patch is the prediction. */
+function outcome(end: EndReason, reward: number, info: Record<string, unknown>): Pick<EvalEpisodeRecord, 'end' | 'resolved' | 'reward' | 'patch' | 'prediction' | 'grade'> {
+  const { patch, instanceId: _i, end: _e, steps: _s, ...grade } = info as { patch?: string; instanceId?: string; end?: string; steps?: number } & Record<string, unknown>;
+  const graded = grade.reason !== 'not_submitted' && grade.reason !== 'no_sandbox';
+  return { end, resolved: reward === 1, reward, patch: patch ?? '', prediction: graded ? (patch ?? '') : '', grade };
+}
+
+/** Records an episode that could not happen after its retries (never a model failure). */
+export async function recordEvalError(input: { storeUrl: string; evalId: string; taskId: string; run: number; reason: string }): Promise<void> {
+  const store = openStore(input.storeUrl);
+  if (await store.exists(evalKeys.episode(input.evalId, input.taskId, input.run))) return;
+  const rec: EvalErrorRecord = { taskId: input.taskId, run: input.run, reason: input.reason.slice(0, 2000), at: new Date().toISOString() };
+  await store.putJson(evalKeys.error(input.evalId, input.taskId, input.run), rec);
+}
+
+/** Every stored episode record of an evaluation. */
+export async function readEvalEpisodes(store: ArtifactStore, evalId: string): Promise<EvalEpisodeRecord[]> {
+  const out: EvalEpisodeRecord[] = [];
+  for (const k of await store.list(evalKeys.episodes(evalId))) {
+    const r = await store.getJson<EvalEpisodeRecord>(k);
+    if (r) out.push(r);
+  }
+  return out;
+}
+
+/** Error records of episodes that are not stored (an episode that finished later is no error). */
+export async function readEvalErrors(store: ArtifactStore, evalId: string, episodes: readonly EvalEpisodeRecord[]): Promise<EvalErrorRecord[]> {
+  const finished = new Set(episodes.map((e) => `${e.taskId}\u0000${e.run}`));
+  const out: EvalErrorRecord[] = [];
+  for (const k of await store.list(evalKeys.errors(evalId))) {
+    const r = await store.getJson<EvalErrorRecord>(k);
+    if (r && !finished.has(`${r.taskId}\u0000${r.run}`)) out.push(r);
+  }
+  return out;
+}
+
+/** The small summary of a finished evaluation that crosses workflow history. */
+export interface EvalReportSummary {
+  evalId: string;
+  modelName: string;
+  tasks: number;
+  runs: number;
+  pass1: number;
+  pass1Completed: number | null;
+  pass1CI: { low: number; high: number; level: number } | null;
+  passAtK: (number | null)[];
+  passAtKCompleted: (number | null)[];
+  episodes: EvalMetrics['episodes'];
+  /** the first errors (all are in the report) */
+  errors: { taskId: string; run: number; reason: string }[];
+  /** store prefix of the report files */
+  reportKey: string;
+}
+
+/** One run's SWE-bench-style prediction of each task that has a finished episode in that run. */
+export function predictionsOf(plan: EvalPlan, episodes: readonly EvalEpisodeRecord[], run: number): { instance_id: string; model_name_or_path: string; model_patch: string }[] {
+  const byTask = new Map(episodes.filter((e) => e.run === run).map((e) => [e.taskId, e]));
+  return plan.taskIds.filter((id) => byTask.has(id)).map((id) => ({ instance_id: id, model_name_or_path: plan.modelName, model_patch: byTask.get(id)!.prediction }));
+}
+
+/**
+ * Writes the evaluation's report into the store (evals/<id>/report/): summary.json (metrics, per-run
+ * classes with their ids, errors with reasons), summary.txt (the table), run-<r>/predictions.jsonl.
+ */
+export async function writeEvaluationReport(input: { storeUrl: string; evalId: string }): Promise<EvalReportSummary> {
+  const store = openStore(input.storeUrl);
+  const plan = await storedPlan(store, input.evalId);
+  const config = await storedEvalConfig(store, input.evalId);
+  const planned = new Set(plan.taskIds);
+  const episodes = (await readEvalEpisodes(store, input.evalId)).filter((e) => planned.has(e.taskId) && e.run < plan.runs);
+  const errors = await readEvalErrors(store, input.evalId, episodes);
+  const metrics = evaluationMetrics(plan, episodes.map(factsOf), errors, { seed: config.seed });
+  const prefix = evalKeys.report(input.evalId);
+  const runs = [];
+  for (let r = 0; r < plan.runs; r++) {
+    const preds = predictionsOf(plan, episodes, r);
+    await store.put(`${prefix}/run-${r}/predictions.jsonl`, preds.map((p) => JSON.stringify(p)).join('\n') + (preds.length ? '\n' : ''));
+    const eps = episodes.filter((e) => e.run === r);
+    const errs = errors.filter((e) => e.run === r);
+    const ids = (f: (e: EvalEpisodeRecord) => boolean) => eps.filter(f).map((e) => e.taskId).sort();
+    runs.push({
+      run: r,
+      total: plan.taskIds.length,
+      submitted: preds.length,
+      completed: ids((e) => e.prediction.trim() !== '').length,
+      resolved_ids: ids((e) => e.resolved),
+      unresolved_ids: ids((e) => !e.resolved && e.prediction.trim() !== ''),
+      empty_patch_ids: ids((e) => e.prediction.trim() === ''),
+      error_ids: errs.map((e) => e.taskId).sort(),
+    });
+  }
+  const summary = {
+    evalId: input.evalId,
+    modelName: plan.modelName,
+    checkpoint: plan.checkpoint,
+    tasksFile: config.tasksFile,
+    metrics,
+    runs,
+    errors: errors.map((e) => ({ taskId: e.taskId, run: e.run, reason: e.reason })),
+    text: formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`),
+  };
+  await store.putJson(`${prefix}/summary.json`, summary);
+  await store.put(`${prefix}/summary.txt`, `${summary.text}\n`);
+  return {
+    evalId: input.evalId,
+    modelName: plan.modelName,
+    tasks: metrics.tasks,
+    runs: metrics.runs,
+    pass1: metrics.pass1,
+    pass1Completed: metrics.pass1Completed,
+    pass1CI: metrics.pass1CI ? { low: metrics.pass1CI.low, high: metrics.pass1CI.high, level: metrics.pass1CI.level } : null,
+    passAtK: metrics.passAtK,
+    passAtKCompleted: metrics.passAtKCompleted,
+    episodes: metrics.episodes,
+    errors: summary.errors.slice(0, 20),
+    reportKey: prefix,
+  };
+}
+
+const factsOf = (e: EvalEpisodeRecord): EpisodeFacts => ({
+  taskId: e.taskId,
+  run: e.run,
+  resolved: e.resolved,
+  end: e.end,
+  steps: e.steps,
+  tokens: e.tokens,
+  responseTokens: e.responseTokens,
+  seconds: e.seconds,
+});
+

@@ -1,0 +1,233 @@
+// The evaluation (DESIGN §1 evaluationRun, §8): N runs per task of a checkpoint, a model directory or any
+// OpenAI-compatible server. Validates its config, fixes the plan, syncs our policy server when it serves
+// the model, fans the (task, run) episodes out over child shards (so no history nears the event limit),
+// then writes the report. Each episode is an idempotent stored activity result; an episode that could
+// not happen is retried and, when its retries run out, recorded as an error, never as a model failure.
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  executeChild,
+  getExternalWorkflowHandle,
+  proxyActivities,
+  setHandler,
+  upsertSearchAttributes,
+  workflowInfo,
+  log,
+} from '@temporalio/workflow';
+import type { createActivities } from '../activities/index.ts';
+import { validateEvalConfig } from '../lib/eval/config.ts';
+import { EVAL_DONE_SA, EVAL_PASS1_SA, evaluationStatusQuery, shardProgressSignal } from './evaluation-signals.ts';
+import type { EvalItem, EvaluationRunResult, EvaluationShardInput, EvaluationStatus, ShardProgress, ShardResult } from './evaluation-shapes.ts';
+import { TASK_QUEUES, type SyncPolicyInput } from './shapes.ts';
+
+type Activities = ReturnType<typeof createActivities>;
+
+/** syncPolicy rounds one episode may ask for when our policy server is unreachable */
+const MAX_POLICY_RESYNCS = 3;
+/** least workflow time between two progress signals of a shard, and between two search-attribute upserts */
+const PROGRESS_EVERY_MS = 2000;
+
+export function shardWorkflowId(parentId: string, shard: number): string {
+  return `${parentId}-shard-${shard}`;
+}
+
+/** The message of a failure and its causes, for the error record. */
+function reasonOf(err: unknown): string {
+  const parts: string[] = [];
+  let e: unknown = err;
+  for (let depth = 0; e && depth < 5; depth++) {
+    const f = e as { message?: string; type?: string; cause?: unknown };
+    if (f.message) parts.push(f.type ? `${f.type}: ${f.message}` : f.message);
+    e = f.cause;
+  }
+  return parts.join(' <- ') || String(err);
+}
+
+export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunResult> {
+  const v = validateEvalConfig(rawConfig);
+  if (!v.ok) throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `invalid evaluation config: ${v.errors.join('; ')}` });
+  const self = workflowInfo().workflowId;
+  const evalId = v.config.evalId ?? self;
+  const config = { ...v.config, evalId };
+  const storeUrl = config.store.url;
+  const status: EvaluationStatus = { evalId, phase: 'preparing', total: 0, done: 0, resolved: 0, errors: 0, pass1SoFar: null, shards: 0, summary: null };
+  const shardCounts = new Map<number, ShardProgress>();
+  let lastUpsert = -Infinity;
+  const publish = (force: boolean) => {
+    const counts = [...shardCounts.values()];
+    status.done = counts.reduce((s, c) => s + c.done, 0);
+    status.resolved = counts.reduce((s, c) => s + c.resolved, 0);
+    status.errors = counts.reduce((s, c) => s + c.errors, 0);
+    const scored = status.done - status.errors;
+    status.pass1SoFar = scored > 0 ? status.resolved / scored : null;
+    if (force || Date.now() - lastUpsert >= PROGRESS_EVERY_MS) {
+      lastUpsert = Date.now();
+      upsertSearchAttributes([
+        { key: EVAL_DONE_SA, value: status.done },
+        ...(status.pass1SoFar !== null ? [{ key: EVAL_PASS1_SA, value: status.pass1SoFar }] : []),
+      ]);
+    }
+  };
+  setHandler(evaluationStatusQuery, () => status);
+  setHandler(shardProgressSignal, (p) => {
+    const prev = shardCounts.get(p.shard);
+    if (prev && prev.done >= p.done) return;
+    shardCounts.set(p.shard, p);
+    publish(false);
+  });
+  upsertSearchAttributes([{ key: EVAL_DONE_SA, value: 0 }]);
+
+  const store = proxyActivities<Activities>({
+    taskQueue: TASK_QUEUES.rollout,
+    startToCloseTimeout: '30 minutes',
+    retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig', 'InvalidTask'] },
+  });
+  const plan = await store.prepareEvaluation({ evalId, config });
+  status.total = plan.taskIds.length * plan.runs;
+
+  let policyUrl: string | undefined;
+  let sync: SyncPolicyInput | undefined;
+  const m = config.model;
+  if (!('baseUrl' in m)) {
+    status.phase = 'syncing';
+    const learner = proxyActivities<Activities>({
+      taskQueue: TASK_QUEUES.learner,
+      startToCloseTimeout: '30 minutes',
+      heartbeatTimeout: '2 minutes',
+      retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig'] },
+    });
+    sync = 'run' in m
+      ? { storeUrl, runId: m.run, checkpoint: plan.checkpoint!, model: 'policy' }
+      : { storeUrl, runId: `eval-${evalId}`, checkpoint: -1, model: 'policy', modelDir: m.path };
+    policyUrl = (await learner.syncPolicy(sync)).policyUrl;
+  }
+
+  status.phase = 'episodes';
+  const items: EvalItem[] = [];
+  for (let run = 0; run < plan.runs; run++) for (const taskId of plan.taskIds) items.push({ taskId, run });
+  const shards: EvalItem[][] = [];
+  for (let i = 0; i < items.length; i += config.shardSize) shards.push(items.slice(i, i + config.shardSize));
+  status.shards = shards.length;
+  const concurrentShards = Math.min(shards.length, config.concurrency);
+  const lanes = Math.max(1, Math.floor(config.concurrency / concurrentShards));
+  const episodeMinutes = config.episodeTimeoutMinutes + config.gradeTimeoutSeconds / 60 + 10;
+  let next = 0;
+  const shardLane = async (): Promise<void> => {
+    while (next < shards.length) {
+      const i = next++;
+      const input: EvaluationShardInput = {
+        evalId,
+        storeUrl,
+        shard: i,
+        items: shards[i]!,
+        lanes,
+        ...(policyUrl ? { policyUrl } : {}),
+        ...(sync ? { sync } : {}),
+        maxAttempts: config.maxAttempts,
+        heartbeatTimeoutSeconds: config.heartbeatTimeoutSeconds,
+        episodeMinutes,
+      };
+      const r: ShardResult = await executeChild(evaluationShard, { workflowId: shardWorkflowId(self, i), taskQueue: TASK_QUEUES.learner, args: [input] });
+      shardCounts.set(i, r);
+      publish(false);
+    }
+  };
+  await Promise.all(Array.from({ length: concurrentShards }, shardLane));
+
+  status.phase = 'reporting';
+  const summary = await store.writeEvaluationReport({ storeUrl, evalId });
+  status.summary = summary;
+  status.phase = 'done';
+  upsertSearchAttributes([
+    { key: EVAL_DONE_SA, value: status.done },
+    { key: EVAL_PASS1_SA, value: summary.pass1 },
+  ]);
+  return { evalId, summary };
+}
+
+/** A slice of an evaluation's episodes with `lanes` in flight; reports absolute counts to its parent. */
+export async function evaluationShard(input: EvaluationShardInput): Promise<ShardResult> {
+  const parent = workflowInfo().parent;
+  const progress: ShardProgress = { shard: input.shard, done: 0, resolved: 0, errors: 0 };
+  let lastSignal = -Infinity;
+  const report = async (force: boolean) => {
+    if (!parent || (!force && Date.now() - lastSignal < PROGRESS_EVERY_MS)) return;
+    lastSignal = Date.now();
+    try {
+      await getExternalWorkflowHandle(parent.workflowId).signal(shardProgressSignal, { ...progress });
+    } catch (err) {
+      log.warn('could not signal the evaluation', { error: String(err) });
+    }
+  };
+  const episodes = proxyActivities<Activities>({
+    taskQueue: TASK_QUEUES.rollout,
+    startToCloseTimeout: `${Math.ceil(input.episodeMinutes)} minutes`,
+    heartbeatTimeout: `${input.heartbeatTimeoutSeconds} seconds`,
+    retry: {
+      maximumAttempts: input.maxAttempts,
+      initialInterval: '2s',
+      maximumInterval: '30s',
+      nonRetryableErrorTypes: ['InvalidConfig', 'InvalidTask', 'PolicyUnavailable', 'PolicyRejected'],
+    },
+  });
+  const bookkeeping = proxyActivities<Activities>({
+    taskQueue: TASK_QUEUES.rollout,
+    startToCloseTimeout: '5 minutes',
+    retry: { maximumAttempts: 20, initialInterval: '1s', maximumInterval: '30s' },
+  });
+  const learner = proxyActivities<Activities>({
+    taskQueue: TASK_QUEUES.learner,
+    startToCloseTimeout: '30 minutes',
+    heartbeatTimeout: '2 minutes',
+    retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig'] },
+  });
+
+  let policyUrl = input.policyUrl;
+  let resync: Promise<void> | null = null;
+  // our policy server went away (its learner worker restarted): one shared syncPolicy, then retry
+  const resyncPolicy = (failedUrl: string | undefined): Promise<void> => {
+    if (!input.sync || failedUrl !== policyUrl) return Promise.resolve();
+    resync ??= learner
+      .syncPolicy(input.sync)
+      .then((r) => {
+        policyUrl = r.policyUrl;
+      })
+      .finally(() => {
+        resync = null;
+      });
+    return resync;
+  };
+  const runEpisode = async (it: EvalItem) => {
+    for (let round = 0; ; round++) {
+      const url = policyUrl;
+      try {
+        return await episodes.evalEpisode({ storeUrl: input.storeUrl, evalId: input.evalId, taskId: it.taskId, run: it.run, ...(url ? { policyUrl: url } : {}) });
+      } catch (err) {
+        const cause = err instanceof ActivityFailure ? err.cause : undefined;
+        if (round >= MAX_POLICY_RESYNCS || !input.sync || !(cause instanceof ApplicationFailure) || cause.type !== 'PolicyUnavailable') throw err;
+        await resyncPolicy(url);
+      }
+    }
+  };
+
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < input.items.length) {
+      const it = input.items[next++]!;
+      try {
+        const s = await runEpisode(it);
+        if (s.resolved) progress.resolved++;
+      } catch (err) {
+        if (!(err instanceof ActivityFailure)) throw err;
+        // the episode could not happen and its retries ran out: an error with its reason, not a model result
+        progress.errors++;
+        await bookkeeping.recordEvalError({ storeUrl: input.storeUrl, evalId: input.evalId, taskId: it.taskId, run: it.run, reason: reasonOf(err.cause ?? err) });
+      }
+      progress.done++;
+      await report(false);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(input.lanes, input.items.length) }, lane));
+  await report(true);
+  return { ...progress };
+}
