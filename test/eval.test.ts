@@ -1,16 +1,24 @@
 // evaluationRun end to end with scripted agents behind a real OpenAI-compatible chat server (the
-// "model"), real Docker sandboxes, real grading and a real dev server with an in-process worker.
+// "model": test/helpers/scripted-agent.ts), real Docker sandboxes, real grading, a real dev server and
+// an in-process worker. Known outcomes: gold replay → 1, nothing → 0, (i + r) mod 3 → hand-computed
+// pass@k; a sandbox that fails to start once is retried and changes nothing; an unreachable server is
+// an error with its reason, never a model failure.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { turnSeed } from '../lib/episode.ts';
-import { evalEpisodeSeed } from '../activities/evaluation.ts';
-import { fileStoreUrl } from '../lib/store.ts';
+import { WorkflowFailedError } from '@temporalio/client';
+import { readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
+import { DockerBackend } from '../activities/sandbox/docker.ts';
+import { validateEvalConfig, type EvalConfigInput } from '../lib/eval/config.ts';
+import { evalKeys } from '../lib/eval/keys.ts';
+import { freePort } from '../lib/temporal-server.ts';
+import { fileStoreUrl, openStore } from '../lib/store.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { evaluationStatusQuery } from '../workflows/evaluation-signals.ts';
 import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
 import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
-import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptContext, type ScriptTurn } from './helpers/scripted-agent.ts';
+import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptedModelServer, type ScriptTurn } from './helpers/scripted-agent.ts';
+import { seedTable } from './helpers/eval.ts';
 import { useTemporalWithWorker, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;
@@ -21,39 +29,153 @@ useTemporalWithWorker((x) => (t = x), async () => {
   await imagesFor(tasks);
 });
 
-/** seed → (task, run, turn) for every episode of an evaluation with this seed. */
-function seedTable(seed: number, taskIds: string[], runs: number, maxTurns = 40): (s: number) => ScriptContext | undefined {
-  const m = new Map<number, ScriptContext>();
-  for (const taskId of taskIds) for (let run = 0; run < runs; run++) {
-    const es = evalEpisodeSeed(seed, taskId, run);
-    for (let turn = 0; turn < maxTurns; turn++) m.set(turnSeed(es, turn), { taskId, run, turn });
-  }
-  return (s) => m.get(s);
+const storeUrl = () => fileStoreUrl(join(t.dir, 'store'));
+
+function evalConfig(model: ScriptedModelServer, over: Partial<EvalConfigInput> & { tasks: string[] }): EvalConfigInput {
+  return {
+    tasksFile: TASKS_FILE,
+    seed: 1,
+    model: { baseUrl: model.url, model: 'scripted', api: 'chat', toolFormat: 'text' },
+    maxSteps: 20,
+    concurrency: 6,
+    maxAttempts: 3,
+    heartbeatTimeoutSeconds: 30,
+    store: { url: storeUrl() },
+    ...over,
+  };
 }
 
-test('gold replay → pass@1 = 1', async () => {
-  const ids = tasks.slice(2, 4).map((x) => x.instance_id);
+async function evaluate(id: string, config: EvalConfigInput): Promise<EvaluationRunResult> {
+  const h = await t.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: id, args: [config] });
+  return (await h.result()) as EvaluationRunResult;
+}
+
+/** The messages of a failure and its causes. */
+const chain = (e: unknown): string => {
+  const out: string[] = [];
+  for (let x = e as { message?: string; cause?: unknown } | undefined; x; x = x.cause as typeof x) out.push(x.message ?? '');
+  return out.join(' <- ');
+};
+
+const round = (xs: (number | null)[]) => xs.map((x) => (x === null ? null : Number(x.toFixed(12))));
+
+test('config errors name the field and the value', async () => {
+  const bad = validateEvalConfig({ tasksFile: TASKS_FILE, model: { baseUrl: 'http://x:1', model: 'm', api: 'completions' }, runs: 0 });
+  assert.ok(!bad.ok);
+  assert.ok(bad.errors.includes('config.runs: must be ≥ 1, got 0'), bad.errors.join('\n'));
+  assert.ok(bad.errors.some((e) => e.startsWith('config.model.tokenizer: required with api "completions"')), bad.errors.join('\n'));
+  const v = validateEvalConfig({ tasksFile: 'x.jsonl', model: { run: 'r1' } });
+  assert.ok(v.ok);
+  assert.equal(v.config.maxSteps, 100);
+  assert.equal(v.config.contextBudget, 65_536);
+  assert.equal(v.config.sampling.temperature, 1);
+  assert.deepEqual(v.config.model, { run: 'r1', checkpoint: 'latest' });
+  const h = await t.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'eval-bad', args: [{ tasksFile: TASKS_FILE, model: { path: '/m' }, concurrency: -2 }] });
+  await assert.rejects(h.result(), (e: unknown) => e instanceof WorkflowFailedError && /config\.concurrency: must be ≥ 1, got -2/.test(chain(e)));
+  const missing = await t.client.workflow.start('evaluationRun', {
+    taskQueue: 'learner',
+    workflowId: 'eval-missing-task',
+    args: [{ tasksFile: TASKS_FILE, tasks: ['nope__nope-1'], model: { baseUrl: 'http://127.0.0.1:9/', model: 'm' }, store: { url: storeUrl() } }],
+  });
+  await assert.rejects(missing.result(), (e: unknown) => e instanceof WorkflowFailedError && /config\.tasks: "nope__nope-1" not valid tasks/.test(chain(e)));
+});
+
+test('gold replay on the 8 shared tasks → pass@1 = 1; submitting nothing → 0 (both at once)', async () => {
+  const ids = tasks.map((x) => x.instance_id);
+  const byId = new Map(tasks.map((x) => [x.instance_id, x]));
+  const gold = await startScriptedModel({ identify: seedTable(1, ids, 1), script: ({ taskId }): ScriptTurn[] => [...editCallsFromPatch(byId.get(taskId)!.patch), FINISH] });
+  const nothing = await startScriptedModel({ identify: seedTable(1, ids, 1), script: () => [{ text: 'I am not sure.' }, FINISH] });
+  try {
+    const [g, n] = await Promise.all([evaluate('eval-gold', evalConfig(gold, { tasks: ids })), evaluate('eval-nothing', evalConfig(nothing, { tasks: ids }))]);
+    assert.equal(g.summary.pass1, 1);
+    assert.deepEqual(g.summary.episodes, { planned: 8, completed: 8, resolved: 8, errors: 0 });
+    assert.equal(n.summary.pass1, 0);
+    assert.deepEqual(n.summary.episodes, { planned: 8, completed: 8, resolved: 0, errors: 0 });
+
+    const store = openStore(storeUrl());
+    const eps = await readEvalEpisodes(store, 'eval-gold');
+    assert.equal(eps.length, 8);
+    for (const e of eps) {
+      assert.equal(e.end, 'submitted');
+      assert.equal(e.prediction, byId.get(e.taskId)!.patch === '' ? '' : e.prediction);
+      assert.ok(e.prediction.includes('diff --git'), e.taskId);
+      assert.equal((e.grade as { reason?: string }).reason, 'passed');
+      assert.ok(e.messages!.length >= 3 && e.turns.length === e.steps);
+    }
+    const preds = (await store.get(`${evalKeys.report('eval-gold')}/run-0/predictions.jsonl`))!.toString().trim().split('\n').map((l) => JSON.parse(l));
+    assert.deepEqual(preds.map((p) => p.instance_id), ids);
+    assert.ok(preds.every((p) => p.model_name_or_path === 'scripted' && p.model_patch.startsWith('diff --git')));
+    const none = await readEvalEpisodes(store, 'eval-nothing');
+    assert.ok(none.every((e) => e.end === 'submitted' && e.prediction === '' && !e.resolved && e.steps === 2));
+    const summary = (await store.getJson<{ runs: { empty_patch_ids: string[]; resolved_ids: string[] }[] }>(`${evalKeys.report('eval-nothing')}/summary.json`))!;
+    assert.deepEqual(summary.runs[0]!.empty_patch_ids, [...ids].sort());
+    assert.deepEqual(summary.runs[0]!.resolved_ids, []);
+  } finally {
+    await gold.close();
+    await nothing.close();
+  }
+});
+
+test('(i + r) mod 3 over 8 tasks × 4 runs with OpenAI tool calls, a sandbox failing to start once: hand-computed pass@k', async () => {
+  // the two slow-to-grade more-itertools tasks at positions solved once (i = 2, 5)
+  const order = [2, 3, 0, 4, 5, 1, 6, 7].map((k) => tasks[k]!.instance_id);
   const byId = new Map(tasks.map((x) => [x.instance_id, x]));
   const model = await startScriptedModel({
-    identify: seedTable(5, ids, 1),
-    script: ({ taskId }): ScriptTurn[] => [...editCallsFromPatch(byId.get(taskId)!.patch), FINISH],
+    identify: seedTable(3, order, 4),
+    script: ({ taskId, run }): ScriptTurn[] => ((order.indexOf(taskId) + run) % 3 === 0 ? [...editCallsFromPatch(byId.get(taskId)!.patch), FINISH] : [FINISH]),
   });
+  // infrastructure fault: the first agent sandbox of three tasks does not start
+  const failOnce = new Set(order.slice(0, 3));
+  const failed: string[] = [];
+  const start = DockerBackend.prototype.start;
+  DockerBackend.prototype.start = async function (this: DockerBackend, image, limits, labels) {
+    const task = labels?.['swerl.task'];
+    if (task && labels?.['swerl.purpose'] === undefined && failOnce.delete(task)) {
+      failed.push(task);
+      throw new Error(`injected: the sandbox of ${task} could not start`);
+    }
+    return start.call(this, image, limits, labels);
+  };
   try {
-    const config = {
-      tasksFile: TASKS_FILE,
-      tasks: ids,
-      seed: 5,
-      model: { baseUrl: model.url, model: 'scripted', api: 'chat', toolFormat: 'text' },
-      maxSteps: 20,
-      concurrency: 4,
-      store: { url: fileStoreUrl(join(t.dir, 'store')) },
-    };
-    const h = await t.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'eval-gold', args: [config] });
-    const r = (await h.result()) as EvaluationRunResult;
-    console.log(JSON.stringify(r, null, 1));
-    console.log(JSON.stringify(await h.query(evaluationStatusQuery)));
-    assert.equal(r.summary.pass1, 1);
+    const r = await evaluate('eval-mod3', evalConfig(model, { tasks: order, runs: 4, seed: 3, concurrency: 8, model: { baseUrl: model.url, model: 'scripted', api: 'chat', toolFormat: 'openai' } }));
+    assert.equal(failed.length, 3);
+    assert.deepEqual(round(r.summary.passAtK), [11 / 32, 5 / 8, 27 / 32, 1]);
+    assert.equal(r.summary.pass1, 11 / 32);
+    assert.deepEqual(r.summary.episodes, { planned: 32, completed: 32, resolved: 11, errors: 0 });
+    // every episode reached the model exactly once: the failed starts were retried before any turn
+    for (const id of order) for (let run = 0; run < 4; run++) assert.equal(model.requests.get(`${id}#${run}#0`), 1, `${id} run ${run}`);
+    const eps = await readEvalEpisodes(openStore(storeUrl()), 'eval-mod3');
+    assert.equal(eps.length, 32);
+    const solved = eps.find((e) => e.resolved)!;
+    assert.ok(solved.messages!.some((m) => m.role === 'tool'), 'tool results go back as tool messages');
+    const st = await t.client.workflow.getHandle('eval-mod3').query(evaluationStatusQuery);
+    assert.equal(st.phase, 'done');
+    assert.equal(st.done, 32);
+    const desc = await t.client.workflow.getHandle('eval-mod3').describe();
+    assert.deepEqual(desc.searchAttributes.EvalDone, [32]);
+    assert.deepEqual(desc.searchAttributes.EvalPass1, [11 / 32]);
   } finally {
+    DockerBackend.prototype.start = start;
     await model.close();
   }
+});
+
+test('a policy server that cannot be reached: the episode is an error with its reason, not a model failure', async () => {
+  const id = tasks[3]!.instance_id;
+  const port = await freePort();
+  const r = await evaluate('eval-unreachable', {
+    tasksFile: TASKS_FILE,
+    tasks: [id],
+    model: { baseUrl: `http://127.0.0.1:${port}`, model: 'nobody', api: 'chat' },
+    maxAttempts: 2,
+    store: { url: storeUrl() },
+  });
+  assert.deepEqual(r.summary.episodes, { planned: 1, completed: 0, resolved: 0, errors: 1 });
+  assert.equal(r.summary.pass1, 0);
+  assert.equal(r.summary.pass1Completed, null);
+  assert.match(r.summary.errors[0]!.reason, /unavailable after .* attempts.*ECONNREFUSED/);
+  const store = openStore(storeUrl());
+  assert.equal(await store.exists(evalKeys.episode('eval-unreachable', id, 0)), false);
+  const rec = await store.getJson<EvalEpisodeRecord>(evalKeys.error('eval-unreachable', id, 0));
+  assert.ok(rec);
 });
