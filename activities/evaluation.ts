@@ -14,6 +14,8 @@ import { formatLoadError, loadTasks } from '../lib/swe/task.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../lib/swe/tools.ts';
 import { SWE_OPENAI_TOOLS, SYSTEM_PROMPT_TOOL_CALLS } from '../lib/swe/tool-definitions.ts';
 import { tokenBudgetWarning } from '../lib/swe/prompts.ts';
+import { GRADER_VERSION, type GradeResult } from '../lib/swe/grading.ts';
+import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { EndReason } from '../lib/types.ts';
 import { createSweEnvironment } from './swe-env.ts';
@@ -377,9 +379,57 @@ export function predictionsOf(plan: EvalPlan, episodes: readonly EvalEpisodeReco
   return plan.taskIds.filter((id) => byTask.has(id)).map((id) => ({ instance_id: id, model_name_or_path: plan.modelName, model_patch: byTask.get(id)!.prediction }));
 }
 
+/** The graded result of an episode as the grader returned it, or undefined when nothing was graded. */
+export function gradeResultOf(e: EvalEpisodeRecord): GradeResult | undefined {
+  const g = e.grade as Partial<GradeResult>;
+  if (typeof g.graderVersion !== 'string' || e.prediction.trim() === '') return undefined;
+  return { ...(g as GradeResult), instanceId: e.taskId, reward: e.reward === 1 ? 1 : 0, resolved: e.resolved };
+}
+
+/** SWE-bench's `run_id` of run r of an evaluation. */
+export const harnessRunId = (evalId: string, run: number): string => `${evalId}-run-${run}`;
+
+/**
+ * One run's files in the SWE-bench harness's layout, through lib/swe/report.ts (the writer `swerl grade`
+ * uses): predictions.jsonl, logs/run_evaluation/<run_id>/<model>/<instance>/report.json and the run
+ * summary <model>.<run_id>.json. An episode that could not happen is listed under error_ids with its
+ * reason (the harness would call it incomplete: it has no prediction).
+ */
+export function runReportFiles(
+  plan: EvalPlan,
+  episodes: readonly EvalEpisodeRecord[],
+  errors: readonly EvalErrorRecord[],
+  run: number,
+  evalId: string,
+): { files: [string, string][]; summary: RunSummary } {
+  const runId = harnessRunId(evalId, run);
+  const model = modelDirName(plan.modelName);
+  const preds = predictionsOf(plan, episodes, run);
+  const byTask = new Map(episodes.filter((e) => e.run === run).map((e) => [e.taskId, e]));
+  const files: [string, string][] = [[`run-${run}/predictions.jsonl`, preds.map((p) => JSON.stringify(p)).join('\n') + (preds.length ? '\n' : '')]];
+  const reports = new Map<string, InstanceReport>();
+  for (const p of preds) {
+    const rep = instanceReport(p, gradeResultOf(byTask.get(p.instance_id)!));
+    reports.set(p.instance_id, rep[p.instance_id]!);
+    files.push([`run-${run}/logs/run_evaluation/${runId}/${model}/${p.instance_id}/report.json`, reportJson(rep)]);
+  }
+  const s = runSummary({ datasetIds: plan.taskIds, predictions: preds, reports, errors: new Map(), graderVersion: GRADER_VERSION });
+  const errs = errors.filter((e) => e.run === run);
+  if (errs.length) {
+    const ids = new Set(errs.map((e) => e.taskId));
+    s.incomplete_ids = s.incomplete_ids.filter((id) => !ids.has(id));
+    s.error_ids = [...new Set([...s.error_ids, ...ids])].sort();
+    for (const e of errs) s.error_reasons[e.taskId] = e.reason;
+    s.error_instances = s.error_ids.length;
+  }
+  files.push([`run-${run}/${model}.${runId}.json`, reportJson(s)]);
+  return { files, summary: s };
+}
+
 /**
  * Writes the evaluation's report into the store (evals/<id>/report/): summary.json (metrics, per-run
- * classes with their ids, errors with reasons), summary.txt (the table), run-<r>/predictions.jsonl.
+ * summaries with their id lists, errors with reasons), summary.txt (the table), and per run the
+ * predictions and harness-shaped reports (runReportFiles).
  */
 export async function writeEvaluationReport(input: { storeUrl: string; evalId: string }): Promise<EvalReportSummary> {
   const store = openStore(input.storeUrl);
@@ -390,23 +440,11 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
   const errors = await readEvalErrors(store, input.evalId, episodes);
   const metrics = evaluationMetrics(plan, episodes.map(factsOf), errors, { seed: config.seed });
   const prefix = evalKeys.report(input.evalId);
-  const runs = [];
+  const runs: RunSummary[] = [];
   for (let r = 0; r < plan.runs; r++) {
-    const preds = predictionsOf(plan, episodes, r);
-    await store.put(`${prefix}/run-${r}/predictions.jsonl`, preds.map((p) => JSON.stringify(p)).join('\n') + (preds.length ? '\n' : ''));
-    const eps = episodes.filter((e) => e.run === r);
-    const errs = errors.filter((e) => e.run === r);
-    const ids = (f: (e: EvalEpisodeRecord) => boolean) => eps.filter(f).map((e) => e.taskId).sort();
-    runs.push({
-      run: r,
-      total: plan.taskIds.length,
-      submitted: preds.length,
-      completed: ids((e) => e.prediction.trim() !== '').length,
-      resolved_ids: ids((e) => e.resolved),
-      unresolved_ids: ids((e) => !e.resolved && e.prediction.trim() !== ''),
-      empty_patch_ids: ids((e) => e.prediction.trim() === ''),
-      error_ids: errs.map((e) => e.taskId).sort(),
-    });
+    const files = runReportFiles(plan, episodes, errors, r, input.evalId);
+    for (const [path, text] of files.files) await store.put(`${prefix}/${path}`, text);
+    runs.push(files.summary);
   }
   const summary = {
     evalId: input.evalId,

@@ -6,8 +6,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { WorkflowFailedError } from '@temporalio/client';
-import { readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
+import { harnessRunId, readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
 import { DockerBackend } from '../activities/sandbox/docker.ts';
 import { validateEvalConfig, type EvalConfigInput } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
@@ -19,7 +21,7 @@ import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
 import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptedModelServer, type ScriptTurn } from './helpers/scripted-agent.ts';
 import { seedTable } from './helpers/eval.ts';
-import { useTemporalWithWorker, type TestTemporal } from './helpers/temporal.ts';
+import { ROOT, useTemporalWithWorker, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;
 let tasks: SweTask[];
@@ -56,6 +58,13 @@ const chain = (e: unknown): string => {
   for (let x = e as { message?: string; cause?: unknown } | undefined; x; x = x.cause as typeof x) out.push(x.message ?? '');
   return out.join(' <- ');
 };
+
+/** The SWE-bench harness's run summary of one run directory (scripts/checks/swebench_outputs.py). */
+function harnessSummary(runDir: string, runId: string): Record<string, unknown> {
+  const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' }).trim().split('\n').at(-1)!;
+  const out = execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), runDir, TASKS_FILE, runId, join(t.dir, 'harness', runId)], { encoding: 'utf8' });
+  return JSON.parse(out.trim().split('\n').at(-1)!) as Record<string, unknown>;
+}
 
 const round = (xs: (number | null)[]) => xs.map((x) => (x === null ? null : Number(x.toFixed(12))));
 
@@ -110,6 +119,17 @@ test('gold replay on the 8 shared tasks → pass@1 = 1; submitting nothing → 0
     const summary = (await store.getJson<{ runs: { empty_patch_ids: string[]; resolved_ids: string[] }[] }>(`${evalKeys.report('eval-nothing')}/summary.json`))!;
     assert.deepEqual(summary.runs[0]!.empty_patch_ids, [...ids].sort());
     assert.deepEqual(summary.runs[0]!.resolved_ids, []);
+
+    // the official harness's readers load the predictions and reports and count what we counted
+    for (const [evalId, resolved] of [['eval-gold', ids], ['eval-nothing', []]] as const) {
+      const runDir = store.dirFor(`${evalKeys.report(evalId)}/run-0`);
+      const ours = JSON.parse(readFileSync(join(runDir, `scripted.${harnessRunId(evalId, 0)}.json`), 'utf8')) as Record<string, unknown>;
+      const theirs = harnessSummary(runDir, harnessRunId(evalId, 0));
+      assert.deepEqual(theirs.resolved_ids, [...resolved].sort());
+      for (const k of ['total_instances', 'submitted_instances', 'completed_instances', 'resolved_instances', 'unresolved_instances', 'empty_patch_instances', 'error_instances', 'completed_ids', 'resolved_ids', 'unresolved_ids', 'empty_patch_ids', 'error_ids', 'incomplete_ids']) {
+        assert.deepEqual(ours[k], theirs[k], `${evalId}: ${k}`);
+      }
+    }
   } finally {
     await gold.close();
     await nothing.close();
