@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One idempotent set-up for a fresh machine: node modules + native build, the Temporal CLI,
-# and (with --test or --docker) the Docker engine and SWE task images.
+# and (with --test or --docker) the Docker engine and SWE task images; with --test (or --torch) also the
+# CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_docker=0
-for a in "$@"; do case "$a" in --test|--docker) want_docker=1 ;; esac; done
+want_torch=0
+for a in "$@"; do case "$a" in --test) want_docker=1; want_torch=1 ;; --docker) want_docker=1 ;; --torch) want_torch=1 ;; esac; done
 
 if [ ! -d node_modules/@temporalio/worker ] || [ package.json -nt node_modules/.package-lock.json ]; then
   echo "[setup] npm install" >&2
@@ -15,4 +17,5 @@ node gpu-learner/build.mjs >&2
 if [ "$want_docker" = 1 ] && [ -f scripts/ensure-docker.sh ]; then
   bash scripts/ensure-docker.sh >&2
 fi
+[ "$want_torch" = 1 ] && bash scripts/ensure-python.sh torch >/dev/null
 exit 0
