@@ -2,6 +2,9 @@
 // The learner worker keeps one Learner in memory and serves it through the policy server; after a
 // restart it reloads the checkpoint a step asks for. gpu-learner and the policy server are imported
 // lazily so that rollout-only workers never load the native addon.
+// With learner.engine "fsdp" the step runs in a torchrun process group the worker keeps (gpu-learner/fsdp);
+// the policy server then serves each checkpoint the group writes, loaded by the native engine, as an
+// external vLLM/SGLang server reloads it from disk.
 import { ApplicationFailure, heartbeat } from '@temporalio/activity';
 import { copyFile, cp, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
@@ -11,6 +14,7 @@ import { buildTrainBatch, type PackedTrainBatch, type StepStats } from '../lib/g
 import { createPolicyClient } from '../lib/policy-client.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
+import type { FsdpLearner } from '../gpu-learner/fsdp/index.ts';
 import type {
   InitCheckpointInput,
   InitCheckpointResult,
@@ -57,9 +61,33 @@ export class LearnerContext {
   learner: LearnerHandle | null = null;
   loaded: { dir: string; checkpoint: number } | null = null;
   server: PolicyServerHandle | null = null;
+  /** the FSDP engine's process group (learner.engine "fsdp"), started on the first step that needs it */
+  trainer: FsdpLearner | null = null;
+  /** how many process groups this worker started (a restart after a rank died counts) */
+  trainerStarts = 0;
+  private trainerKey = '';
   private lock: Promise<unknown> = Promise.resolve();
   private loadModel: ((dir: string) => Promise<unknown>) | null = null;
   constructor(readonly options: LearnerWorkerOptions = {}) {}
+
+  /** The FSDP process group for these settings, holding checkpoint `dir`; (re)started when dead or changed. Call inside exclusive(). */
+  async ensureTrainer(dir: string, learner: TrainingConfig['learner']): Promise<FsdpLearner> {
+    const key = JSON.stringify({ device: learner.device, threads: learner.threads, ...learner.fsdp });
+    if (this.trainer && (!this.trainer.alive || key !== this.trainerKey)) {
+      await this.trainer.close();
+      this.trainer = null;
+    }
+    if (!this.trainer) {
+      const { FsdpLearner } = await import('../gpu-learner/fsdp/index.ts');
+      this.trainer = await FsdpLearner.start({ device: learner.device, threads: learner.threads, ...learner.fsdp }, (line) => {
+        if (/Error|error|Traceback|exited/.test(line)) console.error(`[fsdp] ${line}`);
+      });
+      this.trainerKey = key;
+      this.trainerStarts++;
+    }
+    if (this.trainer.loaded !== dir) await this.trainer.load(dir);
+    return this.trainer;
+  }
 
   /** Runs `fn` with the learner exclusively (loads, steps and saves never interleave). */
   exclusive<T>(fn: () => Promise<T>): Promise<T> {
@@ -119,6 +147,8 @@ export class LearnerContext {
   }
 
   async close(): Promise<void> {
+    await this.trainer?.close();
+    this.trainer = null;
     await this.server?.close();
     this.server = null;
   }
@@ -252,6 +282,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
     const existing = await store.getJson<LearnerStepResult>(keys.checkpointStats(runId, checkpoint + 1));
     if (existing) return { ...existing, reused: true };
     const config = await storedConfig(store, runId, n);
+    if (config.learner.engine === 'fsdp') return fsdpLearnerStep(ctx, store, input, config);
     return ctx.exclusive(async () => {
       const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
       const learner = await ctx.ensureLoaded(dir, checkpoint, config.learner);
@@ -324,5 +355,102 @@ export function createLearnerActivities(ctx: LearnerContext) {
       if (ctx.server) await ctx.server.setLearner(learner, checkpoint + 1);
       return result;
     });
+  }
+}
+
+/** The step's items (inline and in stored parts) and their trajectories. */
+async function readTrajectories(store: ArtifactStore, input: LearnerStepInput): Promise<{ items: LearnerItem[]; trajs: Trajectory[] }> {
+  const items = [...input.items];
+  for (const part of input.itemParts ?? []) {
+    const stored = await store.getJson<LearnerItem[]>(part);
+    if (!stored) throw new Error(`learner items ${part} are missing from ${store.url}`);
+    items.push(...stored);
+  }
+  const trajs: Trajectory[] = [];
+  for (const it of items) {
+    const t = await store.getJson<Trajectory>(it.key);
+    if (!t) throw new Error(`trajectory ${it.key} is missing from ${store.url}`);
+    trajs.push(t);
+  }
+  return { items, trajs };
+}
+
+/** The step's hyperparameters (gpu-learner's TrainHyper; the FSDP trainer reads the same fields). */
+function trainHyper(config: TrainingConfig, episodes: number) {
+  const a = config.algorithm;
+  return {
+    lr: a.lr,
+    weightDecay: a.weightDecay,
+    beta1: a.beta1,
+    beta2: a.beta2,
+    eps: a.eps,
+    clipLow: a.clipLow,
+    clipHigh: a.loss === 'grpo' ? a.clipLow : a.clipHigh,
+    maxGradNorm: a.maxGradNorm,
+    lMax: a.lMax,
+    mode: a.loss,
+    normSequences: episodes,
+    ...(a.microBatchTokens ? { microBatchTokens: a.microBatchTokens } : {}),
+  };
+}
+
+/**
+ * learnerStep on the FSDP engine: the packed batch goes into the store (runs/<id>/iter-<n>/train-batch.safetensors),
+ * the process group steps on it (a heartbeat per micro-batch) and writes checkpoint n+1 into the store's temp
+ * directory, renamed when complete. A dead or hung rank fails the attempt; the retry starts a new group
+ * from checkpoint n, so n+1 is still written once.
+ */
+async function fsdpLearnerStep(ctx: LearnerContext, store: ArtifactStore, input: LearnerStepInput, config: TrainingConfig): Promise<LearnerStepResult> {
+  const { FsdpInputError, writeTrainBatch } = await import('../gpu-learner/fsdp/index.ts');
+  const { runId, n, checkpoint } = input;
+  const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
+  const nextKey = keys.checkpoint(runId, checkpoint + 1);
+  const { items, trajs } = await readTrajectories(store, input);
+  const batch = buildTrainBatch(trajs, items.map((it) => it.advantage), { compactFilter: true, dropZeroAdvantage: true });
+  const batchKey = `${keys.iteration(runId, n)}/train-batch.safetensors`;
+  try {
+    return await ctx.exclusive(async () => {
+      let details: Record<string, unknown> = { n, engine: 'fsdp', phase: 'starting' };
+      return withHeartbeat(details, async () => {
+        const trainer = await ctx.ensureTrainer(dir, config.learner);
+        const started = Date.now();
+        let step = { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true };
+        if (batch.kept.length > 0) {
+          const path = store.dirFor(batchKey);
+          writeTrainBatch(path, batch);
+          step = await trainer.trainStep(path, trainHyper(config, batch.episodes), (p) => {
+            details = { n, engine: 'fsdp', sequences: batch.kept.length, ...p };
+            heartbeat(details);
+          });
+        }
+        const result: LearnerStepResult = {
+          checkpoint: checkpoint + 1,
+          loss: step.loss,
+          gradNorm: step.gradNorm,
+          clipFraction: step.clipFraction,
+          meanRatio: step.meanRatio,
+          tokens: step.tokens,
+          seconds: (Date.now() - started) / 1000,
+          skipped: step.skipped,
+          trajectories: trajs.length,
+          sequences: batch.kept.length,
+          lr: config.algorithm.lr,
+          reused: false,
+        };
+        heartbeat({ n, engine: 'fsdp', saving: checkpoint + 1 });
+        await store.putDir(nextKey, async (tmp) => {
+          await trainer.save(tmp, dir);
+          for (const f of CARRIED_FILES) {
+            if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
+          }
+          await writeFile(`${tmp}/stats.json`, JSON.stringify(result));
+        });
+        trainer.loaded = store.dirFor(nextKey);
+        return result;
+      });
+    });
+  } catch (e) {
+    if (e instanceof FsdpInputError) throw invalid((e as Error).message);
+    throw e;
   }
 }

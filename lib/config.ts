@@ -45,6 +45,40 @@ export const ModelSourceSchema = z.union([
 ]);
 export type ModelSource = z.infer<typeof ModelSourceSchema>;
 
+/**
+ * The FSDP engine (`learner.engine: "fsdp"`, gpu-learner/fsdp/): a torchrun process group the learner worker
+ * starts and keeps; defaults fit one node. DeepSWE's job: nprocPerNode 8, nnodes 8, cpuOffload true.
+ */
+export const FsdpConfigSchema = z
+  .object({
+    /** processes (devices) per node; at most the node's GPUs (cuda) or CPU cores (cpu) */
+    nprocPerNode: int().min(1).max(64).default(1),
+    nnodes: int().min(1).max(1024).default(1),
+    /** HOST:PORT of torchrun's c10d rendezvous, on the learner worker's node; required when nnodes > 1 */
+    rdzvEndpoint: z.string().regex(/^[^\s:]+:\d+$/, 'must be HOST:PORT').optional(),
+    /** the address other nodes' rank 0 reaches the learner worker's control socket on */
+    controlHost: z.string().min(1).default('127.0.0.1'),
+    /** compute dtype of gathered parameters ("auto": bfloat16 on cuda, float32 on cpu); master weights and AdamW state stay fp32 */
+    paramDtype: z.enum(['auto', 'bfloat16', 'float32']).default('auto'),
+    /** dtype of the gradient reduce-scatter */
+    reduceDtype: z.enum(['float32', 'bfloat16']).default('float32'),
+    /** sharded parameters, gradients and AdamW state in host memory (FSDP2 CPUOffloadPolicy) */
+    cpuOffload: z.boolean().default(false),
+    activationCheckpointing: z.boolean().default(true),
+    /** tokens per micro-batch and device (whole sequences; a longer sequence is refused); DeepSWE: 32K */
+    maxTokensPerMicroBatch: int().min(1).max(1 << 22).default(32768),
+    /** transformers attention ("sdpa"; "flash_attention_2" on GPUs with flash-attn installed) */
+    attnImplementation: z.string().min(1).default('sdpa'),
+    /** largest safetensors file of a checkpoint */
+    checkpointShardMB: int().min(1).max(1 << 20).default(4096),
+    /** no progress from the group for this long while it works: it is killed and the step retried */
+    stallTimeoutSeconds: z.number().gt(0).max(24 * 3600).default(600),
+    /** torch.distributed timeout of one collective (a dead peer is noticed by then at the latest) */
+    collectiveTimeoutSeconds: z.number().gt(0).max(24 * 3600).default(600),
+  })
+  .strict();
+export type FsdpConfig = z.infer<typeof FsdpConfigSchema>;
+
 /** Hyperparameters that `updateHyperparameters` may change while a run goes on. */
 export const HyperparametersSchema = z.object({
   lr: z.number().gt(0).max(1),
@@ -126,15 +160,18 @@ export const TrainingConfigSchema = z
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }),
     learner: z
       .object({
+        /** "native": gpu-learner in the worker process (one device); "fsdp": PyTorch FSDP2 under torchrun (DESIGN §6) */
+        engine: z.enum(['native', 'fsdp']).default('native'),
         device: z.enum(['cpu', 'cuda']).default('cpu'),
-        /** 0: the learner picks */
+        /** 0: the learner picks (fsdp on the CPU: torch threads per rank) */
         threads: int().min(0).max(1024).default(0),
         timeoutMinutes: z.number().gt(0).max(7 * 24 * 60).default(60),
         /** the learner heartbeats every second while it works: a dead learner worker is noticed after this long */
         heartbeatTimeoutSeconds: z.number().min(2).max(3600).default(60),
+        fsdp: FsdpConfigSchema.prefault({}),
       })
       .strict()
-      .default({ device: 'cpu', threads: 0, timeoutMinutes: 60, heartbeatTimeoutSeconds: 60 }),
+      .prefault({}),
   })
   .strict()
   .superRefine((c, ctx) => {

@@ -6,7 +6,8 @@ export type StDtype = 'F32' | 'BF16' | 'F16';
 export interface NamedTensor {
   name: string;
   shape: number[];
-  data: Float32Array;
+  /** an Int32Array is stored as I32 as it is, whatever the dtype option */
+  data: Float32Array | Int32Array;
 }
 
 /** f32 → bf16 bits, round to nearest even (NaN kept quiet). */
@@ -63,8 +64,9 @@ export function encodeSafetensors(tensors: NamedTensor[], opts: EncodeOptions = 
   for (const t of tensors) {
     const numel = t.shape.reduce((a, b) => a * b, 1);
     if (numel !== t.data.length) throw new RangeError(`safetensors: tensor ${t.name}: shape [${t.shape}] needs ${numel} values, got ${t.data.length}`);
-    const raw = dtype === 'F32' ? t.data : dtype === 'BF16' ? f32ToBf16(t.data) : f32ToF16(t.data);
-    header[t.name] = { dtype, shape: t.shape, data_offsets: [offset, offset + raw.byteLength] };
+    const d = t.data;
+    const raw = d instanceof Int32Array || dtype === 'F32' ? d : dtype === 'BF16' ? f32ToBf16(d) : f32ToF16(d);
+    header[t.name] = { dtype: d instanceof Int32Array ? 'I32' : dtype, shape: t.shape, data_offsets: [offset, offset + raw.byteLength] };
     blobs.push(Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength));
     offset += raw.byteLength;
   }
@@ -73,4 +75,22 @@ export function encodeSafetensors(tensors: NamedTensor[], opts: EncodeOptions = 
   const length = Buffer.alloc(8);
   length.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
   return [length, Buffer.from(json, 'utf8'), ...blobs];
+}
+
+/** Tensors of a safetensors file's bytes (F32 and I32; others are refused by name). */
+export function decodeSafetensors(buf: Buffer): Map<string, { shape: number[]; data: Float32Array | Int32Array }> {
+  if (buf.length < 8) throw new RangeError(`safetensors: ${buf.length} bytes, no header`);
+  const n = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8')) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+  const out = new Map<string, { shape: number[]; data: Float32Array | Int32Array }>();
+  for (const [name, t] of Object.entries(header)) {
+    if (name === '__metadata__') continue;
+    const [a, b] = t.data_offsets;
+    const bytes = buf.subarray(8 + n + a, 8 + n + b);
+    const copy = new Uint8Array(bytes); // aligned
+    if (t.dtype === 'F32') out.set(name, { shape: t.shape, data: new Float32Array(copy.buffer) });
+    else if (t.dtype === 'I32') out.set(name, { shape: t.shape, data: new Int32Array(copy.buffer) });
+    else throw new RangeError(`safetensors: tensor ${name} has dtype ${t.dtype} (F32 and I32 are read here)`);
+  }
+  return out;
 }
