@@ -70,7 +70,7 @@ export const FsdpConfigSchema = z
     /** transformers attention ("sdpa"; "flash_attention_2" on GPUs with flash-attn installed) */
     attnImplementation: z.string().min(1).default('sdpa'),
     /** largest safetensors file of a checkpoint */
-    checkpointShardMB: int().min(1).max(1 << 20).default(4096),
+    checkpointShardMB: z.number().gt(0).max(1 << 20).default(4096),
     /** no progress from the group for this long while it works: it is killed and the step retried */
     stallTimeoutSeconds: z.number().gt(0).max(24 * 3600).default(600),
     /** torch.distributed timeout of one collective (a dead peer is noticed by then at the latest) */

@@ -139,7 +139,7 @@ export const FSDP_HP: TrainHyper = { lr: 1e-3, weightDecay: 0.01, beta1: 0.9, be
 export function fsdpOptions(nproc: number, over: Partial<FsdpOptions> = {}): FsdpOptions {
   return {
     device: 'cpu', nprocPerNode: nproc, nnodes: 1, controlHost: '127.0.0.1', paramDtype: 'float32', reduceDtype: 'float32', cpuOffload: false,
-    activationCheckpointing: true, maxTokensPerMicroBatch: 80, attnImplementation: 'sdpa', checkpointShardMB: 1, stallTimeoutSeconds: 120,
+    activationCheckpointing: true, maxTokensPerMicroBatch: 80, attnImplementation: 'sdpa', checkpointShardMB: 0.02, stallTimeoutSeconds: 120,
     collectiveTimeoutSeconds: 120, threads: 1, python: python(), ...over,
   };
 }

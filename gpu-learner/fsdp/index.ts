@@ -132,7 +132,7 @@ export class FsdpLearner extends EventEmitter {
       activation_checkpointing: opts.activationCheckpointing,
       max_tokens_per_micro_batch: opts.maxTokensPerMicroBatch,
       attn_implementation: opts.attnImplementation,
-      checkpoint_shard_bytes: opts.checkpointShardMB * 1024 * 1024,
+      checkpoint_shard_bytes: Math.max(1, Math.round(opts.checkpointShardMB * 1024 * 1024)),
       collective_timeout_seconds: opts.collectiveTimeoutSeconds,
       threads: opts.device === 'cpu' ? threads : 0,
     };
