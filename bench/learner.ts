@@ -2,12 +2,17 @@
 // head_dim 32, intermediate 384; 512-token sequences): forward (logprobs), training (trainStep,
 // forward + backward + AdamW) and generation (KV cache), against a straightforward single-threaded
 // reference (same engine, threads=1, naive matmul loop) in the same run.
-// Usage: npm run bench:learner [-- --device cuda] [-- --threads N] [-- --seq 512] [-- --seqs 4]
+// The FSDP engine's rows (--fsdp, or --fsdp-shape qwen3-0.6b for the Qwen3-0.6B shape): training tokens/s of the
+// same step, native vs fsdp on 1 and 2 ranks (CPU, gloo, fp32) in the same run, the time to start the process
+// group and to write a checkpoint.
+// Usage: npm run bench:learner [-- --device cuda] [-- --threads N] [-- --seq 512] [-- --seqs 4] [-- --fsdp]
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { Learner, writeRandomCheckpoint, type Device, type QwenConfig, type TrainHyper } from '../gpu-learner/index.ts';
+import { FsdpLearner, writeTrainBatch } from '../gpu-learner/fsdp/index.ts';
+import { fsdpOptions } from '../gpu-learner/fsdp/crosscheck.ts';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -78,6 +83,53 @@ try {
   }
   console.log('reference: same CPU engine, threads=1, naive triple-loop matmul (1x512-token batch, 32 generated tokens)');
   console.log(`machine: ${cpus().length} CPU threads, load average ${loadavg().map((v) => v.toFixed(1)).join(' / ')} (wall-clock rates; a loaded machine lowers them)`);
+  if (process.argv.includes('--fsdp') || process.argv.includes('--fsdp-shape')) await fsdpRows();
 } finally {
   rmSync(dir, { recursive: true, force: true });
+}
+
+/** Training tokens/s, native vs fsdp (1 and 2 ranks), process-group start and checkpoint write times. */
+async function fsdpRows(): Promise<void> {
+  const shape = arg('fsdp-shape', 'tiny');
+  const cfg: QwenConfig =
+    shape === 'qwen3-0.6b'
+      ? { ...config, vocab_size: 151936, hidden_size: 1024, intermediate_size: 3072, num_hidden_layers: 28, num_attention_heads: 16, num_key_value_heads: 8, head_dim: 128, max_position_embeddings: 40960 }
+      : config;
+  const mdir = mkdtempSync(join(tmpdir(), 'gl-bench-fsdp-'));
+  try {
+    writeRandomCheckpoint(join(mdir, 'model'), cfg, 1);
+    const b = batchOf(nSeqs);
+    const steps = shape === 'tiny' ? 3 : 1;
+    const nat = await Learner.load(join(mdir, 'model'), { threads: cpus().length });
+    await nat.trainStep(b, hp);
+    let t0 = performance.now();
+    for (let i = 0; i < steps; i++) await nat.trainStep(b, hp);
+    const native = (steps * b.ids.length) / ((performance.now() - t0) / 1000);
+    nat.close();
+    writeTrainBatch(join(mdir, 'batch.safetensors'), b);
+    console.log(`\nfsdp engine: shape ${shape}, ${nSeqs}x${seqLen} tokens per step, CPU (gloo, fp32), ${steps} timed step(s) after one warm-up`);
+    console.log('engine            train tokens/s   vs native   group start s   checkpoint write s');
+    console.log(`native            ${native.toFixed(0).padStart(14)}   ${'1.00x'.padStart(9)}`);
+    for (const n of [1, 2]) {
+      t0 = performance.now();
+      const tr = await FsdpLearner.start(fsdpOptions(n, { maxTokensPerMicroBatch: 4096, checkpointShardMB: 4096, threads: Math.max(1, Math.floor(cpus().length / n)), stallTimeoutSeconds: 3600 }));
+      try {
+        await tr.load(join(mdir, 'model'));
+        const start = (performance.now() - t0) / 1000;
+        await tr.trainStep(join(mdir, 'batch.safetensors'), hp);
+        t0 = performance.now();
+        for (let i = 0; i < steps; i++) await tr.trainStep(join(mdir, 'batch.safetensors'), hp);
+        const rate = (steps * b.ids.length) / ((performance.now() - t0) / 1000);
+        t0 = performance.now();
+        await tr.save(join(mdir, `ckpt-${n}`), join(mdir, 'model'));
+        const save = (performance.now() - t0) / 1000;
+        console.log(`fsdp ${n} rank${n > 1 ? 's' : ' '}      ${rate.toFixed(0).padStart(14)}   ${(rate / native).toFixed(2).padStart(8)}x   ${start.toFixed(1).padStart(13)}   ${save.toFixed(2).padStart(18)}`);
+      } finally {
+        await tr.close();
+      }
+    }
+    console.log('group start: torchrun, process group, model built on meta, sharded, weights loaded (load included)');
+  } finally {
+    rmSync(mdir, { recursive: true, force: true });
+  }
 }
