@@ -1,0 +1,78 @@
+// Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0 on every
+// shared task, the gold patch scores 1, and a correct fix that also edits conftest.py still scores 1.
+// Each grading is a fresh container; SWERL_GRADE_CONCURRENCY (default 3) of them at a time.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { gradePatch, type GradeResult } from '../activities/grade.ts';
+import type { SweTask } from '../lib/swe/task.ts';
+import { ADVERSARIAL_KINDS, adversarialPatches } from './helpers/adversarial.ts';
+import { imagesFor, requireDocker, sharedTasks, testBackend } from './helpers/docker.ts';
+
+const { backend, cleanup } = testBackend();
+const CONCURRENCY = Number(process.env.SWERL_GRADE_CONCURRENCY ?? 3);
+let tasks: SweTask[];
+/** `${kind}|${instance_id}` → result */
+const results = new Map<string, GradeResult>();
+let corpusSeconds = 0;
+
+async function pool<T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> {
+  const out: T[] = new Array(jobs.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(n, jobs.length) }, async () => {
+      while (next < jobs.length) {
+        const i = next++;
+        out[i] = await jobs[i]!();
+      }
+    }),
+  );
+  return out;
+}
+
+before(async () => {
+  await requireDocker();
+  tasks = await sharedTasks();
+  await imagesFor(tasks);
+  const t0 = Date.now();
+  const patches = await pool(
+    tasks.map((t) => () => adversarialPatches(t, backend)),
+    CONCURRENCY,
+  );
+  const jobs: (() => Promise<void>)[] = [];
+  tasks.forEach((task, i) => {
+    jobs.push(async () => {
+      results.set(`gold|${task.instance_id}`, await gradePatch({ task, patch: task.patch, backend }));
+    });
+    for (const [kind, patch] of patches[i]!) {
+      jobs.push(async () => {
+        results.set(`${kind}|${task.instance_id}`, await gradePatch({ task, patch, backend }));
+      });
+    }
+  });
+  await pool(jobs, CONCURRENCY);
+  corpusSeconds = (Date.now() - t0) / 1000;
+});
+after(async () => {
+  await cleanup();
+  console.log(`[adversarial] ${results.size} gradings in ${corpusSeconds.toFixed(0)} s (concurrency ${CONCURRENCY})`);
+});
+
+const show = (g: GradeResult) => `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
+
+test('the gold patch scores 1 on every shared task', () => {
+  for (const task of tasks) {
+    const g = results.get(`gold|${task.instance_id}`)!;
+    assert.equal(g.reward, 1, show(g));
+  }
+});
+
+for (const kind of ADVERSARIAL_KINDS) {
+  test(`adversarial ${kind.name} (${kind.what}) scores 0 on every shared task`, () => {
+    for (const task of tasks) {
+      const g = results.get(`${kind.name}|${task.instance_id}`);
+      assert.ok(g, `${kind.name} on ${task.instance_id} was not graded`);
+      assert.equal(g.reward, 0, show(g));
+      assert.notEqual(g.reason, 'passed');
+    }
+  });
+}
