@@ -40,6 +40,8 @@ export interface GradeInput {
   backend: SandboxBackend;
   timeoutS?: number;
   limits?: Partial<SandboxLimits>;
+  /** receives the whole test log (the result keeps its tail), e.g. to write the harness's test_output.txt */
+  onLog?: (log: string) => void | Promise<void>;
 }
 
 /** Whether test_cmd runs pytest (then the plugin channel is used). */
@@ -233,6 +235,7 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
     const cmd = pytest ? `export PYTEST_ADDOPTS="\${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-p ${module}"\n${task.test_cmd}` : task.test_cmd;
     const run = await sb.exec(cmd, timeoutS, { maxOutputBytes: 16 << 20 });
     const log = run.stdout + (run.stderr ? `\n${run.stderr}` : '');
+    await input.onLog?.(log);
     const exitCode = run.timedOut ? null : run.exit;
     const timeoutDetail = `test_cmd ran past ${timeoutS} s`;
 

@@ -1,5 +1,5 @@
 // Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0 on every
-// shared task, the gold patch scores 1, and a correct fix that also edits conftest.py still scores 1.
+// shared task (the gold patch scoring 1 on each through the same path is test/grade-cli.test.ts).
 // Each grading is a fresh container; SWERL_GRADE_CONCURRENCY (default 3) of them at a time.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -40,9 +40,6 @@ before(async () => {
   );
   const jobs: (() => Promise<void>)[] = [];
   tasks.forEach((task, i) => {
-    jobs.push(async () => {
-      results.set(`gold|${task.instance_id}`, await gradePatch({ task, patch: task.patch, backend }));
-    });
     for (const [kind, patch] of patches[i]!) {
       jobs.push(async () => {
         results.set(`${kind}|${task.instance_id}`, await gradePatch({ task, patch, backend }));
@@ -58,13 +55,6 @@ after(async () => {
 });
 
 const show = (g: GradeResult) => `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
-
-test('the gold patch scores 1 on every shared task', () => {
-  for (const task of tasks) {
-    const g = results.get(`gold|${task.instance_id}`)!;
-    assert.equal(g.reward, 1, show(g));
-  }
-});
 
 for (const kind of ADVERSARIAL_KINDS) {
   test(`adversarial ${kind.name} (${kind.what}) scores 0 on every shared task`, () => {
