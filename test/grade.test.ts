@@ -61,6 +61,22 @@ describe('gradePatch', () => {
     assert.ok(g.restored.includes(testFile), JSON.stringify(g.restored));
   });
 
+  test('a correct fix that also adds a conftest.py and pytest settings: they are dropped, the fix still resolves', async () => {
+    const conftest = 'import pytest\n\n\n@pytest.fixture\ndef cache_size():\n    return 10\n';
+    const extra = [
+      'diff --git a/tests/conftest.py b/tests/conftest.py',
+      'new file mode 100644',
+      '--- /dev/null',
+      '+++ b/tests/conftest.py',
+      `@@ -0,0 +1,${conftest.split('\n').length - 1} @@`,
+      ...conftest.split('\n').slice(0, -1).map((l) => `+${l}`),
+      '',
+    ].join('\n');
+    const g = await gradePatch({ task, patch: task.patch + extra, backend });
+    assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}`);
+    assert.deepEqual(g.restored, ['tests/conftest.py']);
+  });
+
   test('a test run past the limit → 0, timeout', async () => {
     const slow: SweTask = { ...task, test_cmd: `sleep 30; ${task.test_cmd}` };
     const g = await gradePatch({ task: slow, patch: task.patch, backend, timeoutS: 2 });
