@@ -8,7 +8,7 @@ over the real logs of test/fixtures/testlogs/, next to ours (checks/testlogs/dum
     the verdict of the test's real status under that side's rules;
   - the shared tasks: resolved or not, without the fix and with the gold patch;
 and lists every disagreement with the side that is right (the one that matches the run's truth).
-Intended rule differences (XFAIL as a FAIL_TO_PASS success) are listed apart.
+Rule differences (the same real status judged by each rule set, e.g. XFAIL as FAIL_TO_PASS) are listed apart.
 
     bash checks/swebench-agreement.sh      (makes .tools/venv-swebench from scripts/python/swebench.txt)
 """
@@ -16,7 +16,12 @@ import json
 import sys
 
 import swebench
-from swebench.harness.grading import get_eval_tests_report, get_resolution_status, test_failed, test_maintained, test_passed
+from swebench.harness.grading import get_eval_tests_report, get_resolution_status, test_failed, test_passed
+
+try:
+    from swebench.harness.grading import test_maintained
+except ImportError:  # swebench < 5: PASS_TO_PASS success is test_passed, a skipped test is neither
+    test_maintained = test_passed
 from swebench.harness.log_parsers.python import parse_log_django, parse_log_pytest, parse_log_sympy
 
 PARSER = {"pytest": parse_log_pytest, "unittest": parse_log_django, "django": parse_log_django, "sympy": parse_log_sympy}
@@ -24,7 +29,7 @@ FIXTURES = "test/fixtures/testlogs/"
 
 
 def swe_f2p(case, sm):
-    # SWE-bench 5: success iff passed (PASSED or XFAIL); failure iff failed (missing, FAILED, ERROR, SKIPPED)
+    # SWE-bench 5: success iff passed (PASSED or XFAIL); failure iff failed (missing, FAILED, ERROR, SKIPPED; 4.x: not SKIPPED)
     return "success" if test_passed(case, sm) else "failure" if test_failed(case, sm) else "neither"
 
 
@@ -104,7 +109,7 @@ def main():
     print("\nDisagreements with the run's truth (%d):" % len(disagreements))
     for d in disagreements:
         print("  " + d)
-    print("\nIntended rule differences (%d): FAIL_TO_PASS XFAIL is a failure for us, a success for SWE-bench" % len(rule_differences))
+    print("\nRule differences, intended (the same real status judged by the two rule sets; ours: FAIL_TO_PASS needs PASSED) (%d):" % len(rule_differences))
     for d in rule_differences:
         print("  " + d)
 

@@ -5,8 +5,9 @@
 // itself); nothing that only looks like a result (a test's own output) may be parsed as one.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { parseTestLog } from '../lib/swe/testlog.ts';
+import { pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
 import { expectedOf, FIXTURES, formatOfFixture, TESTLOG_DIR as DIR } from './helpers/testlogs.ts';
 
 test('the corpus covers every runner on every Python the fixtures were recorded on', () => {
@@ -32,5 +33,14 @@ for (const name of FIXTURES) {
       const extra = [...parsed.keys()].filter((id) => !expected.has(id) && !aliases.has(id) && !known.includes(JSON.stringify(id)));
       assert.deepEqual(extra, []);
     }
+  });
+}
+
+for (const name of FIXTURES.filter((f) => existsSync(`${DIR}${f}.plugin.jsonl`))) {
+  test(`results plugin on the real run ${name}: every test, skips included, with the status the run gave it`, () => {
+    const run = readPluginRecords(readFileSync(`${DIR}${name}.plugin.jsonl`, 'utf8'));
+    const truth = (JSON.parse(readFileSync(`${DIR}${name}.truth.json`, 'utf8')) as { truth: Record<string, string>; recorded: { exit: number } });
+    assert.deepEqual(Object.fromEntries([...run.statuses].sort()), Object.fromEntries(Object.entries(truth.truth).sort()));
+    assert.deepEqual(pluginRunContradictions({ run, exitCode: truth.recorded.exit, patchedFiles: new Set() }), []);
   });
 }

@@ -7,6 +7,7 @@
 // patch (truth: the grader's results plugin).
 //   node --import tsx checks/testlogs/record.ts [--only NAME]     (builds the images once: ~3 min each)
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, readdir, rm, writeFile, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
@@ -66,11 +67,16 @@ interface Recording {
   cmd: string;
   /** copied to the sympy package instead of /work */
   sympy?: boolean;
+  /** also load the grader's results plugin and keep its records (<name>.plugin.jsonl) */
+  plugin?: boolean;
 }
 
+const PLUGIN = readFileSync(join(ROOT, 'activities/swerl_pytest_results.py'), 'utf8').replace('"__SWERL_RESULTS_PATH__"', JSON.stringify('/work/plugin.jsonl'));
+
 const RECORDINGS: Recording[] = [
-  { name: 'pytest', suite: 'pytest', cmd: 'python3 -m pytest -rA -p no:cacheprovider -p truth_plugin test_pt.py' },
-  { name: 'pytest-v', suite: 'pytest', cmd: 'python3 -m pytest -rA -v -p no:cacheprovider -p truth_plugin test_pt.py' },
+  // the grader's results plugin rides along (its records are compared with the truth too)
+  { name: 'pytest', suite: 'pytest', cmd: 'python3 -m pytest -rA -p no:cacheprovider -p truth_plugin -p swerl_results_fixture test_pt.py', plugin: true },
+  { name: 'pytest-v', suite: 'pytest', cmd: 'python3 -m pytest -rA -v -p no:cacheprovider -p truth_plugin -p swerl_results_fixture test_pt.py', plugin: true },
   { name: 'unittest', suite: 'unittest', cmd: 'python3 run_recorded.py test_ut' },
   { name: 'django', suite: 'django', cmd: 'python3 runtests.py --verbosity 2' },
   { name: 'sympy', suite: 'sympy', cmd: 'python3 run_recorded.py', sympy: true },
@@ -79,7 +85,7 @@ const RECORDINGS: Recording[] = [
 async function record(backend: DockerBackend, image: string, release: string, r: Recording): Promise<void> {
   const sb = await backend.start(image, { memoryBytes: 1 << 30 }, labels);
   try {
-    await sb.copyIn(await suiteFiles(r.suite), '/work');
+    await sb.copyIn([...(await suiteFiles(r.suite)), ...(r.plugin ? [{ path: 'swerl_results_fixture.py', content: PLUGIN }] : [])], '/work');
     if (r.sympy) {
       const d = (await sb.exec("python3 -c 'import os, sympy; print(os.path.dirname(sympy.__file__))'", 60)).stdout.trim();
       await sb.exec(`mkdir -p ${d}/swerl_fixture/tests && cp /work/sympy_pkg/*.py ${d}/swerl_fixture/tests/ && touch ${d}/swerl_fixture/__init__.py ${d}/swerl_fixture/tests/__init__.py`, 60);
@@ -89,6 +95,7 @@ async function record(backend: DockerBackend, image: string, release: string, r:
     const version = (await sb.exec('python3 --version 2>&1; python3 -m pytest --version 2>&1 | head -1; python3 -c "import django, sympy; print(\'django\', django.__version__, \'sympy\', sympy.__version__)"', 60)).stdout.trim().replace(/\n/g, '; ');
     const base = join(OUT, `${release}-${r.name}`);
     await writeFile(`${base}.log`, res.stdout);
+    if (r.plugin) await writeFile(`${base}.plugin.jsonl`, await sb.readFile('/work/plugin.jsonl'));
     await writeFile(`${base}.truth.json`, JSON.stringify({ recorded: { release, versions: version, cmd: r.cmd, exit: res.exit }, truth: JSON.parse(truth) as unknown }, null, 1) + '\n');
     console.log(`${release}-${r.name}: exit ${res.exit}, ${res.stdout.split('\n').length} lines (${version})`);
   } finally {
