@@ -1,8 +1,9 @@
 // `swerl grade` end to end on the shared tasks: the gold patches resolve all (reports in the harness's
-// shape, the summary's counts and id lists), empty patches resolve none, unknown ids are refused by name.
+// shape, read back by the official swebench package's own readers with the same counts and id lists),
+// empty patches resolve none, unknown ids are refused by name.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -39,7 +40,8 @@ test('--predictions gold: every shared task resolved; harness-shaped reports and
   assert.equal(summary.schema_version, 2);
   assert.equal(summary.grader_version, GRADER_VERSION);
   for (const id of ids) {
-    const rep = JSON.parse(readFileSync(join(out, 'gold', id, 'report.json'), 'utf8')) as Record<string, Record<string, unknown>>;
+    const inst = join(out, 'logs/run_evaluation/cli/gold', id);
+    const rep = JSON.parse(readFileSync(join(inst, 'report.json'), 'utf8')) as Record<string, Record<string, unknown>>;
     assert.deepEqual(Object.keys(rep), [id]);
     const x = rep[id]!;
     assert.deepEqual(
@@ -51,8 +53,14 @@ test('--predictions gold: every shared task resolved; harness-shaped reports and
     assert.deepEqual(Object.keys(ts), ['FAIL_TO_PASS', 'PASS_TO_PASS', 'FAIL_TO_FAIL', 'PASS_TO_FAIL']);
     assert.equal(ts.FAIL_TO_PASS!.failure.length, 0);
     assert.ok(ts.FAIL_TO_PASS!.success.length > 0);
-    assert.match(readFileSync(join(out, 'gold', id, 'test_output.txt'), 'utf8'), /passed/);
-    assert.ok(existsSync(join(out, 'gold', id, 'patch.diff')));
+    assert.match(readFileSync(join(inst, 'test_output.txt'), 'utf8'), /passed/);
+    assert.ok(existsSync(join(inst, 'patch.diff')));
+  }
+  // the official harness's own readers (swebench's get_predictions_from_file, make_run_report) on the directory
+  const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' }).trim().split('\n').at(-1)!;
+  const harness = JSON.parse(execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), out, TASKS_FILE, 'cli', join(dir, 'harness')], { encoding: 'utf8' }).trim().split('\n').at(-1)!) as Record<string, unknown>;
+  for (const k of ['total_instances', 'submitted_instances', 'completed_instances', 'resolved_instances', 'unresolved_instances', 'empty_patch_instances', 'error_instances', 'resolved_ids', 'unresolved_ids', 'error_ids']) {
+    assert.deepEqual(harness[k], summary[k], k);
   }
 });
 
@@ -66,7 +74,7 @@ test('empty and None patches resolve none and run no container; JSON dict format
   assert.equal(summary.resolved_instances, 0);
   assert.equal(summary.empty_patch_instances, 8);
   assert.equal(summary.completed_instances, 0);
-  const rep = JSON.parse(readFileSync(join(out, 'org__empty', ids[0]!, 'report.json'), 'utf8')) as Record<string, Record<string, unknown>>;
+  const rep = JSON.parse(readFileSync(join(out, 'logs/run_evaluation/swerl-grade/org__empty', ids[0]!, 'report.json'), 'utf8')) as Record<string, Record<string, unknown>>;
   assert.deepEqual(rep[ids[0]!], { patch_is_None: true, patch_exists: false, patch_successfully_applied: false, resolved: false, infra_failure: false });
 });
 

@@ -1,10 +1,11 @@
 // `swerl grade --tasks FILE --predictions FILE|gold --out DIR [--concurrency N] [--run-id ID]`: grades a
 // SWE-bench predictions file (JSONL, JSON list or dict) on our images through the same path as the
 // training reward (activities/grade.ts), each prediction in a fresh container, N at a time, with a
-// progress bar. Writes what the official harness writes:
-//   DIR/<model>/<instance_id>/report.json     {instance_id: {patch_is_None, patch_exists, patch_successfully_applied, resolved, tests_status}}
-//   DIR/<model>/<instance_id>/patch.diff, test_output.txt, grade.json (our GradeResult)
-//   DIR/<model>.<run_id>.json                 the run summary (counts and id lists, schema_version 2)
+// progress bar. DIR is laid out as the official harness's working directory (as evaluationRun's runs are):
+//   DIR/predictions.jsonl                                        what was graded
+//   DIR/logs/run_evaluation/<run_id>/<model>/<id>/report.json    {id: {patch_is_None, patch_exists, patch_successfully_applied, resolved, tests_status}}
+//   DIR/logs/run_evaluation/<run_id>/<model>/<id>/patch.diff, test_output.txt, grade.json (our GradeResult)
+//   DIR/<model>.<run_id>.json                                    the run summary (counts and id lists, schema_version 2)
 // A grading that cannot run (GradingError) is tried 3 times, then listed under error_ids. Exit status 1
 // when any instance errored.
 import type { Command } from 'commander';
@@ -51,7 +52,9 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
   const failures = new Map<string, string>();
   let done = 0;
 
-  const instanceDir = (p: Prediction) => join(o.outDir, modelDirName(p.model_name_or_path), p.instance_id);
+  const instanceDir = (p: Prediction) => join(o.outDir, 'logs', 'run_evaluation', o.runId, modelDirName(p.model_name_or_path), p.instance_id);
+  await mkdir(o.outDir, { recursive: true });
+  await writeAtomic(join(o.outDir, 'predictions.jsonl'), preds.map((p) => JSON.stringify(p)).join('\n') + '\n');
   const gradeOne = async (p: Prediction, task: SweTask): Promise<void> => {
     const dir = instanceDir(p);
     await mkdir(dir, { recursive: true });
