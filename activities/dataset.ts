@@ -4,6 +4,7 @@ import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeTaskIds, hashInts } from '../lib/envs/frozenlake.ts';
 import { listSweTasks } from './swe.ts';
 import { keys, openStore } from '../lib/store.ts';
+import { runIteration, runMeanReward, runSuccessRate } from './metrics.ts';
 import type { IterationMetrics, SampleBatchInput, SampleBatchResult, StoreLearnerItemsInput } from '../workflows/shapes.ts';
 
 /**
@@ -72,8 +73,12 @@ export async function recordMetrics(input: { storeUrl: string; runId: string; me
   const text = (await store.get(key))?.toString('utf8') ?? '';
   const lines = text.split('\n').filter((l) => l.trim() !== '');
   const seen = new Set(lines.map((l) => (JSON.parse(l) as IterationMetrics).iteration));
+  runIteration.set({ run_id: input.runId }, input.metrics.iteration + 1);
+  runMeanReward.set({ run_id: input.runId }, input.metrics.meanReward);
+  runSuccessRate.set({ run_id: input.runId }, input.metrics.successRate);
   if (seen.has(input.metrics.iteration)) return;
-  lines.push(JSON.stringify({ runId: input.runId, ...input.metrics }));
+  // `time` (ms) is stored once with the line: trackers use it as the metric's fixed timestamp
+  lines.push(JSON.stringify({ runId: input.runId, ...input.metrics, time: Date.now() }));
   await store.put(key, `${lines.join('\n')}\n`);
 }
 

@@ -25,6 +25,7 @@ import { GRADER_VERSION, GradingError, judgeTests, listedTests, type GradeReason
 import { pathsToRestore } from '../lib/swe/runner-guard.ts';
 import { pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
 import { ensureTaskImage } from './images.ts';
+import { gradingSeconds } from './metrics.ts';
 import { shq } from './sandbox/common.ts';
 
 export { GRADER_VERSION, GradingError, type GradeReason, type GradeResult, type TestOutcome } from '../lib/swe/grading.ts';
@@ -188,6 +189,7 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       image,
     };
     if (detail) r.detail = detail;
+    gradingSeconds.observe({ reason: r.reason }, r.durationS);
     return r;
   };
 

@@ -3,6 +3,7 @@
 import { LearnerContext, createLearnerActivities, type LearnerWorkerOptions } from './learner.ts';
 import { recordMetrics, sampleBatch, storeLearnerItems } from './dataset.ts';
 import { rollout } from './rollout.ts';
+import { reportRun } from './report.ts';
 import { sweActivities } from './swe.ts';
 import { evalEpisode, prepareEvaluation, recordEvalError, writeEvaluationReport } from './evaluation.ts';
 
@@ -11,7 +12,7 @@ export { registerEnvironment } from './rollout.ts';
 
 /** Rollout-queue activities: rollouts, dataset, bookkeeping, SWE task validation and grading. */
 export function createRolloutActivities() {
-  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport };
+  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, reportRun, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport };
 }
 
 /** All activities; the learner ones bound to `ctx`. */

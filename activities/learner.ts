@@ -6,7 +6,7 @@
 // the policy server then serves each checkpoint the group writes, loaded by the native engine, as an
 // external vLLM/SGLang server reloads it from disk.
 import { ApplicationFailure, heartbeat } from '@temporalio/activity';
-import { copyFile, cp, writeFile } from 'node:fs/promises';
+import { copyFile, cp, readdir, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { validateConfig, type ModelSource, type TrainingConfig } from '../lib/config.ts';
@@ -24,6 +24,7 @@ import type {
   SyncPolicyInput,
   SyncPolicyResult,
 } from '../workflows/shapes.ts';
+import { checkpointBytes, checkpointBytesWritten, learnerStepSeconds } from './metrics.ts';
 
 /** The part of gpu-learner's Learner used here. */
 export interface LearnerHandle {
@@ -201,6 +202,15 @@ async function storedConfig(store: ArtifactStore, runId: string, n: number): Pro
   return v.config;
 }
 
+/** Total size of the files under `dir`. */
+async function directoryBytes(dir: string): Promise<number> {
+  let total = 0;
+  for (const e of await readdir(dir, { withFileTypes: true, recursive: true })) {
+    if (e.isFile()) total += (await stat(join(e.parentPath, e.name))).size;
+  }
+  return total;
+}
+
 /**
  * Keeps the activity's heartbeat alive while `fn` runs (native calls run off the event loop), every
  * second: the SDK throttles what it sends, and learner.heartbeatTimeoutSeconds may be a few seconds.
@@ -351,6 +361,10 @@ export function createLearnerActivities(ctx: LearnerContext) {
         }),
       );
       const nextDir = store.dirFor(nextKey);
+      learnerStepSeconds.observe({ run_id: runId }, (Date.now() - started) / 1000);
+      const bytes = await directoryBytes(nextDir);
+      checkpointBytes.set({ run_id: runId }, bytes);
+      checkpointBytesWritten.inc({ run_id: runId }, bytes);
       ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
       if (ctx.server) await ctx.server.setLearner(learner, checkpoint + 1);
       return result;

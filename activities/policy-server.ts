@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { TemplateMessage, Tokenizer } from '../lib/tokenizer.ts';
+import { recordGeneration } from './metrics.ts';
 
 /** What the server needs from gpu-learner's `Learner` (structural, so any engine with this shape serves). */
 export interface ServableModel {
@@ -318,6 +319,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
   /** One engine call, top log-probs unpacked per position. */
   async function engineCall(slot: Slot, promptIds: readonly number[], g: GenerationRequest, maxNew: number, seed: number | undefined) {
     let out: Awaited<ReturnType<ServableModel['generate']>>;
+    const started = performance.now();
     try {
       out = await slot.learner.generate(Int32Array.from(promptIds), {
         maxNewTokens: maxNew,
@@ -332,6 +334,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
       throw new HttpError(500, `generation failed: ${(e as Error).message}`);
     }
     const n = out.ids.length;
+    recordGeneration(n, (performance.now() - started) / 1000);
     const top: Generation['top'] = [];
     if (g.topK > 0) {
       if (!out.topIds || !out.topLogprobs || out.topIds.length !== n * g.topK) throw new HttpError(500, 'generation failed: the engine returned no top log-probs');

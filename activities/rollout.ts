@@ -9,6 +9,7 @@ import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { RolloutSummary, Trajectory } from '../lib/types.ts';
 import type { RolloutInput } from '../workflows/shapes.ts';
+import { rolloutSeconds, rolloutsFinished, rolloutsInFlight } from './metrics.ts';
 
 /** What an environment contributes to one episode: the world and its loop options. */
 export interface EpisodeSetup {
@@ -128,6 +129,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const { env, loop } = await factory(config, taskId, seed);
   const started = Date.now();
   const cancelled = Context.current().cancellationSignal;
+  rolloutsInFlight.inc({ run_id: runId });
   const beat = setInterval(() => heartbeat({ step: -1 }), Math.max(1000, (config.rollout.heartbeatSeconds * 1000) / 2));
   try {
     const result = await unavailableAsFailure(policyUrl, () => runEpisode({
@@ -166,8 +168,11 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       seconds: (Date.now() - started) / 1000,
     };
     await store.putJson(key, trajectory);
+    rolloutsFinished.inc({ run_id: runId, end_reason: trajectory.end });
+    rolloutSeconds.observe({ end_reason: trajectory.end }, trajectory.seconds);
     return summaryOf(key, trajectory);
   } finally {
+    rolloutsInFlight.dec({ run_id: runId });
     clearInterval(beat);
     await env.close();
   }

@@ -158,6 +158,22 @@ export const TrainingConfigSchema = z
       .strict()
       .default({ url: 'file://.runs/store' }),
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }),
+    /** experiment tracking: with `mlflow`, every training run is an MLflow run (metrics, params, plots) */
+    tracking: z
+      .object({
+        mlflow: z
+          .object({
+            /** the tracking server, e.g. http://mlflow.internal:5000 */
+            uri: z.string().url().regex(/^https?:\/\//, 'must be an http(s):// URL'),
+            experiment: z.string().min(1).max(500).default('swerl'),
+          })
+          .strict()
+          .optional(),
+      })
+      .strict()
+      .default({}),
+    /** trainingRun continues-as-new after this many iterations, or sooner when Temporal suggests it */
+    continueAsNewEvery: int().min(1).max(1_000_000).default(100),
     learner: z
       .object({
         /** "native": gpu-learner in the worker process (one device); "fsdp": PyTorch FSDP2 under torchrun (DESIGN §6) */

@@ -46,6 +46,11 @@ export const keys = {
   /** learner step stats stored inside the checkpoint it produced */
   checkpointStats: (runId: string, n: number) => `runs/${runId}/ckpt/${n}/stats.json`,
   metrics: (runId: string) => `runs/${runId}/metrics.jsonl`,
+  /** curves of the run (reward.svg, reward.png, reward.vl.json), redrawn after each iteration */
+  plots: (runId: string) => `runs/${runId}/plots`,
+  plot: (runId: string, file: string) => `runs/${runId}/plots/${file}`,
+  /** what the experiment tracker has been sent (MLflow run id, metrics lines delivered) */
+  mlflowState: (runId: string) => `runs/${runId}/tracking/mlflow.json`,
 };
 
 /** Task ids become one path segment: anything outside [A-Za-z0-9._-] is escaped. */

@@ -2,7 +2,9 @@
 // short FrozenLake run on a temporary dev server, into test/histories/*.json for test/replay.test.ts.
 // Re-record after an intended workflow change; a change that breaks replay of old histories needs patched().
 // Scenarios (arguments; all when none): `run` (trainingRun-*.json, rlIteration-0/1.json) and `fanout`
-// (rlIteration-fanout.json and its rolloutChunk-fanout-*.json children). Record only the new one you add.
+// (rlIteration-fanout.json and its rolloutChunk-fanout-*.json children), `progress` (trainingRun-progress-0.json:
+// iterations in one run with reports, its tracker down so it ends with a trackingCatchUp child,
+// trackingCatchUp-progress-0.json). Record only the new one you add.
 import { mkdirSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +16,7 @@ import { fileStoreUrl } from '../lib/store.ts';
 import { startWorkers } from '../workers/index.ts';
 import { pauseSignal, resumeSignal, statusQuery, updateHyperparametersUpdate } from '../workflows/signals.ts';
 import { iterationWorkflowId, rolloutChunkWorkflowId } from '../workflows/shapes.ts';
+import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 
 const scenarios = process.argv.slice(2);
 const wanted = (name: string) => scenarios.length === 0 || scenarios.includes(name);
@@ -71,6 +74,24 @@ try {
     await save(iterationWorkflowId(runId, 0), 'rlIteration-fanout.json');
     for (const k of [0, 1, 2]) await save(rolloutChunkWorkflowId(runId, 0, k), `rolloutChunk-fanout-${k}.json`);
     console.log(`recorded the fanned-out rlIteration and its 3 rolloutChunk histories into ${outDir}`);
+  }
+  if (wanted('progress')) {
+    const runId = 'recorded-progress';
+    // nothing listens on port 9: every report leaves the metrics pending, so the run ends with a catch-up child
+    const config = { ...baseConfig(runId), tracking: { mlflow: { uri: 'http://127.0.0.1:9', experiment: 'recorded' } } };
+    const h = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    await h.signal(pauseSignal);
+    await h.executeUpdate(updateHyperparametersUpdate, { args: [{ lr: 2e-3 }] });
+    await h.query(statusQuery);
+    await h.signal(resumeSignal);
+    await h.result();
+    await save(runId, 'trainingRun-progress-0.json');
+    // the catch-up child retries its report until the tracker answers: record it as it waits, then end it
+    const catchUp = client.workflow.getHandle(trackingCatchUpWorkflowId(runId));
+    await new Promise((r) => setTimeout(r, 2000));
+    await save(trackingCatchUpWorkflowId(runId), 'trackingCatchUp-progress-0.json');
+    await catchUp.terminate('recorded');
+    console.log(`recorded trainingRun-progress-0.json and trackingCatchUp-progress-0.json into ${outDir}`);
   }
 } finally {
   await connection.close();

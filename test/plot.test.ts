@@ -4,14 +4,9 @@ import { mkdtemp, readFile, writeFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PNG } from 'pngjs';
+import { pointLabels } from './helpers/plots.ts';
 import { parseMetricsJsonl, renderChart, rewardChart, writeRewardPlot } from '../lib/plot.ts';
 
-/** `aria-label`s of the point marks in a Vega SVG, one per plotted value. */
-function pointLabels(svg: string): string[] {
-  const symbols = svg.match(/<g class="mark-symbol role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/);
-  assert.ok(symbols, 'a group of point marks');
-  return [...symbols[1].matchAll(/aria-label="([^"]*)"/g)].map((m) => m[1]);
-}
 
 function inkIn(png: PNG, x0: number, y0: number, x1: number, y1: number): number {
   let n = 0;

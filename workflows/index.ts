@@ -3,3 +3,4 @@ export { trainingRun } from './training-run.ts';
 export { rlIteration, rolloutChunk } from './rl-iteration.ts';
 export { validateTasks } from './validate-tasks.ts';
 export { evaluationRun, evaluationShard } from './evaluation-run.ts';
+export { trackingCatchUp } from './run-reporting.ts';

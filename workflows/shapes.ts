@@ -127,6 +127,8 @@ export interface TrainingRunState {
   paused: boolean;
   /** stop once this many iterations are complete */
   stopAt: number | null;
+  /** the newest evaluation scores seen in an iteration's metrics (for the run's current details) */
+  lastEval?: { iteration: number; scores: [string, number][] } | null;
 }
 
 export interface TrainingStatus {
@@ -152,6 +154,24 @@ export interface TrainingRunResult {
   stopped: boolean;
   lastMetrics: IterationMetrics | null;
   recent: TrainingRunState['recent'];
+}
+
+/** After an iteration (and at the end): redraw the run's plots in the store and bring the tracker up to date. */
+export interface ReportRunInput {
+  storeUrl: string;
+  runId: string;
+  tracking: TrainingConfig['tracking'];
+  /** the run is over: close its tracker run with this status */
+  final?: { status: 'FINISHED' | 'KILLED' | 'FAILED' };
+  /** fail (to be retried) while anything is still undelivered */
+  requireDelivered?: boolean;
+}
+export interface ReportRunResult {
+  iterations: number;
+  /** store keys of the rendered plots */
+  plots: string[];
+  /** null without a tracker; `pending` counts what could not be delivered yet */
+  tracking: { mlflowRunId: string | null; sent: number; pending: number; error?: string } | null;
 }
 
 export const TASK_QUEUES = { rollout: 'rollout', learner: 'learner' } as const;

@@ -1,12 +1,18 @@
-// The training run (DESIGN §1): validates its config, makes checkpoint 0, then runs one child
-// rlIteration per workflow run and continues-as-new with its small state.
+// The training run (DESIGN §1): validates its config, makes checkpoint 0, then runs child rlIterations
+// in a loop and continues-as-new with its small state every `continueAsNewEvery` iterations or when
+// Temporal suggests it (one row in the UI for long); histories recorded before that ran one per run.
 import {
   ApplicationFailure,
+  CancellationScope,
+  ContinueAsNew,
   allHandlersFinished,
   condition,
   continueAsNew,
   executeChild,
+  isCancellation,
+  patched,
   proxyActivities,
+  setCurrentDetails,
   setHandler,
   upsertSearchAttributes,
   workflowInfo,
@@ -33,6 +39,7 @@ import {
 } from './signals.ts';
 import type { IterationPhase, TrainingRunResult, TrainingRunState } from './shapes.ts';
 import { iterationWorkflowId, TASK_QUEUES } from './shapes.ts';
+import { noteEvaluation, PROGRESS_VIEW_PATCH, runDetails, runReporter } from './run-reporting.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -48,10 +55,15 @@ export async function trainingRun(rawConfig: unknown, previous?: TrainingRunStat
   const state: TrainingRunState = previous ?? { iteration: 0, checkpoint: -1, lastMetrics: null, recent: [], paused: false, stopAt: null };
   let phase: IterationPhase = 'starting';
   let running = false;
+  // runs recorded before this patch ran one iteration per workflow run and reported nothing
+  const progressView = patched(PROGRESS_VIEW_PATCH);
+  const reporter = progressView ? runReporter(runId, () => config) : null;
+  const showDetails = () => setCurrentDetails(runDetails({ runId, state, config, phase, running }));
 
   const setPhase = (p: IterationPhase): void => {
     phase = p;
     upsertSearchAttributes([{ key: RL_PHASE_SA, value: p }]);
+    showDetails();
   };
 
   setHandler(pauseSignal, () => {
@@ -104,6 +116,7 @@ export async function trainingRun(rawConfig: unknown, previous?: TrainingRunStat
 
   const finish = async (stopped: boolean): Promise<TrainingRunResult> => {
     setPhase('finished');
+    await reporter?.finish('FINISHED');
     await condition(allHandlersFinished);
     return { runId, iterations: state.iteration, checkpoint: state.checkpoint, stopped, lastMetrics: state.lastMetrics, recent: state.recent };
   };
@@ -119,40 +132,58 @@ export async function trainingRun(rawConfig: unknown, previous?: TrainingRunStat
     state.checkpoint = init.checkpoint;
   }
   upsertSearchAttributes([{ key: RL_ITERATION_SA, value: state.iteration }]);
+  showDetails();
 
-  if (state.iteration >= config.iterations) return finish(false);
-  if (stopRequested()) return finish(true);
-  if (state.paused) {
-    setPhase('paused');
-    await condition(() => !state.paused || stopRequested() || workflowInfo().continueAsNewSuggested);
-    if (stopRequested()) return finish(true);
-    if (state.paused) {
-      await condition(allHandlersFinished);
-      return continueAsNew<typeof trainingRun>(config, state);
+  const continueAsNewNow = async (): Promise<never> => {
+    await reporter?.settle();
+    await condition(allHandlersFinished);
+    return continueAsNew<typeof trainingRun>(config, state);
+  };
+
+  try {
+    for (let inThisRun = 0; ; ) {
+      if (state.iteration >= config.iterations) return await finish(false);
+      if (stopRequested()) return await finish(true);
+      if (state.paused) {
+        setPhase('paused');
+        await condition(() => !state.paused || stopRequested() || workflowInfo().continueAsNewSuggested);
+        if (stopRequested()) return await finish(true);
+        if (state.paused) return await continueAsNewNow();
+      }
+
+      running = true;
+      const n = state.iteration;
+      setPhase('starting');
+      const result = await executeChild(rlIteration, {
+        workflowId: iterationWorkflowId(runId, n),
+        taskQueue: TASK_QUEUES.learner,
+        args: [{ runId, n, checkpoint: state.checkpoint, config }],
+        ...(progressView ? { staticSummary: `iteration ${n} of ${runId} (checkpoint ${state.checkpoint} → ${state.checkpoint + 1})` } : {}),
+      });
+      running = false;
+      state.iteration = n + 1;
+      state.checkpoint = result.checkpoint;
+      state.lastMetrics = result.metrics;
+      state.recent = [...state.recent, { iteration: n, meanReward: result.metrics.meanReward, successRate: result.metrics.successRate }].slice(-RECENT);
+      noteEvaluation(state, result.metrics);
+      upsertSearchAttributes([
+        { key: RL_ITERATION_SA, value: state.iteration },
+        { key: RL_MEAN_REWARD_SA, value: result.metrics.meanReward },
+      ]);
+      reporter?.afterIteration(n);
+      setPhase('done');
+      inThisRun++;
+
+      if (stopRequested()) return await finish(true);
+      if (state.iteration >= config.iterations) return await finish(false);
+      if (!progressView || inThisRun >= config.continueAsNewEvery || workflowInfo().continueAsNewSuggested) return await continueAsNewNow();
     }
+  } catch (err) {
+    // the run failed or was cancelled: close its tracker run so, then end as before
+    if (reporter && !(err instanceof ContinueAsNew)) {
+      const status = isCancellation(err) ? 'KILLED' : 'FAILED';
+      await CancellationScope.nonCancellable(() => reporter.finish(status));
+    }
+    throw err;
   }
-
-  running = true;
-  const n = state.iteration;
-  setPhase('starting');
-  const result = await executeChild(rlIteration, {
-    workflowId: iterationWorkflowId(runId, n),
-    taskQueue: TASK_QUEUES.learner,
-    args: [{ runId, n, checkpoint: state.checkpoint, config }],
-  });
-  running = false;
-  state.iteration = n + 1;
-  state.checkpoint = result.checkpoint;
-  state.lastMetrics = result.metrics;
-  state.recent = [...state.recent, { iteration: n, meanReward: result.metrics.meanReward, successRate: result.metrics.successRate }].slice(-RECENT);
-  upsertSearchAttributes([
-    { key: RL_ITERATION_SA, value: state.iteration },
-    { key: RL_MEAN_REWARD_SA, value: result.metrics.meanReward },
-  ]);
-  setPhase('done');
-
-  if (stopRequested()) return finish(true);
-  if (state.iteration >= config.iterations) return finish(false);
-  await condition(allHandlersFinished);
-  return continueAsNew<typeof trainingRun>(config, state);
 }

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import type { SandboxBackend } from '../../lib/sandbox.ts';
 import { DockerBackend, type DockerBackendOptions } from './docker.ts';
 import type { K8sBackendOptions } from './k8s.ts';
+import { timedSandboxStart } from '../metrics.ts';
 
 export { DockerBackend, DockerSandbox, removeSandboxContainers } from './docker.ts';
 export { SandboxDeadError, SandboxPathError, SANDBOX_LABEL, filterPatch } from './common.ts';
@@ -35,6 +36,8 @@ export async function createSandboxBackend(kind: BackendKind = backendKindFromEn
     const { K8sBackend } = await import('./k8s.ts');
     b = new K8sBackend(opts.kubernetes);
   }
+  const start = b.start.bind(b);
+  b.start = (image, limits, labels) => timedSandboxStart(kind, () => start(image, limits, labels));
   if (shared) cache.set(kind, b);
   return b;
 }

@@ -3,6 +3,7 @@
 import type { Command } from 'commander';
 import { z } from 'zod';
 import { startDevServer } from '../../lib/temporal-server.ts';
+import { uiViewsScript } from '../../lib/temporal-ui.ts';
 
 const ServerOptionsSchema = z.object({
   dir: z.string().min(1),
@@ -32,9 +33,18 @@ export function register(program: Command): void {
       const o = parsed.data;
       const server = await startDevServer({ dir: o.dir, port: o.port, uiPort: o.headless ? null : o.uiPort, ip: o.ip });
       console.log(`Temporal dev server at ${server.address} (db ${server.dbFile})${server.uiUrl ? `, web UI ${server.uiUrl}` : ''}`);
+      if (server.uiUrl) console.log('the run dashboard views and columns: `swerl ui-views`, pasted into the web UI\'s browser console (docs/monitoring.md)');
       const stop = () => void server.stop().then(() => process.exit(0));
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
       await new Promise<void>((r) => server.process.once('exit', () => r()));
+    });
+
+  program
+    .command('ui-views')
+    .description("print JavaScript that adds the training-run saved views and columns to the Temporal web UI (paste into its browser console)")
+    .option('--namespace <ns>', 'Temporal namespace', process.env.TEMPORAL_NAMESPACE ?? 'default')
+    .action((o: { namespace: string }) => {
+      console.log(uiViewsScript(o.namespace));
     });
 }

@@ -2,6 +2,7 @@
 import type { Command } from 'commander';
 import { z } from 'zod';
 import { startWorkers, type QueueName } from '../../workers/index.ts';
+import { startWorkerMetrics } from '../../workers/metrics-server.ts';
 
 const WorkerOptionsSchema = z.object({
   queues: z
@@ -18,6 +19,8 @@ const WorkerOptionsSchema = z.object({
   maxRollouts: z.coerce.number().int().min(1).max(10_000),
   resumeStore: z.string().optional(),
   resumeRun: z.string().optional(),
+  metricsPort: z.coerce.number().int().min(0).max(65535).optional(),
+  metricsHost: z.string().min(1),
 });
 
 export function register(program: Command): void {
@@ -35,6 +38,8 @@ export function register(program: Command): void {
     .option('--max-rollouts <n>', 'rollouts run at once in this process', '16')
     .option('--resume-store <url>', 'at start, serve the newest checkpoint of --resume-run from this store')
     .option('--resume-run <id>', 'run id for --resume-store')
+    .option('--metrics-port <port>', 'serve Prometheus metrics (ours and the Temporal SDK\'s) on this port at /metrics (0: a free port)')
+    .option('--metrics-host <host>', 'address the metrics endpoint binds', '127.0.0.1')
     .action(async (raw: Record<string, unknown>) => {
       const parsed = WorkerOptionsSchema.safeParse(raw);
       if (!parsed.success) {
@@ -44,6 +49,9 @@ export function register(program: Command): void {
         return;
       }
       const o = parsed.data;
+      // before any connection: the SDK's metrics exporter is part of its runtime
+      const metrics = o.metricsPort === undefined ? null : await startWorkerMetrics({ host: o.metricsHost, port: o.metricsPort });
+      if (metrics) console.log(`metrics on ${metrics.url}${metrics.sdk ? ' (ours and the Temporal SDK\'s)' : ''}`);
       const running = await startWorkers({
         address: o.address,
         namespace: o.namespace,
@@ -57,5 +65,6 @@ export function register(program: Command): void {
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
       await running.done;
+      await metrics?.close();
     });
 }

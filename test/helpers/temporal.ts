@@ -28,13 +28,15 @@ export interface TestTemporal {
 
 let runtimeInstalled = false;
 
-export async function startTestTemporal(prefix = 'swerl-test-'): Promise<TestTemporal> {
+/** `ui`: serve the Temporal web UI too (server.uiUrl). */
+export async function startTestTemporal(prefix = 'swerl-test-', o: { ui?: boolean } = {}): Promise<TestTemporal> {
   if (!runtimeInstalled && !process.env.SWERL_TEST_VERBOSE) {
     Runtime.install({ logger: new DefaultLogger('WARN') });
     runtimeInstalled = true;
   }
   const dir = mkdtempSync(join(tmpdir(), prefix));
-  const [server, bundle] = await Promise.all([startDevServer({ dir, uiPort: null }), buildWorkflowBundle()]);
+  const uiPort = o.ui ? 0 : null;
+  const [server, bundle] = await Promise.all([startDevServer({ dir, uiPort }), buildWorkflowBundle()]);
   const connection = await Connection.connect({ address: server.address });
   const t: TestTemporal = {
     dir,
@@ -44,7 +46,7 @@ export async function startTestTemporal(prefix = 'swerl-test-'): Promise<TestTem
     bundle,
     async restartServer() {
       await t.server.stop();
-      t.server = await startDevServer({ dir, uiPort: null, port: t.server.port });
+      t.server = await startDevServer({ dir, uiPort, port: t.server.port });
     },
     async close() {
       await connection.close().catch(() => undefined);
@@ -59,12 +61,12 @@ export async function startTestTemporal(prefix = 'swerl-test-'): Promise<TestTem
  * The usual file set-up: a dev server and one in-process worker serving both task queues, started
  * before the file's tests (after `prepare`) and stopped after them; `onReady` receives the server.
  */
-export function useTemporalWithWorker(onReady: (t: TestTemporal) => void, prepare?: () => Promise<void>): void {
+export function useTemporalWithWorker(onReady: (t: TestTemporal) => void, prepare?: () => Promise<void>, o: { ui?: boolean } = {}): void {
   let t: TestTemporal | undefined;
   let workers: RunningWorkers | undefined;
   before(async () => {
     await prepare?.();
-    t = await startTestTemporal();
+    t = await startTestTemporal('swerl-test-', o);
     workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
     onReady(t);
   });

@@ -1,0 +1,124 @@
+// What a training run shows while it goes on: its current details in the Temporal UI (short markdown),
+// and after each iteration its plots redrawn in the store and its experiment tracker brought up to date
+// by the reportRun activity, off the iteration's path: one report at a time, awaited only before the
+// next one, a continue-as-new or the end. A tracker that is still down at the end is caught up by the
+// abandoned child trackingCatchUp, so the run itself never waits for it.
+import { ParentClosePolicy, log, proxyActivities, startChild } from '@temporalio/workflow';
+import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
+import type { createActivities } from '../activities/index.ts';
+import type { TrainingConfig } from '../lib/config.ts';
+import type { IterationMetrics, IterationPhase, ReportRunInput, ReportRunResult, TrainingRunState } from './shapes.ts';
+import { TASK_QUEUES } from './shapes.ts';
+
+type Activities = ReturnType<typeof createActivities>;
+
+/** Patch id of issue 13's trainingRun: iterations in a loop, reports after each, current details. */
+export const PROGRESS_VIEW_PATCH = 'training-run-progress-view';
+
+export function trackingCatchUpWorkflowId(runId: string): string {
+  return `${runId}-tracking`;
+}
+
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+
+/** Evaluation scores carried in an iteration's metrics (when an evaluation ran), as `name value` pairs. */
+function evalScores(m: IterationMetrics | null): [string, number][] {
+  const ev = (m as (IterationMetrics & { eval?: unknown }) | null)?.eval;
+  const out: [string, number][] = [];
+  const walk = (v: unknown, name: string) => {
+    if (typeof v === 'number' && Number.isFinite(v)) out.push([name, v]);
+    else if (v && typeof v === 'object' && !Array.isArray(v)) for (const [k, x] of Object.entries(v)) walk(x, name ? `${name}.${k}` : k);
+  };
+  walk(ev, '');
+  return out;
+}
+
+/** The run's current details for the Temporal UI (markdown, a few short lines). */
+export function runDetails(o: { runId: string; state: TrainingRunState; config: TrainingConfig; phase: IterationPhase; running: boolean }): string {
+  const { state, config, phase } = o;
+  const m = state.lastMetrics;
+  const now = o.running ? ` · iteration ${state.iteration} \`${phase}\`` : ` · \`${phase}\``;
+  const lines = [`**${o.runId}** · **${state.iteration}** of ${config.iterations} iterations done${now}${state.paused ? ' · paused' : ''}`];
+  if (m) {
+    const filtered = m.filtered.max_context + m.filtered.max_steps + m.filtered.timeout;
+    lines.push(
+      `iteration ${m.iteration}: reward **${m.meanReward.toFixed(3)}** · success **${pct(m.successRate)}** · filtered ${pct(filtered)} · ` +
+        `${m.iterationSeconds.toFixed(1)} s (rollouts ${m.rolloutSeconds.toFixed(1)} s, learner ${m.learnerSeconds.toFixed(1)} s)`,
+    );
+  } else lines.push('no iteration finished yet');
+  const ev = state.lastEval;
+  if (ev) lines.push(`last eval (iteration ${ev.iteration}): ${ev.scores.map(([k, v]) => `${k} **${v.toFixed(3)}**`).join(' · ')}`);
+  lines.push(`checkpoint ${state.checkpoint}`);
+  return lines.join('\n\n');
+}
+
+/** Remembers the newest evaluation scores in the run's small state. */
+export function noteEvaluation(state: TrainingRunState, m: IterationMetrics): void {
+  const scores = evalScores(m).slice(0, 4);
+  if (scores.length) state.lastEval = { iteration: m.iteration, scores };
+}
+
+export interface RunReporter {
+  /** starts the report of iteration n (does not wait for it) */
+  afterIteration(n: number): void;
+  /** the report in flight, if any, has finished */
+  settle(): Promise<void>;
+  /** the final report (closes the tracker's run); hands what is undelivered to trackingCatchUp */
+  finish(status: NonNullable<ReportRunInput['final']>['status']): Promise<void>;
+}
+
+export function runReporter(runId: string, config: () => TrainingConfig): RunReporter {
+  const acts = proxyActivities<Activities>({
+    taskQueue: TASK_QUEUES.rollout,
+    startToCloseTimeout: '5 minutes',
+    retry: { maximumAttempts: 3, initialInterval: '2s' },
+  });
+  let last: Promise<ReportRunResult | null> = Promise.resolve(null);
+  const report = (summary: string, extra: Partial<ReportRunInput> = {}): Promise<ReportRunResult | null> => {
+    const c = config();
+    const input: ReportRunInput = { storeUrl: c.store.url, runId, tracking: c.tracking, ...extra };
+    last = last
+      .then(() => acts.reportRun.executeWithOptions({ summary }, [input]))
+      .catch((err) => {
+        // plots and tracking are never worth failing a training run for
+        log.warn('reportRun failed', { runId, error: String(err) });
+        return null;
+      });
+    return last;
+  };
+  return {
+    afterIteration(n) {
+      void report(`plots + tracking after iteration ${n}`);
+    },
+    async settle() {
+      await last;
+    },
+    async finish(status) {
+      const r = await report(`final report (${status})`, { final: { status } });
+      const c = config();
+      if (!c.tracking.mlflow || (r && (r.tracking?.pending ?? 0) === 0)) return;
+      try {
+        await startChild(trackingCatchUp, {
+          workflowId: trackingCatchUpWorkflowId(runId),
+          taskQueue: TASK_QUEUES.learner,
+          parentClosePolicy: ParentClosePolicy.ABANDON,
+          args: [{ storeUrl: c.store.url, runId, tracking: c.tracking, final: { status } }],
+          staticSummary: `delivers run ${runId}'s remaining metrics to MLflow once it is reachable`,
+        });
+      } catch (err) {
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+      }
+    },
+  };
+}
+
+/** Retries the run's report until the tracker has everything (backing off to every 5 minutes, for up to a week). */
+export async function trackingCatchUp(input: ReportRunInput): Promise<ReportRunResult> {
+  const acts = proxyActivities<Activities>({
+    taskQueue: TASK_QUEUES.rollout,
+    startToCloseTimeout: '5 minutes',
+    scheduleToCloseTimeout: '7 days',
+    retry: { initialInterval: '5s', backoffCoefficient: 2, maximumInterval: '5 minutes' },
+  });
+  return acts.reportRun.executeWithOptions({ summary: `deliver run ${input.runId} to MLflow` }, [{ ...input, requireDelivered: true }]);
+}
