@@ -57,8 +57,9 @@ export class MlflowClient {
         signal: AbortSignal.timeout(this.timeoutMs),
       });
     } catch (e) {
-      const cause = (e as { cause?: { code?: string } }).cause?.code;
-      throw new MlflowError(`MLflow ${method} ${url}: ${cause ?? (e as Error).message}`, 0, cause ?? 'UNREACHABLE');
+      const c = (e as { cause?: { code?: string; message?: string; errors?: { code?: string }[] } }).cause;
+      const why = c?.code ?? c?.errors?.[0]?.code ?? c?.message ?? (e as Error).message;
+      throw new MlflowError(`MLflow ${method} ${url}: ${why}`, 0, 'UNREACHABLE');
     }
     const text = await res.text().catch(() => '');
     if (!res.ok) {
