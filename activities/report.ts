@@ -2,7 +2,7 @@
 // run brought up to date from metrics.jsonl (the store is the source of truth; what was delivered is
 // remembered in runs/<id>/tracking/mlflow.json). A tracking server that is down or failing never fails
 // the activity: what is undelivered is reported as pending and sent on a later call.
-import { ApplicationFailure } from '@temporalio/activity';
+import { ApplicationFailure, heartbeat } from '@temporalio/activity';
 import { parseMetricsJsonl, renderChart, rewardChart } from '../lib/plot.ts';
 import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { TrainingConfig } from '../lib/config.ts';
@@ -17,6 +17,15 @@ import {
   numericLeaves,
   type MlflowMetric,
 } from './mlflow.ts';
+
+/** Heartbeats when called from an activity (so a killed worker's report is retried in seconds); a no-op elsewhere (swerl report). */
+function beat(what: string): void {
+  try {
+    heartbeat(what);
+  } catch {
+    // not inside an activity
+  }
+}
 
 /** One line of runs/<id>/metrics.jsonl (IterationMetrics plus `runId` and `time`). */
 export type MetricsLine = Record<string, unknown> & { iteration: number; time?: number };
@@ -125,6 +134,7 @@ export async function syncMlflow(
     ((state.artifactsOf ?? -1) < lines.length && lines.length > 0 ? 1 : 0) +
     (final && state.closed !== final.status ? 1 : 0);
   const deliver = async (): Promise<string> => {
+    beat('mlflow: run');
     if (!state.mlflowRunId) {
       state.experimentId = await client.experimentId(cfg.experiment);
       let runs = await client.findRuns(state.experimentId, runId);
@@ -171,6 +181,7 @@ export async function syncMlflow(
         batch.push(...ms.slice(0, LOG_BATCH_LIMITS.metrics));
         upTo++;
       }
+      beat(`mlflow: metrics of line ${upTo}`);
       try {
         await client.logBatch(mlflowRunId, { metrics: batch });
       } catch (e) {
@@ -182,6 +193,7 @@ export async function syncMlflow(
       await save();
     }
     if (lines.length && ((state.artifactsOf ?? -1) < lines.length || final)) {
+      beat('mlflow: artifacts');
       try {
         await uploadArtifacts(store, runId, client, state.artifactUri!);
       } catch (e) {
@@ -241,6 +253,7 @@ async function uploadArtifacts(store: ArtifactStore, runId: string, client: Mlfl
 export async function reportRun(input: ReportRunInput): Promise<ReportRunResult> {
   const store = openStore(input.storeUrl);
   const lines = await readMetricsLines(store, input.runId);
+  beat('plots');
   const plots = lines.length ? await renderRunPlots(store, input.runId, lines) : [];
   let tracking: ReportRunResult['tracking'] = null;
   const cfg = input.tracking.mlflow;

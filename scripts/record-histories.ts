@@ -4,7 +4,7 @@
 // Scenarios (arguments; all when none): `run` (trainingRun-*.json, rlIteration-0/1.json) and `fanout`
 // (rlIteration-fanout.json and its rolloutChunk-fanout-*.json children), `progress` (trainingRun-progress-0.json:
 // iterations in one run with reports, its tracker down so it ends with a trackingCatchUp child,
-// trackingCatchUp-progress-0.json). Record only the new one you add.
+// trackingCatchUp-progress-0.json; rlIteration-progress-0.json: rollouts with summaries). Record only the new one you add.
 import { mkdirSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -86,12 +86,13 @@ try {
     await h.signal(resumeSignal);
     await h.result();
     await save(runId, 'trainingRun-progress-0.json');
+    await save(iterationWorkflowId(runId, 0), 'rlIteration-progress-0.json');
     // the catch-up child retries its report until the tracker answers: record it as it waits, then end it
     const catchUp = client.workflow.getHandle(trackingCatchUpWorkflowId(runId));
     await new Promise((r) => setTimeout(r, 2000));
     await save(trackingCatchUpWorkflowId(runId), 'trackingCatchUp-progress-0.json');
     await catchUp.terminate('recorded');
-    console.log(`recorded trainingRun-progress-0.json and trackingCatchUp-progress-0.json into ${outDir}`);
+    console.log(`recorded trainingRun-progress-0.json, rlIteration-progress-0.json and trackingCatchUp-progress-0.json into ${outDir}`);
   }
 } finally {
   await connection.close();

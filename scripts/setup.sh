@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One idempotent set-up for a fresh machine: node modules + native build, the Temporal CLI,
 # and (with --test or --docker) the Docker engine and SWE task images; with --test (or --torch) also the
-# CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels).
+# CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
+# monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_docker=0
 want_torch=0
-for a in "$@"; do case "$a" in --test) want_docker=1; want_torch=1 ;; --docker) want_docker=1 ;; --torch) want_torch=1 ;; esac; done
+want_monitoring=0
+for a in "$@"; do case "$a" in --test) want_docker=1; want_torch=1; want_monitoring=1 ;; --docker) want_docker=1 ;; --torch) want_torch=1 ;; esac; done
 
 if [ ! -d node_modules/@temporalio/worker ] || [ package.json -nt node_modules/.package-lock.json ]; then
   echo "[setup] npm install" >&2
@@ -18,4 +20,7 @@ if [ "$want_docker" = 1 ] && [ -f scripts/ensure-docker.sh ]; then
   bash scripts/ensure-docker.sh >&2
 fi
 [ "$want_torch" = 1 ] && bash scripts/ensure-python.sh torch >/dev/null
+if [ "$want_monitoring" = 1 ]; then
+  bash scripts/ensure-monitoring.sh >&2
+fi
 exit 0

@@ -9,7 +9,7 @@ import { PNG } from 'pngjs';
 import { tinyConfig, useTemporalWithWorker, waitFor, type TestTemporal } from './helpers/temporal.ts';
 import { launchChromium } from './helpers/browser.ts';
 import { seriesIterations } from './helpers/plots.ts';
-import { statusQuery } from '../workflows/signals.ts';
+import { pauseSignal, resumeSignal, statusQuery } from '../workflows/signals.ts';
 import type { TrainingRunResult } from '../workflows/shapes.ts';
 import { openStore, keys } from '../lib/store.ts';
 import { readMetricsLines } from '../activities/report.ts';
@@ -47,13 +47,16 @@ test('a 6-iteration run is one trainingRun row with live current details, plots 
   mkdirSync(shots, { recursive: true });
   const browser = await launchChromium();
   try {
-    // while it runs: the details name the newest finished iteration and its reward
-    const st = await waitFor('iteration 3 done', async () => {
+    // while it runs: the details name the newest finished iteration and its reward; paused after
+    // iteration 3 so the page is taken of an open run however slow the machine is
+    await waitFor('iteration 3 done', async () => (await h.query(statusQuery)).iteration >= 3);
+    await h.signal(pauseSignal);
+    const st = await waitFor('paused', async () => {
       const s = await h.query(statusQuery);
-      return s.iteration >= 3 && s.running ? s : null;
+      return s.phase === 'paused' ? s : null;
     });
     const running = await currentDetails(runId);
-    assert.match(running, new RegExp(`\\*\\*${st.iteration}\\*\\* of 6 iterations done`), running);
+    assert.match(running, new RegExp(`\\*\\*${st.iteration}\\*\\* of 6 iterations done · \`paused\``), running);
     const page = await browser.page();
     await page.addInitScript(uiViewsScript('default'));
     const { runId: execution } = await h.describe();
@@ -68,10 +71,11 @@ test('a 6-iteration run is one trainingRun row with live current details, plots 
         }
         return null;
       },
-      30_000,
+      60_000,
     );
     assert.match(shown, /reward \d\.\d{3}/);
     await page.screenshot({ path: join(shots, 'run-page.png') });
+    await h.signal(resumeSignal);
 
     const result = (await h.result()) as TrainingRunResult;
     assert.equal(result.iterations, 6);

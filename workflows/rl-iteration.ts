@@ -43,6 +43,8 @@ const MAX_REPORTED_FAILURES = 20;
 /** progress signals a rollout child workflow sends its iteration (each costs both histories a few events) */
 const PROGRESS_SIGNALS_PER_CHUNK = 10;
 const FAN_OUT_PATCH = 'rl-iteration-child-fan-out';
+/** rollout activities carry a summary naming their task and sample (the UI's timeline shows it) */
+const ROLLOUT_SUMMARY_PATCH = 'rollout-activity-summaries';
 
 function activitiesFor(config: TrainingConfig) {
   const store = proxyActivities<Activities>({
@@ -116,11 +118,14 @@ async function runRollouts(
       });
     return resync;
   };
+  const named = inputs.length > 0 && patched(ROLLOUT_SUMMARY_PATCH);
   const runRollout = async (inp: RolloutInput): Promise<RolloutSummary> => {
     for (let round = 0; ; round++) {
       const url = policyUrl;
       try {
-        return await rollouts.rollout({ ...inp, policyUrl: url });
+        const args: [RolloutInput] = [{ ...inp, policyUrl: url }];
+        if (named) return await rollouts.rollout.executeWithOptions({ summary: `task ${inp.taskId} · sample ${inp.sample}` }, args);
+        return await rollouts.rollout(...args);
       } catch (err) {
         const cause = err instanceof ActivityFailure ? err.cause : undefined;
         if (round >= MAX_POLICY_RESYNCS || !(cause instanceof ApplicationFailure) || cause.type !== 'PolicyUnavailable') throw err;

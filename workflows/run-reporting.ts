@@ -38,7 +38,8 @@ export function runDetails(o: { runId: string; state: TrainingRunState; config: 
   const { state, config, phase } = o;
   const m = state.lastMetrics;
   const now = o.running ? ` · iteration ${state.iteration} \`${phase}\`` : ` · \`${phase}\``;
-  const lines = [`**${o.runId}** · **${state.iteration}** of ${config.iterations} iterations done${now}${state.paused ? ' · paused' : ''}`];
+  const pausing = state.paused && phase !== 'paused' ? ' · pausing after this iteration' : '';
+  const lines = [`**${o.runId}** · **${state.iteration}** of ${config.iterations} iterations done${now}${pausing}`];
   if (m) {
     const filtered = m.filtered.max_context + m.filtered.max_steps + m.filtered.timeout;
     lines.push(
@@ -71,6 +72,8 @@ export function runReporter(runId: string, config: () => TrainingConfig): RunRep
   const acts = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '5 minutes',
+    // it heartbeats between steps: a report lost with its worker is retried within seconds
+    heartbeatTimeout: '30 seconds',
     retry: { maximumAttempts: 3, initialInterval: '2s' },
   });
   let last: Promise<ReportRunResult | null> = Promise.resolve(null);
@@ -117,6 +120,7 @@ export async function trackingCatchUp(input: ReportRunInput): Promise<ReportRunR
   const acts = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '5 minutes',
+    heartbeatTimeout: '30 seconds',
     scheduleToCloseTimeout: '7 days',
     retry: { initialInterval: '5s', backoffCoefficient: 2, maximumInterval: '5 minutes' },
   });

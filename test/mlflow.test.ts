@@ -1,0 +1,117 @@
+// Experiment tracking against a real MLflow server (PyPI, SQLite backend) on loopback, read back through
+// its REST API: a FrozenLake run served by a `swerl worker` child that is SIGKILLed mid-run logs every
+// iteration's metrics exactly once (steps 0..N-1), its config as params and its plots and metrics.jsonl
+// as artifacts; with the tracking server stopped in the middle the run completes anyway, and the
+// missing metrics arrive (through the trackingCatchUp child) once the server is back.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import { spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
+import { startMlflowServer, type MlflowServer } from './helpers/mlflow.ts';
+import { statusQuery } from '../workflows/signals.ts';
+import type { TrainingRunResult } from '../workflows/shapes.ts';
+import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
+import { keys, openStore } from '../lib/store.ts';
+import { readMetricsLines, type MlflowState } from '../activities/report.ts';
+
+let t: TestTemporal;
+let mlflow: MlflowServer;
+before(async () => {
+  [t, mlflow] = await Promise.all([startTestTemporal('swerl-mlflow-'), startMlflowServer(join(process.env.TMPDIR ?? '/tmp', `swerl-mlflow-${process.pid}`))]);
+});
+after(async () => {
+  await mlflow?.stop();
+  await t?.close();
+});
+
+interface Run { info: { run_id: string; status: string; artifact_uri: string }; data: { params?: { key: string; value: string }[]; tags?: { key: string; value: string }[] } }
+
+async function mlflowRuns(experiment: string, runId: string): Promise<Run[]> {
+  const exp = await mlflow.api<{ experiment: { experiment_id: string } }>(`experiments/get-by-name?experiment_name=${experiment}`).catch(() => null);
+  if (!exp) return [];
+  const r = await mlflow.api<{ runs?: Run[] }>('runs/search', { experiment_ids: [exp.experiment.experiment_id], filter: `tags.\`swerl.run_id\` = '${runId}'` });
+  return r.runs ?? [];
+}
+
+async function history(mlflowRunId: string, key: string): Promise<{ step: number; value: number; timestamp: number }[]> {
+  const r = await mlflow.api<{ metrics?: { step: number; value: number; timestamp: number }[] }>(`metrics/get-history?run_id=${mlflowRunId}&metric_key=${encodeURIComponent(key)}`);
+  return (r.metrics ?? []).sort((a, b) => a.step - b.step || a.timestamp - b.timestamp);
+}
+
+test('every iteration logged once through a worker SIGKILL and a tracking-server outage; params and artifacts', async () => {
+  const runId = 'tracked';
+  const experiment = 'swerl-test';
+  const iterations = 5;
+  const config = tinyConfig(t.dir, { runId, iterations, tracking: { mlflow: { uri: mlflow.uri, experiment } } });
+  const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
+  const logFile = join(t.dir, 'worker.log');
+  let worker: ChildProcess = spawnWorker(args, logFile);
+  try {
+    const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    // iteration 0 in MLflow; then kill the worker as iteration 1's report is likely under way
+    const [run] = await waitFor('the MLflow run with step 0', async () => {
+      const runs = await mlflowRuns(experiment, runId);
+      return runs.length && (await history(runs[0].info.run_id, 'meanReward')).length ? runs : null;
+    }, 150_000);
+    await waitFor('iteration 2 started', async () => {
+      const s = await h.query(statusQuery);
+      return s.iteration >= 2;
+    }, 150_000, 50);
+    worker.kill('SIGKILL');
+    await new Promise((r) => worker.once('exit', r));
+    worker = spawnWorker(args, logFile);
+
+    // the tracking server goes away once iteration 2 is in, and stays away until the run is over
+    await waitFor('step 2 in MLflow', async () => (await history(run.info.run_id, 'meanReward')).some((m) => m.step === 2), 150_000);
+    await mlflow.stop();
+    const result = (await h.result()) as TrainingRunResult;
+    assert.equal(result.iterations, iterations, 'the run completes without its tracking server');
+    const store = openStore(config.store.url);
+    const state = (await store.getJson<MlflowState>(keys.mlflowState(runId)))!;
+    assert.ok(state.sentLines < iterations, `iterations ${state.sentLines}.. are pending while MLflow is down`);
+    assert.ok(state.unreachable, 'the state names why');
+    const catchUp = t.client.workflow.getHandle(trackingCatchUpWorkflowId(runId));
+    assert.equal((await catchUp.describe()).status.name, 'RUNNING', 'a catch-up child carries on after the run');
+
+    await mlflow.start();
+    const delivered = await catchUp.result();
+    assert.equal(delivered.tracking?.pending, 0);
+
+    const lines = await readMetricsLines(store, runId);
+    assert.equal(lines.length, iterations);
+    const runs = await mlflowRuns(experiment, runId);
+    assert.equal(runs.length, 1, 'one MLflow run for our run id');
+    const id = runs[0].info.run_id;
+    assert.equal(runs[0].info.status, 'FINISHED');
+    for (const key of ['meanReward', 'successRate', 'loss', 'gradNorm', 'tokens', 'filtered/max_steps', 'iterationSeconds']) {
+      const h = await history(id, key);
+      assert.deepEqual(h.map((m) => m.step), [0, 1, 2, 3, 4], `${key}: steps 0..4, each once`);
+      const field = key.split('/');
+      assert.deepEqual(
+        h.map((m) => m.value),
+        lines.map((l) => Number(field.reduce<unknown>((o, k) => (o as Record<string, unknown>)[k], l))),
+        `${key}: the values of metrics.jsonl`,
+      );
+      assert.deepEqual(h.map((m) => m.timestamp), lines.map((l) => l.time), `${key}: at the time each line was recorded`);
+    }
+    const params = Object.fromEntries((runs[0].data.params ?? []).map((p) => [p.key, p.value]));
+    assert.equal(params['algorithm.lr'], '0.001');
+    assert.equal(params['batch.tasks'], '4');
+    assert.equal(params['env.kind'], 'frozenlake');
+    const tags = Object.fromEntries((runs[0].data.tags ?? []).map((p) => [p.key, p.value]));
+    assert.equal(tags['mlflow.runName'], runId);
+    const files = async (path: string) =>
+      ((await mlflow.api<{ files?: { path: string; file_size?: number }[] }>(`artifacts/list?run_id=${id}&path=${path}`)).files ?? []).map((f) => f.path);
+    assert.deepEqual((await files('plots')).sort(), ['plots/reward.png', 'plots/reward.svg', 'plots/reward.vl.json']);
+    assert.ok((await files('')).includes('metrics.jsonl'));
+    const artifacts = runs[0].info.artifact_uri.replace(/^mlflow-artifacts:\//, '');
+    const svg = await fetch(`${mlflow.uri}/api/2.0/mlflow-artifacts/artifacts/${artifacts}/plots/reward.svg`).then((r) => r.text());
+    assert.equal((svg.match(/series: mean reward"/g) ?? []).length >= iterations, true, 'the uploaded plot has every iteration');
+  } finally {
+    if (worker.exitCode === null) {
+      worker.kill('SIGTERM');
+      await new Promise((r) => worker.once('exit', r));
+    }
+  }
+});
