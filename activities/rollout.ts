@@ -17,7 +17,22 @@ export interface EpisodeSetup {
   loop: Partial<Pick<RunEpisodeOptions, 'maxSteps' | 'allowedActionTokens' | 'stepsRemainingSuffix' | 'tokenWarningAt' | 'tokenWarning'>>;
 }
 
-export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number) => Promise<EpisodeSetup>;
+/** `labels`: the episode's owner labels for any sandbox it starts (`swerl.run`, `swerl.iteration`, `swerl.sample`). */
+export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number, labels: Record<string, string>) => Promise<EpisodeSetup>;
+
+/** An attempt of a rollout that failed for infrastructure reasons, as its trajectory lists it once one succeeds. */
+export interface FailedAttempt {
+  attempt: number;
+  error: string;
+  at: string;
+}
+
+/** The failed attempts recorded for one rollout so far, oldest first. */
+export async function failedAttempts(store: ArtifactStore, runId: string, n: number, taskId: string, sample: number): Promise<FailedAttempt[]> {
+  const ks = await store.list(keys.rolloutFailures(runId, n, taskId, sample)).catch(() => [] as string[]);
+  const all = await Promise.all(ks.map((k) => store.getJson<FailedAttempt>(k).catch(() => null)));
+  return all.filter((f): f is FailedAttempt => f !== null).sort((a, b) => a.attempt - b.attempt);
+}
 
 /**
  * Environment factories keyed by `config.env.kind`: the switch point for new environments.
@@ -126,14 +141,19 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
 
   const tokenizer = await tokenizerFor(ckptDir);
   const seed = rolloutSeed(config.seed, n, taskId, sample);
-  const { env, loop } = await factory(config, taskId, seed);
+  const { attempt } = Context.current().info;
+  const labels = { 'swerl.run': runId, 'swerl.iteration': String(n), 'swerl.sample': String(sample) };
   const started = Date.now();
   const cancelled = Context.current().cancellationSignal;
   rolloutsInFlight.inc({ run_id: runId });
   const beat = setInterval(() => heartbeat({ step: -1 }), Math.max(1000, (config.rollout.heartbeatSeconds * 1000) / 2));
+  let env: EpisodeSetup['env'] | undefined;
   try {
+    const setup = await factory(config, taskId, seed, labels);
+    env = setup.env;
+    const { loop } = setup;
     const result = await unavailableAsFailure(policyUrl, () => runEpisode({
-      env,
+      env: setup.env,
       policy,
       tokenizer,
       maxSteps: loop.maxSteps ?? config.episode.maxSteps,
@@ -151,6 +171,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
         heartbeat({ step: e.step, responseTokens: e.responseTokens });
       },
     }));
+    const failed = attempt > 1 ? await failedAttempts(store, runId, n, taskId, sample) : [];
     const trajectory: Trajectory = {
       runId,
       iteration: n,
@@ -164,16 +185,24 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       reward: result.reward,
       end: result.end,
       steps: result.steps,
-      info: result.info,
+      // the earlier attempts' infrastructure failures stay on the record of the episode that counted
+      info: { ...result.info, attempt, ...(failed.length ? { failedAttempts: failed } : {}) },
       seconds: (Date.now() - started) / 1000,
     };
     await store.putJson(key, trajectory);
     rolloutsFinished.inc({ run_id: runId, end_reason: trajectory.end });
     rolloutSeconds.observe({ end_reason: trajectory.end }, trajectory.seconds);
     return summaryOf(key, trajectory);
+  } catch (e) {
+    const final = e instanceof ApplicationFailure && e.nonRetryable;
+    if (!final && !cancelled.aborted) {
+      const record: FailedAttempt = { attempt, error: `${(e as Error)?.name ?? 'Error'}: ${(e as Error)?.message ?? String(e)}`.slice(0, 2000), at: new Date().toISOString() };
+      await store.putJson(`${keys.rolloutFailures(runId, n, taskId, sample)}/${attempt}.json`, record).catch(() => undefined);
+    }
+    throw e;
   } finally {
     rolloutsInFlight.dec({ run_id: runId });
     clearInterval(beat);
-    await env.close();
+    await env?.close().catch((e: unknown) => console.warn(`[rollout] closing the environment of ${taskId}/${sample}: ${(e as Error)?.message ?? String(e)}`));
   }
 }

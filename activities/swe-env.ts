@@ -1,7 +1,7 @@
 // The SWE `TextEnvironment` (DESIGN §3): a sandbox from the task image, the four R2E-Gym tools, the first
 // tool call of each turn executed, and the reward from grading the patch in a fresh container (or SWE-RL
 // similarity). The episode loop (lib/episode.ts) owns tokens, step counting and budgets.
-import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
+import { PatchTooLargeError, SandboxInfraError, type Sandbox, type SandboxBackend } from '../lib/sandbox.ts';
 import type { ChatMessage, EndReason, EnvStep, TextEnvironment } from '../lib/types.ts';
 import { parseToolCall } from '../lib/toolcall.ts';
 import { loadTasks, type SweTask } from '../lib/swe/task.ts';
@@ -29,12 +29,16 @@ export interface SweEnvDeps {
   /** wall-clock deadline (ms since epoch); default: reset() + episodeTimeoutS */
   deadlineMs?: number;
   now?: () => number;
+  /** owner labels of the episode's sandbox (`swerl.run`, `swerl.iteration`, …) */
+  labels?: Record<string, string>;
 }
+
+/** A sandbox outlives its episode's deadline by at most this much (grading, slow removal) before sweeps remove it. */
+const SANDBOX_EXPIRY_MARGIN_S = 1800;
 
 export class SweEnvironment implements TextEnvironment {
   private sandbox: Sandbox | undefined;
   private tools: SweTools | undefined;
-  private failure: string | undefined;
   private steps = 0;
 
   constructor(
@@ -45,13 +49,14 @@ export class SweEnvironment implements TextEnvironment {
 
   async reset(): Promise<ChatMessage[]> {
     await this.close();
-    this.failure = undefined;
     this.steps = 0;
     const now = this.deps.now ?? Date.now;
-    this.sandbox = await this.deps.backend.start(this.deps.image, this.cfg.limits, { 'swerl.task': this.task.instance_id });
+    const deadlineMs = this.deps.deadlineMs ?? now() + this.cfg.episodeTimeoutS * 1000;
+    const expires = String(Math.ceil(deadlineMs / 1000 + this.cfg.gradeTimeoutS + SANDBOX_EXPIRY_MARGIN_S));
+    this.sandbox = await this.deps.backend.start(this.deps.image, this.cfg.limits, { ...this.deps.labels, 'swerl.task': this.task.instance_id, 'swerl.expires': expires });
     this.tools = new SweTools(this.sandbox, {
       commandTimeoutS: this.cfg.commandTimeoutS,
-      deadlineMs: this.deps.deadlineMs ?? now() + this.cfg.episodeTimeoutS * 1000,
+      deadlineMs,
       maxObservationChars: this.cfg.maxObservationChars,
       now,
     });
@@ -61,22 +66,20 @@ export class SweEnvironment implements TextEnvironment {
     ];
   }
 
-  /** Never throws: bad calls are observations; a failing sandbox ends the episode with `error`. */
+  /**
+   * Bad calls and everything the agent's commands cause are observations; a sandbox or engine failure
+   * (SandboxInfraError) throws, so the rollout is retried and the episode never scored (DESIGN §2).
+   */
   async step(assistantText: string): Promise<EnvStep> {
     this.steps++;
-    if (!this.tools) return { observation: 'ERROR: the environment was not reset.', done: true, end: 'error' };
+    if (!this.tools) throw new Error('the SWE environment was not reset');
     const parsed = parseToolCall(assistantText, { tools: SWE_TOOL_SCHEMAS, aliases: SWE_TOOL_ALIASES });
     if (!parsed.ok) {
       return { observation: parsed.kind === 'none' ? NO_CALL_REMINDER : callErrorObservation(parsed.error), done: false };
     }
-    try {
-      const r = await this.tools.run(parsed.call);
-      if (r.end) return { observation: r.observation, done: true, end: r.end };
-      return { observation: r.observation, done: false };
-    } catch (e) {
-      this.failure = `${parsed.call.name}: ${(e as Error)?.message ?? String(e)}`;
-      return { observation: `ERROR: the sandbox failed: ${this.failure}`, done: true, end: 'error' };
-    }
+    const r = await this.tools.run(parsed.call);
+    if (r.end) return { observation: r.observation, done: true, end: r.end };
+    return { observation: r.observation, done: false };
   }
 
   /**
@@ -85,9 +88,16 @@ export class SweEnvironment implements TextEnvironment {
    */
   async reward(end: EndReason): Promise<{ reward: number; info?: Record<string, unknown> }> {
     const info: Record<string, unknown> = { instanceId: this.task.instance_id, end, steps: this.steps };
-    if (this.failure) info.error = this.failure;
     if (!this.sandbox) return { reward: 0, info: { ...info, reason: 'no_sandbox' } };
-    const patch = await this.sandbox.diff(this.cfg.scratchGlobs);
+    let patch: string;
+    try {
+      patch = await this.sandbox.diff(this.cfg.scratchGlobs, { maxBytes: this.cfg.maxPatchBytes });
+    } catch (e) {
+      if (e instanceof SandboxInfraError) throw e;
+      // the agent's own doing (a huge file, a removed .git): a result with its reason, in one attempt
+      const reason = e instanceof PatchTooLargeError ? 'patch_too_large' : 'diff_failed';
+      return { reward: this.cfg.reward === 'similarity' ? -1 : 0, info: { ...info, reason, error: (e as Error).message } };
+    }
     info.patch = patch;
     if (this.cfg.reward === 'similarity') {
       const s = similarityReward(patch, this.task.patch);
@@ -145,12 +155,12 @@ async function taskImage(task: SweTask, backend: SandboxBackend): Promise<string
  * The rollout activity's factory for `env.kind: 'swe'`: the environment plus its loop options
  * (steps from the config, `Steps Remaining: N` after each observation, the token-budget warning).
  */
-export async function sweEpisodeSetup(config: TrainingConfig, taskId: string, _seed: number): Promise<EpisodeSetup> {
+export async function sweEpisodeSetup(config: TrainingConfig, taskId: string, _seed: number, labels: Record<string, string> = {}): Promise<EpisodeSetup> {
   const { kind, ...envCfg } = config.env as { kind: string } & Record<string, unknown>;
   if (kind !== 'swe') throw new Error(`sweEpisodeSetup: env.kind is ${JSON.stringify(kind)}, not "swe"`);
   // the same wall-clock limit as the episode loop's, so a command that would cross it ends with env_timeout
   const deadlineMs = Date.now() + config.episode.timeoutMinutes * 60_000;
-  const env = await createSweEnvironment(taskId, envCfg as SweEnvConfigInput, { deadlineMs });
+  const env = await createSweEnvironment(taskId, envCfg as SweEnvConfigInput, { deadlineMs, labels });
   return { env, loop: { maxSteps: env.cfg.maxSteps, stepsRemainingSuffix: true, tokenWarningAt: env.cfg.tokenWarningAt, tokenWarning: tokenBudgetWarning } };
 }
 

@@ -6,8 +6,9 @@
 //   obs     = `\n<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n`          (mask 0)
 // Sampled ids are never re-tokenised. Model garbage never throws out of the loop. What is not the
 // agent's doing throws, so the rollout activity is retried (DESIGN §2): policy-server failures
-// (PolicyUnavailableError), an environment that cannot start (reset) or cannot be graded (reward).
-// A failure inside step() ends the episode with 'error': the agent may have caused it.
+// (PolicyUnavailableError), an environment that cannot start (reset), fails under a tool call (step:
+// environments turn everything the agent causes into observations and throw only for infrastructure)
+// or cannot be graded (reward).
 
 import type { ChatMessage, CompletionRequest, CompletionResult, EndReason, TextEnvironment, Trajectory } from './types.ts';
 import { hashInts } from './envs/frozenlake.ts';
@@ -140,18 +141,9 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
       break;
     }
 
-    let observation: string;
-    let done: boolean;
-    try {
-      const s = await o.env.step(text);
-      observation = s.observation;
-      done = s.done;
-      envEnd = s.end;
-    } catch (e) {
-      info.error = (e as Error).message;
-      end = 'error';
-      break;
-    }
+    // infrastructure as well: the environment throws only when its sandbox or backend failed
+    const { observation, done, end: stepEnd } = await o.env.step(text);
+    envEnd = stepEnd;
     await o.onStep?.({ step: steps, responseTokens, action: text, observation, done });
     if (done) {
       end = envEnd ?? 'done';

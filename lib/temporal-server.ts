@@ -2,7 +2,7 @@
 // Used by `swerl server`, `swerl train` (embedded mode) and the tests. Never lets the SDK download a server.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
-import { existsSync, mkdirSync, openSync, closeSync } from 'node:fs';
+import { existsSync, mkdirSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Connection } from '@temporalio/client';
@@ -39,6 +39,130 @@ export function temporalBinary(): string {
   return 'temporal';
 }
 
+/** A port or database already held by another Temporal server (or any process): refused, with the pid. */
+export class ServerInUseError extends Error {
+  constructor(
+    message: string,
+    readonly pid: number | null,
+  ) {
+    super(message);
+    this.name = 'ServerInUseError';
+  }
+}
+
+/** The command line of a process, or '' (gone, or not Linux). */
+function commandLine(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+  } catch {
+    return '';
+  }
+}
+
+/** Pids whose open files include one of `targets` (readlink of /proc/<pid>/fd/*; Linux). */
+function pidsHolding(targets: Set<string>): number[] {
+  const found: number[] = [];
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p));
+  } catch {
+    return found;
+  }
+  for (const p of pids) {
+    if (Number(p) === process.pid) continue;
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${p}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      try {
+        if (targets.has(readlinkSync(`/proc/${p}/fd/${fd}`))) {
+          found.push(Number(p));
+          break;
+        }
+      } catch {
+        // closed meanwhile
+      }
+    }
+  }
+  return found;
+}
+
+/** Is `pid` `ancestor` or one of its descendants (a CLI that wraps the server binary)? */
+function isSelfOrDescendant(pid: number, ancestor: number | undefined): boolean {
+  for (let p = pid, hops = 0; p > 1 && hops < 16; hops++) {
+    if (p === ancestor) return true;
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+      p = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    } catch {
+      return false;
+    }
+  }
+  return false;
+}
+
+/** The pid listening on a TCP port (from /proc/net/tcp{,6}), or null when none or unknown. */
+export function listenerPid(port: number): number | null {
+  const inodes = new Set<string>();
+  for (const f of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text: string;
+    try {
+      text = readFileSync(f, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      // local_address is HEXIP:HEXPORT; state 0A is LISTEN; column 9 is the inode
+      if (cols.length > 9 && cols[3] === '0A' && parseInt(cols[1]!.split(':')[1]!, 16) === port) inodes.add(`socket:[${cols[9]}]`);
+    }
+  }
+  if (inodes.size === 0) return null;
+  return pidsHolding(inodes)[0] ?? null;
+}
+
+async function portInUse(port: number, host: string): Promise<boolean> {
+  return new Promise((res) => {
+    const srv = createServer();
+    srv.once('error', () => res(true));
+    srv.listen(port, host, () => srv.close(() => res(false)));
+  });
+}
+
+/**
+ * Refuses to start over a server that is already there (e.g. an orphan of a killed `swerl server`): the
+ * frontend or UI port taken, or the SQLite file open in another process. The message names the pid.
+ */
+async function checkNotInUse(ports: { port: number; what: string }[], ip: string, dbFile: string): Promise<void> {
+  const holders = existsSync(dbFile) ? pidsHolding(new Set([dbFile])) : [];
+  if (holders.length) {
+    const pid = holders[0]!;
+    throw new ServerInUseError(
+      `${dbFile} is in use by pid ${pid} (${commandLine(pid) || 'unknown command'}): a Temporal server already runs on it; stop it with \`kill ${pid}\` or use another --dir`,
+      pid,
+    );
+  }
+  for (const { port, what } of ports) {
+    if (!(await portInUse(port, ip))) continue;
+    const pid = listenerPid(port);
+    throw new ServerInUseError(
+      pid
+        ? `${what} port ${port} is in use by pid ${pid} (${commandLine(pid) || 'unknown command'}); stop it with \`kill ${pid}\` or pick another port`
+        : `${what} port ${port} on ${ip} is in use; pick another port`,
+      pid,
+    );
+  }
+}
+
+/** `setpriv --pdeathsig` (util-linux): the dev server gets SIGTERM when its parent dies, even by SIGKILL. */
+function parentDeathWrapper(): string[] {
+  for (const p of ['/usr/bin/setpriv', '/bin/setpriv']) if (existsSync(p)) return [p, '--pdeathsig', 'SIGTERM', '--'];
+  return [];
+}
+
 export async function freePort(host = '127.0.0.1'): Promise<number> {
   return new Promise((res, rej) => {
     const srv = createServer();
@@ -73,8 +197,15 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
   if (opts.namespace && opts.namespace !== 'default') args.push('--namespace', opts.namespace);
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
 
+  await checkNotInUse(
+    [{ port, what: 'frontend' }, ...(uiUrl ? [{ port: Number(new URL(uiUrl).port), what: 'web UI' }] : [])],
+    ip,
+    dbFile,
+  );
   const logFd = openSync(join(dir, 'temporal.log'), 'a');
-  const child = spawn(temporalBinary(), args, { stdio: ['ignore', logFd, logFd], detached: false });
+  // no orphan: the server dies with whoever started it (setpriv execs it, so child.pid is the server's)
+  const [cmd, ...pre] = [...parentDeathWrapper(), temporalBinary()];
+  const child = spawn(cmd!, [...pre, ...args], { stdio: ['ignore', logFd, logFd], detached: false });
   closeSync(logFd);
   let exited: number | string | null = null;
   child.on('exit', (code, signal) => { exited = code ?? signal ?? 'exit'; });
@@ -83,6 +214,7 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
   const address = `${ip}:${port}`;
   const deadline = Date.now() + (opts.readyTimeoutMs ?? 60_000);
   const namespace = opts.namespace ?? 'default';
+  let impostor: number | null = null;
   for (;;) {
     if (exited !== null) throw new Error(`temporal dev server exited (${exited}); see ${join(dir, 'temporal.log')}`);
     try {
@@ -90,12 +222,21 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
       try {
         const sa = await conn.operatorService.listSearchAttributes({ namespace });
         const names = Object.keys(sa.customAttributes ?? {});
-        if (Object.keys(SEARCH_ATTRIBUTES).every((n) => names.includes(n))) break;
+        if (Object.keys(SEARCH_ATTRIBUTES).every((n) => names.includes(n))) {
+          // the probe may have reached someone else's server: ready only if ours is alive and holds the port
+          const holder = listenerPid(port);
+          if (exited === null && (holder === null || isSelfOrDescendant(holder, child.pid))) break;
+          if (exited === null && holder !== null) impostor = holder;
+        }
       } finally {
         await conn.close();
       }
     } catch {
       // not ready yet
+    }
+    if (impostor !== null) {
+      child.kill('SIGKILL');
+      throw new ServerInUseError(`port ${port} answered from pid ${impostor} (${commandLine(impostor) || 'unknown'}), not from the server started (pid ${child.pid}); stop it with \`kill ${impostor}\``, impostor);
     }
     if (Date.now() > deadline) {
       child.kill('SIGKILL');

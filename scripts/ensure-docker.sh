@@ -46,6 +46,12 @@ if ! command -v debootstrap >/dev/null 2>&1; then
   fi
 fi
 
+# btrfs-progs: the fault tests run a private engine whose data root is a btrfs loop file (real disk quotas).
+if ! command -v mkfs.btrfs >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends btrfs-progs >&2
+fi
+
 if [ "${SWERL_SKIP_IMAGES:-0}" != 1 ]; then
   tasks="${SWERL_TASKS:-}"
   if [ -z "$tasks" ]; then

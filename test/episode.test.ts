@@ -140,7 +140,7 @@ test('steps-remaining suffix and token-budget warning', async () => {
   assert.ok(!text2.includes(TOKEN_BUDGET_WARNING));
 });
 
-test('step failures end with error; reset, reward and policy failures propagate', async () => {
+test('reset, step, reward and policy failures propagate (infrastructure); an environment may end an episode with error', async () => {
   const env: TextEnvironment = {
     reset: async () => [{ role: 'system', content: 'x' }, { role: 'user', content: 'y' }],
     step: async () => {
@@ -150,10 +150,15 @@ test('step failures end with error; reset, reward and policy failures propagate'
     close: async () => {},
   };
   const { policy } = scripted('U');
-  const r = await runEpisode({ ...base, env, policy, tokenizer: tok });
+  // an environment throws from step only when its sandbox failed: the rollout is retried, never scored
+  await assert.rejects(runEpisode({ ...base, env, policy, tokenizer: tok }), /sandbox exploded/);
+  // an episode the environment itself ends with error (the agent lost its sandbox) is a result, reward 0
+  let rewarded = false;
+  const lost: TextEnvironment = { ...env, step: async () => ({ observation: 'gone', done: true, end: 'error' }), reward: async () => ((rewarded = true), { reward: 1 }) };
+  const r = await runEpisode({ ...base, env: lost, policy: scripted('U').policy, tokenizer: tok });
   assert.equal(r.end, 'error');
   assert.equal(r.reward, 0);
-  assert.equal(r.info.error, 'sandbox exploded');
+  assert.equal(rewarded, false);
   assert.equal(r.steps, 1);
 
   // reset and reward failures are infrastructure (no sandbox, no grading run): they propagate so the rollout is retried

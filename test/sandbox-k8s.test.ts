@@ -4,8 +4,12 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Writable } from 'node:stream';
 import type { V1Status } from '@kubernetes/client-node';
+import { spawn } from 'node:child_process';
+import { OWNER_LABELS, ownerLabels, processStartTicks } from '../activities/sandbox/common.ts';
 import {
   buildPodSpec,
+  sweepPods,
+  type PodSweepApi,
   classifyK8sError,
   denyAllNetworkPolicy,
   labelValue,
@@ -31,11 +35,14 @@ describe('pod spec', () => {
     assert.deepEqual(c.securityContext!.capabilities!.drop, ['ALL']);
     assert.equal(pod.spec!.terminationGracePeriodSeconds, 0);
   });
-  test('requests 1 CPU / 1 GiB by default, limits from the sandbox limits', () => {
-    assert.deepEqual(c.resources!.requests, { cpu: '1000m', memory: String(1 << 30) });
-    assert.deepEqual(c.resources!.limits, { cpu: '2000m', memory: String(4 * 2 ** 30) });
-    const small = buildPodSpec({ name: 'a', namespace: 'n', image: 'i', limits: { cpus: 0.5, memoryBytes: 256 << 20 } });
-    assert.deepEqual(small.spec!.containers[0]!.resources!.requests, { cpu: '500m', memory: String(256 << 20) });
+  test('requests 1 CPU / 1 GiB by default, limits from the sandbox limits; ephemeral storage limited to diskMiB', () => {
+    assert.deepEqual(c.resources!.requests, { cpu: '1000m', memory: String(1 << 30), 'ephemeral-storage': '256Mi' });
+    assert.deepEqual(c.resources!.limits, { cpu: '2000m', memory: String(4 * 2 ** 30), 'ephemeral-storage': '2048Mi' });
+    const small = buildPodSpec({ name: 'a', namespace: 'n', image: 'i', limits: { cpus: 0.5, memoryBytes: 256 << 20, diskMiB: 100 } });
+    assert.deepEqual(small.spec!.containers[0]!.resources!.requests, { cpu: '500m', memory: String(256 << 20), 'ephemeral-storage': '100Mi' });
+    assert.equal(small.spec!.containers[0]!.resources!.limits!['ephemeral-storage'], '100Mi');
+    const unlimited = buildPodSpec({ name: 'a', namespace: 'n', image: 'i', limits: { diskMiB: 0 } });
+    assert.equal(unlimited.spec!.containers[0]!.resources!.limits!['ephemeral-storage'], undefined);
   });
   test('labels: sandbox label set, values made valid', () => {
     assert.equal(pod.metadata!.labels!['swerl.sandbox'], '1');
@@ -51,6 +58,40 @@ describe('pod spec', () => {
     assert.deepEqual(np.spec?.podSelector?.matchLabels, { 'swerl.sandbox': '1' });
     assert.deepEqual(np.spec!.policyTypes, ['Ingress', 'Egress']);
     assert.deepEqual(np.spec!.egress, []);
+  });
+});
+
+describe('sweep by label', () => {
+  test('pods of dead owners on this host and expired pods are deleted; live owners, other hosts and unexpired pods stay', async () => {
+    // a process that has exited: its pid is (for now) not running
+    const gone = spawn(process.execPath, ['-e', '']);
+    await new Promise((r) => gone.once('exit', r));
+    const me = ownerLabels();
+    const now = Date.now();
+    const future = String(Math.ceil(now / 1000) + 3600);
+    const pods: { name: string; labels: Record<string, string>; created?: Date }[] = [
+      { name: 'mine-alive', labels: { ...me, [OWNER_LABELS.expires]: future } },
+      { name: 'mine-dead', labels: { ...me, [OWNER_LABELS.pid]: String(gone.pid), [OWNER_LABELS.pidStart]: '1', [OWNER_LABELS.expires]: future } },
+      { name: 'pid-reused', labels: { ...me, [OWNER_LABELS.pidStart]: String(Number(processStartTicks(process.pid)) + 1), [OWNER_LABELS.expires]: future } },
+      { name: 'other-host', labels: { ...me, [OWNER_LABELS.host]: 'elsewhere', [OWNER_LABELS.pid]: String(gone.pid), [OWNER_LABELS.expires]: future } },
+      { name: 'other-host-expired', labels: { ...me, [OWNER_LABELS.host]: 'elsewhere', [OWNER_LABELS.expires]: String(Math.floor(now / 1000) - 1) } },
+      { name: 'no-expiry-old', labels: { [OWNER_LABELS.host]: 'elsewhere' }, created: new Date(now - 4 * 3600_000) },
+      { name: 'no-expiry-new', labels: { [OWNER_LABELS.host]: 'elsewhere' }, created: new Date(now - 60_000) },
+    ];
+    const deleted: string[] = [];
+    const api: PodSweepApi = {
+      listNamespacedPod: async ({ labelSelector }) => {
+        assert.equal(labelSelector, 'swerl.sandbox=1');
+        return { items: pods.map((p) => ({ metadata: { name: p.name, labels: p.labels, creationTimestamp: p.created ?? new Date(now) } })) };
+      },
+      deleteNamespacedPod: async ({ name }) => {
+        deleted.push(name);
+      },
+    };
+    const r = await sweepPods(api, 'swerl', { now });
+    assert.deepEqual(r.deadOwner.sort(), ['mine-dead', 'pid-reused']);
+    assert.deepEqual(r.expired.sort(), ['no-expiry-old', 'other-host-expired']);
+    assert.deepEqual(deleted.sort(), ['mine-dead', 'no-expiry-old', 'other-host-expired', 'pid-reused']);
   });
 });
 

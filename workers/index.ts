@@ -20,6 +20,8 @@ export interface StartWorkersOptions {
   maxConcurrentRollouts?: number;
   /** after a restart, serve the newest checkpoint of this run from this store at once */
   resume?: { storeUrl: string; runId: string };
+  /** rollout workers sweep leftover sandboxes at start and then every this many seconds (default 60; 0: never) */
+  sandboxSweepSeconds?: number;
 }
 
 export interface RunningWorkers {
@@ -35,6 +37,8 @@ export function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap> {
 }
 
 export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorkers> {
+  // first of all: a restarted worker removes what its dead predecessor left on this host
+  const sweeper = o.queues.includes('rollout') && o.sandboxSweepSeconds !== 0 ? startSandboxSweeper(o.sandboxSweepSeconds ?? 60) : null;
   const connection = await NativeConnection.connect({ address: o.address });
   const namespace = o.namespace ?? 'default';
   const ctx = new LearnerContext(o.learner);
@@ -68,6 +72,7 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
     await ctx.resume(openStore(o.resume.storeUrl), o.resume.runId).catch((e) => console.error(`[worker] resume: ${(e as Error).message}`));
   }
   const done = Promise.all(workers.map((w) => w.run())).then(async () => {
+    sweeper?.stop();
     await ctx.close();
     await connection.close();
   });
@@ -80,4 +85,26 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
       await done;
     },
   };
+}
+
+/**
+ * Sandboxes of dead workers on this host are removed at start, expired ones and failed removals every
+ * `everyS` seconds (DESIGN §2). A host without a sandbox engine (FrozenLake only) stays quiet.
+ */
+export function startSandboxSweeper(everyS: number): { stop(): void; first: Promise<void> } {
+  let engineSeen = false;
+  const sweep = async (): Promise<void> => {
+    try {
+      const { createSandboxBackend } = await import('../activities/sandbox/index.ts');
+      const r = await (await createSandboxBackend()).sweep();
+      engineSeen = true;
+      if (r.removed || r.failed) console.warn(`[sandbox] sweep: removed ${r.removed} leftover sandbox(es)${r.failed ? `, ${r.failed} could not be removed yet` : ''}`);
+    } catch (e) {
+      if (engineSeen) console.warn(`[sandbox] sweep failed: ${(e as Error).message}`);
+    }
+  };
+  const first = sweep();
+  const t = setInterval(() => void sweep(), everyS * 1000);
+  t.unref();
+  return { stop: () => clearInterval(t), first };
 }

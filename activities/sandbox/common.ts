@@ -1,23 +1,82 @@
 // Pieces both sandbox backends share: errors, path checks, output capping, tar building, patch filtering.
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { posix } from 'node:path';
 import { Writable } from 'node:stream';
 import tar from 'tar-stream';
+import { PatchTooLargeError, type ExecResult, type OmittedOutput, type Sandbox } from '../../lib/sandbox.ts';
 
 export const TESTBED = '/testbed';
 export const DEFAULT_MAX_OUTPUT = 1 << 20;
 /** label on every sandbox container/pod so leftovers can be found and removed */
 export const SANDBOX_LABEL = 'swerl.sandbox';
 
-/** The sandbox's container/pod is gone or stopped; the caller should start a new one. */
-export class SandboxDeadError extends Error {
-  constructor(
-    readonly sandboxId: string,
-    readonly detail: string,
-  ) {
-    super(`sandbox ${sandboxId} is dead: ${detail}`);
-    this.name = 'SandboxDeadError';
+/** Sandboxes started without an expiry label get this lifetime. */
+export const DEFAULT_SANDBOX_LIFETIME_S = 3 * 3600;
+/** Owner and lifetime labels (DESIGN §2). `swerl.pid-start` tells a reused pid from the original process. */
+export const OWNER_LABELS = {
+  host: 'swerl.host',
+  pid: 'swerl.pid',
+  pidStart: 'swerl.pid-start',
+  run: 'swerl.run',
+  iteration: 'swerl.iteration',
+  created: 'swerl.created',
+  /** seconds since the epoch after which any sweep removes the sandbox */
+  expires: 'swerl.expires',
+} as const;
+
+/** The `swerl.expires` label value `lifetimeS` from now. */
+export function expiresLabel(lifetimeS: number, now = Date.now()): string {
+  return String(Math.ceil(now / 1000 + lifetimeS));
+}
+
+/** Start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or '' off Linux. */
+export function processStartTicks(pid: number): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // the command name (field 2) may hold spaces and parentheses: fields after the last ')'
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? '';
+  } catch {
+    return '';
   }
 }
+
+/** Is the process that labelled a sandbox on this host still running? */
+export function ownerAlive(pid: number, startTicks: string | undefined): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false;
+  }
+  // the pid exists: the same process only if it started when the label says
+  return !startTicks || processStartTicks(pid) === '' || processStartTicks(pid) === startTicks;
+}
+
+/** This host as a label value (Kubernetes: at most 63 of [A-Za-z0-9_.-]). */
+export function hostLabel(host = hostname()): string {
+  return host
+    .replace(/[^A-Za-z0-9_.-]/g, '_')
+    .slice(0, 63)
+    .replace(/^[^A-Za-z0-9]+|[^A-Za-z0-9]+$/g, '');
+}
+
+/** Labels naming this process as a sandbox's owner. */
+export function ownerLabels(): Record<string, string> {
+  return { [OWNER_LABELS.host]: hostLabel(), [OWNER_LABELS.pid]: String(process.pid), [OWNER_LABELS.pidStart]: processStartTicks(process.pid) };
+}
+
+/**
+ * Why a sweep removes a sandbox, or null: its owner process on this host is gone (`deadOwner`), or it is past
+ * its `swerl.expires` (without one, DEFAULT_SANDBOX_LIFETIME_S after it was created).
+ */
+export function sweepReason(labels: Record<string, string>, createdMs: number, now: number, host = hostLabel()): 'deadOwner' | 'expired' | null {
+  if (labels[OWNER_LABELS.host] === host && labels[OWNER_LABELS.pid] && !ownerAlive(Number(labels[OWNER_LABELS.pid]), labels[OWNER_LABELS.pidStart])) return 'deadOwner';
+  const expires = Number(labels[OWNER_LABELS.expires] ?? NaN) * 1000;
+  return (Number.isFinite(expires) ? expires : createdMs + DEFAULT_SANDBOX_LIFETIME_S * 1000) < now ? 'expired' : null;
+}
+
+export { SandboxDeadError, SandboxInfraError, SandboxUnavailableError, PatchTooLargeError } from '../../lib/sandbox.ts';
 
 /** A path that would escape its directory, or is otherwise unacceptable. Refused, never rewritten. */
 export class SandboxPathError extends Error {
@@ -116,30 +175,84 @@ export async function firstFileFromTar(src: NodeJS.ReadableStream, what: string)
   });
 }
 
-/** Collects at most `cap` bytes (the head) and counts what it dropped. */
+function newlines(b: Buffer): number {
+  let n = 0;
+  for (let i = b.indexOf(10); i >= 0; i = b.indexOf(10, i + 1)) n++;
+  return n;
+}
+
+/**
+ * Collects at most `cap` bytes of a stream: the head, and with `tailCap` also the last `tailCap` bytes;
+ * counts the bytes and lines it left out in between, so a note can say how much was not shown.
+ */
 export class CappedSink extends Writable {
-  private parts: Buffer[] = [];
-  private kept = 0;
+  private head: Buffer[] = [];
+  private headLen = 0;
+  private tail: Buffer[] = [];
+  private tailLen = 0;
+  private readonly headCap: number;
   dropped = 0;
-  constructor(private readonly cap: number) {
+  droppedLines = 0;
+  constructor(
+    cap: number,
+    private readonly tailCap = 0,
+  ) {
     super();
+    this.tailCap = Math.max(0, Math.min(tailCap, cap));
+    this.headCap = cap - this.tailCap;
+  }
+  private drop(b: Buffer): void {
+    this.dropped += b.length;
+    this.droppedLines += newlines(b);
   }
   override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
-    const room = this.cap - this.kept;
+    let c = chunk;
+    const room = this.headCap - this.headLen;
     if (room > 0) {
-      const take = chunk.length <= room ? chunk : chunk.subarray(0, room);
-      this.parts.push(Buffer.from(take));
-      this.kept += take.length;
+      const take = c.subarray(0, room);
+      this.head.push(Buffer.from(take));
+      this.headLen += take.length;
+      c = c.subarray(take.length);
     }
-    if (chunk.length > room) this.dropped += chunk.length - Math.max(room, 0);
+    if (c.length > 0 && this.tailCap === 0) this.drop(c);
+    else if (c.length > 0) {
+      this.tail.push(Buffer.from(c));
+      this.tailLen += c.length;
+      while (this.tailLen - this.tail[0]!.length >= this.tailCap) {
+        const first = this.tail.shift()!;
+        this.tailLen -= first.length;
+        this.drop(first);
+      }
+      if (this.tailLen > this.tailCap) {
+        const excess = this.tailLen - this.tailCap;
+        this.drop(this.tail[0]!.subarray(0, excess));
+        this.tail[0] = this.tail[0]!.subarray(excess);
+        this.tailLen = this.tailCap;
+      }
+    }
     cb();
   }
   get truncated(): boolean {
     return this.dropped > 0;
   }
-  text(): string {
-    return Buffer.concat(this.parts).toString('utf8');
+  private headText(): string {
+    return Buffer.concat(this.head).toString('utf8');
   }
+  /** head and tail, joined where the omitted part was */
+  text(): string {
+    return this.headText() + Buffer.concat(this.tail).toString('utf8');
+  }
+  /** what was left out, or undefined when nothing was */
+  omitted(): OmittedOutput | undefined {
+    return this.dropped > 0 ? { bytes: this.dropped, lines: this.droppedLines, at: this.headText().length } : undefined;
+  }
+}
+
+/** The `omitted` field of an ExecResult from the two sinks (absent when nothing was left out). */
+export function omittedOf(stdout: CappedSink, stderr: CappedSink): ExecResult['omitted'] | undefined {
+  const o = stdout.omitted();
+  const e = stderr.omitted();
+  return o || e ? { ...(o ? { stdout: o } : {}), ...(e ? { stderr: e } : {}) } : undefined;
 }
 
 /** Glob → RegExp: `**` any path, `*` within a segment, `?` one char. */
@@ -182,6 +295,41 @@ export function filterPatch(patch: string, excludeGlobs: string[]): string {
 
 /** The shell line `diff()` runs in /testbed. */
 export const DIFF_CMD = 'git add -A && git -c core.quotepath=off diff --cached --no-color --no-ext-diff';
+
+/**
+ * Before staging: `<untracked files> <their bytes> <largest modified tracked file's bytes>` (new files enter the
+ * patch whole; a huge modified file makes `git add` slow).
+ */
+export const CHANGED_SIZES_CMD = [
+  `u=$(git ls-files -z --others --exclude-standard | xargs -0 -r stat -c '%s' -- 2>/dev/null | awk '{s+=$1; n++} END {print n+0, s+0}')`,
+  `m=$(git ls-files -z --modified | xargs -0 -r stat -c '%s' -- 2>/dev/null | awk '$1>m {m=$1} END {print m+0}')`,
+  'echo "$u $m"',
+].join('; ');
+
+/** A modified tracked file beyond this many bytes makes the patch too large whatever its diff. */
+export const MAX_MODIFIED_FILE_BYTES = 256 << 20;
+
+/**
+ * The patch of /testbed for both backends: a size check before staging, then DIFF_CMD with its output capped
+ * at `maxBytes`. Too much changed → PatchTooLargeError; any other failure of git in a live sandbox is the
+ * agent's (e.g. it removed .git) and throws a plain Error; a dead sandbox throws from `exec` as infrastructure.
+ */
+export async function computePatch(exec: Sandbox['exec'], excludeGlobs: string[], maxBytes: number): Promise<string> {
+  const sizes = await exec(CHANGED_SIZES_CMD, 120, { cwd: TESTBED });
+  if (sizes.timedOut) throw new PatchTooLargeError(`listing the changed files in ${TESTBED} took longer than 120 s`);
+  const [untracked = 0, untrackedBytes = 0, largestModified = 0] = sizes.stdout.trim().split(/\s+/).map(Number);
+  if (untrackedBytes > maxBytes) {
+    throw new PatchTooLargeError(`the ${untracked} new file(s) in ${TESTBED} hold ${untrackedBytes} bytes; a patch may be at most ${maxBytes}`);
+  }
+  if (largestModified > MAX_MODIFIED_FILE_BYTES) {
+    throw new PatchTooLargeError(`a modified file in ${TESTBED} holds ${largestModified} bytes (at most ${MAX_MODIFIED_FILE_BYTES})`);
+  }
+  const r = await exec(DIFF_CMD, 120, { cwd: TESTBED, maxOutputBytes: maxBytes + 1 });
+  if (r.timedOut) throw new PatchTooLargeError(`making the patch of ${TESTBED} took longer than 120 s`);
+  if (r.exit !== 0) throw new Error(`diff in ${TESTBED} failed (exit ${r.exit}): ${r.stderr.slice(0, 500)}`);
+  if (r.truncated) throw new PatchTooLargeError(`the diff of ${TESTBED} is larger than ${maxBytes} bytes`);
+  return filterPatch(r.stdout, excludeGlobs);
+}
 
 /** Quotes one word for bash. */
 export function shq(s: string): string {

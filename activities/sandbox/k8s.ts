@@ -9,18 +9,24 @@ import { DEFAULT_LIMITS, type ExecOptions, type ExecResult, type Sandbox, type S
 import {
   CappedSink,
   DEFAULT_MAX_OUTPUT,
-  DIFF_CMD,
+  DEFAULT_SANDBOX_LIFETIME_S,
+  OWNER_LABELS,
   SANDBOX_LABEL,
   SandboxDeadError,
   TESTBED,
   buildTar,
   checkDestDir,
   checkEntryName,
-  filterPatch,
+  computePatch,
+  expiresLabel,
+  omittedOf,
+  ownerLabels,
   sandboxPath,
   shq,
+  sweepReason,
   type TarFile,
 } from './common.ts';
+import { DEFAULT_MAX_PATCH_BYTES, SandboxDiskLimitError, SandboxUnavailableError } from '../../lib/sandbox.ts';
 
 export const CONTAINER_NAME = 'sandbox';
 const KILL_AFTER_S = 2;
@@ -76,6 +82,9 @@ export function buildPodSpec(input: PodSpecInput): k8s.V1Pod {
   const reqMem = Math.min(parseMemory(req.memory), l.memoryBytes);
   const labels: Record<string, string> = { 'app.kubernetes.io/managed-by': 'swerl', [SANDBOX_LABEL]: '1' };
   for (const [k, v] of Object.entries(input.labels ?? {})) labels[k] = labelValue(v);
+  // the kubelet evicts a pod that writes past its ephemeral-storage limit; the request stays small so
+  // scheduling is not held to the limit (512 pods × 2 GiB)
+  const disk = l.diskMiB > 0 ? { limit: `${l.diskMiB}Mi`, request: `${Math.min(l.diskMiB, 256)}Mi` } : null;
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -105,8 +114,8 @@ export function buildPodSpec(input: PodSpecInput): k8s.V1Pod {
           stdin: false,
           tty: false,
           resources: {
-            requests: { cpu: `${reqCpuMilli}m`, memory: String(reqMem) },
-            limits: { cpu: `${limCpuMilli}m`, memory: String(l.memoryBytes) },
+            requests: { cpu: `${reqCpuMilli}m`, memory: String(reqMem), ...(disk ? { 'ephemeral-storage': disk.request } : {}) },
+            limits: { cpu: `${limCpuMilli}m`, memory: String(l.memoryBytes), ...(disk ? { 'ephemeral-storage': disk.limit } : {}) },
           },
           // task images run as root (the repository is root's); escalation and capabilities are off
           securityContext: {
@@ -190,7 +199,8 @@ export async function withRetries<T>(what: string, fn: (attempt: number) => Prom
     }
   }
   const err = last as { code?: unknown; message?: string; body?: unknown };
-  throw new Error(`${what} failed${typeof err?.code === 'number' ? ` (HTTP ${err.code})` : ''}: ${err?.message ?? String(last)}`);
+  // whatever the API says (down, throttled, forbidden), it is not the agent's doing
+  throw new SandboxUnavailableError(`${what} failed${typeof err?.code === 'number' ? ` (HTTP ${err.code})` : ''}: ${err?.message ?? String(last)}`);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -234,10 +244,10 @@ export async function runOverTransport(
   transport: ExecTransport,
   command: string[],
   hostTimeoutS: number,
-  opts: { stdin?: Buffer; maxOutputBytes?: number } = {},
+  opts: { stdin?: Buffer; maxOutputBytes?: number; tailBytes?: number } = {},
 ): Promise<RawExec> {
-  const stdout = new CappedSink(opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT);
-  const stderr = new CappedSink(opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT);
+  const stdout = new CappedSink(opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT, opts.tailBytes ?? 0);
+  const stderr = new CappedSink(opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT, opts.tailBytes ?? 0);
   let status: k8s.V1Status | undefined;
   let hostTimedOut = false;
   let finish!: () => void;
@@ -269,7 +279,10 @@ export function toExecResult(r: RawExec, timeoutS: number, elapsedS: number): Ex
   let stderr = r.stderr.text();
   if (r.error && r.exit === -1 && !timedOut) stderr += `\n[sandbox] exec failed: ${r.error}\n`;
   if (timedOut) stderr += `\n[sandbox] timed out after ${timeoutS} s; process group killed\n`;
-  return { exit: r.exit, stdout: r.stdout.text(), stderr, timedOut, truncated: r.stdout.truncated || r.stderr.truncated };
+  const res: ExecResult = { exit: r.exit, stdout: r.stdout.text(), stderr, timedOut, truncated: r.stdout.truncated || r.stderr.truncated };
+  const omitted = omittedOf(r.stdout, r.stderr);
+  if (omitted) res.omitted = omitted;
+  return res;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,15 +311,22 @@ export class K8sBackend implements SandboxBackend {
     return { lib: this.lib, kc: this.kc, core: this.kc.makeApiClient(this.lib.CoreV1Api) };
   }
 
+  async sweep(): Promise<{ removed: number; failed: number }> {
+    const { core } = await this.client();
+    const r = await sweepPods(core as unknown as PodSweepApi, this.namespace);
+    return { removed: r.deadOwner.length + r.expired.length, failed: r.failed.length };
+  }
+
   async start(image: string, limits: Partial<SandboxLimits> = {}, labels: Record<string, string> = {}): Promise<K8sSandbox> {
     const { lib, kc, core } = await this.client();
     const ns = this.namespace;
     let name = '';
+    const owned = { [OWNER_LABELS.expires]: expiresLabel(DEFAULT_SANDBOX_LIFETIME_S), ...labels, ...ownerLabels() };
     await withRetries(
       `creating a sandbox pod (image ${image}) in namespace ${ns}`,
       async () => {
         name = podName(); // a fresh name per attempt: a 409 means the name was taken
-        const spec = buildPodSpec({ name, namespace: ns, image, limits, labels, ...pick(this.opts) });
+        const spec = buildPodSpec({ name, namespace: ns, image, limits, labels: owned, ...pick(this.opts) });
         await core.createNamespacedPod({ namespace: ns, body: spec });
       },
       this.opts.retry,
@@ -367,6 +387,10 @@ export class K8sSandbox implements Sandbox {
     if (this.stopped) throw new SandboxDeadError(this.id, 'stopped');
     const pod = await this.core.readNamespacedPod({ name: this.id, namespace: this.namespace }).catch(() => undefined);
     if (!pod) throw new SandboxDeadError(this.id, `${detail}; pod gone`);
+    // evicted for writing past its ephemeral-storage limit: the agent's doing, not infrastructure
+    if (pod.status?.reason === 'Evicted' && /ephemeral|storage|disk/i.test(pod.status.message ?? '')) {
+      throw new SandboxDiskLimitError(`sandbox ${this.id} was evicted: ${pod.status.message} (limit ${this.limits.diskMiB} MiB)`);
+    }
     if (pod.status?.phase !== 'Running') throw new SandboxDeadError(this.id, `${detail}; pod phase ${pod.status?.phase}`);
   }
 
@@ -380,10 +404,10 @@ export class K8sSandbox implements Sandbox {
     const t0 = Date.now();
     let r: RawExec;
     try {
-      r = await runOverTransport(this.transport, argv, timeoutS + KILL_AFTER_S + HOST_GRACE_S, { maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT });
+      r = await runOverTransport(this.transport, argv, timeoutS + KILL_AFTER_S + HOST_GRACE_S, { maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT, tailBytes: opts.tailBytes ?? 0 });
     } catch (e) {
       await this.checkAlive(`exec: ${(e as Error).message}`);
-      throw e;
+      throw new SandboxUnavailableError(`sandbox ${this.id}: exec: ${(e as Error).message}`);
     }
     if (r.exit === -1 || r.exit === 137) await this.checkAlive(`while running ${JSON.stringify(cmd.slice(0, 80))}`);
     return toExecResult(r, timeoutS, (Date.now() - t0) / 1000);
@@ -419,10 +443,8 @@ export class K8sSandbox implements Sandbox {
     }
   }
 
-  async diff(excludeGlobs: string[] = []): Promise<string> {
-    const r = await this.exec(DIFF_CMD, 60, { cwd: TESTBED, maxOutputBytes: 64 << 20 });
-    if (r.exit !== 0) throw new Error(`diff in ${TESTBED} failed (exit ${r.exit}): ${r.stderr.slice(0, 500)}`);
-    return filterPatch(r.stdout, excludeGlobs);
+  async diff(excludeGlobs: string[] = [], opts: { maxBytes?: number } = {}): Promise<string> {
+    return computePatch((c, t, o) => this.exec(c, t, o), excludeGlobs, opts.maxBytes ?? DEFAULT_MAX_PATCH_BYTES);
   }
 
   async stop(): Promise<void> {
@@ -432,7 +454,42 @@ export class K8sSandbox implements Sandbox {
       () => this.core.deleteNamespacedPod({ name: this.id, namespace: this.namespace, gracePeriodSeconds: 0 }),
       this.retry,
     ).catch((e: Error) => {
-      if (!/HTTP 404/.test(e.message)) throw e;
+      // left to the sweep (its owner labels and expiry), never the episode's failure
+      if (!/HTTP 404/.test(e.message)) console.warn(`[sandbox] deleting pod ${this.id} failed (${e.message}); the sweep retries`);
     });
   }
+}
+
+/** Pods a sweep removed, by reason (see sweepReason). */
+export interface PodSweepResult {
+  deadOwner: string[];
+  expired: string[];
+  failed: string[];
+}
+
+/** The part of CoreV1Api a sweep needs. */
+export interface PodSweepApi {
+  listNamespacedPod(a: { namespace: string; labelSelector: string }): Promise<{ items: k8s.V1Pod[] }>;
+  deleteNamespacedPod(a: { name: string; namespace: string; gracePeriodSeconds: number }): Promise<unknown>;
+}
+
+/** Removes sandbox pods of dead owners on this host and expired ones (any owner), by label. */
+export async function sweepPods(core: PodSweepApi, namespace: string, opts: { now?: number; host?: string } = {}): Promise<PodSweepResult> {
+  const out: PodSweepResult = { deadOwner: [], expired: [], failed: [] };
+  const pods = await withRetries(`listing sandbox pods in ${namespace}`, () => core.listNamespacedPod({ namespace, labelSelector: `${SANDBOX_LABEL}=1` }));
+  for (const pod of pods.items) {
+    const name = pod.metadata?.name;
+    if (!name) continue;
+    const created = pod.metadata?.creationTimestamp ? new Date(pod.metadata.creationTimestamp).getTime() : Date.now();
+    const why = sweepReason(pod.metadata?.labels ?? {}, created, opts.now ?? Date.now(), opts.host);
+    if (!why) continue;
+    try {
+      await core.deleteNamespacedPod({ name, namespace, gracePeriodSeconds: 0 });
+      out[why].push(name);
+    } catch (e) {
+      if ((e as { code?: number }).code === 404) continue;
+      out.failed.push(name);
+    }
+  }
+  return out;
 }

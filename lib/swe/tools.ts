@@ -2,7 +2,7 @@
 // file_editor, finish. Commands run in the sandbox; the file-editing logic runs here on the host.
 import { posix } from 'node:path';
 import { z } from 'zod';
-import type { Sandbox } from '../sandbox.ts';
+import { SandboxDiskLimitError, SandboxInfraError, type OmittedOutput, type Sandbox } from '../sandbox.ts';
 import type { EndReason } from '../types.ts';
 import type { ToolCall, ToolSchemas } from '../toolcall.ts';
 
@@ -13,6 +13,11 @@ export const MAX_OBSERVATION_CHARS = 10_000;
 /** long command output keeps this many lines from the start and from the end */
 export const KEEP_LINES = 40;
 export const MAX_SEARCH_FILES = 100;
+/** file_editor reads and rewrites whole files: larger ones are refused with an observation */
+export const MAX_EDIT_BYTES = 8 << 20;
+/** execute_bash captures at most this much of each stream: the head and, of it, the last TAIL_BYTES */
+export const CAPTURE_BYTES = 1 << 20;
+export const TAIL_BYTES = 256 << 10;
 export const BLOCKED_COMMANDS = ['git', 'ipython', 'jupyter', 'nohup'] as const;
 
 const intLike = z.preprocess((v) => (typeof v === 'string' && v.trim() !== '' ? Number(v.trim()) : v), z.number().int());
@@ -90,6 +95,26 @@ export function headTail(text: string, keep = KEEP_LINES): string {
   return [...lines.slice(0, keep), `<... ${omitted} lines omitted ...>`, ...lines.slice(-keep)].join('\n');
 }
 
+/**
+ * One output stream for an observation: its first and last `keep` lines, clipped at `max` characters. When the
+ * capture itself left a middle part out (`omitted`), the notes count it too, so they say what the command
+ * really printed (issue 12: 200 MB of output is not "1 MB more").
+ */
+export function formatStream(text: string, omitted: OmittedOutput | undefined, max: number, keep = KEEP_LINES): string {
+  if (!omitted) return clip(headTail(text), max);
+  const head = text.slice(0, omitted.at).split('\n');
+  const tail = text.slice(omitted.at).split('\n');
+  const shownHead = head.slice(0, keep);
+  const shownTail = tail.slice(-keep);
+  const newlines = text.split('\n').length - 1 + omitted.lines;
+  const lines = newlines + (text.endsWith('\n') ? 0 : 1) - shownHead.length - shownTail.length;
+  const total = text.length + omitted.bytes;
+  const shown = [...shownHead, ...shownTail].join('\n').length;
+  const body = [...shownHead, `<... ${lines} lines (${total - shown} characters) omitted ...>`, ...shownTail].join('\n');
+  if (body.length <= max) return body;
+  return `${body.slice(0, max)}\n<response clipped: ${total - max} more characters not shown>`;
+}
+
 /** `cat -n` style numbering from line `first` (1-based). */
 export function numberLines(lines: string[], first = 1): string {
   return lines.map((l, k) => `${String(first + k).padStart(6)}\t${l}`).join('\n');
@@ -128,6 +153,10 @@ export function resolveRepoPath(p: string): string | null {
 
 type PathKind = 'file' | 'dir' | 'none' | 'other';
 
+function errorText(e: unknown): string {
+  return (e as Error)?.message ?? String(e);
+}
+
 /**
  * The tools of one episode over one sandbox. `run` never throws for the model's mistakes: they come back
  * as observations. Infrastructure failures (the sandbox is gone) do throw.
@@ -147,11 +176,26 @@ export class SweTools {
     this.now = opts.now ?? Date.now;
   }
 
-  /** Runs an already validated call (see `SWE_TOOL_SCHEMAS`). */
+  /**
+   * Runs an already validated call (see `SWE_TOOL_SCHEMAS`). A failure of the sandbox or its backend
+   * (SandboxInfraError) propagates: the rollout is retried (DESIGN §2). Any other failure is the agent's
+   * (a file it made unreadable, a .git it removed) and comes back as an observation; a sandbox the agent
+   * lost by writing past its disk limit ends the episode with `error`.
+   */
   async run(call: ToolCall): Promise<ToolResult> {
     for (const [k, v] of Object.entries(call.args)) {
       if (typeof v === 'string' && v.includes('\0')) return { observation: `ERROR: Parameter \`${k}\` contains a NUL character.` };
     }
+    try {
+      return await this.runTool(call);
+    } catch (e) {
+      if (e instanceof SandboxInfraError) throw e;
+      if (e instanceof SandboxDiskLimitError) return { observation: `ERROR: ${e.message}. The sandbox is gone; the episode ends.`, end: 'error' };
+      return { observation: `ERROR: ${call.name} failed: ${errorText(e)}` };
+    }
+  }
+
+  private async runTool(call: ToolCall): Promise<ToolResult> {
     switch (call.name) {
       case 'execute_bash':
         return this.executeBash(ExecuteBashArgs.parse(call.args).cmd);
@@ -192,33 +236,46 @@ export class SweTools {
       }
     }
     // the sandbox runs it under `timeout`, which kills the command's whole process group at the limit
-    const r = await this.sandbox.exec(cmd, limit, { cwd: REPO_ROOT });
+    const r = await this.sandbox.exec(cmd, limit, { cwd: REPO_ROOT, maxOutputBytes: CAPTURE_BYTES, tailBytes: TAIL_BYTES });
+    if (r.diskLimitExceeded) {
+      return {
+        observation: `ERROR: The sandbox reached its disk limit: writes past it fail or stop the command. Delete large files you created (rm) before going on.\n${clip(this.formatStreams(r.stdout, r.stderr, r.omitted), this.maxChars)}`,
+      };
+    }
     if (r.timedOut) {
-      const out = this.formatStreams(r.stdout, r.stderr);
+      const out = this.formatStreams(r.stdout, r.stderr, r.omitted);
       if (cappedByEpisode) {
         return { observation: `ERROR: The command ran past the time left in this episode (${limit} s) and was killed.\n${out}`, end: 'env_timeout' };
       }
       return { observation: `ERROR: The command took longer than ${limit} seconds and was killed. Try a faster command or a smaller input.\n${out}` };
     }
-    let obs = this.formatStreams(r.stdout, r.stderr);
+    let obs = this.formatStreams(r.stdout, r.stderr, r.omitted);
     if (r.exit !== 0) obs += `\n[EXIT CODE] ${r.exit}`;
     return { observation: clip(obs, this.maxChars) };
   }
 
-  private formatStreams(stdout: string, stderr: string): string {
+  private formatStreams(stdout: string, stderr: string, omitted?: { stdout?: OmittedOutput; stderr?: OmittedOutput }): string {
     const half = Math.floor(this.maxChars / 2);
-    const out = clip(headTail(stdout.replace(/\n$/, '')), half);
-    const err = clip(headTail(stderr.replace(/\n$/, '')), half);
+    // a trailing newline is not a line of its own (only when nothing was left out after it)
+    const trim = (t: string, o?: OmittedOutput) => (o && o.at >= t.length ? t : t.replace(/\n$/, ''));
+    const out = formatStream(trim(stdout, omitted?.stdout), omitted?.stdout, half);
+    const err = formatStream(trim(stderr, omitted?.stderr), omitted?.stderr, half);
     return `[STDOUT]\n${out}\n[STDERR]\n${err}`;
   }
 
   private async pathKind(abs: string): Promise<PathKind> {
+    return (await this.pathInfo(abs)).kind;
+  }
+
+  /** What `abs` is, and a file's size in bytes. */
+  private async pathInfo(abs: string): Promise<{ kind: PathKind; bytes: number }> {
     const r = await this.sandbox.exec(
-      `if [ -d ${shq(abs)} ]; then echo dir; elif [ -f ${shq(abs)} ]; then echo file; elif [ -e ${shq(abs)} ]; then echo other; else echo none; fi`,
+      `if [ -d ${shq(abs)} ]; then echo dir; elif [ -f ${shq(abs)} ]; then echo file $(stat -L -c %s ${shq(abs)}); elif [ -e ${shq(abs)} ]; then echo other; else echo none; fi`,
       30,
     );
-    const k = r.stdout.trim();
-    return k === 'dir' || k === 'file' || k === 'other' ? k : 'none';
+    const [k, size] = r.stdout.trim().split(' ');
+    const kind: PathKind = k === 'dir' || k === 'file' || k === 'other' ? k : 'none';
+    return { kind, bytes: Number(size) || 0 };
   }
 
   /**
@@ -268,7 +325,10 @@ export class SweTools {
   }
 
   private async edit(a: z.infer<typeof FileEditorArgs>, abs: string): Promise<string> {
-    const kind = await this.pathKind(abs);
+    const { kind, bytes } = await this.pathInfo(abs);
+    if (kind === 'file' && bytes > MAX_EDIT_BYTES && a.command !== 'create' && a.command !== 'undo_edit') {
+      return `ERROR: \`${abs}\` holds ${bytes} bytes; file_editor works on files up to ${MAX_EDIT_BYTES} bytes. Use execute_bash (head, sed -n, grep) on it instead.`;
+    }
     switch (a.command) {
       case 'view':
         if (kind === 'dir') {

@@ -1,8 +1,9 @@
 // `swerl server [--dir DIR] [--port 7233] [--ui-port 8233] [--headless]`: a local Temporal dev server
-// on a SQLite file, with the training search attributes registered.
+// on a SQLite file, with the training search attributes registered. Refuses a port or database another
+// server holds (naming its pid); the server process dies with this one, even when this one is SIGKILLed.
 import type { Command } from 'commander';
 import { z } from 'zod';
-import { startDevServer } from '../../lib/temporal-server.ts';
+import { ServerInUseError, startDevServer, type DevServer } from '../../lib/temporal-server.ts';
 import { uiViewsScript } from '../../lib/temporal-ui.ts';
 
 const ServerOptionsSchema = z.object({
@@ -31,7 +32,15 @@ export function register(program: Command): void {
         return;
       }
       const o = parsed.data;
-      const server = await startDevServer({ dir: o.dir, port: o.port, uiPort: o.headless ? null : o.uiPort, ip: o.ip });
+      let server: DevServer;
+      try {
+        server = await startDevServer({ dir: o.dir, port: o.port, uiPort: o.headless ? null : o.uiPort, ip: o.ip });
+      } catch (e) {
+        if (!(e instanceof ServerInUseError)) throw e;
+        console.error(`swerl server: ${e.message}`);
+        process.exitCode = 1;
+        return;
+      }
       console.log(`Temporal dev server at ${server.address} (db ${server.dbFile})${server.uiUrl ? `, web UI ${server.uiUrl}` : ''}`);
       if (server.uiUrl) console.log('the run dashboard views and columns: `swerl ui-views`, pasted into the web UI\'s browser console (docs/monitoring.md)');
       const stop = () => void server.stop().then(() => process.exit(0));

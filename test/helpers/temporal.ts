@@ -97,11 +97,12 @@ export function tinyConfig(dir: string, over: Partial<TrainingConfigInput> = {})
 }
 
 /** `swerl worker` as a child process (so a test can SIGKILL it). */
-export function spawnWorker(args: string[], logFile: string): ChildProcess {
+export function spawnWorker(args: string[], logFile: string, env: NodeJS.ProcessEnv = process.env): ChildProcess {
   const fd = openSync(logFile, 'a');
   const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts', 'cli.ts'), 'worker', ...args], {
     cwd: ROOT,
     stdio: ['ignore', fd, fd],
+    env,
   });
   closeSync(fd);
   return child;
