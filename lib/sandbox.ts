@@ -115,5 +115,5 @@ export interface SandboxBackend {
   /** `labels` may carry owner details (`swerl.run`, `swerl.iteration`) and `swerl.expires` (epoch seconds) */
   start(image: string, limits?: Partial<SandboxLimits>, labels?: Record<string, string>): Promise<Sandbox>;
   /** removes sandboxes of dead owners on this host, expired ones, and those whose removal failed before */
-  sweep(): Promise<{ removed: number; failed: number }>;
+  sweep?(): Promise<{ removed: number; failed: number }>;
 }

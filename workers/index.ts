@@ -96,7 +96,7 @@ export function startSandboxSweeper(everyS: number): { stop(): void; first: Prom
   const sweep = async (): Promise<void> => {
     try {
       const { createSandboxBackend } = await import('../activities/sandbox/index.ts');
-      const r = await (await createSandboxBackend()).sweep();
+      const r = (await (await createSandboxBackend()).sweep?.()) ?? { removed: 0, failed: 0 };
       engineSeen = true;
       if (r.removed || r.failed) console.warn(`[sandbox] sweep: removed ${r.removed} leftover sandbox(es)${r.failed ? `, ${r.failed} could not be removed yet` : ''}`);
     } catch (e) {
