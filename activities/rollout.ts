@@ -134,9 +134,11 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   }
   const ckptDir = store.dirFor(keys.checkpoint(runId, checkpoint));
   const policy = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model });
-  // after a learner restart the server may serve another checkpoint: make it serve ours
+  // after a learner restart the server may serve another checkpoint: make it serve ours. One probe, no
+  // retries: a server that is gone (restarted on another port) is answered at once by the workflow's resync
+  const probe = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, retries: 0, timeoutMs: 30_000 });
   await unavailableAsFailure(policyUrl, async () => {
-    if ((await policy.servedCheckpoint()) !== checkpoint) await policy.loadWeights(ckptDir, checkpoint);
+    if ((await probe.servedCheckpoint()) !== checkpoint) await policy.loadWeights(ckptDir, checkpoint);
   });
 
   const tokenizer = await tokenizerFor(ckptDir);

@@ -3,14 +3,16 @@
 // Each run completes with no rollout lost or counted twice and a contiguous checkpoint sequence.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { TrainingConfigInput } from '../lib/config.ts';
 import type { ChildProcess } from 'node:child_process';
 import { startWorkers } from '../workers/index.ts';
 import { keys, listCheckpoints, openStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import { statusQuery } from '../workflows/signals.ts';
 import type { IterationMetrics, TrainingRunResult } from '../workflows/shapes.ts';
-import { spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
+import { ROOT, spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;
 before(async () => {
@@ -19,6 +21,12 @@ before(async () => {
 after(async () => {
   await t?.close();
 });
+
+/** When the `restarts`-th restarted `swerl worker` printed that it serves (its log line). */
+async function workerReady(logFile: string, restarts: number): Promise<number> {
+  await waitFor('the restarted worker ready', async () => (readFileSync(logFile, 'utf8').match(/^worker on /gm) ?? []).length > restarts, 120_000, 50);
+  return Date.now();
+}
 
 async function checkRun(storeUrl: string, runId: string, iterations: number, perIteration: number): Promise<void> {
   const store = openStore(storeUrl);
@@ -37,9 +45,13 @@ async function checkRun(storeUrl: string, runId: string, iterations: number, per
   }
 }
 
-test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout', async () => {
+/** The FrozenLake preset's heartbeat sizing (configs/frozenlake.json): what the recovery times below measure. */
+const preset = JSON.parse(readFileSync(join(ROOT, 'configs', 'frozenlake.json'), 'utf8')) as TrainingConfigInput;
+
+test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout; recovery takes seconds', async () => {
   const runId = 'kill-worker';
-  const config = tinyConfig(t.dir, { runId, iterations: 3, batch: { tasks: 8, samples: 4 }, maxInflightRollouts: 32 });
+  const base = tinyConfig(t.dir, { runId, iterations: 3, batch: { tasks: 8, samples: 4 }, maxInflightRollouts: 32 });
+  const config = { ...base, rollout: { ...base.rollout, ...preset.rollout }, learner: { ...base.learner, heartbeatTimeoutSeconds: preset.learner!.heartbeatTimeoutSeconds } };
   // the restarted worker's policy server listens on a new port: rollouts ask the workflow for a new syncPolicy
   const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
   const logFile = join(t.dir, 'worker.log');
@@ -52,17 +64,36 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
     }, 150_000, 50);
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
+    const restarted = Date.now();
     worker = spawnWorker(args, logFile);
+    // recovery: from the restart to the interrupted iteration done; of it, the new process's start (load, bundle, connect)
+    const readyAt = await workerReady(logFile, 1);
+    let st = await waitFor('iteration 1 done', async () => {
+      const s = await t.client.workflow.getHandle(runId).query(statusQuery);
+      return s.iteration >= 2 ? s : null;
+    }, 150_000, 50);
+    const rolloutRecovery = { total: (Date.now() - restarted) / 1000, afterReady: (Date.now() - readyAt) / 1000 };
     // and once more inside a learner step (if the poll catches it): checkpoint 3 must be written once, from 2
-    const st = await waitFor('iteration 2 learning (or past it)', async () => {
+    st = await waitFor('iteration 2 learning (or past it)', async () => {
       const s = await t.client.workflow.getHandle(runId).query(statusQuery);
       return (s.running && s.iteration === 2 && s.phase === 'learning') || s.iteration >= 3 ? s : null;
     }, 150_000, 20);
+    let learnerRecovery: { total: number; afterReady: number } | null = null;
     if (st.iteration === 2) {
       worker.kill('SIGKILL');
       await new Promise((r) => worker.once('exit', r));
+      const again = Date.now();
       worker = spawnWorker(args, logFile);
+      const ready = await workerReady(logFile, 2);
+      await h.result();
+      learnerRecovery = { total: (Date.now() - again) / 1000, afterReady: (Date.now() - ready) / 1000 };
     }
+    const show = (r: { total: number; afterReady: number }) => `${r.total.toFixed(1)} s (${r.afterReady.toFixed(1)} s after the new worker was ready)`;
+    console.log(
+      `# recovery with the FrozenLake preset's heartbeat timeouts (rollout ${config.rollout.heartbeatTimeoutSeconds} s, learner ${config.learner.heartbeatTimeoutSeconds} s), ` +
+        `worker restart → interrupted iteration done: killed during rollouts ${show(rolloutRecovery)}` +
+        (learnerRecovery === null ? '' : `; killed during the learner step ${show(learnerRecovery)}`),
+    );
     const result: TrainingRunResult = await h.result();
     assert.equal(result.iterations, 3);
     await checkRun(config.store.url, runId, 3, 32);

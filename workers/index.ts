@@ -2,10 +2,15 @@
 // queue also runs the workflows and owns the Learner and its policy server.
 import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { fileURLToPath } from 'node:url';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { LearnerContext, createActivities, createRolloutActivities, type LearnerWorkerOptions } from '../activities/index.ts';
 import { TASK_QUEUES } from '../workflows/shapes.ts';
 
 export type QueueName = keyof typeof TASK_QUEUES;
+
+const STICKY_QUEUE_TIMEOUT = '3s';
 
 export const WORKFLOWS_PATH = fileURLToPath(new URL('../workflows/index.ts', import.meta.url));
 
@@ -32,8 +37,45 @@ export interface RunningWorkers {
   shutdown(): Promise<void>;
 }
 
-export function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  return bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error: console.error } as never });
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/** What the workflow bundle is made of: workflow and lib sources, and the locked dependencies. */
+function bundleKey(): string {
+  const h = createHash('sha256');
+  for (const d of ['workflows', 'lib']) {
+    const files = (readdirSync(join(ROOT, d), { recursive: true }) as string[]).filter((f) => f.endsWith('.ts')).sort();
+    for (const f of files) h.update(`${d}/${f}\0`).update(readFileSync(join(ROOT, d, f))).update('\0');
+  }
+  for (const f of ['package-lock.json', 'package.json']) if (existsSync(join(ROOT, f))) h.update(readFileSync(join(ROOT, f)));
+  return h.digest('hex').slice(0, 16);
+}
+
+/**
+ * The workflows bundled for the worker, cached under .tools/cache by the hash of their sources: a restarted
+ * worker (crash recovery) starts without bundling again, which takes seconds to tens of seconds on a busy host.
+ */
+export async function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap> {
+  const file = join(ROOT, '.tools', 'cache', `workflow-bundle-${bundleKey()}.json`);
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')) as WorkflowBundleWithSourceMap;
+  } catch {
+    // not cached yet (or unreadable): bundle
+  }
+  const bundle = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error: console.error } as never });
+  try {
+    mkdirSync(dirname(file), { recursive: true });
+    const tmp = `${file}.${process.pid}.tmp`;
+    writeFileSync(tmp, JSON.stringify({ code: bundle.code, sourceMap: bundle.sourceMap }));
+    renameSync(tmp, file);
+    // bundles of older sources, untouched for a day, go
+    for (const f of readdirSync(dirname(file))) {
+      const p = join(dirname(file), f);
+      if (f.startsWith('workflow-bundle-') && p !== file && Date.now() - statSync(p).mtimeMs > 86_400_000) rmSync(p, { force: true });
+    }
+  } catch {
+    // a read-only checkout bundles each time
+  }
+  return bundle;
 }
 
 export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorkers> {
@@ -53,6 +95,9 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
         ...workflowSource,
         activities: createActivities(ctx),
         maxConcurrentActivityTaskExecutions: 4,
+        // a worker that died holds its workflows' next tasks on its sticky queue this long (default 10 s):
+        // short, so a restarted worker takes them over within seconds (a healthy worker picks them up in ms)
+        stickyQueueScheduleToStartTimeout: STICKY_QUEUE_TIMEOUT,
       }),
     );
   }
