@@ -11,6 +11,11 @@ import { TASK_QUEUES } from '../workflows/shapes.ts';
 export type QueueName = keyof typeof TASK_QUEUES;
 
 const STICKY_QUEUE_TIMEOUT = '3s';
+/**
+ * Heartbeats reach the server at least this often (the SDK's default throttle is 80% of the heartbeat
+ * timeout, which leaves a 5 s timeout one second of slack for an event-loop stall; this leaves three).
+ */
+const HEARTBEAT_THROTTLE = '2s';
 
 export const WORKFLOWS_PATH = fileURLToPath(new URL('../workflows/index.ts', import.meta.url));
 
@@ -98,6 +103,7 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
         // a worker that died holds its workflows' next tasks on its sticky queue this long (default 10 s):
         // short, so a restarted worker takes them over within seconds (a healthy worker picks them up in ms)
         stickyQueueScheduleToStartTimeout: STICKY_QUEUE_TIMEOUT,
+        maxHeartbeatThrottleInterval: HEARTBEAT_THROTTLE,
       }),
     );
   }
@@ -109,6 +115,7 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
         taskQueue: TASK_QUEUES.rollout,
         activities: createRolloutActivities(),
         maxConcurrentActivityTaskExecutions: o.maxConcurrentRollouts ?? 16,
+        maxHeartbeatThrottleInterval: HEARTBEAT_THROTTLE,
       }),
     );
   }

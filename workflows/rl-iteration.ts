@@ -191,6 +191,8 @@ async function fanOutRollouts(input: RlIterationInput, taskIds: string[], policy
         workflowId: rolloutChunkWorkflowId(runId, n, chunk),
         taskQueue: TASK_QUEUES.learner,
         args: [chunkInput],
+        // its first task schedules up to a thousand activities: on a loaded host that can pass the 10 s default
+        workflowTaskTimeout: '60s',
       });
       results[chunk] = r;
       done.set(chunk, { chunk, done: r.rollouts, errors: r.rolloutErrors });
