@@ -127,16 +127,11 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
     let envEnd: EndReason | undefined;
     if (refused !== null) observation = refused;
     else {
-      try {
-        const s = await o.env.step(action);
-        observation = s.observation;
-        done = s.done;
-        envEnd = s.end;
-      } catch (e) {
-        info.error = (e as Error).message;
-        end = 'error';
-        break;
-      }
+      // environments throw from step only for infrastructure (a dead sandbox): it propagates and is retried (DESIGN §2)
+      const s = await o.env.step(action);
+      observation = s.observation;
+      done = s.done;
+      envEnd = s.end;
     }
     await o.onStep?.({ step: steps, responseTokens, action: o.toolFormat === 'openai' && r.toolCalls.length ? `${r.content ?? ''}\n${action}`.trim() : action, observation, done });
     if (done) {
