@@ -55,7 +55,8 @@ const run = (args) => {
 
 if (!existsSync(join(build, 'CMakeCache.txt'))) {
   const gen = has('ninja') ? ['-G', 'Ninja'] : [];
-  run([...gen, '-S', here, '-B', build, '-DCMAKE_BUILD_TYPE=Release', `-DNODE_INCLUDE_DIR=${nodeInc}`, `-DNODE_ADDON_API_DIR=${napiDir}`]);
+  run([...gen, '-S', here, '-B', build, '-DCMAKE_BUILD_TYPE=Release', `-DNODE_INCLUDE_DIR=${nodeInc}`, `-DNODE_ADDON_API_DIR=${napiDir}`,
+    `-DGL_NODE=${process.execPath}`]);  // GL_NODE: the CUDA emulator's source rewrite (emu/emu.cmake)
 }
 run(['--build', build, '--parallel', String(Math.max(1, Math.min(4, (await import('node:os')).availableParallelism())))]);
 if (!existsSync(join(build, 'gpu_learner.node'))) fail('build finished but build/gpu_learner.node is missing');

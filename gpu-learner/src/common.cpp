@@ -40,7 +40,7 @@ static std::string num(double v) {
   return b;
 }
 
-void validate_packed(const PackedBatch& b, int64_t vocab) {
+void validate_packed(const PackedBatch& b, int64_t vocab, int64_t max_positions) {
   if (b.n_seqs < 1) throw std::invalid_argument("offsets must have at least 2 entries (n sequences + 1), got " + std::to_string(b.n_seqs + 1));
   if (b.offsets[0] != 0) throw std::invalid_argument("offsets[0] must be 0, got " + std::to_string(b.offsets[0]));
   for (int64_t i = 1; i <= b.n_seqs; i++)
@@ -50,6 +50,11 @@ void validate_packed(const PackedBatch& b, int64_t vocab) {
   if (b.offsets[b.n_seqs] != b.n_tokens)
     throw std::invalid_argument("offsets[" + std::to_string(b.n_seqs) + "]=" + std::to_string(b.offsets[b.n_seqs]) +
                                 " must equal ids.length=" + std::to_string(b.n_tokens));
+  for (int64_t i = 0; i < b.n_seqs; i++)
+    if (b.offsets[i + 1] - b.offsets[i] > max_positions)
+      throw std::invalid_argument("sequence " + std::to_string(i) + " has " + std::to_string(b.offsets[i + 1] - b.offsets[i]) +
+                                  " tokens, more than max_position_embeddings=" + std::to_string(max_positions) + " of the model (positions 0.." +
+                                  std::to_string(max_positions - 1) + ")");
   for (int64_t t = 0; t < b.n_tokens; t++)
     if (b.ids[t] < 0 || b.ids[t] >= vocab)
       throw std::invalid_argument("ids[" + std::to_string(t) + "]=" + std::to_string(b.ids[t]) + " is outside the vocabulary [0, " +
@@ -63,8 +68,8 @@ static void check_range(const char* name, double v, double lo, double hi, bool l
                                 (std::isinf(hi) ? std::string("inf") : num(hi)) + (hi_open ? ")" : "]") + ", got " + num(v));
 }
 
-void validate_train(const TrainBatch& b, const TrainHyper& hp, int64_t vocab) {
-  validate_packed(b, vocab);
+void validate_train(const TrainBatch& b, const TrainHyper& hp, int64_t vocab, int64_t max_positions) {
+  validate_packed(b, vocab, max_positions);
   const double inf = INFINITY;
   check_range("lr", hp.lr, 0, inf, false, true);
   check_range("weightDecay", hp.weight_decay, 0, inf, false, true);

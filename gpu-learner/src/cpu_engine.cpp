@@ -102,7 +102,7 @@ class CpuEngine final : public Engine {
   // ---------------------------------------------------------------- log-probs
 
   void logprobs(const PackedBatch& b, float* out) override {
-    validate_packed(b, cfg_.vocab_size);
+    validate_packed(b, cfg_.vocab_size, cfg_.max_position_embeddings);
     for_micro_batches(b, 4096, [&](int64_t s0, int64_t s1) {
       const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
       forward(b.ids + a, b.offsets + s0, s1 - s0, T);
@@ -315,7 +315,10 @@ class CpuEngine final : public Engine {
     }
   }
 
-  int64_t head_chunk(int64_t T) const { return std::max<int64_t>(4, std::min<int64_t>(T, (int64_t(1) << 22) / cfg_.vocab_size)); }
+  int64_t head_chunk(int64_t T) const {
+    if (opts_.logits_budget > 0) return std::max<int64_t>(1, std::min<int64_t>(T, opts_.logits_budget / cfg_.vocab_size));
+    return std::max<int64_t>(4, std::min<int64_t>(T, (int64_t(1) << 22) / cfg_.vocab_size));
+  }
 
   // ---------------------------------------------------------------- backward
 
@@ -425,7 +428,7 @@ class CpuEngine final : public Engine {
   // ---------------------------------------------------------------- GRPO++ loss over the batch
 
   TrainStats accumulate_gradients(const TrainBatch& b, const TrainHyper& hp) {
-    validate_train(b, hp, cfg_.vocab_size);
+    validate_train(b, hp, cfg_.vocab_size, cfg_.max_position_embeddings);
     if (with_grads_) std::fill(g_.begin(), g_.end(), 0.0f);
     const bool pp = hp.mode == LossMode::GrpoPlusPlus;
     const double clip_high = pp ? hp.clip_high : hp.clip_low;  // GRPO: symmetric clip

@@ -14,6 +14,7 @@ namespace gl {
 struct EngineOptions {
   int threads = 0;            // 0 => std::thread::hardware_concurrency()
   bool naive_matmul = false;  // single-loop reference matmul (bench baseline only)
+  int64_t logits_budget = 0;  // LM-head chunk in logits (rows·V); 0 ⇒ the backend's default. Tests force small chunks.
 };
 
 // Packed variable-length sequences: sequence i is ids[offsets[i], offsets[i+1]); no padding.
@@ -100,9 +101,10 @@ class Engine {
 // device: "cpu" | "cuda". Loads config.json + safetensors (+ optimizer.bin) from dir.
 std::unique_ptr<Engine> make_engine(const std::string& device, const std::string& dir, const EngineOptions& opts);
 
-// Shared validation: throws std::invalid_argument naming the field and the value/index.
-void validate_packed(const PackedBatch& b, int64_t vocab);
-void validate_train(const TrainBatch& b, const TrainHyper& hp, int64_t vocab);
+// Shared validation: throws std::invalid_argument naming the field and the value/index. A sequence may hold at
+// most max_positions tokens (config max_position_embeddings: positions 0..max_positions−1, as generation).
+void validate_packed(const PackedBatch& b, int64_t vocab, int64_t max_positions);
+void validate_train(const TrainBatch& b, const TrainHyper& hp, int64_t vocab, int64_t max_positions);
 void validate_generate(int64_t n_prompt, const int32_t* prompt, const GenerateOptions& o, int64_t vocab);
 
 // Optimizer state file (optimizer.bin): magic, version, step, n, m[n], v[n].

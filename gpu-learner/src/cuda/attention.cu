@@ -6,6 +6,7 @@
 // dK/dV: a block owns 32 keys of one kv head (8 keys per warp) and walks every query row (of every q
 // head of its group) at or after them, so dK, dV are written once with no atomics; dQ is a separate
 // pass (recomputes the scores) for the same reason.
+#include <algorithm>
 #include <cfloat>
 #include <stdexcept>
 #include <string>
@@ -284,16 +285,31 @@ int dpl_of(int D) { return D <= 32 ? 1 : D <= 64 ? 2 : D <= 128 ? 4 : 8; }
     default: { constexpr int DPL = 8; __VA_ARGS__; } break; \
   }
 
+// gridDim.y ≤ 65535: sequences go in slices of at most that many per launch; a slice's kernels see its own
+// offsets (offsets + s0), so the kernels index sequences relative to the slice.
+constexpr int kMaxSeqsPerLaunch = 65535;
+
+AttnShape seq_slice(const AttnShape& a, int s0) {
+  AttnShape c = a;
+  c.q_offs += s0;
+  c.k_offs += s0;
+  c.n_seqs = std::min(kMaxSeqsPerLaunch, a.n_seqs - s0);
+  return c;
+}
+
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& a, cudaStream_t s) {
   check_shape(a);
   if (a.max_q_len <= 0 || a.n_seqs <= 0) return;
-  const dim3 grid((a.max_q_len + kTile - 1) / kTile, a.n_seqs, a.Hq);
   const size_t smem = sizeof(float) * size_t(kTile) * (3 * a.D + 1);
-  GL_DISPATCH_DPL(a.D, {
-    allow_smem(attn_fwd_kernel<DPL>, smem);
-    attn_fwd_kernel<DPL><<<grid, kBlock, smem, s>>>(out, lse, q, k, v, a);
-  });
-  cudaCheckLaunch("attention_forward");
+  for (int s0 = 0; s0 < a.n_seqs; s0 += kMaxSeqsPerLaunch) {
+    const AttnShape c = seq_slice(a, s0);
+    const dim3 grid((a.max_q_len + kTile - 1) / kTile, c.n_seqs, a.Hq);
+    GL_DISPATCH_DPL(a.D, {
+      allow_smem(attn_fwd_kernel<DPL>, smem);
+      attn_fwd_kernel<DPL><<<grid, kBlock, smem, s>>>(out, lse, q, k, v, c);
+    });
+    cudaCheckLaunch("attention_forward");
+  }
 }
 
 void attention_backward(float* dq, float* dk, float* dv, float* delta, const bf16* dout, const bf16* out, const bf16* q, const bf16* k,
@@ -303,16 +319,19 @@ void attention_backward(float* dq, float* dk, float* dv, float* delta, const bf1
   const int64_t rows = T * a.Hq;
   attn_delta_kernel<<<unsigned((rows + 7) / 8), 256, 0, s>>>(delta, dout, out, rows, a.D, a.q_stride, a.Hq);
   cudaCheckLaunch("attention_backward delta");
-  const dim3 gq((a.max_q_len + kTile - 1) / kTile, a.n_seqs, a.Hq), gk((a.max_q_len + kTile - 1) / kTile, a.n_seqs, a.Hkv);
   const size_t smem_q = sizeof(float) * size_t(kTile) * (4 * a.D + 2);
   const size_t smem_k = sizeof(float) * (size_t(kTile) * (4 * a.D + 2) + 2 * kTile);
-  GL_DISPATCH_DPL(a.D, {
-    allow_smem(attn_bwd_dq_kernel<DPL>, smem_q);
-    attn_bwd_dq_kernel<DPL><<<gq, kBlock, smem_q, s>>>(dq, dout, q, k, v, lse, delta, a);
-    allow_smem(attn_bwd_dkdv_kernel<DPL>, smem_k);
-    attn_bwd_dkdv_kernel<DPL><<<gk, kBlock, smem_k, s>>>(dk, dv, dout, q, k, v, lse, delta, a);
-  });
-  cudaCheckLaunch("attention_backward");
+  for (int s0 = 0; s0 < a.n_seqs; s0 += kMaxSeqsPerLaunch) {
+    const AttnShape c = seq_slice(a, s0);
+    const dim3 gq((a.max_q_len + kTile - 1) / kTile, c.n_seqs, a.Hq), gk((a.max_q_len + kTile - 1) / kTile, c.n_seqs, a.Hkv);
+    GL_DISPATCH_DPL(a.D, {
+      allow_smem(attn_bwd_dq_kernel<DPL>, smem_q);
+      attn_bwd_dq_kernel<DPL><<<gq, kBlock, smem_q, s>>>(dq, dout, q, k, v, lse, delta, c);
+      allow_smem(attn_bwd_dkdv_kernel<DPL>, smem_k);
+      attn_bwd_dkdv_kernel<DPL><<<gk, kBlock, smem_k, s>>>(dk, dv, dout, q, k, v, lse, delta, c);
+    });
+    cudaCheckLaunch("attention_backward");
+  }
 }
 
 }  // namespace gl::cuda

@@ -4,10 +4,26 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
 namespace gl::cuda {
+
+// Hooks for the test-only CPU emulator (gpu-learner/emu, which defines GL_CUDA_EMU): it bounds-checks copies and
+// GEMM operands against named buffers and keeps canary bytes between arena buffers. Nothing on a GPU.
+inline void name_device_range(const void* p, size_t bytes, const char* name) {
+#ifdef GL_CUDA_EMU
+  ::gl_emu::name_range(p, bytes, name);
+#else
+  (void)p, (void)bytes, (void)name;
+#endif
+}
+#ifdef GL_CUDA_EMU
+constexpr size_t kArenaGuard = ::gl_emu::kArenaGuard;
+#else
+constexpr size_t kArenaGuard = 0;
+#endif
 
 inline const char* cuda_hint(cudaError_t e) {
   switch (e) {

@@ -46,6 +46,7 @@ class DevMem {
                                " (" + cudaGetErrorString(e) + ") — lower microBatchTokens / the sequence length, or use a larger GPU");
     }
     bytes_ = bytes;
+    cuda::name_device_range(p_, bytes, what);
     const size_t cur = g_current += bytes;
     size_t pk = g_peak.load();
     while (cur > pk && !g_peak.compare_exchange_weak(pk, cur)) {
@@ -69,6 +70,28 @@ class DevMem {
   size_t bytes_ = 0;
 };
 
+// Stream and cuBLAS handle owned by the engine, released even when the constructor throws after creating them.
+struct OwnedStream {
+  cudaStream_t s = nullptr;
+  OwnedStream() = default;
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  ~OwnedStream() {
+    if (s) cudaStreamDestroy(s);
+  }
+  operator cudaStream_t() const { return s; }
+};
+struct OwnedBlas {
+  cublasHandle_t h = nullptr;
+  OwnedBlas() = default;
+  OwnedBlas(const OwnedBlas&) = delete;
+  OwnedBlas& operator=(const OwnedBlas&) = delete;
+  ~OwnedBlas() {
+    if (h) cublasDestroy(h);
+  }
+  operator cublasHandle_t() const { return h; }
+};
+
 class CudaEngine final : public Engine {
  public:
   CudaEngine(const std::string& dir, const EngineOptions& opts) : CudaEngine(load_config(dir), dir, opts) {}
@@ -77,22 +100,22 @@ class CudaEngine final : public Engine {
         normf_(layout_.final_norm), head_(layout_.head) {
     if (cfg_.head_dim % 2 || cfg_.head_dim > 256)
       throw std::invalid_argument(dir + "/config.json: head_dim=" + std::to_string(cfg_.head_dim) + " unsupported by the CUDA backend (even, <= 256)");
-    cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    cublasCheck(cublasCreate(&blas_));
+    cudaCheck(cudaStreamCreateWithFlags(&stream_.s, cudaStreamNonBlocking));
+    cublasCheck(cublasCreate(&blas_.h));
     cublasCheck(cublasSetStream(blas_, stream_));
     w32_.alloc(size_t(n_params_) * 4, "fp32 master weights");
-    w16_.alloc(size_t(n_params_) * 2, "bf16 weights");
+    w16_.alloc(size_t(n_params_) * sizeof(bf16), "bf16 weights");
     g32_.alloc(size_t(n_params_) * 4, "gradients");
     m_.alloc(size_t(n_params_) * 4, "AdamW m");
     v_.alloc(size_t(n_params_) * 4, "AdamW v");
     red_.alloc(sizeof(double) * size_t(cuda::sumsq_blocks() + 8), "reductions");
     rope_tables();
-    load(dir);
-  }
-
-  ~CudaEngine() override {
-    if (blas_) cublasDestroy(blas_);
-    if (stream_) cudaStreamDestroy(stream_);
+    if (dir.empty()) {  // shape only (make_cuda_engine_for_shape): zero weights, no checkpoint
+      for (DevMem* m : {&w32_, &w16_, &g32_, &m_, &v_}) cudaCheck(cudaMemsetAsync(m->as<char>(), 0, m->bytes(), stream_));
+      cudaCheck(cudaStreamSynchronize(stream_));
+    } else {
+      load(dir);
+    }
   }
 
   const QwenConfig& config() const override { return cfg_; }
@@ -144,9 +167,10 @@ class CudaEngine final : public Engine {
   // ---------------------------------------------------------------- log-probs
 
   void logprobs(const PackedBatch& b, float* out) override {
-    validate_packed(b, cfg_.vocab_size);
+    validate_packed(b, cfg_.vocab_size, cfg_.max_position_embeddings);
     for_micro_batches(b, 4096, [&](int64_t s0, int64_t s1) {
       const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
+      if (T == 0) return;  // only empty sequences: no log-probs to compute
       upload_batch(b.ids + a, b.offsets + s0, s1 - s0, T);
       forward(T);
       cudaCheck(cudaMemcpyAsync(out + a, logp_, sizeof(float) * size_t(T), cudaMemcpyDeviceToHost, stream_));
@@ -195,8 +219,8 @@ class CudaEngine final : public Engine {
   GenerateResult generate(const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o) override {
     const int64_t L = cfg_.num_hidden_layers, KD = cfg_.kv_dim();
     auto reserve = [&](int64_t max_t) {
-      kcache_.alloc(size_t(L * max_t * KD) * 2, "KV cache (K)");
-      vcache_.alloc(size_t(L * max_t * KD) * 2, "KV cache (V)");
+      kcache_.alloc(size_t(L * max_t * KD) * sizeof(bf16), "KV cache (K)");
+      vcache_.alloc(size_t(L * max_t * KD) * sizeof(bf16), "KV cache (V)");
       cache_len_ = max_t;
     };
     auto feed = [&](const int32_t* toks, int64_t n, int64_t pos0, float* logits) { forward_infer(toks, n, pos0, logits); };
@@ -244,39 +268,51 @@ class CudaEngine final : public Engine {
 
   // ---------------------------------------------------------------- activation plan (one arena)
 
-  int64_t head_chunk(int64_t T) const { return std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 27) / cfg_.vocab_size)); }
+  int64_t head_chunk(int64_t T) const {
+    const int64_t budget = opts_.logits_budget > 0 ? opts_.logits_budget : int64_t(1) << 27;
+    return std::max<int64_t>(1, std::min<int64_t>(T, budget / cfg_.vocab_size));
+  }
 
-  // Plans every activation buffer for a micro-batch of up to T tokens; grows the arena when needed.
-  void plan(int64_t T) {
-    if (T <= cap_tokens_) return;
+  // Plans every activation buffer for a micro-batch of up to T ≥ 1 tokens in up to S sequences (offsets need
+  // S + 1 entries; empty sequences make S exceed T); grows the arena when either grows.
+  void plan(int64_t T, int64_t S) {
+    if (T <= cap_tokens_ && S <= cap_seqs_) return;
+    T = std::max(T, cap_tokens_);
+    S = std::max(S, cap_seqs_);
     const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(), V = cfg_.vocab_size;
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, L = cfg_.num_hidden_layers, ch = head_chunk(T);
+    arena_.release();
     for (int pass = 0; pass < 2; pass++) {
       char* base = pass ? arena_.as<char>() : nullptr;
       size_t off = 0;
-      auto take = [&](int64_t n, size_t elem) -> void* {
+      auto take = [&](int64_t n, size_t elem, const char* name) -> void* {
         void* r = base ? base + off : nullptr;
-        off += (size_t(n) * elem + 255) & ~size_t(255);
+        const size_t bytes = size_t(n) * elem;
+        cuda::name_device_range(r, bytes, name);
+        off += ((bytes + 255) & ~size_t(255)) + cuda::kArenaGuard;
         return r;
       };
-      auto f32 = [&](int64_t n) { return static_cast<float*>(take(n, 4)); };
-      auto b16 = [&](int64_t n) { return static_cast<bf16*>(take(n, 2)); };
+      auto f32 = [&](float*& p, int64_t n, const char* name) { p = static_cast<float*>(take(n, sizeof(float), name)); };
+      auto b16 = [&](bf16*& p, int64_t n, const char* name) { p = static_cast<bf16*>(take(n, sizeof(bf16), name)); };
+      auto i32 = [&](int32_t*& p, int64_t n, const char* name) { p = static_cast<int32_t*>(take(n, sizeof(int32_t), name)); };
       res_.assign(size_t(L + 1), nullptr);
-      for (int64_t l = 0; l <= L; l++) res_[size_t(l)] = f32(T * C);  // checkpoints: each layer's input, then the final residual
-      ids_ = static_cast<int32_t*>(take(T, 4)); pos_ = static_cast<int32_t*>(take(T, 4)); offs_ = static_cast<int32_t*>(take(T + 1, 4));
-      lnf_ = b16(T * C); rstdf_ = f32(T); lse_head_ = f32(T); logp_ = f32(T); dlogp_ = f32(T);
-      coef_ = f32(T); adv_ = f32(T); old_ = f32(T);
-      ln1_ = b16(T * C); rstd1_ = f32(T); q32_ = f32(T * QD); k32_ = f32(T * KD); v32_ = f32(T * KD);
-      qr_ = b16(T * QD); kr_ = b16(T * KD); v16_ = b16(T * KD); qrstd_ = f32(T * Hq); krstd_ = f32(T * Hkv);
-      atty_ = b16(T * QD); attlse_ = f32(T * Hq); resmid_ = f32(T * C); ln2_ = b16(T * C); rstd2_ = f32(T);
-      gate_ = f32(T * I); up_ = f32(T * I); h_ = b16(T * I);
-      dres_ = f32(T * C); dres16_ = b16(T * C); dln_ = f32(T * C); dh_ = f32(T * I); dg16_ = b16(T * I); du16_ = b16(T * I);
-      datty16_ = b16(T * QD); dq32_ = f32(T * QD); dk32_ = f32(T * KD); dv32_ = f32(T * KD);
-      dq16_ = b16(T * QD); dk16_ = b16(T * KD); dv16_ = b16(T * KD); delta_ = f32(T * Hq);
-      logits_ = f32(ch * V); dlogits_ = b16(ch * V);
+      for (int64_t l = 0; l <= L; l++) f32(res_[size_t(l)], T * C, "res (layer input / final residual)");  // checkpoints
+      i32(ids_, T, "ids"); i32(pos_, T, "pos"); i32(offs_, S + 1, "offs");
+      b16(lnf_, T * C, "lnf"); f32(rstdf_, T, "rstdf"); f32(lse_head_, T, "lse_head"); f32(logp_, T, "logp"); f32(dlogp_, T, "dlogp");
+      f32(coef_, T, "coef"); f32(adv_, T, "adv"); f32(old_, T, "old");
+      b16(ln1_, T * C, "ln1"); f32(rstd1_, T, "rstd1"); f32(q32_, T * QD, "q32"); f32(k32_, T * KD, "k32"); f32(v32_, T * KD, "v32");
+      b16(qr_, T * QD, "qr"); b16(kr_, T * KD, "kr"); b16(v16_, T * KD, "v16"); f32(qrstd_, T * Hq, "qrstd"); f32(krstd_, T * Hkv, "krstd");
+      b16(atty_, T * QD, "atty"); f32(attlse_, T * Hq, "attlse"); f32(resmid_, T * C, "resmid"); b16(ln2_, T * C, "ln2"); f32(rstd2_, T, "rstd2");
+      f32(gate_, T * I, "gate"); f32(up_, T * I, "up"); b16(h_, T * I, "h");
+      f32(dres_, T * C, "dres"); b16(dres16_, T * C, "dres16"); f32(dln_, T * C, "dln"); f32(dh_, T * I, "dh"); b16(dg16_, T * I, "dg16");
+      b16(du16_, T * I, "du16");
+      b16(datty16_, T * QD, "datty16"); f32(dq32_, T * QD, "dq32"); f32(dk32_, T * KD, "dk32"); f32(dv32_, T * KD, "dv32");
+      b16(dq16_, T * QD, "dq16"); b16(dk16_, T * KD, "dk16"); b16(dv16_, T * KD, "dv16"); f32(delta_, T * Hq, "delta");
+      f32(logits_, ch * V, "logits"); b16(dlogits_, ch * V, "dlogits");
       if (!pass) arena_.alloc(off, "activations");
     }
     cap_tokens_ = T;
+    cap_seqs_ = S;
   }
 
   // ---------------------------------------------------------------- GEMMs (cuBLAS, bf16 in, fp32 accumulate and out)
@@ -305,7 +341,7 @@ class CudaEngine final : public Engine {
   // ---------------------------------------------------------------- forward
 
   void upload_batch(const int32_t* ids, const int32_t* offs, int64_t n_seqs, int64_t T) {
-    plan(T);
+    plan(T, n_seqs);
     std::vector<int32_t> pos(static_cast<size_t>(T)), rel(size_t(n_seqs + 1));
     max_len_ = 0;
     for (int64_t s = 0; s <= n_seqs; s++) rel[size_t(s)] = offs[s] - offs[0];
@@ -404,7 +440,9 @@ class CudaEngine final : public Engine {
     cudaCheck(cudaMemsetAsync(dres_, 0, sizeof(float) * size_t(T * C), s));
     cuda::rmsnorm_backward(dres_, G(normf_), dln_, res_[size_t(L)], W(normf_), rstdf_, T, C, s);
     for (int64_t l = L - 1; l >= 0; l--) {
-      layer_forward(l, T, res_[size_t(l)], res_[size_t(l + 1)]);  // recompute (activation checkpointing); rewrites the same output
+      // Recompute (activation checkpointing; rewrites the same output), except the last layer: forward(T), which
+      // always runs just before, left its activations in the layer scratch.
+      if (l != L - 1) layer_forward(l, T, res_[size_t(l)], res_[size_t(l + 1)]);
       layer_backward(l, T);
     }
     cuda::embedding_backward(G(emb_), ids_, dres_, T, C, s);
@@ -454,7 +492,7 @@ class CudaEngine final : public Engine {
   // ---------------------------------------------------------------- GRPO++ loss over the batch
 
   TrainStats accumulate_gradients(const TrainBatch& b, const TrainHyper& hp) {
-    validate_train(b, hp, cfg_.vocab_size);
+    validate_train(b, hp, cfg_.vocab_size, cfg_.max_position_embeddings);
     if (with_grads_) cudaCheck(cudaMemsetAsync(g32_.as<float>(), 0, size_t(n_params_) * 4, stream_));
     const bool pp = hp.mode == LossMode::GrpoPlusPlus;
     const double clip_high = pp ? hp.clip_high : hp.clip_low;  // GRPO: symmetric clip
@@ -474,6 +512,7 @@ class CudaEngine final : public Engine {
     cudaCheck(cudaMemsetAsync(stats, 0, 4 * sizeof(double), stream_));
     for_micro_batches(b, hp.micro_batch_tokens, [&](int64_t s0, int64_t s1) {
       const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
+      if (T == 0) return;  // only empty sequences: no tokens, no loss, no gradient (as the CPU engine)
       upload_batch(b.ids + a, b.offsets + s0, s1 - s0, T);
       cudaCheck(cudaMemcpyAsync(coef_, coef.data() + a, sizeof(float) * size_t(T), cudaMemcpyHostToDevice, stream_));
       cudaCheck(cudaMemcpyAsync(adv_, adv.data() + a, sizeof(float) * size_t(T), cudaMemcpyHostToDevice, stream_));
@@ -500,7 +539,7 @@ class CudaEngine final : public Engine {
   // Feeds n tokens at positions pos0.. through the model, appending K/V to the cache; logits (V) of the last one.
   void forward_infer(const int32_t* toks, int64_t n, int64_t pos0, float* logits) {
     const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_hidden_layers;
-    plan(n);
+    plan(n, 1);
     std::vector<int32_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; i++) pos[size_t(i)] = int32_t(pos0 + i);
     const int32_t go[4] = {0, int32_t(n), 0, int32_t(pos0 + n)};  // q offsets, k offsets (one sequence)
@@ -519,8 +558,8 @@ class CudaEngine final : public Engine {
 
   QwenConfig cfg_;
   EngineOptions opts_;
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
+  OwnedStream stream_;
+  OwnedBlas blas_;
   ParamLayout layout_;
   const std::vector<LayerParams>& layers_;
   const int64_t n_params_, emb_, normf_, head_;  // from layout_
@@ -528,7 +567,7 @@ class CudaEngine final : public Engine {
   DevMem w32_, w16_, g32_, m_, v_, red_, cos_, sin_, arena_, kcache_, vcache_, gen_offs_mem_;
   std::string src_dir_;
   bool with_grads_ = true;
-  int64_t cap_tokens_ = 0, n_seqs_ = 0, max_len_ = 0, cache_len_ = 0;
+  int64_t cap_tokens_ = 0, cap_seqs_ = 0, n_seqs_ = 0, max_len_ = 0, cache_len_ = 0;
   int32_t* gen_offs_ = nullptr;
   // activation arena views (see plan())
   std::vector<float*> res_;
@@ -545,7 +584,9 @@ class CudaEngine final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_cuda_engine(const std::string& dir, const EngineOptions& opts) {
+namespace {
+// A usable GPU of compute capability 8.0+ (bf16), or a clear error.
+void require_gpu() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
@@ -561,7 +602,17 @@ std::unique_ptr<Engine> make_cuda_engine(const std::string& dir, const EngineOpt
   if (prop.major < 8)
     throw std::runtime_error(std::string("CUDA backend needs compute capability 8.0+ (bf16 tensor cores); ") + prop.name + " is " +
                              std::to_string(prop.major) + "." + std::to_string(prop.minor));
+}
+}  // namespace
+
+std::unique_ptr<Engine> make_cuda_engine(const std::string& dir, const EngineOptions& opts) {
+  require_gpu();
   return std::make_unique<CudaEngine>(dir, opts);
+}
+
+std::unique_ptr<Engine> make_cuda_engine_for_shape(const QwenConfig& cfg, const EngineOptions& opts) {
+  require_gpu();
+  return std::make_unique<CudaEngine>(cfg, std::string(), opts);
 }
 
 CudaMemoryStats cuda_memory_stats() { return {g_current.load(), g_peak.load()}; }
