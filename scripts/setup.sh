@@ -2,19 +2,27 @@
 # One idempotent set-up for a fresh machine: node modules + native build, the Temporal CLI,
 # and (with --test or --docker) the Docker engine and SWE task images; with --test (or --torch) also the
 # CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
-# monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh).
+# monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh),
+# the CUDA emulator build and nvcc for the kernels' register report (test/cuda-emu.test.ts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_docker=0
 want_torch=0
 want_monitoring=0
-for a in "$@"; do case "$a" in --test) want_docker=1; want_torch=1; want_monitoring=1 ;; --docker) want_docker=1 ;; --torch) want_torch=1 ;; esac; done
+want_test=0
+for a in "$@"; do case "$a" in --test) want_docker=1; want_torch=1; want_monitoring=1; want_test=1 ;; --docker) want_docker=1 ;; --torch) want_torch=1 ;; esac; done
 
 if [ ! -d node_modules/@temporalio/worker ] || [ package.json -nt node_modules/.package-lock.json ]; then
   echo "[setup] npm install" >&2
   npm install --no-audit --no-fund >&2
 fi
 node gpu-learner/build.mjs >&2
+if [ "$want_test" = 1 ]; then
+  # The CUDA engine's sources built against the test-only emulator (gpu-learner/emu); cached by content hash.
+  node --import tsx gpu-learner/emu/build.ts --mutants >&2
+  # nvcc, cudart headers and CCCL (~55 MB, cached in .tools/cuda) for the kernels' register/spill report; optional.
+  bash scripts/ensure-cuda-toolchain.sh --compiler >/dev/null || echo "[setup] no nvcc: the kernel register/spill report is skipped" >&2
+fi
 [ -f scripts/ensure-temporal.sh ] && bash scripts/ensure-temporal.sh >&2
 if [ "$want_docker" = 1 ] && [ -f scripts/ensure-docker.sh ]; then
   bash scripts/ensure-docker.sh >&2

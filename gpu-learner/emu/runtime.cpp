@@ -114,6 +114,7 @@ cudaError_t host_fail(cudaError_t e, const std::string& msg, bool sticky) {
 struct KernelCount {
   int64_t launches = 0, blocks = 0, threads = 0;
   double seconds = 0;  // emulation time (where the emulator spends it)
+  int64_t switches = 0;
 };
 struct Counters {
   std::map<std::string, KernelCount> kernels;
@@ -336,6 +337,7 @@ struct Runner {
   bool failed = false;
   std::string error;
   int64_t error_block = 0;
+  int64_t switches = 0;  // context switches (the emulator's unit of cost)
 
   Runner() {
     page = size_t(sysconf(_SC_PAGESIZE));
@@ -424,6 +426,7 @@ void transfer(Runner& r, Fiber* from, Fiber* to, bool final) {
   (void)final;
 #endif
 #if defined(__x86_64__)
+  r.switches++;
   gl_emu_switch(from ? &from->sp : &r.sched_sp, to ? to->sp : r.sched_sp);
 #else
   swapcontext(from ? &from->uc : &r.sched_uc, to ? &to->uc : &r.sched_uc);
@@ -956,7 +959,9 @@ void Launch::execute(void (*call)(void*, void*), void* kernel, void* args) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Runner*> rs = pool().run(job);
   std::lock_guard<std::recursive_mutex> lk(g_mu);
-  g_count.kernels[name_].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  KernelCount& kc = g_count.kernels[name_];
+  kc.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (Runner* r : rs) kc.switches += r->switches, r->switches = 0;
   const Runner* bad = nullptr;
   for (const Runner* r : rs)
     if (r->failed && (!bad || r->error_block < bad->error_block)) bad = r;
@@ -1385,7 +1390,7 @@ std::string stats_json() {
   bool first = true;
   for (auto& [name, c] : g_count.kernels) {
     s += (first ? "\"" : ",\"") + name + "\":{\"launches\":" + std::to_string(c.launches) + ",\"blocks\":" + std::to_string(c.blocks) +
-         ",\"threads\":" + std::to_string(c.threads) + ",\"seconds\":" + std::to_string(c.seconds) + "}";
+         ",\"threads\":" + std::to_string(c.threads) + ",\"seconds\":" + std::to_string(c.seconds) + ",\"switches\":" + std::to_string(c.switches) + "}";
     first = false;
   }
   char buf[256];

@@ -1,7 +1,6 @@
-// Error wrappers for the CUDA backend: every CUDA / cuBLAS call goes through one of these, so a failure
-// names the file, the line, the call and what to try next (llm.c's cudaCheck, with a hint).
+// Error wrappers for the CUDA backend: every CUDA call goes through one of these (cuBLAS calls through
+// cublas_check.cuh), so a failure names the file, the line, the call and what to try next (llm.c's cudaCheck, with a hint).
 #pragma once
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -48,16 +47,6 @@ inline const char* cuda_hint(cudaError_t e) {
                            file + ":" + std::to_string(line) + " — " + cuda_hint(e));
 }
 
-[[noreturn]] inline void cublas_fail(cublasStatus_t s, const char* what, const char* file, int line) {
-  const char* hint = s == CUBLAS_STATUS_ALLOC_FAILED     ? "out of GPU memory for the cuBLAS workspace"
-                     : s == CUBLAS_STATUS_NOT_SUPPORTED  ? "shape/type combination unsupported on this GPU (bf16 GEMM needs sm_80+)"
-                     : s == CUBLAS_STATUS_ARCH_MISMATCH  ? "GPU architecture too old for bf16 GEMM (needs sm_80+)"
-                     : s == CUBLAS_STATUS_INVALID_VALUE  ? "bad GEMM arguments (a bug: check the leading dimensions)"
-                                                         : "see the cuBLAS status; rerun with CUDA_LAUNCH_BLOCKING=1";
-  throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(s) + " in " + what + " at " + file + ":" +
-                           std::to_string(line) + " — " + hint);
-}
-
 }  // namespace gl::cuda
 
 #define cudaCheck(call)                                                                  \
@@ -71,10 +60,4 @@ inline const char* cuda_hint(cudaError_t e) {
   do {                                                                                   \
     cudaError_t e_ = cudaGetLastError();                                                 \
     if (e_ != cudaSuccess) ::gl::cuda::cuda_fail(e_, "launch of " name, __FILE__, __LINE__); \
-  } while (0)
-
-#define cublasCheck(call)                                                                \
-  do {                                                                                   \
-    cublasStatus_t s_ = (call);                                                          \
-    if (s_ != CUBLAS_STATUS_SUCCESS) ::gl::cuda::cublas_fail(s_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "check.cuh"
+#include "cublas_check.cuh"
 #include "cuda_engine.h"
 #include "gl/engine.h"
 #include "gl/layout.h"
