@@ -42,7 +42,12 @@ function assertScreenshot(path: string): void {
 test('a 6-iteration run is one trainingRun row with live current details, plots in the store, a report and UI screenshots', async () => {
   const runId = 'progress-6';
   const config = tinyConfig(t.dir, { runId, iterations: 6 });
-  const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+  const h = await t.client.workflow.start('trainingRun', {
+    taskQueue: 'learner',
+    workflowId: runId,
+    args: [config],
+    staticSummary: 'frozenlake training run: 6 iterations of 4 tasks × 2 samples',
+  });
   const shots = process.env.SWERL_SCREENSHOT_DIR ?? join(t.dir, 'screenshots');
   mkdirSync(shots, { recursive: true });
   const browser = await launchChromium();

@@ -103,7 +103,14 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
   const metricsPath = join(outDir, 'metrics.jsonl');
   try {
     try {
-      await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+      await client.workflow.start('trainingRun', {
+        taskQueue: 'learner',
+        workflowId: runId,
+        args: [config],
+        // the UI's Summary/Details of the run (its current details follow the iterations)
+        staticSummary: `${config.env.kind} training run: ${config.iterations} iterations of ${config.batch.tasks} tasks × ${config.batch.samples} samples`,
+        staticDetails: `store \`${config.store.url}\`${config.tracking.mlflow ? ` · MLflow ${config.tracking.mlflow.uri} experiment \`${config.tracking.mlflow.experiment}\`` : ''}`,
+      });
       log(`started trainingRun ${runId} (store ${config.store.url})`);
     } catch (e) {
       if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
