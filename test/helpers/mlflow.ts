@@ -45,7 +45,7 @@ export async function startMlflowServer(dir: string): Promise<MlflowServer> {
       await waitFor(`MLflow server at ${uri} (log ${join(dir, 'mlflow.log')})`, async () => {
         if (c.exitCode !== null) throw new Error(`mlflow server exited ${c.exitCode}`);
         return (await fetch(`${uri}/health`)).ok;
-      }, 120_000, 250);
+      }, 240_000, 250);
     },
     async stop() {
       const c = child;
