@@ -65,7 +65,7 @@ test('a 6-iteration run is one trainingRun row with live current details, plots 
     const page = await browser.page();
     await page.addInitScript(uiViewsScript('default'));
     const { runId: execution } = await h.describe();
-    await page.goto(`${t.server.uiUrl}/namespaces/default/workflows/${runId}/${execution}/user-metadata`, { waitUntil: 'networkidle' });
+    await page.goto(`${t.server.uiUrl}/namespaces/default/workflows/${runId}/${execution}/user-metadata`, { waitUntil: 'load' });
     // the UI renders current details (markdown) in a frame of its own, re-rendered as they change
     const shown = await waitFor(
       'the current details in the run page',
@@ -76,7 +76,7 @@ test('a 6-iteration run is one trainingRun row with live current details, plots 
         }
         return null;
       },
-      60_000,
+      120_000,
     );
     assert.match(shown, /reward \d\.\d{3}/);
     await page.screenshot({ path: join(shots, 'run-page.png') });
@@ -110,8 +110,9 @@ test('a 6-iteration run is one trainingRun row with live current details, plots 
     assert.ok(r.plots.every((p) => p.startsWith(store.dirFor(keys.plots(runId)))));
 
     // the list as a run dashboard: the saved view's query, RL columns
-    await page.goto(`${t.server.uiUrl}/namespaces/default/workflows?query=${encodeURIComponent(RUN_SAVED_VIEWS[0].query)}`, { waitUntil: 'networkidle' });
-    await page.getByText(runId, { exact: true }).first().waitFor({ timeout: 30_000 });
+    await page.goto(`${t.server.uiUrl}/namespaces/default/workflows?query=${encodeURIComponent(RUN_SAVED_VIEWS[0].query)}`, { waitUntil: 'load' });
+    await page.getByText(runId, { exact: true }).first().waitFor();
+    await page.getByText('RlMeanReward').first().waitFor();
     const text = await page.evaluate(() => document.body.innerText);
     for (const col of ['RlIteration', 'RlPhase', 'RlMeanReward']) assert.ok(text.includes(col), `list column ${col}`);
     assert.ok(!text.includes(`${runId}-iter-`), 'the saved view lists runs only');

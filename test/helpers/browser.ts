@@ -40,6 +40,8 @@ export async function launchChromium(): Promise<HeadlessBrowser> {
     async page(width = 1600, height = 1000) {
       const p = await context.newPage();
       await p.setViewportSize({ width, height });
+      // generous: a loaded 2-core machine renders the UI slowly
+      p.setDefaultTimeout(120_000);
       return p;
     },
     async close() {
