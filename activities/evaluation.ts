@@ -401,17 +401,19 @@ export function runReportFiles(
   errors: readonly EvalErrorRecord[],
   run: number,
   evalId: string,
+  where: { runId?: string; dir?: string } = {},
 ): { files: [string, string][]; summary: RunSummary } {
-  const runId = harnessRunId(evalId, run);
+  const runId = where.runId ?? harnessRunId(evalId, run);
+  const dir = where.dir ?? `run-${run}`;
   const model = modelDirName(plan.modelName);
   const preds = predictionsOf(plan, episodes, run);
   const byTask = new Map(episodes.filter((e) => e.run === run).map((e) => [e.taskId, e]));
-  const files: [string, string][] = [[`run-${run}/predictions.jsonl`, preds.map((p) => JSON.stringify(p)).join('\n') + (preds.length ? '\n' : '')]];
+  const files: [string, string][] = [[`${dir}/predictions.jsonl`, preds.map((p) => JSON.stringify(p)).join('\n') + (preds.length ? '\n' : '')]];
   const reports = new Map<string, InstanceReport>();
   for (const p of preds) {
     const rep = instanceReport(p, gradeResultOf(byTask.get(p.instance_id)!));
     reports.set(p.instance_id, rep[p.instance_id]!);
-    files.push([`run-${run}/logs/run_evaluation/${runId}/${model}/${p.instance_id}/report.json`, reportJson(rep)]);
+    files.push([`${dir}/logs/run_evaluation/${runId}/${model}/${p.instance_id}/report.json`, reportJson(rep)]);
   }
   const s = runSummary({ datasetIds: plan.taskIds, predictions: preds, reports, errors: new Map(), graderVersion: GRADER_VERSION });
   const errs = errors.filter((e) => e.run === run);
@@ -422,7 +424,7 @@ export function runReportFiles(
     for (const e of errs) s.error_reasons[e.taskId] = e.reason;
     s.error_instances = s.error_ids.length;
   }
-  files.push([`run-${run}/${model}.${runId}.json`, reportJson(s)]);
+  files.push([`${dir}/${model}.${runId}.json`, reportJson(s)]);
   return { files, summary: s };
 }
 

@@ -6,13 +6,14 @@ import { rollout } from './rollout.ts';
 import { reportRun } from './report.ts';
 import { sweActivities } from './swe.ts';
 import { evalEpisode, prepareEvaluation, recordEvalError, writeEvaluationReport } from './evaluation.ts';
+import { verifierActivities } from './verifiers.ts';
 
 export { LearnerContext, type LearnerWorkerOptions } from './learner.ts';
 export { registerEnvironment } from './rollout.ts';
 
 /** Rollout-queue activities: rollouts, dataset, bookkeeping, SWE task validation and grading. */
 export function createRolloutActivities() {
-  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, reportRun, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport };
+  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, reportRun, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport, ...verifierActivities };
 }
 
 /** All activities; the learner ones bound to `ctx`. */

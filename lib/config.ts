@@ -174,6 +174,24 @@ export const TrainingConfigSchema = z
       .default({}),
     /** trainingRun continues-as-new after this many iterations, or sooner when Temporal suggests it */
     continueAsNewEvery: int().min(1).max(1_000_000).default(100),
+    /** validation: every `every` iterations, an evaluationRun of the new checkpoint on held-out tasks (lib/eval/config.ts) */
+    eval: z
+      .object({
+        every: int().min(1).max(1_000_000),
+        /** held-out tasks file (JSONL or parquet of SWE-bench records) */
+        tasks: z.string().min(1),
+        runs: int().min(1).max(1000).default(1),
+        /** at most this many tasks of the file */
+        limit: int().min(1).optional(),
+        /** steps per episode; default env.evalMaxSteps (DeepSWE evaluation: 100) */
+        maxSteps: int().min(1).max(10_000).optional(),
+        /** generated tokens per episode (default 65,536) */
+        contextBudget: int().min(1).max(1 << 22).optional(),
+        /** episodes in flight; default maxInflightRollouts */
+        concurrency: int().min(1).max(4096).optional(),
+      })
+      .strict()
+      .optional(),
     learner: z
       .object({
         /** "native": gpu-learner in the worker process (one device); "fsdp": PyTorch FSDP2 under torchrun (DESIGN §6) */

@@ -3,6 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { bootstrapMeanCI, evaluationMetrics, formatEvalMetrics, passAtK, passAtKCurve, repoOf, type EpisodeFacts } from '../lib/eval/metrics.ts';
+import { judgeMessages, judgementScore, reportsResolved, scriptFrom, trajectoryText } from '../lib/eval/verifiers.ts';
 import { bestAtKCurve, executionBasedSelect, expectedResolved, hybridKeep, hybridSelect, kSubsets, oracleSelect, pickOne, SELECTORS, type Candidate } from '../lib/eval/best-of-k.ts';
 
 function choose(n: number, k: number): bigint {
@@ -137,4 +138,47 @@ test('Best@K: exact over all subsets when few, ties at their expected value, ora
   for (let k = 1; k <= 20; k++) assert.ok(Math.abs(a[k - 1]! - passAtK(20, 5, k)) < 0.03, `k=${k}: ${a[k - 1]} vs ${passAtK(20, 5, k)}`);
   assert.deepEqual(bestAtKCurve([many], SELECTORS.executionFree, { maxK: 20, seed: 1 }).slice(-1), [1]);
   assert.deepEqual(bestAtKCurve([[C(0, true, 1, 0, 0)]], SELECTORS.hybrid, { maxK: 2 }), [1, null]);
+});
+
+const lp = (token: string, logprob: number, top: [string, number][] = []) => ({ token, logprob, top: top.map(([t, l]) => ({ token: t, logprob: l })) });
+
+test('execution-free score: P(YES)/(P(YES)+P(NO)) at the answer token, wherever it appears', () => {
+  const ln = Math.log;
+  // after the last <judgement> marker, not at a fixed position; spelling variants summed
+  const marked = [lp('No', ln(0.5)), lp(' wait', ln(0.9)), lp('<judgement>', ln(0.9)), lp('YES', ln(0.6), [['YES', ln(0.6)], ['NO', ln(0.2)], [' Yes', ln(0.1)], ['maybe', ln(0.05)]]), lp('</judgement>', 0)];
+  const j = judgementScore(marked);
+  assert.equal(j.how, 'marker');
+  assert.equal(j.position, 3);
+  assert.ok(Math.abs(j.score - 0.7 / 0.9) < 1e-12, String(j.score));
+  // no marker: the last sampled YES/NO word
+  const sampled = judgementScore([lp('Yes', ln(0.3), [['Yes', ln(0.3)], ['No', ln(0.6)]]), lp(',', 0), lp(' no', ln(0.8), [[' no', ln(0.8)], [' yes', ln(0.2)]])]);
+  assert.equal(sampled.how, 'sampled');
+  assert.equal(sampled.position, 2);
+  assert.ok(Math.abs(sampled.score - 0.2) < 1e-12);
+  // a multi-token spelling: the first token (Y / N) is the answer token
+  const prefix = judgementScore([lp('x', ln(0.5), [['x', ln(0.5)], ['Y', ln(0.1)], ['N', ln(0.3)]])]);
+  assert.equal(prefix.how, 'prefix');
+  assert.ok(Math.abs(prefix.score - 0.25) < 1e-12);
+  assert.deepEqual(judgementScore([lp('hmm', 0)]), { score: 0.5, position: -1, pYes: 0, pNo: 0, how: 'none' });
+  assert.equal(judgementScore([]).how, 'none');
+});
+
+test('verifier prompts: the trajectory is condensed longest thoughts first; scripts and verdicts parse', () => {
+  const turns = [
+    { action: `${'think '.repeat(2000)}<function=finish>\n</function>`, observation: 'short' },
+    { action: 'brief <function=search></function>', observation: 'o'.repeat(3000) },
+  ];
+  const full = trajectoryText(turns, 1e9);
+  const small = trajectoryText(turns, 4000);
+  assert.ok(full.length > 14_000 && small.length <= 4000, `${full.length} → ${small.length}`);
+  assert.match(small, /characters condensed/);
+  assert.match(small, /brief <function=search>/, 'short thoughts and every call stay');
+  assert.match(small, /<function=finish>/);
+  const msgs = judgeMessages({ problem: 'It breaks.', turns, patch: 'diff --git a/x b/x', maxPromptChars: 6000 });
+  assert.ok(msgs[1]!.content!.length <= 6000 && msgs[1]!.content!.includes('<issue>\nIt breaks.\n</issue>') && msgs[1]!.content!.includes('diff --git a/x b/x'));
+  assert.equal(scriptFrom('Sure.\n```python\nprint(1)\n```\nand\n```python\nprint("ISSUE RESOLVED")\n```'), 'print("ISSUE RESOLVED")\n');
+  assert.equal(scriptFrom('no code'), null);
+  assert.equal(reportsResolved('ISSUE RESOLVED\n'), true);
+  assert.equal(reportsResolved('ISSUE REPRODUCED'), false);
+  assert.equal(reportsResolved('ISSUE RESOLVED ISSUE REPRODUCED'), false);
 });

@@ -4,3 +4,4 @@ export { rlIteration, rolloutChunk } from './rl-iteration.ts';
 export { validateTasks } from './validate-tasks.ts';
 export { evaluationRun, evaluationShard } from './evaluation-run.ts';
 export { trackingCatchUp } from './run-reporting.ts';
+export { selectBestOfK, selectionShard } from './select-best-of-k.ts';

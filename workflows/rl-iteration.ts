@@ -17,6 +17,8 @@ import {
 import type { createActivities } from '../activities/index.ts';
 import { ROLLOUTS_PER_WORKFLOW_DEFAULT, tasksPerChildWorkflow, type TrainingConfig } from '../lib/config.ts';
 import { groupAdvantages, mergeIterationSummaries, summariseIteration, type IterationSummary } from '../lib/grpo.ts';
+import { validationEvalConfig, validationEvalId } from '../lib/eval/config.ts';
+import { evaluationRun } from './evaluation-run.ts';
 import { chunkProgressSignal, phaseSignal, progressQuery, RL_ITERATION_SA, RL_PHASE_SA } from './signals.ts';
 import type {
   IterationMetrics,
@@ -45,6 +47,8 @@ const PROGRESS_SIGNALS_PER_CHUNK = 10;
 const FAN_OUT_PATCH = 'rl-iteration-child-fan-out';
 /** rollout activities carry a summary naming their task and sample (the UI's timeline shows it) */
 const ROLLOUT_SUMMARY_PATCH = 'rollout-activity-summaries';
+/** validation evaluations (config.eval); older histories have none */
+const VALIDATION_EVAL_PATCH = 'rl-iteration-validation-eval';
 
 function activitiesFor(config: TrainingConfig) {
   const store = proxyActivities<Activities>({
@@ -318,6 +322,20 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
   }
   const learnerSeconds = (Date.now() - tLearner) / 1000;
 
+  // validation (config.eval): the new checkpoint on held-out tasks as a child evaluationRun, into these metrics
+  let validation: Pick<IterationMetrics, 'eval' | 'evalSeconds' | 'evalErrors'> = {};
+  if (config.eval && step.checkpoint % config.eval.every === 0 && patched(VALIDATION_EVAL_PATCH)) {
+    await setPhase('evaluating');
+    const tEval = Date.now();
+    const r = await executeChild(evaluationRun, {
+      workflowId: validationEvalId(runId, step.checkpoint),
+      taskQueue: TASK_QUEUES.learner,
+      args: [validationEvalConfig(config, runId, step.checkpoint)],
+    });
+    const passAtK = Object.fromEntries(r.summary.passAtK.flatMap((x, i) => (x === null ? [] : [[String(i + 1), x]])));
+    validation = { eval: { evalId: r.evalId, pass1: r.summary.pass1, passAtK }, evalSeconds: (Date.now() - tEval) / 1000, evalErrors: r.summary.episodes.errors };
+  }
+
   const iterationSeconds = (Date.now() - t0) / 1000;
   const frac = (x: number) => (s.episodes ? x / s.episodes : 0);
   const metrics: IterationMetrics = {
@@ -343,8 +361,9 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
     lr: step.lr,
     rolloutSeconds,
     learnerSeconds,
-    orchestrationSeconds: Math.max(0, iterationSeconds - rolloutSeconds - learnerSeconds),
+    orchestrationSeconds: Math.max(0, iterationSeconds - rolloutSeconds - learnerSeconds - (validation.evalSeconds ?? 0)),
     iterationSeconds,
+    ...validation,
   };
   await store.recordMetrics({ storeUrl, runId, metrics });
   await setPhase('done');

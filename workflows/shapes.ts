@@ -79,7 +79,7 @@ export interface LearnerStepResult extends StepStats {
   reused: boolean;
 }
 
-export type IterationPhase = 'starting' | 'sampling' | 'syncing' | 'rollouts' | 'learning' | 'done' | 'paused' | 'finished';
+export type IterationPhase = 'starting' | 'sampling' | 'syncing' | 'rollouts' | 'learning' | 'evaluating' | 'done' | 'paused' | 'finished';
 
 export interface IterationMetrics {
   iteration: number;
@@ -110,6 +110,11 @@ export interface IterationMetrics {
   learnerSeconds: number;
   orchestrationSeconds: number;
   iterationSeconds: number;
+  /** validation (config.eval) of this iteration's checkpoint: pass@1 and pass@k on the held-out tasks */
+  eval?: { evalId: string; pass1: number; passAtK: Record<string, number> };
+  evalSeconds?: number;
+  /** validation episodes that could not happen (not scored) */
+  evalErrors?: number;
 }
 
 export interface RlIterationInput { runId: string; n: number; checkpoint: number; config: TrainingConfig }

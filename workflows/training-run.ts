@@ -26,6 +26,7 @@ import {
   type TrainingConfig,
 } from '../lib/config.ts';
 import { rlIteration } from './rl-iteration.ts';
+import { RL_EVAL_PASS1_SA } from './evaluation-signals.ts';
 import {
   pauseSignal,
   phaseSignal,
@@ -169,6 +170,7 @@ export async function trainingRun(rawConfig: unknown, previous?: TrainingRunStat
       upsertSearchAttributes([
         { key: RL_ITERATION_SA, value: state.iteration },
         { key: RL_MEAN_REWARD_SA, value: result.metrics.meanReward },
+        ...(result.metrics.eval ? [{ key: RL_EVAL_PASS1_SA, value: result.metrics.eval.pass1 }] : []),
       ]);
       reporter?.afterIteration(n);
       setPhase('done');

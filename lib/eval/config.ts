@@ -2,7 +2,7 @@
 // lib/config.ts whose pieces (run ids, SWE environment fields, error formatting) they share.
 // Pure (zod only): workflow code validates with it.
 import { z } from 'zod';
-import { formatIssues, RUN_ID } from '../config.ts';
+import { formatIssues, RUN_ID, type TrainingConfig } from '../config.ts';
 import { SweEnvConfigSchema } from '../swe/env-config.ts';
 
 const int = () => z.number().int();
@@ -182,4 +182,36 @@ export function modelNameOf(c: EvalConfig): string {
   if ('run' in m) return `swerl/${m.run}@${m.checkpoint}`;
   if ('path' in m) return m.path;
   return m.model;
+}
+
+/** The evaluation id of a training run's validation of `checkpoint`. */
+export const validationEvalId = (runId: string, checkpoint: number): string => `${runId}-eval-${checkpoint}`;
+
+/** The evaluationRun config of a training run's validation: its checkpoint on the held-out tasks, with the run's SWE settings. */
+export function validationEvalConfig(config: TrainingConfig, runId: string, checkpoint: number): EvalConfigInput {
+  const v = config.eval!;
+  const env = config.env.kind === 'swe' ? config.env : undefined;
+  return {
+    evalId: validationEvalId(runId, checkpoint),
+    tasksFile: v.tasks,
+    ...(v.limit ? { limit: v.limit } : {}),
+    model: { run: runId, checkpoint },
+    runs: v.runs,
+    seed: config.seed,
+    sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
+    maxSteps: v.maxSteps ?? env?.evalMaxSteps ?? 100,
+    ...(v.contextBudget ? { contextBudget: v.contextBudget } : {}),
+    maxTokensPerTurn: config.episode.maxTokensPerTurn,
+    episodeTimeoutMinutes: config.episode.timeoutMinutes,
+    concurrency: v.concurrency ?? config.maxInflightRollouts,
+    maxAttempts: config.rollout.maxAttempts,
+    heartbeatTimeoutSeconds: Math.max(30, config.rollout.heartbeatTimeoutSeconds),
+    ...(env
+      ? {
+          gradeTimeoutSeconds: env.gradeTimeoutS,
+          env: { backend: env.backend, limits: env.limits, commandTimeoutS: env.commandTimeoutS, scratchGlobs: env.scratchGlobs, maxObservationChars: env.maxObservationChars, tokenWarningAt: env.tokenWarningAt },
+        }
+      : {}),
+    store: config.store,
+  };
 }

@@ -67,6 +67,8 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
   // Workers may run elsewhere: a relative tasks file is made absolute against this process's cwd.
   const env = raw.env as { tasksFile?: unknown } | undefined;
   if (env && typeof env.tasksFile === 'string' && !isAbsolute(env.tasksFile)) env.tasksFile = resolve(env.tasksFile);
+  const ev = raw.eval as { tasks?: unknown } | undefined;
+  if (ev && typeof ev.tasks === 'string' && !isAbsolute(ev.tasks)) ev.tasks = resolve(ev.tasks);
   const v = validateConfig(raw);
   if (!v.ok) throw new Error(`invalid config ${o.config}:\n  ${v.errors.join('\n  ')}`);
   const runId = o.runId ?? v.config.runId ?? `run-${Date.now().toString(36)}`;

@@ -1,0 +1,266 @@
+// `swerl eval --config FILE [--out DIR]`: runs evaluationRun on TEMPORAL_ADDRESS, or, when none is given,
+// on an embedded dev server with an embedded worker; shows a progress bar, prints the summary table and
+// copies the report, the trajectories and the pass@k plot into DIR. `swerl eval report DIR` prints the
+// table of a finished evaluation again; `swerl eval best-of-k --config FILE` runs selectBestOfK.
+import type { Command } from 'commander';
+import cliProgress from 'cli-progress';
+import { cp, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { isAbsolute, join, resolve } from 'node:path';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
+import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { validateBestOfKConfig, validateEvalConfig } from '../../lib/eval/config.ts';
+import { evalKeys } from '../../lib/eval/keys.ts';
+import { formatEvalMetrics, type EvalMetrics } from '../../lib/eval/metrics.ts';
+import { renderChart, type ChartSeries } from '../../lib/plot.ts';
+import { fileStoreUrl, openStore } from '../../lib/store.ts';
+import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
+import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
+import { evaluationStatusQuery, selectionStatusQuery } from '../../workflows/evaluation-signals.ts';
+import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+
+export interface EvalOptions {
+  config: string;
+  out?: string;
+  address?: string;
+  evalId?: string;
+  /** no progress bar and no table (tests) */
+  quiet?: boolean;
+}
+
+export interface EvalOutcome {
+  evalId: string;
+  result: EvaluationRunResult;
+  outDir: string;
+  text: string;
+}
+
+interface Temporal {
+  client: Client;
+  close(): Promise<void>;
+}
+
+/** A client of TEMPORAL_ADDRESS (or --address), else an embedded dev server + worker under `dir`. */
+async function connect(address: string | undefined, dir: string, log: (s: string) => void): Promise<Temporal> {
+  let server: DevServer | null = null;
+  let workers: RunningWorkers | null = null;
+  let addr = address ?? process.env.TEMPORAL_ADDRESS;
+  if (!addr) {
+    server = await startDevServer({ dir: join(dir, 'temporal'), uiPort: 0 });
+    addr = server.address;
+    log(`embedded Temporal dev server at ${addr}${server.uiUrl ? ` (web UI ${server.uiUrl})` : ''}`);
+    try {
+      Runtime.install({ logger: new DefaultLogger(process.env.SWERL_LOG_LEVEL === 'INFO' ? 'INFO' : 'WARN') });
+    } catch {
+      // a runtime exists already (tests, a host process): keep its logger
+    }
+    workers = await startWorkers({ address: addr, queues: ['learner', 'rollout'] });
+  }
+  const connection = await Connection.connect({ address: addr });
+  return {
+    client: new Client({ connection }),
+    async close() {
+      await connection.close().catch(() => undefined);
+      await workers?.shutdown();
+      await server?.stop();
+    },
+  };
+}
+
+/** Reads a config file, makes relative paths absolute (workers may run elsewhere) and applies overrides. */
+function readConfig(file: string, over: Record<string, unknown>): Record<string, unknown> {
+  const raw = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+  Object.assign(raw, over);
+  if (typeof raw.tasksFile === 'string' && !isAbsolute(raw.tasksFile)) raw.tasksFile = resolve(raw.tasksFile);
+  const m = raw.model as Record<string, unknown> | undefined;
+  for (const k of ['path', 'tokenizer']) if (m && typeof m[k] === 'string' && !isAbsolute(m[k] as string)) m[k] = resolve(m[k] as string);
+  return raw;
+}
+
+/** The pass@k (and Best@K) curves as an HTML page with its SVG, a PNG and the Vega-Lite spec. */
+export async function writeCurvePlot(outBase: string, title: string, series: { name: string; values: (number | null)[]; dashed?: boolean }[]): Promise<string[]> {
+  const s: ChartSeries[] = series.map((x) => ({
+    name: x.name,
+    points: x.values.flatMap((y, i) => (y === null ? [] : [{ x: i + 1, y }])),
+    ...(x.dashed ? { dashed: true } : {}),
+  }));
+  const chart = await renderChart({ title, xTitle: 'k', yTitle: 'resolved rate', series: s, yDomain: [0, 1], integerX: true });
+  const rows = series[0]!.values.map((_, i) => `<tr><td>${i + 1}</td>${series.map((x) => `<td>${x.values[i] === null ? '' : (100 * x.values[i]!).toFixed(1) + '%'}</td>`).join('')}</tr>`).join('\n');
+  const html = `<!doctype html>\n<html><head><meta charset="utf-8"><title>${title}</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>\n${chart.svg}\n<table><thead><tr><th>k</th>${series.map((x) => `<th>${x.name}</th>`).join('')}</tr></thead><tbody>\n${rows}\n</tbody></table>\n</body></html>\n`;
+  await writeFile(`${outBase}.html`, html);
+  await writeFile(`${outBase}.svg`, chart.svg);
+  await writeFile(`${outBase}.png`, chart.png);
+  await writeFile(`${outBase}.vl.json`, JSON.stringify(chart.spec, null, 1));
+  return [`${outBase}.html`, `${outBase}.png`];
+}
+
+/** Copies an evaluation's report and trajectories from the store into `outDir` and draws its pass@k plot. */
+export async function exportEvaluation(storeUrl: string, evalId: string, outDir: string): Promise<string> {
+  const store = openStore(storeUrl);
+  await mkdir(outDir, { recursive: true });
+  await cp(store.dirFor(evalKeys.report(evalId)), outDir, { recursive: true });
+  if (existsSync(store.dirFor(evalKeys.episodes(evalId)))) await cp(store.dirFor(evalKeys.episodes(evalId)), join(outDir, 'trajectories'), { recursive: true });
+  const summary = JSON.parse(await readFile(join(outDir, 'summary.json'), 'utf8')) as { metrics: EvalMetrics; text: string };
+  await writeCurvePlot(join(outDir, 'pass_at_k'), `pass@k (${evalId})`, [
+    { name: 'pass@k', values: summary.metrics.passAtK },
+    { name: 'pass@k (completed episodes)', values: summary.metrics.passAtKCompleted, dashed: true },
+  ]);
+  return summary.text;
+}
+
+export async function evaluate(o: EvalOptions): Promise<EvalOutcome> {
+  const log = (s: string) => {
+    if (!o.quiet) console.log(s);
+  };
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  const over: Record<string, unknown> = o.evalId ? { evalId: o.evalId } : {};
+  const raw0 = readConfig(o.config, over);
+  const evalId = (raw0.evalId as string | undefined) ?? `eval-${stamp}`;
+  raw0.evalId = evalId;
+  const outDir = resolve(o.out ?? join('runs', evalId));
+  await mkdir(outDir, { recursive: true });
+  if (raw0.store === undefined) raw0.store = { url: fileStoreUrl(join(outDir, 'store')) };
+  const v = validateEvalConfig(raw0);
+  if (!v.ok) throw new Error(`invalid config ${o.config}:\n  ${v.errors.join('\n  ')}`);
+  const config = v.config;
+  const temporal = await connect(o.address, outDir, log);
+  try {
+    try {
+      await temporal.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: evalId, args: [config] });
+      log(`started evaluationRun ${evalId} (store ${config.store.url})`);
+    } catch (e) {
+      if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
+      log(`evaluationRun ${evalId} is already running: following it`);
+    }
+    const handle = temporal.client.workflow.getHandle(evalId);
+    let finished = false;
+    const resultP = handle.result().finally(() => (finished = true)) as Promise<EvaluationRunResult>;
+    let bar: cliProgress.SingleBar | null = null;
+    while (!finished) {
+      await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
+      if (finished || o.quiet) continue;
+      try {
+        const st = await handle.query(evaluationStatusQuery);
+        if (st.total > 0 && !bar) {
+          bar = new cliProgress.SingleBar(
+            { format: `${evalId} |{bar}| {value}/{total} episodes | resolved {resolved} | errors {errors} | pass@1 so far {pass1} | {phase}`, hideCursor: false, noTTYOutput: !process.stdout.isTTY, notTTYSchedule: 5000 },
+            cliProgress.Presets.shades_classic,
+          );
+          bar.start(st.total, 0, { resolved: 0, errors: 0, pass1: '-', phase: st.phase });
+        }
+        bar?.update(st.done, { resolved: st.resolved, errors: st.errors, pass1: st.pass1SoFar === null ? '-' : `${(100 * st.pass1SoFar).toFixed(1)}%`, phase: st.phase });
+      } catch {
+        // the server may be restarting
+      }
+    }
+    bar?.stop();
+    const result = await resultP;
+    const text = await exportEvaluation(config.store.url, evalId, outDir);
+    log(text);
+    log(`report: ${outDir} (summary.json, run-<r>/predictions.jsonl, run-<r>/logs/run_evaluation/…, trajectories/, pass_at_k.html)`);
+    return { evalId, result, outDir, text };
+  } finally {
+    await temporal.close();
+  }
+}
+
+/** The table of a finished evaluation (an `--out` directory or a store's report directory). */
+export async function reportText(dir: string): Promise<string> {
+  const file = [join(dir, 'summary.json'), join(dir, 'report', 'summary.json')].find((f) => existsSync(f));
+  if (!file) throw new Error(`${dir}: no summary.json (give the --out directory of swerl eval, or evals/<id>/report in the store)`);
+  const s = JSON.parse(await readFile(file, 'utf8')) as { evalId: string; modelName: string; metrics: EvalMetrics; bestOfK?: { text: string } };
+  return formatEvalMetrics(s.metrics, `evaluation ${s.evalId} (${s.modelName})`);
+}
+
+export function register(program: Command): void {
+  const cmd = program
+    .command('eval')
+    .description('evaluate a checkpoint or any OpenAI-compatible server on SWE tasks (evaluationRun); see also `eval report` and `eval best-of-k`')
+    .option('--config <file>', 'evaluation config JSON (lib/eval/config.ts)')
+    .option('--out <dir>', 'output directory (report, predictions, trajectories, plot; embedded server state)')
+    .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else embedded)')
+    .option('--eval-id <id>', 'evaluation id (= evaluationRun workflow id)')
+    .action(async (raw: { config?: string; out?: string; address?: string; evalId?: string }) => {
+      if (!raw.config) {
+        console.error('swerl eval: --config: required (or use `swerl eval report DIR` / `swerl eval best-of-k --config FILE`)');
+        process.exitCode = 2;
+        return;
+      }
+      await evaluate({ config: raw.config, out: raw.out, address: raw.address, evalId: raw.evalId });
+    });
+  cmd
+    .command('report <dir>')
+    .description('print the summary table of a finished evaluation (its --out directory)')
+    .action(async (dir: string) => {
+      console.log(await reportText(dir));
+    });
+  cmd
+    .command('best-of-k')
+    .description('Best@K selection over a finished evaluation with verifiers (selectBestOfK)')
+    .requiredOption('--config <file>', 'Best@K config JSON (lib/eval/config.ts BestOfKConfigSchema)')
+    .option('--out <dir>', 'output directory (selected predictions, Best@K table and plot)')
+    .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else embedded)')
+    .action(async (raw: { config: string; out?: string; address?: string }) => {
+      await selectBestOfK({ config: raw.config, out: raw.out, address: raw.address });
+    });
+}
+
+export interface BestOfKOptions {
+  config: string;
+  out?: string;
+  address?: string;
+  quiet?: boolean;
+}
+
+export async function selectBestOfK(o: BestOfKOptions): Promise<{ selectionId: string; outDir: string; text: string; result: unknown }> {
+  const log = (s: string) => {
+    if (!o.quiet) console.log(s);
+  };
+  const raw = JSON.parse(readFileSync(o.config, 'utf8')) as Record<string, unknown>;
+  const selectionId = (raw.selectionId as string | undefined) ?? `bok-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+  raw.selectionId = selectionId;
+  const v = validateBestOfKConfig(raw);
+  if (!v.ok) throw new Error(`invalid config ${o.config}:\n  ${v.errors.join('\n  ')}`);
+  const config = v.config;
+  const outDir = resolve(o.out ?? join('runs', `${config.evalId}-${selectionId}`));
+  await mkdir(outDir, { recursive: true });
+  const temporal = await connect(o.address, outDir, log);
+  try {
+    const workflowId = `${config.evalId}-${selectionId}`;
+    try {
+      await temporal.client.workflow.start('selectBestOfK', { taskQueue: 'learner', workflowId, args: [config] });
+      log(`started selectBestOfK ${workflowId}`);
+    } catch (e) {
+      if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
+    }
+    const handle = temporal.client.workflow.getHandle(workflowId);
+    let finished = false;
+    const resultP = handle.result().finally(() => (finished = true));
+    let bar: cliProgress.SingleBar | null = null;
+    while (!finished) {
+      await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
+      if (finished || o.quiet) continue;
+      try {
+        const st = await handle.query(selectionStatusQuery);
+        if (st.total > 0 && !bar) {
+          bar = new cliProgress.SingleBar({ format: `${selectionId} |{bar}| {value}/{total} verifier results | {phase}`, noTTYOutput: !process.stdout.isTTY, notTTYSchedule: 5000 }, cliProgress.Presets.shades_classic);
+          bar.start(st.total, 0, { phase: st.phase });
+        }
+        bar?.update(st.done, { phase: st.phase });
+      } catch {
+        // not yet
+      }
+    }
+    bar?.stop();
+    const result = await resultP;
+    const store = openStore(config.store.url);
+    await cp(store.dirFor(evalKeys.selectionReport(config.evalId, selectionId)), outDir, { recursive: true });
+    const s = JSON.parse(await readFile(join(outDir, 'best_of_k.json'), 'utf8')) as { text: string; curves: Record<string, (number | null)[]> };
+    await writeCurvePlot(join(outDir, 'best_at_k'), `Best@K (${config.evalId})`, Object.entries(s.curves).map(([name, values]) => ({ name, values, dashed: name === 'pass@k' })));
+    log(s.text);
+    log(`selection: ${outDir} (best_of_k.json, <selector>/predictions.jsonl, best_at_k.html)`);
+    return { selectionId, outDir, text: s.text, result };
+  } finally {
+    await temporal.close();
+  }
+}
