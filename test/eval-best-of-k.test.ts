@@ -8,6 +8,8 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { existsSync, writeFileSync } from 'node:fs';
+import { selectBestOfK } from '../scripts/commands/eval.ts';
 import { readEvalEpisodes } from '../activities/evaluation.ts';
 import { startPolicyServer, type ServableModel } from '../activities/policy-server.ts';
 import type { ExecutionFreeResult, ExecutionScores } from '../activities/verifiers.ts';
@@ -186,8 +188,12 @@ test('Best@K: the execution-based verifier picks gold among {gold, empty, wrong 
       return out;
     };
     const first = await efScores('sel-1');
-    const again = await t.client.workflow.start('selectBestOfK', { taskQueue: 'learner', workflowId: 'bok-2', args: [{ evalId: 'eval-bok', selectionId: 'sel-2', executionFree, store: { url: storeUrl } }] });
-    await again.result();
+    // the rerun through `swerl eval best-of-k` (its progress, table and plot)
+    const cfg2 = join(t.dir, 'bok-2.json');
+    writeFileSync(cfg2, JSON.stringify({ evalId: 'eval-bok', selectionId: 'sel-2', executionFree, store: { url: storeUrl } }));
+    const o2 = await selectBestOfK({ config: cfg2, out: join(t.dir, 'bok-2'), address: t.server.address, quiet: true });
+    assert.match(o2.text, /executionFree/);
+    assert.ok(existsSync(join(o2.outDir, 'best_at_k.png')) && existsSync(join(o2.outDir, 'executionFree', 'predictions.jsonl')));
     assert.deepEqual(await efScores('sel-2'), first);
     assert.ok(found > 0, 'the random tiny judge still shows a YES/NO alternative somewhere');
   } finally {

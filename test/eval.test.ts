@@ -7,7 +7,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { evaluate as evaluateCli } from '../scripts/commands/eval.ts';
 import { WorkflowFailedError } from '@temporalio/client';
 import { harnessRunId, readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
 import { DockerBackend } from '../activities/sandbox/docker.ts';
@@ -180,16 +181,14 @@ test('(i + r) mod 3 over 8 tasks × 4 runs with OpenAI tool calls, a sandbox fai
   }
 });
 
-test('a policy server that cannot be reached: the episode is an error with its reason, not a model failure', async () => {
+test('swerl eval (CLI path) with an unreachable server: the episode is an error with its reason, not a model failure; eval report prints it again', async () => {
   const id = tasks[3]!.instance_id;
   const port = await freePort();
-  const r = await evaluate('eval-unreachable', {
-    tasksFile: TASKS_FILE,
-    tasks: [id],
-    model: { baseUrl: `http://127.0.0.1:${port}`, model: 'nobody', api: 'chat' },
-    maxAttempts: 2,
-    store: { url: storeUrl() },
-  });
+  const configPath = join(t.dir, 'unreachable.json');
+  writeFileSync(configPath, JSON.stringify({ tasksFile: TASKS_FILE, tasks: [id], model: { baseUrl: `http://127.0.0.1:${port}`, model: 'nobody', api: 'chat' }, maxAttempts: 2, store: { url: storeUrl() } }));
+  const out = join(t.dir, 'out-unreachable');
+  const o = await evaluateCli({ config: configPath, out, address: t.server.address, evalId: 'eval-unreachable', quiet: true });
+  const r = o.result;
   assert.deepEqual(r.summary.episodes, { planned: 1, completed: 0, resolved: 0, errors: 1 });
   assert.equal(r.summary.pass1, 0);
   assert.equal(r.summary.pass1Completed, null);
@@ -198,4 +197,13 @@ test('a policy server that cannot be reached: the episode is an error with its r
   assert.equal(await store.exists(evalKeys.episode('eval-unreachable', id, 0)), false);
   const rec = await store.getJson<EvalEpisodeRecord>(evalKeys.error('eval-unreachable', id, 0));
   assert.ok(rec);
+  // the run summary lists it under error_ids with its reason
+  const runSummary = JSON.parse(readFileSync(join(out, 'run-0', `nobody.${harnessRunId('eval-unreachable', 0)}.json`), 'utf8')) as { error_ids: string[]; error_reasons: Record<string, string> };
+  assert.deepEqual(runSummary.error_ids, [id]);
+  assert.match(runSummary.error_reasons[id]!, /ECONNREFUSED/);
+  for (const f of ['summary.json', 'summary.txt', 'pass_at_k.html', 'pass_at_k.png', 'run-0/predictions.jsonl']) assert.ok(existsSync(join(out, f)), f);
+  // `swerl eval report DIR` prints the table again
+  const printed = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/cli.ts'), 'eval', 'report', out], { cwd: ROOT, encoding: 'utf8' });
+  assert.equal(printed.trim(), o.text.trim());
+  assert.match(printed, /1 episodes; completed 0, resolved 0, errors 1/);
 });

@@ -1,0 +1,83 @@
+// Records histories of the evaluation workflows into test/histories/ for test/replay.test.ts (needs Docker
+// and the shared SWE tasks): evaluationRun with two shards (a scripted chat model: gold in run 0, nothing
+// in run 1), selectBestOfK over it (the tiny model as the execution-free judge, regression tests), and a
+// one-iteration SWE training run whose rlIteration starts a validation evaluationRun (patched).
+// Re-record only after an intended change of these workflows: `node --import tsx scripts/record-eval-histories.ts`.
+import { mkdirSync, writeFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client, Connection } from '@temporalio/client';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
+import { startPolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { writeModel } from '../lib/presets.ts';
+import { fileStoreUrl } from '../lib/store.ts';
+import { loadTokenizer } from '../lib/tokenizer.ts';
+import { startDevServer } from '../lib/temporal-server.ts';
+import { loadTasksStrict } from '../lib/swe/task.ts';
+import { startWorkers } from '../workers/index.ts';
+import { iterationWorkflowId } from '../workflows/shapes.ts';
+import { shardWorkflowId } from '../workflows/evaluation-run.ts';
+import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../test/helpers/scripted-agent.ts';
+import { seedTable } from '../test/helpers/eval.ts';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const tasksFile = join(root, '../shared/swe-tasks/tasks.jsonl');
+const outDir = join(root, 'test/histories');
+const dir = mkdtempSync(join(tmpdir(), 'swerl-record-eval-'));
+const server = await startDevServer({ dir, uiPort: null });
+const workers = await startWorkers({ address: server.address, queues: ['learner', 'rollout'], learner: { threads: 1 } });
+const connection = await Connection.connect({ address: server.address });
+const client = new Client({ connection });
+const storeUrl = fileStoreUrl(join(dir, 'store'));
+const tasks = (await loadTasksStrict(tasksFile)).slice(2, 4);
+const ids = tasks.map((t) => t.instance_id);
+const model = await startScriptedModel({
+  identify: seedTable(2, ids, 2),
+  script: ({ taskId, run }): ScriptTurn[] => (run === 0 ? [...editCallsFromPatch(tasks.find((t) => t.instance_id === taskId)!.patch), FINISH] : [FINISH]),
+});
+const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as { Learner: { load(d: string, o?: { threads?: number }): Promise<ServableModel> } };
+const tiny = await writeModel(join(dir, 'judge'), 'tiny', 7);
+const judgeModel = await Learner.load(tiny.dir, { threads: 1 });
+const judge = await startPolicyServer({ learner: judgeModel, tokenizer: await loadTokenizer(tiny.dir), modelName: 'judge' });
+const save = async (workflowId: string, file: string) => {
+  const history = await client.workflow.getHandle(workflowId).fetchHistory();
+  writeFileSync(join(outDir, file), historyToJSON(history));
+};
+try {
+  mkdirSync(outDir, { recursive: true });
+  const ev = await client.workflow.start('evaluationRun', {
+    taskQueue: 'learner',
+    workflowId: 'recorded-eval',
+    args: [{ tasksFile, tasks: ids, runs: 2, seed: 2, model: { baseUrl: model.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 2, shardSize: 2, store: { url: storeUrl } }],
+  });
+  await ev.result();
+  await save('recorded-eval', 'evaluationRun-0.json');
+  for (const i of [0, 1]) await save(shardWorkflowId('recorded-eval', i), `evaluationShard-${i}.json`);
+
+  const sel = await client.workflow.start('selectBestOfK', {
+    taskQueue: 'learner',
+    workflowId: 'recorded-selection',
+    args: [{ evalId: 'recorded-eval', selectionId: 'sel', executionFree: { model: { baseUrl: judge.url, model: 'judge' }, maxTokens: 4, topLogprobs: 5, maxPromptChars: 4000 }, executionBased: { timeoutSeconds: 120 }, concurrency: 2, store: { url: storeUrl } }],
+  });
+  await sel.result();
+  await save('recorded-selection', 'selectBestOfK-0.json');
+  await save('recorded-selection-shard-0', 'selectionShard-0.json');
+
+  const config = JSON.parse(readFileSync(join(root, 'configs/swe.json'), 'utf8'));
+  Object.assign(config, { runId: 'recorded-validation', batch: { tasks: 1, samples: 1 }, store: { url: storeUrl } });
+  config.env.tasksFile = tasksFile;
+  config.eval = { every: 1, tasks: tasksFile, runs: 1, limit: 1, maxSteps: 1, contextBudget: 16 };
+  const tr = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: 'recorded-validation', args: [config] });
+  await tr.result();
+  await save(iterationWorkflowId('recorded-validation', 0), 'rlIteration-validation.json');
+  console.log(`recorded evaluationRun, evaluationShard ×2, selectBestOfK, selectionShard and rlIteration-validation into ${outDir}`);
+} finally {
+  await model.close();
+  await judge.close();
+  judgeModel.close();
+  await connection.close();
+  await workers.shutdown();
+  await server.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
