@@ -49,7 +49,7 @@ try {
   const ev = await client.workflow.start('evaluationRun', {
     taskQueue: 'learner',
     workflowId: 'recorded-eval',
-    args: [{ tasksFile, tasks: ids, runs: 2, seed: 2, model: { baseUrl: model.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 2, shardSize: 2, store: { url: storeUrl } }],
+    args: [{ evalId: 'recorded-eval', tasksFile, tasks: ids, runs: 2, seed: 2, model: { baseUrl: model.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 2, shardSize: 2, store: { url: storeUrl } }],
   });
   await ev.result();
   await save('recorded-eval', 'evaluationRun-0.json');
@@ -62,7 +62,7 @@ try {
   });
   await sel.result();
   await save('recorded-selection', 'selectBestOfK-0.json');
-  await save('recorded-selection-shard-0', 'selectionShard-0.json');
+  await save('recorded-eval-sel-shard-0', 'selectionShard-0.json');
 
   const config = JSON.parse(readFileSync(join(root, 'configs/swe.json'), 'utf8'));
   Object.assign(config, { runId: 'recorded-validation', batch: { tasks: 1, samples: 1 }, store: { url: storeUrl } });

@@ -27,8 +27,9 @@ const MAX_POLICY_RESYNCS = 3;
 /** least workflow time between two progress signals of a shard, and between two search-attribute upserts */
 const PROGRESS_EVERY_MS = 2000;
 
-export function shardWorkflowId(parentId: string, shard: number): string {
-  return `${parentId}-shard-${shard}`;
+/** Child ids derive from the evaluation id (an input), so a replayed history names the same children. */
+export function shardWorkflowId(evalId: string, shard: number): string {
+  return `${evalId}-shard-${shard}`;
 }
 
 /** The message of a failure and its causes, for the error record. */
@@ -127,7 +128,7 @@ export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunRe
         heartbeatTimeoutSeconds: config.heartbeatTimeoutSeconds,
         episodeMinutes,
       };
-      const r: ShardResult = await executeChild(evaluationShard, { workflowId: shardWorkflowId(self, i), taskQueue: TASK_QUEUES.learner, args: [input] });
+      const r: ShardResult = await executeChild(evaluationShard, { workflowId: shardWorkflowId(evalId, i), taskQueue: TASK_QUEUES.learner, args: [input] });
       shardCounts.set(i, r);
       publish(false);
     }

@@ -76,7 +76,7 @@ export async function selectBestOfK(rawConfig: unknown): Promise<SelectionResult
     while (next < shards.length) {
       const i = next++;
       const r = await executeChild(selectionShard, {
-        workflowId: `${self}-shard-${i}`,
+        workflowId: `${config.evalId}-${selectionId}-shard-${i}`,
         taskQueue: TASK_QUEUES.learner,
         args: [{ storeUrl: config.store.url, evalId: config.evalId, selectionId, tasks: shards[i]!, lanes, executionFree: ef, executionBased: eb, reproduction: repro, maxAttempts: config.maxAttempts }],
       });
