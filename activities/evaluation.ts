@@ -334,6 +334,29 @@ export async function recordEvalError(input: { storeUrl: string; evalId: string;
   await store.putJson(evalKeys.error(input.evalId, input.taskId, input.run), rec);
 }
 
+/** A curve chart over k (pass@k, Best@K) as report files: an HTML page with its SVG and a table, the PNG and the Vega-Lite spec. */
+export async function curvePlotFiles(base: string, title: string, series: { name: string; values: (number | null)[]; dashed?: boolean }[]): Promise<[string, string | Uint8Array][]> {
+  const { renderChart } = await import('../lib/plot.ts');
+  const chart = await renderChart({
+    title,
+    xTitle: 'k',
+    yTitle: 'resolved rate',
+    series: series.map((x) => ({ name: x.name, points: x.values.flatMap((y, i) => (y === null ? [] : [{ x: i + 1, y }])), ...(x.dashed ? { dashed: true } : {}) })),
+    yDomain: [0, 1],
+    integerX: true,
+  });
+  const esc = (t: string) => t.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+  const cell = (v: number | null | undefined) => (v === null || v === undefined ? '' : `${(100 * v).toFixed(1)}%`);
+  const rows = series[0]!.values.map((_, i) => `<tr><td>${i + 1}</td>${series.map((x) => `<td>${cell(x.values[i])}</td>`).join('')}</tr>`).join('\n');
+  const html = `<!doctype html>\n<html><head><meta charset="utf-8"><title>${esc(title)}</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>\n${chart.svg}\n<table><thead><tr><th>k</th>${series.map((x) => `<th>${esc(x.name)}</th>`).join('')}</tr></thead><tbody>\n${rows}\n</tbody></table>\n</body></html>\n`;
+  return [
+    [`${base}.html`, html],
+    [`${base}.svg`, chart.svg],
+    [`${base}.png`, chart.png],
+    [`${base}.vl.json`, JSON.stringify(chart.spec)],
+  ];
+}
+
 /** Every stored episode record of an evaluation. */
 export async function readEvalEpisodes(store: ArtifactStore, evalId: string): Promise<EvalEpisodeRecord[]> {
   const out: EvalEpisodeRecord[] = [];
@@ -430,8 +453,8 @@ export function runReportFiles(
 
 /**
  * Writes the evaluation's report into the store (evals/<id>/report/): summary.json (metrics, per-run
- * summaries with their id lists, errors with reasons), summary.txt (the table), and per run the
- * predictions and harness-shaped reports (runReportFiles).
+ * summaries with their id lists, errors with reasons), summary.txt (the table), pass_at_k.html/.png, and
+ * per run the predictions and harness-shaped reports (runReportFiles).
  */
 export async function writeEvaluationReport(input: { storeUrl: string; evalId: string }): Promise<EvalReportSummary> {
   const store = openStore(input.storeUrl);
@@ -460,6 +483,11 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
   };
   await store.putJson(`${prefix}/summary.json`, summary);
   await store.put(`${prefix}/summary.txt`, `${summary.text}\n`);
+  const plot = await curvePlotFiles('pass_at_k', `pass@k (${input.evalId}, ${plan.modelName})`, [
+    { name: 'pass@k', values: metrics.passAtK },
+    { name: 'pass@k (completed episodes)', values: metrics.passAtKCompleted, dashed: true },
+  ]);
+  for (const [path, data] of plot) await store.put(`${prefix}/${path}`, data);
   return {
     evalId: input.evalId,
     modelName: plan.modelName,

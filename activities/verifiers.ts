@@ -14,7 +14,7 @@ import { openStore, type ArtifactStore } from '../lib/store.ts';
 import { logFormatOf, parseTestLog } from '../lib/swe/testlog.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { hashInts } from '../lib/envs/frozenlake.ts';
-import { readEvalEpisodes, runReportFiles, storedEvalConfig, storedPlan, type EvalEpisodeRecord } from './evaluation.ts';
+import { curvePlotFiles, readEvalEpisodes, runReportFiles, storedEvalConfig, storedPlan, type EvalEpisodeRecord } from './evaluation.ts';
 import { ensureTaskImage, taskImageName } from './images.ts';
 import { createSandboxBackend } from './sandbox/index.ts';
 import { tasksById } from './swe-env.ts';
@@ -315,6 +315,8 @@ export async function writeSelectionReport(input: { storeUrl: string; evalId: st
   const summary = { evalId: input.evalId, selectionId: input.selectionId, k, tasks: order.length, selectors, curves, exactPassAtK, selections, resolvedAtK: atK, text };
   await store.putJson(`${prefix}/best_of_k.json`, summary);
   await store.put(`${prefix}/best_of_k.txt`, `${text}\n`);
+  const plot = await curvePlotFiles('best_at_k', `Best@K (${input.evalId})`, Object.entries(curves).map(([name, values]) => ({ name, values, dashed: name === 'pass@k' })));
+  for (const [path, data] of plot) await store.put(`${prefix}/${path}`, data);
   return { evalId: input.evalId, selectionId: input.selectionId, k, curves, resolvedAtK: atK, reportKey: prefix };
 }
 

@@ -12,6 +12,9 @@ import { evaluate as evaluateCli } from '../scripts/commands/eval.ts';
 import { WorkflowFailedError } from '@temporalio/client';
 import { harnessRunId, readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
 import { DockerBackend } from '../activities/sandbox/docker.ts';
+import { createSandboxBackend } from '../activities/sandbox/index.ts';
+import { gradePatch } from '../activities/grade.ts';
+import { instanceReport, reportJson } from '../lib/swe/report.ts';
 import { validateEvalConfig, type EvalConfigInput } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { freePort } from '../lib/temporal-server.ts';
@@ -120,6 +123,15 @@ test('gold replay on the 8 shared tasks → pass@1 = 1; submitting nothing → 0
     const summary = (await store.getJson<{ runs: { empty_patch_ids: string[]; resolved_ids: string[] }[] }>(`${evalKeys.report('eval-nothing')}/summary.json`))!;
     assert.deepEqual(summary.runs[0]!.empty_patch_ids, [...ids].sort());
     assert.deepEqual(summary.runs[0]!.resolved_ids, []);
+
+    // one grading path: grading a prediction of the file again gives the evaluation's report, byte for byte
+    const backend = await createSandboxBackend('docker');
+    for (const p of preds.slice(2, 4)) {
+      const task = byId.get(p.instance_id)!;
+      const again = reportJson(instanceReport(p, await gradePatch({ task, patch: p.model_patch, backend })));
+      const file = await store.get(`${evalKeys.report('eval-gold')}/run-0/logs/run_evaluation/${harnessRunId('eval-gold', 0)}/scripted/${p.instance_id}/report.json`);
+      assert.equal(file?.toString(), again);
+    }
 
     // the official harness's readers load the predictions and reports and count what we counted
     for (const [evalId, resolved] of [['eval-gold', ids], ['eval-nothing', []]] as const) {

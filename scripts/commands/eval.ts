@@ -4,7 +4,7 @@
 // table of a finished evaluation again; `swerl eval best-of-k --config FILE` runs selectBestOfK.
 import type { Command } from 'commander';
 import cliProgress from 'cli-progress';
-import { cp, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { cp, mkdir, readFile } from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
@@ -12,7 +12,6 @@ import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { validateBestOfKConfig, validateEvalConfig } from '../../lib/eval/config.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
 import { formatEvalMetrics, type EvalMetrics } from '../../lib/eval/metrics.ts';
-import { renderChart, type ChartSeries } from '../../lib/plot.ts';
 import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
@@ -77,34 +76,13 @@ function readConfig(file: string, over: Record<string, unknown>): Record<string,
   return raw;
 }
 
-/** The pass@k (and Best@K) curves as an HTML page with its SVG, a PNG and the Vega-Lite spec. */
-export async function writeCurvePlot(outBase: string, title: string, series: { name: string; values: (number | null)[]; dashed?: boolean }[]): Promise<string[]> {
-  const s: ChartSeries[] = series.map((x) => ({
-    name: x.name,
-    points: x.values.flatMap((y, i) => (y === null ? [] : [{ x: i + 1, y }])),
-    ...(x.dashed ? { dashed: true } : {}),
-  }));
-  const chart = await renderChart({ title, xTitle: 'k', yTitle: 'resolved rate', series: s, yDomain: [0, 1], integerX: true });
-  const rows = series[0]!.values.map((_, i) => `<tr><td>${i + 1}</td>${series.map((x) => `<td>${x.values[i] === null ? '' : (100 * x.values[i]!).toFixed(1) + '%'}</td>`).join('')}</tr>`).join('\n');
-  const html = `<!doctype html>\n<html><head><meta charset="utf-8"><title>${title}</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>\n${chart.svg}\n<table><thead><tr><th>k</th>${series.map((x) => `<th>${x.name}</th>`).join('')}</tr></thead><tbody>\n${rows}\n</tbody></table>\n</body></html>\n`;
-  await writeFile(`${outBase}.html`, html);
-  await writeFile(`${outBase}.svg`, chart.svg);
-  await writeFile(`${outBase}.png`, chart.png);
-  await writeFile(`${outBase}.vl.json`, JSON.stringify(chart.spec, null, 1));
-  return [`${outBase}.html`, `${outBase}.png`];
-}
-
-/** Copies an evaluation's report and trajectories from the store into `outDir` and draws its pass@k plot. */
+/** Copies an evaluation's report (with its pass@k plot) and trajectories from the store into `outDir`. */
 export async function exportEvaluation(storeUrl: string, evalId: string, outDir: string): Promise<string> {
   const store = openStore(storeUrl);
   await mkdir(outDir, { recursive: true });
   await cp(store.dirFor(evalKeys.report(evalId)), outDir, { recursive: true });
   if (existsSync(store.dirFor(evalKeys.episodes(evalId)))) await cp(store.dirFor(evalKeys.episodes(evalId)), join(outDir, 'trajectories'), { recursive: true });
-  const summary = JSON.parse(await readFile(join(outDir, 'summary.json'), 'utf8')) as { metrics: EvalMetrics; text: string };
-  await writeCurvePlot(join(outDir, 'pass_at_k'), `pass@k (${evalId})`, [
-    { name: 'pass@k', values: summary.metrics.passAtK },
-    { name: 'pass@k (completed episodes)', values: summary.metrics.passAtKCompleted, dashed: true },
-  ]);
+  const summary = JSON.parse(await readFile(join(outDir, 'summary.json'), 'utf8')) as { text: string };
   return summary.text;
 }
 
@@ -255,8 +233,7 @@ export async function selectBestOfK(o: BestOfKOptions): Promise<{ selectionId: s
     const result = await resultP;
     const store = openStore(config.store.url);
     await cp(store.dirFor(evalKeys.selectionReport(config.evalId, selectionId)), outDir, { recursive: true });
-    const s = JSON.parse(await readFile(join(outDir, 'best_of_k.json'), 'utf8')) as { text: string; curves: Record<string, (number | null)[]> };
-    await writeCurvePlot(join(outDir, 'best_at_k'), `Best@K (${config.evalId})`, Object.entries(s.curves).map(([name, values]) => ({ name, values, dashed: name === 'pass@k' })));
+    const s = JSON.parse(await readFile(join(outDir, 'best_of_k.json'), 'utf8')) as { text: string };
     log(s.text);
     log(`selection: ${outDir} (best_of_k.json, <selector>/predictions.jsonl, best_at_k.html)`);
     return { selectionId, outDir, text: s.text, result };

@@ -17,7 +17,7 @@ const ServerOptionsSchema = z.object({
 export function register(program: Command): void {
   program
     .command('server')
-    .description('run a local Temporal dev server (SQLite) with the RlIteration/RlMeanReward/RlPhase search attributes')
+    .description('run a local Temporal dev server (SQLite) with the search attributes of runs and evaluations (RlIteration, RlMeanReward, RlPhase, RlEvalPass1, EvalPass1, EvalDone)')
     .option('--dir <dir>', 'directory for temporal.sqlite and temporal.log', '.runs/temporal')
     .option('--port <port>', 'frontend gRPC port', '7233')
     .option('--ui-port <port>', 'web UI port', '8233')
