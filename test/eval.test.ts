@@ -11,7 +11,6 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { evaluate as evaluateCli } from '../scripts/commands/eval.ts';
 import { WorkflowFailedError } from '@temporalio/client';
 import { harnessRunId, readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
-import { DockerBackend } from '../activities/sandbox/docker.ts';
 import { createSandboxBackend } from '../activities/sandbox/index.ts';
 import { gradePatch } from '../activities/grade.ts';
 import { instanceReport, reportJson } from '../lib/swe/report.ts';
@@ -160,14 +159,16 @@ test('(i + r) mod 3 over 8 tasks × 4 runs with OpenAI tool calls, a sandbox fai
   // infrastructure fault: the first agent sandbox of three tasks does not start
   const failOnce = new Set(order.slice(0, 3));
   const failed: string[] = [];
-  const start = DockerBackend.prototype.start;
-  DockerBackend.prototype.start = async function (this: DockerBackend, image, limits, labels) {
+  // on the process's shared Docker backend, the one the evaluation's environments use
+  const backend = await createSandboxBackend('docker');
+  const start = backend.start;
+  backend.start = async (image, limits, labels) => {
     const task = labels?.['swerl.task'];
     if (task && labels?.['swerl.purpose'] === undefined && failOnce.delete(task)) {
       failed.push(task);
       throw new Error(`injected: the sandbox of ${task} could not start`);
     }
-    return start.call(this, image, limits, labels);
+    return start.call(backend, image, limits, labels);
   };
   try {
     const r = await evaluate('eval-mod3', evalConfig(model, { tasks: order, runs: 4, seed: 3, concurrency: 8, model: { baseUrl: model.url, model: 'scripted', api: 'chat', toolFormat: 'openai' } }));
@@ -188,7 +189,7 @@ test('(i + r) mod 3 over 8 tasks × 4 runs with OpenAI tool calls, a sandbox fai
     assert.deepEqual(desc.searchAttributes.EvalDone, [32]);
     assert.deepEqual(desc.searchAttributes.EvalPass1, [11 / 32]);
   } finally {
-    DockerBackend.prototype.start = start;
+    backend.start = start;
     await model.close();
   }
 });
