@@ -20,11 +20,14 @@ const model = join(root, 'model');
 let native: StepTrace;
 let initial: Map<string, Float32Array>;
 let two: FsdpLearner;
+/** `two`'s collective timeout: it idles longer than that between tests 1 and 2, as a worker does between steps */
+const COLLECTIVE_S = 15;
+let lastUse = 0;
 before(async () => {
   writeRandomCheckpoint(model, FSDP_CONFIG, 7, { normNoise: 0.1 });
   initial = await weightsOf(model);
   native = await nativeSteps(model, join(root, 'native'));
-  two = await FsdpLearner.start(fsdpOptions(2));
+  two = await FsdpLearner.start(fsdpOptions(2, { collectiveTimeoutSeconds: COLLECTIVE_S }));
 });
 after(async () => {
   await two?.close();
@@ -33,6 +36,7 @@ after(async () => {
 
 test('2 ranks = 1 rank = native: loss, grad norm, weights after three AdamW steps; the checkpoint loads natively', async () => {
   const t2 = await fsdpSteps(two, model, join(root, 'fsdp-2'), root);
+  lastUse = Date.now();
   const one = await FsdpLearner.start(fsdpOptions(1));
   let t1: StepTrace;
   try {
@@ -47,11 +51,17 @@ test('2 ranks = 1 rank = native: loss, grad norm, weights after three AdamW step
   const files = readdirSync(join(root, 'fsdp-2'));
   assert.ok(files.filter((f) => /^model-\d{5}-of-\d{5}\.safetensors$/.test(f)).length >= 2, files.join(' '));
   assert.ok(files.includes('model.safetensors.index.json') && files.includes('optimizer') && !files.includes('sharded'), files.join(' '));
-  assert.equal(JSON.parse(readFileSync(join(root, 'fsdp-2', 'config.json'), 'utf8')).dtype, 'float32');
+  // the source's dtype key (torch_dtype here, dtype from transformers 5) says float32, as the F32 weights are
+  const cfg = JSON.parse(readFileSync(join(root, 'fsdp-2', 'config.json'), 'utf8'));
+  assert.equal(cfg.torch_dtype ?? cfg.dtype, 'float32');
+  assert.ok(![cfg.torch_dtype, cfg.dtype].includes('bfloat16'), JSON.stringify(cfg));
   assert.equal(JSON.parse(readFileSync(join(root, 'fsdp-2', 'trainer_state.json'), 'utf8')).step, 3);
 });
 
-test('resuming from the checkpoint after step 1 gives the same steps 2 and 3 as going on', async () => {
+test('idle past the collective timeout, then resuming from the checkpoint after step 1 gives the same steps 2 and 3 as going on', async () => {
+  const idle = COLLECTIVE_S * 1000 + 2000 - (Date.now() - lastUse);
+  if (idle > 0) await new Promise((r) => setTimeout(r, idle));
+  assert.ok(two.alive, 'the group waits for requests without a collective timeout');
   await two.load(model);
   const b = (k: number) => {
     const p = join(root, `resume-${k}.safetensors`);

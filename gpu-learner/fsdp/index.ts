@@ -2,9 +2,10 @@
 // (gpu-learner/fsdp/swerl_fsdp/trainer.py), keeps it between iterations and talks to its rank 0 over a
 // control socket (one JSON request per line, progress lines per micro-batch). A rank that dies ends the
 // group (torchrun, --max-restarts 0): every pending call rejects, and the caller starts a new group.
+// torchrun starts each rank in a session of its own, so ending a group kills the ranks as well as torchrun.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { writeFileSync, renameSync } from 'node:fs';
+import { readFileSync, writeFileSync, renameSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -49,7 +50,10 @@ export class FsdpInputError extends Error {
 }
 
 export interface FsdpProgress {
+  /** "load" | "train" | "save" */
   phase: string;
+  /** what of the phase is done ("model", "weights") */
+  part?: string;
   microBatch?: number;
   microBatches?: number;
 }
@@ -107,6 +111,8 @@ export class FsdpLearner extends EventEmitter {
     private readonly opts: FsdpOptions,
     private readonly stderrTail: string[],
     exited: Promise<{ code: number | null; signal: string | null }>,
+    /** the `--control` argument every rank of this group was started with (identifies them in /proc) */
+    private readonly controlArg: string,
   ) {
     super();
     this.rankPids = hello.pids;
@@ -175,7 +181,7 @@ export class FsdpLearner extends EventEmitter {
       const lines = lineReader(sock);
       const hello = JSON.parse(await Promise.race([lines.next(), exited.then(() => Promise.reject(new Error(`FSDP process group exited before starting: ${tail()}`)))]));
       if (hello.fatal) throw (hello.kind === 'input' ? new FsdpInputError(hello.fatal) : new Error(hello.fatal));
-      const l = new FsdpLearner(child, sock, server, hello, opts, stderrTail, exited);
+      const l = new FsdpLearner(child, sock, server, hello, opts, stderrTail, exited, `${opts.controlHost}:${port}`);
       void (async () => {
         for (;;) {
           const line = await lines.next().catch(() => null);
@@ -215,7 +221,7 @@ export class FsdpLearner extends EventEmitter {
     if (!this.pending.size) return;
     this.stallTimer = setTimeout(() => {
       this.fail(new Error(`FSDP process group made no progress for ${this.opts.stallTimeoutSeconds} s (a rank hung?); killed it`));
-      killGroup(this.child);
+      this.kill();
     }, this.opts.stallTimeoutSeconds * 1000);
   }
 
@@ -271,10 +277,29 @@ export class FsdpLearner extends EventEmitter {
       const bye = this.call({ op: 'shutdown' }).catch(() => undefined);
       await Promise.race([bye.then(() => this.exited), new Promise((r) => setTimeout(r, 10_000))]);
     }
-    killGroup(this.child);
+    this.kill();
     this.sock.destroy();
     this.fail(new Error('FSDP process group closed'));
     await Promise.race([this.exited, new Promise((r) => setTimeout(r, 5000))]);
+  }
+
+  /** SIGKILLs this host's ranks (each leads its own process group) and torchrun's group. */
+  private kill(): void {
+    for (const pid of this.rankPids) {
+      let argv: string[];
+      try {
+        argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      } catch {
+        continue; // gone, on another node, or no /proc
+      }
+      if (!argv.includes(this.controlArg)) continue; // a pid reused by someone else's process
+      try {
+        process.kill(-pid, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
+    }
+    killGroup(this.child);
   }
 }
 

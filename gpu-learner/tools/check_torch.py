@@ -1,41 +1,39 @@
 #!/usr/bin/env python3
 """Checks gpu-learner's backends against PyTorch + transformers (Qwen3ForCausalLM, fp32, eager attention).
 
-Builds a random Qwen3 config, save_pretrained (safetensors), writes a packed batch (.bin), runs
-`gpu_driver dump` for the cuda and cpu backends, recomputes log-probs and the GRPO++ loss gradient with
-autograd on the same formula (DESIGN §5), and compares. Tolerances (reason: bf16 operands vs fp32):
+The reference is the one test/torch-oracle.test.ts and `npm run check:torch` use (gpu-learner/fsdp/swerl_fsdp/
+oracle.py: a random model written by save_pretrained; packed log-probs, the GRPO++ loss of DESIGN §5 and every
+gradient by autograd on the CPU). This script writes the packed batch for `gpu_driver dump` as well, runs it for
+the cuda and cpu backends and compares. Tolerances (reason: bf16 operands vs fp32):
   cpu  vs torch fp32: logp max|Δ| 1e-4, loss rel 1e-4, grad rel-L2 1e-3 (fp32 accumulation order only)
   cuda vs torch fp32: logp max|Δ| 3e-2, loss rel 3e-2, grad rel-L2 6e-2 (bf16 keeps 8 mantissa bits)
 Usage: check_torch.py --driver gpu-learner/build-gpu/gpu_driver --out DIR
 """
 import argparse, json, os, subprocess, sys
 import numpy as np
-import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fsdp"))
+from swerl_fsdp.oracle import make, reference  # noqa: E402
 
 TOL = {"cpu": (1e-4, 1e-4, 1e-3), "cuda": (3e-2, 3e-2, 6e-2)}
 L_MAX, CLIP_LOW, CLIP_HIGH = 64.0, 0.2, 0.28
+CONFIG = dict(vocab_size=211, hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-6,
+              tie_word_embeddings=False, attention_bias=False, use_sliding_window=False)
 
 
-def token_logprobs(model, ids, offs, dev):
-    out = torch.zeros(len(ids), dtype=torch.float32, device=dev)
-    parts = []
-    for s in range(len(offs) - 1):
-        a, b = offs[s], offs[s + 1]
-        x = torch.tensor(ids[a:b], device=dev)[None]
-        logits = model(input_ids=x).logits[0].float()
-        lp = torch.log_softmax(logits, -1)
-        parts.append((a, b, lp[:-1].gather(1, x[0, 1:, None])[:, 0]))
-    for a, b, v in parts:  # first token of each sequence has no prediction: 0
-        out = out.index_put((torch.arange(a + 1, b, device=dev),), v)
-    return out
+def write_batch(bdir, arrays):
+    """The batch as gpu_driver dump reads it (one .bin per array) and as the oracle reads it (safetensors)."""
+    from safetensors.numpy import save_file
 
-
-def grpo_loss(logp, old, adv_tok, coef):
-    ratio = torch.exp(logp - old)
-    un = -adv_tok * ratio
-    cl = -adv_tok * torch.clamp(ratio, 1 - CLIP_LOW, 1 + CLIP_HIGH)
-    return (coef * torch.maximum(un, cl)).sum()
+    for name, arr in arrays.items():
+        arr.tofile(os.path.join(bdir, name + ".bin"))
+    st = {"ids": arrays["ids"], "offsets": arrays["offsets"], "mask": arrays["mask"], "advantages": arrays["adv"]}
+    if "old" in arrays:
+        st["old_logprobs"] = arrays["old"]
+    path = os.path.join(bdir, "batch.safetensors")
+    save_file(st, path)
+    return path
 
 
 def main():
@@ -43,41 +41,22 @@ def main():
     ap.add_argument("--driver", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=211, hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-6,
-                      tie_word_embeddings=False, attention_bias=False, use_sliding_window=False)
-    cfg._attn_implementation = "eager"
-    model = Qwen3ForCausalLM(cfg).float().to(dev)
-    with torch.no_grad():  # perturb norms away from 1 so their gradients matter
-        for n, p in model.named_parameters():
-            if "norm" in n: p.add_(0.1 * torch.randn_like(p))
     mdir, bdir = os.path.join(args.out, "model"), os.path.join(args.out, "batch")
     os.makedirs(bdir, exist_ok=True)
-    model.save_pretrained(mdir, safe_serialization=True)
+    make(mdir, CONFIG, 0)
     rng = np.random.default_rng(1)
     offs = [0, 37, 40, 111]
-    ids = rng.integers(0, cfg.vocab_size, offs[-1]).astype(np.int32)
+    ids = rng.integers(0, CONFIG["vocab_size"], offs[-1]).astype(np.int32)
     mask = np.ones(offs[-1], np.float32); mask[50:60] = 0
     adv = np.array([1.0, -0.5, 0.75], np.float32)
-    with torch.no_grad():
-        lp0 = token_logprobs(model, ids.tolist(), offs, dev).cpu().numpy()
+    arrays = {"ids": ids, "offsets": np.array(offs, np.int32), "mask": mask, "adv": adv}
+    lp0 = reference(mdir, write_batch(bdir, arrays), L_MAX, CLIP_LOW, CLIP_HIGH)["tensors"]["logprobs"].numpy()
+    # old log-probs shifted by ±0.4 on two thirds of the tokens: both clip branches and the unclipped one occur
     shift = np.where(np.arange(len(ids)) % 3 == 0, 0.4, np.where(np.arange(len(ids)) % 3 == 1, -0.4, 0.0)).astype(np.float32)
-    old = np.minimum(0.0, lp0 - shift).astype(np.float32)
-    for name, arr in [("ids", ids), ("offsets", np.array(offs, np.int32)), ("mask", mask), ("adv", adv), ("old", old)]:
-        arr.tofile(os.path.join(bdir, name + ".bin"))
-    # reference: GRPO++ loss, Σ m·ℓ / (N·L_max), first token of each sequence untrained
-    coef = np.zeros(len(ids), np.float32); adv_tok = np.zeros(len(ids), np.float32)
-    for s in range(len(offs) - 1):
-        coef[offs[s] + 1:offs[s + 1]] = mask[offs[s] + 1:offs[s + 1]] / ((len(offs) - 1) * L_MAX)
-        adv_tok[offs[s]:offs[s + 1]] = adv[s]
-    model.zero_grad()
-    logp = token_logprobs(model, ids.tolist(), offs, dev)
-    loss = grpo_loss(logp, torch.tensor(old, device=dev), torch.tensor(adv_tok, device=dev), torch.tensor(coef, device=dev))
-    loss.backward()
-    ref_grads = {n: p.grad.detach().float().cpu().numpy().ravel() for n, p in model.named_parameters()}
+    arrays["old"] = np.minimum(0.0, lp0 - shift).astype(np.float32)
+    ref = reference(mdir, write_batch(bdir, arrays), L_MAX, CLIP_LOW, CLIP_HIGH)
+    loss = ref["loss"]
+    ref_grads = {n[len("grad."):]: t.numpy().ravel() for n, t in ref["tensors"].items() if n.startswith("grad.")}
     ok = True
     for backend in ("cpu", "cuda"):
         odir = os.path.join(args.out, "dump-" + backend)
@@ -88,7 +67,7 @@ def main():
         tl, tloss, tg = TOL[backend]
         glp = np.fromfile(os.path.join(odir, "logprobs.bin"), np.float32)
         e_lp = float(np.abs(glp - lp0).max())
-        e_loss = abs(res["loss"] - loss.item()) / max(1e-12, abs(loss.item()))
+        e_loss = abs(res["loss"] - loss) / max(1e-12, abs(loss))
         worst = (0.0, "")
         for n in res["params"]:
             g = np.fromfile(os.path.join(odir, "grads", n + ".bin"), np.float32)

@@ -36,7 +36,7 @@ INPUT_ERRORS = (BatchError, CheckpointError)
 class Trainer:
     def __init__(self, cfg: TrainerConfig, report):
         self.cfg = cfg
-        self.report = report  # rank 0: sends a progress line to the worker
+        self.report = report  # rank 0: sends a progress line (of the current request) to the worker
         self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cfg.device == "cuda" else torch.device("cpu")
         self.policy = None
         self.optimizer = None
@@ -63,11 +63,13 @@ class Trainer:
             init_buffers(self.policy.lm, "cpu" if self.cfg.cpu_offload else self.device)
             self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=1e-6, foreach=True)
             self.model_key = key
+        self.report({"phase": "load", "part": "model"})
         # rank 0 reads the files; a bad checkpoint is reported by every rank before any collective
         full = {}
         agree(lambda: full.update(ckpt.read_full_state(self.policy, ckpt_dir)) if dist.get_rank() == 0 else None)
         ckpt.load_weights(self.policy, full)
         del full
+        self.report({"phase": "load", "part": "weights"})
         self.optimizer.state.clear()
         self.step_count = ckpt.load_optimizer(self.policy, self.optimizer, ckpt_dir)
         return {"step": self.step_count, "parameters": sum(p.numel() for p in self.policy.parameters())}
@@ -78,6 +80,7 @@ class Trainer:
         ckpt.save_weights(self.policy, out_dir, self.cfg.checkpoint_shard_bytes)
         if dist.get_rank() == 0:
             ckpt.write_config(src_dir, out_dir)
+        self.report({"phase": "save", "part": "weights"})  # a long save is progress, not a stall
         if self.optimizer.state:  # an optimizer that never stepped has no state (and must not be given one)
             ckpt.save_optimizer(self.policy, self.optimizer, out_dir, self.step_count)
         elif dist.get_rank() == 0:
@@ -195,6 +198,7 @@ def handle(trainer: Trainer | None, cfg: TrainerConfig, req: dict, report) -> tu
     op = req.get("op")
     if trainer is None:
         trainer = Trainer(cfg, report)
+    trainer.report = report  # progress lines carry this request's id
     if op == "load":
         return trainer, trainer.load(req["dir"])
     if trainer.policy is None:
@@ -235,7 +239,17 @@ def main(argv=None) -> None:
         torch.set_num_threads(cfg.threads)
     dist.init_process_group("nccl" if cfg.device == "cuda" else "gloo",
                             timeout=datetime.timedelta(seconds=cfg.collective_timeout_seconds))
+    # ranks wait for the next request as long as the worker is idle (an iteration's rollouts take many minutes):
+    # that broadcast gets a group of its own without collective_timeout_seconds (a hang is caught by the
+    # worker's stall timer while a request is pending)
+    control = dist.new_group(backend="gloo", timeout=datetime.timedelta(days=30))
     import transformers
+    # what the first load and save would import lazily, at start-up (not under the worker's stall timer)
+    import transformers.models.qwen3.modeling_qwen3  # noqa: F401  (Qwen3 is what swerl writes)
+    from safetensors.torch import load_file  # noqa: F401
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter  # noqa: F401
+    from torch.distributed.fsdp import fully_shard  # noqa: F401
+    from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401
 
     pids = [None] * dist.get_world_size()
     dist.all_gather_object(pids, os.getpid())
@@ -247,7 +261,7 @@ def main(argv=None) -> None:
         if rank == 0:
             line = conn.readline()
             req[0] = json.loads(line) if line else {"op": "shutdown"}
-        dist.broadcast_object_list(req, src=0)
+        dist.broadcast_object_list(req, src=0, group=control)
         req = req[0]
         if req.get("op") == "shutdown":
             send({"id": req.get("id"), "ok": True})
