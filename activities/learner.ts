@@ -277,7 +277,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
       throw new Error(`checkpoint ${input.checkpoint} of run ${input.runId} is not in ${store.url}`);
     }
     if (input.policyBaseUrl) {
-      const client = createPolicyClient({ baseUrl: input.policyBaseUrl, model: input.model });
+      const client = createPolicyClient({ baseUrl: input.policyBaseUrl, model: input.model, weightSync: input.weightSync ?? 'sglang' });
       if ((await client.servedCheckpoint()) !== input.checkpoint) await client.loadWeights(dir, input.checkpoint);
       return { policyUrl: input.policyBaseUrl, checkpoint: input.checkpoint };
     }
@@ -296,36 +296,12 @@ export function createLearnerActivities(ctx: LearnerContext) {
     return ctx.exclusive(async () => {
       const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
       const learner = await ctx.ensureLoaded(dir, checkpoint, config.learner);
-      const items = [...input.items];
-      for (const part of input.itemParts ?? []) {
-        const stored = await store.getJson<LearnerItem[]>(part);
-        if (!stored) throw new Error(`learner items ${part} are missing from ${store.url}`);
-        items.push(...stored);
-      }
-      const trajs: Trajectory[] = [];
-      for (const it of items) {
-        const t = await store.getJson<Trajectory>(it.key);
-        if (!t) throw new Error(`trajectory ${it.key} is missing from ${store.url}`);
-        trajs.push(t);
-      }
+      const { items, trajs } = await readTrajectories(store, input);
       // Zero-advantage (and fully masked) sequences add 0 to Σ m·ℓ: left out of the forward/backward,
       // still counted in N through normSequences, so the step is the full batch's (DESIGN §5).
       const batch = buildTrainBatch(trajs, items.map((it) => it.advantage), { compactFilter: true, dropZeroAdvantage: true });
       const a = config.algorithm;
-      const hp = {
-        lr: a.lr,
-        weightDecay: a.weightDecay,
-        beta1: a.beta1,
-        beta2: a.beta2,
-        eps: a.eps,
-        clipLow: a.clipLow,
-        clipHigh: a.loss === 'grpo' ? a.clipLow : a.clipHigh,
-        maxGradNorm: a.maxGradNorm,
-        lMax: a.lMax,
-        mode: a.loss,
-        normSequences: batch.episodes,
-        ...(a.microBatchTokens ? { microBatchTokens: a.microBatchTokens } : {}),
-      };
+      const hp = trainHyper(config, batch.episodes);
       // the in-memory weights change now: until n+1 is saved, a retry must reload n
       ctx.loaded = null;
       const started = Date.now();
@@ -453,7 +429,7 @@ async function fsdpLearnerStep(ctx: LearnerContext, store: ArtifactStore, input:
         };
         heartbeat({ n, engine: 'fsdp', saving: checkpoint + 1 });
         await store.putDir(nextKey, async (tmp) => {
-          await trainer.save(tmp, dir);
+          await trainer.save(tmp, dir, (p) => heartbeat({ n, engine: 'fsdp', saving: checkpoint + 1, ...p }));
           for (const f of CARRIED_FILES) {
             if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
           }
