@@ -133,10 +133,12 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
     throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `config.env.kind: no environment registered for ${JSON.stringify(config.env.kind)}` });
   }
   const ckptDir = store.dirFor(keys.checkpoint(runId, checkpoint));
-  const policy = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model });
+  // our own server (policy.baseUrl unset) speaks the SGLang endpoint whatever policy.weightSync says
+  const weightSync = config.policy.baseUrl ? config.policy.weightSync : 'sglang';
+  const policy = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync });
   // after a learner restart the server may serve another checkpoint: make it serve ours. One probe, no
   // retries: a server that is gone (restarted on another port) is answered at once by the workflow's resync
-  const probe = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, retries: 0, timeoutMs: 30_000 });
+  const probe = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, retries: 0, timeoutMs: 30_000 });
   await unavailableAsFailure(policyUrl, async () => {
     if ((await probe.servedCheckpoint()) !== checkpoint) await policy.loadWeights(ckptDir, checkpoint);
   });

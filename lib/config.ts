@@ -150,9 +150,11 @@ export const TrainingConfigSchema = z
         /** an external OpenAI-compatible server (vLLM, SGLang, a separate learner worker); default: the learner worker's own */
         baseUrl: z.string().url().optional(),
         model: z.string().min(1).default('policy'),
+        /** how the server reloads each checkpoint from disk: "sglang" (POST /update_weights_from_disk; also ours) or "vllm" (its weight-transfer API, disk backend) */
+        weightSync: z.enum(['sglang', 'vllm']).default('sglang'),
       })
       .strict()
-      .default({ model: 'policy' }),
+      .default({ model: 'policy', weightSync: 'sglang' }),
     store: z
       .object({ url: z.string().regex(/^file:\/\//, 'must be a file:// URL').default('file://.runs/store') })
       .strict()

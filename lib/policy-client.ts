@@ -2,6 +2,7 @@
 // (DESIGN §4). Transient failures are retried a bounded number of times, then surface as
 // PolicyUnavailableError so the rollout activity fails and Temporal retries it.
 
+import { isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
 import type { CompletionRequest, CompletionResult, PolicyClient } from './types.ts';
 
@@ -33,6 +34,8 @@ export const PolicyClientOptionsSchema = z.object({
   backoffMs: z.number().int().min(0).default(200),
   /** sent as `Authorization: Bearer …` when set (hosted OpenAI-compatible endpoints) */
   apiKey: z.string().optional(),
+  /** how loadWeights makes the server reload a checkpoint from disk (see WEIGHT_SYNC) */
+  weightSync: z.enum(['sglang', 'vllm']).default('sglang'),
 });
 export type PolicyClientOptions = z.input<typeof PolicyClientOptionsSchema>;
 
@@ -58,6 +61,26 @@ const CompletionResponseSchema = z.object({
 });
 
 const HealthSchema = z.object({ status: z.string().optional(), checkpoint: z.number().int().nullable().optional() }).passthrough();
+const WeightInfoSchema = z.object({ weight_version: z.string().nullable().optional() }).passthrough();
+const SglangUpdateSchema = z.object({ success: z.boolean(), message: z.string().optional() }).passthrough();
+
+/**
+ * Reloading a checkpoint directory from disk (DESIGN §4), per server:
+ *   sglang: SGLang's native `POST /update_weights_from_disk {"model_path"}` (our policy server speaks it too;
+ *           the extra `checkpoint` field is ours and SGLang ignores it).
+ *   vllm:   vLLM's weight-transfer API with its `disk` backend (server started with `VLLM_SERVER_DEV_MODE=1` and
+ *           `--weight-transfer-config '{"backend": "disk"}'`): `POST /pause?mode=wait`, `/init_weight_transfer_engine
+ *           {"init_info": {}}`, `/start_weight_update`, `/update_weights {"update_info": {"path"}}`,
+ *           `/finish_weight_update {"weight_version"}`, `/resume`; `GET /weight_info` tells the version served.
+ */
+export const WEIGHT_SYNC = ['sglang', 'vllm'] as const;
+export type WeightSync = (typeof WEIGHT_SYNC)[number];
+
+/** The weight_version label of checkpoint n at `dir` (vLLM stores it; servedCheckpoint reads n back). */
+export function weightVersion(dir: string, checkpoint: number): string {
+  return `swerl-checkpoint-${checkpoint}:${dir}`;
+}
+const WEIGHT_VERSION = /^swerl-checkpoint-(-?\d+):/;
 
 /** Parses the first choice of a completions response into ids + logprobs. */
 export function parseCompletionResponse(body: unknown): CompletionResult {
@@ -96,9 +119,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** One JSON request with bounded retries on network errors, timeouts, 429 and 5xx (then PolicyUnavailableError). */
 function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
   const base = o.baseUrl.replace(/\/+$/, '');
-  return async function request(method: 'GET' | 'POST', path: string, body?: unknown): Promise<unknown> {
+  return async function request(method: 'GET' | 'POST', path: string, body?: unknown, retries = o.retries): Promise<unknown> {
     let last = '';
-    for (let attempt = 0; attempt <= o.retries; attempt++) {
+    for (let attempt = 0; attempt <= retries; attempt++) {
       if (attempt > 0) await sleep(o.backoffMs * 2 ** (attempt - 1));
       let res: Response;
       try {
@@ -125,7 +148,7 @@ function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
         throw new PolicyResponseError(`${method} ${path} returned non-JSON: ${text.slice(0, 200)}`);
       }
     }
-    throw new PolicyUnavailableError(`policy server ${base}${path} unavailable after ${o.retries + 1} attempts: ${last}`);
+    throw new PolicyUnavailableError(`policy server ${base}${path} unavailable after ${retries + 1} attempts: ${last}`);
   };
 }
 
@@ -155,15 +178,64 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
     },
 
     async loadWeights(dir: string, checkpoint: number): Promise<void> {
-      await request('POST', '/update_weights_from_disk', { model_path: dir, checkpoint });
+      if (o.weightSync === 'vllm') return vllmLoadWeights(request, dir, checkpoint);
+      const r = SglangUpdateSchema.safeParse(await request('POST', '/update_weights_from_disk', { model_path: dir, checkpoint }));
+      if (r.success && !r.data.success) throw new PolicyResponseError(`POST /update_weights_from_disk: ${r.data.message ?? 'success: false'}`);
     },
 
     async servedCheckpoint(): Promise<number | null> {
+      if (o.weightSync === 'vllm') {
+        const info = WeightInfoSchema.safeParse(await request('GET', '/weight_info'));
+        if (!info.success) throw new PolicyResponseError(`vLLM GET /weight_info: ${info.error.issues[0].message}`);
+        const m = WEIGHT_VERSION.exec(info.data.weight_version ?? '');
+        return m ? Number(m[1]) : null;
+      }
       const parsed = HealthSchema.safeParse(await request('GET', '/health'));
       if (!parsed.success) throw new PolicyResponseError(`policy server /health: ${parsed.error.issues[0].message}`);
       return parsed.data.checkpoint ?? null;
     },
   };
+}
+
+/**
+ * vLLM's documented disk reload (docs/training/weight_transfer: the `disk` backend and the pause/resume API).
+ * The update steps are not retried one by one (a session is stateful); a failed sync fails as a whole and
+ * the activity retries it. Generation is resumed whatever happened, so the server never stays paused.
+ */
+async function vllmLoadWeights(request: ReturnType<typeof jsonRequester>, dir: string, checkpoint: number): Promise<void> {
+  const path = resolve(dir); // the disk backend takes absolute paths only
+  if (!isAbsolute(path)) throw new PolicyResponseError(`vLLM weight sync: ${JSON.stringify(dir)} is not an absolute path`);
+  const once = (p: string, body?: unknown) => request('POST', p, body, 0);
+  try {
+    await request('POST', '/pause?mode=wait');
+  } catch (e) {
+    if (e instanceof PolicyResponseError && /HTTP 404/.test(e.message)) {
+      throw new PolicyResponseError(
+        `vLLM weight sync: POST /pause is not served (404): start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{"backend": "disk"}' (${e.message})`,
+      );
+    }
+    throw e;
+  }
+  let failure: unknown = null;
+  try {
+    await once('/init_weight_transfer_engine', { init_info: {} }); // a no-op for the disk backend, so safe on every sync
+    try {
+      await once('/start_weight_update');
+    } catch (e) {
+      if (!(e instanceof PolicyUnavailableError)) throw e;
+      // a session an interrupted sync left open: finishing it closes it (the disk backend aborts an empty one)
+      await once('/finish_weight_update').catch(() => undefined);
+      await once('/start_weight_update');
+    }
+    await once('/update_weights', { update_info: { path } });
+    await once('/finish_weight_update', { weight_version: weightVersion(path, checkpoint) });
+  } catch (e) {
+    failure = e;
+  }
+  await request('POST', '/resume').catch((e) => {
+    failure ??= e;
+  });
+  if (failure) throw failure;
 }
 
 /** An OpenAI tool call as the chat API returns it (arguments are a JSON string). */

@@ -69,7 +69,7 @@ export interface CompletionResult {
 /** Client side of a policy server (lib/policy-client.ts implements it over HTTP). */
 export interface PolicyClient {
   complete(req: CompletionRequest): Promise<CompletionResult>;
-  /** make the server serve the weights in `dir` (our server and SGLang: POST /update_weights_from_disk) */
+  /** make the server serve the weights in `dir` (lib/policy-client.ts WEIGHT_SYNC: SGLang's or vLLM's reload from disk) */
   loadWeights(dir: string, checkpoint: number): Promise<void>;
   /** the checkpoint index the server serves now, or null when unknown */
   servedCheckpoint(): Promise<number | null>;

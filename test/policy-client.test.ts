@@ -2,11 +2,16 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { validateConfig } from '../lib/config.ts';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { isAbsolute, join, relative, resolve } from 'node:path';
 import {
   PolicyResponseError,
   PolicyUnavailableError,
   createPolicyClient,
   parseCompletionResponse,
+  weightVersion,
 } from '../lib/policy-client.ts';
 
 // A real HTTP server whose answer depends on the `model` field of the request.
@@ -130,4 +135,173 @@ test('loadWeights and servedCheckpoint', async () => {
   await c.loadWeights('/ckpt/4', 4);
   assert.deepEqual(seen.at(-1), { path: '/update_weights_from_disk', body: { model_path: '/ckpt/4', checkpoint: 4 } });
   assert.equal(await c.servedCheckpoint(), 3);
+});
+
+// vLLM's weight-transfer HTTP contract (vllm/entrypoints/serve/dev/rlhf/api_router.py with the `disk` backend of
+// docs/training/weight_transfer/disk.md) as a loopback server that records every request and answers as vLLM
+// does: 400 for a missing init_info/update_info, 422 for a bad pause mode, 500 for what the engine raises
+// (a second session, an update outside a session, a path that is not an absolute directory of safetensors).
+// vLLM itself needs a GPU, so this is as close as this machine gets.
+function vllmContractServer() {
+  const log: { method: string; url: string; body: unknown; paused: boolean }[] = [];
+  const state = { paused: false, inited: false, session: false, loaded: null as string | null, version: null as string | null, devMode: true };
+  const srv = http.createServer((req, res) => {
+    let raw = '';
+    req.on('data', (c) => (raw += c));
+    req.on('end', () => {
+      const url = new URL(req.url!, 'http://x');
+      let body: any;
+      try {
+        body = raw ? JSON.parse(raw) : undefined;
+      } catch {
+        body = Symbol.for('bad json');
+      }
+      log.push({ method: req.method!, url: req.url!, body, paused: state.paused });
+      const json = (status: number, x: unknown) => {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(x));
+      };
+      const engineError = (detail: string) => json(500, { detail });
+      const route = `${req.method} ${url.pathname}`;
+      if (!state.devMode && route !== 'GET /health') return json(404, { detail: 'Not Found' });
+      switch (route) {
+        case 'POST /pause': {
+          const mode = url.searchParams.get('mode') ?? 'abort';
+          if (!['abort', 'wait', 'keep'].includes(mode)) return json(422, { detail: [{ loc: ['query', 'mode'], msg: "Input should be 'abort', 'wait' or 'keep'" }] });
+          state.paused = true;
+          return json(200, { status: 'paused' });
+        }
+        case 'POST /resume':
+          state.paused = false;
+          return json(200, { status: 'resumed' });
+        case 'POST /init_weight_transfer_engine':
+          if (typeof body !== 'object' || body === null) return json(400, { detail: 'Invalid JSON format' });
+          if (body.init_info == null) return json(400, { detail: "Missing 'init_info' in request body" });
+          if (Object.keys(body.init_info).length) return engineError('DiskWeightTransferInitInfo takes no fields');
+          state.inited = true;
+          return json(200, { message: 'Weight transfer initialized' });
+        case 'POST /start_weight_update':
+          if (!state.inited) return engineError('weight transfer engine not initialized');
+          if (state.session) return engineError('A shared-disk weight update is already active');
+          [state.session, state.loaded] = [true, null];
+          return json(200, { message: 'Weight update started' });
+        case 'POST /update_weights': {
+          if (typeof body !== 'object' || body === null) return json(400, { detail: 'Invalid JSON format' });
+          if (body.update_info == null) return json(400, { detail: "Missing 'update_info' in request body" });
+          const path = body.update_info.path;
+          const abort = (d: string) => ((state.session = false), engineError(d));
+          if (!state.session) return abort('start_weight_update must be called before loading a checkpoint');
+          if (state.loaded) return abort('The disk backend accepts exactly one checkpoint per update session');
+          if (typeof path !== 'string' || !isAbsolute(path)) return abort('`path` must be an absolute local directory');
+          if (!existsSync(path) || !readdirSync(path).some((f) => f.endsWith('.safetensors'))) return abort(`Shared-disk checkpoint directory contains no safetensors files: ${path}`);
+          state.loaded = path;
+          return json(200, { message: 'Weights updated' });
+        }
+        case 'POST /finish_weight_update': {
+          if (!state.session) return engineError('No shared-disk weight update is active');
+          state.session = false;
+          if (!state.loaded) return engineError('No checkpoint was loaded during the shared-disk update session');
+          if (body?.weight_version != null) state.version = String(body.weight_version);
+          return json(200, { message: 'Weight update finished' });
+        }
+        case 'GET /weight_info':
+          return json(200, { weight_version: state.version });
+        default:
+          return json(404, { detail: 'Not Found' });
+      }
+    });
+  });
+  return { srv, log, state };
+}
+
+test('vLLM weight sync: the documented disk-backend sequence, paused around it; weight_info gives the checkpoint back', async () => {
+  const { srv, log, state } = vllmContractServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+  const root = mkdtempSync(join(tmpdir(), 'vllm-sync-'));
+  try {
+    const ckpt = (n: number, files = ['model.safetensors', 'config.json']) => {
+      const d = join(root, 'ckpt', String(n));
+      mkdirSync(d, { recursive: true });
+      for (const f of files) writeFileSync(join(d, f), '{}');
+      return d;
+    };
+    const v = validateConfig({ policy: { baseUrl: url, weightSync: 'tgi' } });
+    assert.match(v.ok ? '' : v.errors.join(), /config.policy.weightSync: must be one of "sglang", "vllm", got "tgi"/);
+    const c = createPolicyClient({ baseUrl: url, weightSync: 'vllm', retries: 2, backoffMs: 1 });
+    assert.equal(await c.servedCheckpoint(), null, 'a fresh server serves no checkpoint of ours');
+
+    const dir = ckpt(4, ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', 'model.safetensors.index.json']);
+    await c.loadWeights(dir, 4);
+    assert.deepEqual(log.map((l) => [l.method, l.url, l.body, l.paused]), [
+      ['GET', '/weight_info', undefined, false],
+      ['POST', '/pause?mode=wait', undefined, false],
+      ['POST', '/init_weight_transfer_engine', { init_info: {} }, true],
+      ['POST', '/start_weight_update', undefined, true],
+      ['POST', '/update_weights', { update_info: { path: dir } }, true],
+      ['POST', '/finish_weight_update', { weight_version: weightVersion(dir, 4) }, true],
+      ['POST', '/resume', undefined, true],
+    ]);
+    assert.deepEqual([state.paused, state.session, state.version], [false, false, weightVersion(dir, 4)]);
+    assert.equal(await c.servedCheckpoint(), 4);
+
+    // a relative directory is sent absolute (the server resolves nothing against our working directory)
+    log.length = 0;
+    const rel = relative(process.cwd(), ckpt(5));
+    await c.loadWeights(rel, 5);
+    assert.deepEqual(log.find((l) => l.url === '/update_weights')!.body, { update_info: { path: resolve(rel) } });
+    assert.equal(await c.servedCheckpoint(), 5);
+
+    // the engine refuses the checkpoint: the sync fails with vLLM's reason, generation resumes, the old version stays
+    log.length = 0;
+    const empty = ckpt(6, ['config.json']);
+    await assert.rejects(c.loadWeights(empty, 6), /update_weights unavailable after 1 attempts: HTTP 500: .*contains no safetensors files/);
+    assert.deepEqual(log.map((l) => l.url), ['/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/update_weights', '/resume'], 'one attempt per step, then resume');
+    assert.deepEqual([state.paused, state.session], [false, false]);
+    assert.equal(await c.servedCheckpoint(), 5);
+
+    // a session an interrupted sync left open is closed, and the sync goes through
+    await fetch(`${url}/start_weight_update`, { method: 'POST' });
+    assert.equal(state.session, true);
+    log.length = 0;
+    await c.loadWeights(ckpt(7), 7);
+    assert.deepEqual(log.map((l) => l.url), [
+      '/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/finish_weight_update', '/start_weight_update', '/update_weights', '/finish_weight_update', '/resume',
+    ]);
+    assert.equal(await c.servedCheckpoint(), 7);
+
+    // a vLLM without its development endpoints: the error says how to start it
+    state.devMode = false;
+    await assert.rejects(c.loadWeights(ckpt(8), 8), (e: Error) => e instanceof PolicyResponseError && /VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '\{"backend": "disk"\}'/.test(e.message));
+  } finally {
+    srv.close();
+    rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('SGLang weight sync: update_weights_from_disk {model_path}; its 400 {success: false, message} is an error with the message', async () => {
+  const got: unknown[] = [];
+  const srv = http.createServer((req, res) => {
+    let raw = '';
+    req.on('data', (c) => (raw += c));
+    req.on('end', () => {
+      const body = JSON.parse(raw);
+      got.push([req.method, req.url, body]);
+      const ok = typeof body.model_path === 'string' && body.model_path.endsWith('/good');
+      res.writeHead(ok ? 200 : 400, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(ok ? { success: true, message: 'Succeeded to update model weights.', num_paused_requests: 0 } : { success: false, message: `Failed to load ${body.model_path}` }));
+    });
+  });
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  try {
+    const c = createPolicyClient({ baseUrl: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, retries: 0 });
+    await c.loadWeights('/ckpt/good', 2);
+    await assert.rejects(c.loadWeights('/ckpt/bad', 3), (e: Error) => e instanceof PolicyResponseError && /HTTP 400: .*Failed to load \/ckpt\/bad/.test(e.message));
+    assert.deepEqual(got, [
+      ['POST', '/update_weights_from_disk', { model_path: '/ckpt/good', checkpoint: 2 }],
+      ['POST', '/update_weights_from_disk', { model_path: '/ckpt/bad', checkpoint: 3 }],
+    ]);
+  } finally {
+    srv.close();
+  }
 });

@@ -87,6 +87,11 @@ interface RolloutContext {
 }
 
 /** The last error of a failed activity, short enough for history. */
+/** syncPolicy's weightSync: only vLLM's is sent, so the inputs of other runs (and of recorded histories) stay as they were. */
+function weightSyncOf(config: TrainingConfig): { weightSync?: 'vllm' } {
+  return config.policy.baseUrl && config.policy.weightSync === 'vllm' ? { weightSync: 'vllm' } : {};
+}
+
 function failureText(err: ActivityFailure): string {
   const msg = err.cause?.message || err.message || 'unknown failure';
   return msg.length > 500 ? `${msg.slice(0, 497)}...` : msg;
@@ -113,7 +118,7 @@ async function runRollouts(
   const resyncPolicy = (failedUrl: string): Promise<void> => {
     if (failedUrl !== policyUrl) return Promise.resolve();
     resync ??= learner
-      .syncPolicy({ storeUrl, runId, checkpoint, policyBaseUrl: config.policy.baseUrl, model: config.policy.model })
+      .syncPolicy({ storeUrl, runId, checkpoint, policyBaseUrl: config.policy.baseUrl, model: config.policy.model, ...weightSyncOf(config) })
       .then((r) => {
         policyUrl = r.policyUrl;
       })
@@ -277,7 +282,7 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
   const batch = await store.sampleBatch({ runId, n, config });
 
   await setPhase('syncing');
-  const policy = await learner.syncPolicy({ storeUrl, runId, checkpoint, policyBaseUrl: config.policy.baseUrl, model: config.policy.model });
+  const policy = await learner.syncPolicy({ storeUrl, runId, checkpoint, policyBaseUrl: config.policy.baseUrl, model: config.policy.model, ...weightSyncOf(config) });
 
   await setPhase('rollouts');
   const tRollouts = Date.now();

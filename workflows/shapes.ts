@@ -18,6 +18,8 @@ export interface SyncPolicyInput {
   checkpoint: number;
   policyBaseUrl?: string;
   model: string;
+  /** how policyBaseUrl reloads weights from disk (absent: "sglang") */
+  weightSync?: 'sglang' | 'vllm';
   /** serve this Hugging Face model directory instead of the run's checkpoint (evaluation of a model outside any run) */
   modelDir?: string;
 }
