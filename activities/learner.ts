@@ -436,6 +436,10 @@ async function fsdpLearnerStep(ctx: LearnerContext, store: ArtifactStore, input:
           await writeFile(`${tmp}/stats.json`, JSON.stringify(result));
         });
         trainer.loaded = store.dirFor(nextKey);
+        learnerStepSeconds.observe({ run_id: runId }, (Date.now() - started) / 1000);
+        const bytes = await directoryBytes(store.dirFor(nextKey));
+        checkpointBytes.set({ run_id: runId }, bytes);
+        checkpointBytesWritten.inc({ run_id: runId }, bytes);
         return result;
       });
     });
