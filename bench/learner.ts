@@ -6,6 +6,7 @@
 // same step, native vs fsdp on 1 and 2 ranks (CPU, gloo, fp32) in the same run, the time to start the process
 // group and to write a checkpoint.
 // Usage: npm run bench:learner [-- --device cuda] [-- --threads N] [-- --seq 512] [-- --seqs 4] [-- --fsdp]
+//        [-- --fsdp-shape qwen3-0.6b [--fsdp-layers N]]
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -94,7 +95,9 @@ async function fsdpRows(): Promise<void> {
   const cfg: QwenConfig =
     shape === 'qwen3-0.6b'
       ? { ...config, vocab_size: 151936, hidden_size: 1024, intermediate_size: 3072, num_hidden_layers: 28, num_attention_heads: 16, num_key_value_heads: 8, head_dim: 128, max_position_embeddings: 40960 }
-      : config;
+      : { ...config };
+  // --fsdp-layers N: the shape with N decoder layers (what fits a small machine)
+  if (Number(arg('fsdp-layers', '0')) > 0) cfg.num_hidden_layers = Number(arg('fsdp-layers', '0'));
   const mdir = mkdtempSync(join(tmpdir(), 'gl-bench-fsdp-'));
   try {
     writeRandomCheckpoint(join(mdir, 'model'), cfg, 1);
@@ -107,15 +110,17 @@ async function fsdpRows(): Promise<void> {
     const native = (steps * b.ids.length) / ((performance.now() - t0) / 1000);
     nat.close();
     writeTrainBatch(join(mdir, 'batch.safetensors'), b);
-    console.log(`\nfsdp engine: shape ${shape}, ${nSeqs}x${seqLen} tokens per step, CPU (gloo, fp32), ${steps} timed step(s) after one warm-up`);
-    console.log('engine            train tokens/s   vs native   group start s   checkpoint write s');
+    console.log(`\nfsdp engine: shape ${shape} (${cfg.num_hidden_layers} layers), ${nSeqs}x${seqLen} tokens per step, CPU (gloo, fp32), ${steps} timed step(s) after one warm-up`);
+    console.log('engine            train tokens/s   vs native   group start s   load s   checkpoint write s');
     console.log(`native            ${native.toFixed(0).padStart(14)}   ${'1.00x'.padStart(9)}`);
     for (const n of [1, 2]) {
       t0 = performance.now();
       const tr = await FsdpLearner.start(fsdpOptions(n, { maxTokensPerMicroBatch: 4096, checkpointShardMB: 4096, threads: Math.max(1, Math.floor(cpus().length / n)), stallTimeoutSeconds: 3600 }));
       try {
-        await tr.load(join(mdir, 'model'));
         const start = (performance.now() - t0) / 1000;
+        t0 = performance.now();
+        await tr.load(join(mdir, 'model'));
+        const load = (performance.now() - t0) / 1000;
         await tr.trainStep(join(mdir, 'batch.safetensors'), hp);
         t0 = performance.now();
         for (let i = 0; i < steps; i++) await tr.trainStep(join(mdir, 'batch.safetensors'), hp);
@@ -123,12 +128,13 @@ async function fsdpRows(): Promise<void> {
         t0 = performance.now();
         await tr.save(join(mdir, `ckpt-${n}`), join(mdir, 'model'));
         const save = (performance.now() - t0) / 1000;
-        console.log(`fsdp ${n} rank${n > 1 ? 's' : ' '}      ${rate.toFixed(0).padStart(14)}   ${(rate / native).toFixed(2).padStart(8)}x   ${start.toFixed(1).padStart(13)}   ${save.toFixed(2).padStart(18)}`);
+        console.log(`fsdp ${n} rank${n > 1 ? 's' : ' '}      ${rate.toFixed(0).padStart(14)}   ${(rate / native).toFixed(2).padStart(8)}x   ${start.toFixed(1).padStart(13)}   ${load.toFixed(1).padStart(6)}   ${save.toFixed(2).padStart(18)}`);
       } finally {
         await tr.close();
       }
     }
-    console.log('group start: torchrun, process group, model built on meta, sharded, weights loaded (load included)');
+    console.log('group start: torchrun up to every rank joined (imports included); load: model built on meta, sharded, weights read and broadcast');
+    console.log(`fsdp: activation checkpointing on (one more forward per block), ${cpus().length} CPU threads split over the ranks; machine load average ${loadavg().map((v) => v.toFixed(1)).join(' / ')}`);
   } finally {
     rmSync(mdir, { recursive: true, force: true });
   }
