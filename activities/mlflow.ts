@@ -3,6 +3,7 @@
 // a tracking server that hangs costs seconds, never the run.
 
 export const MLFLOW_RUN_ID_TAG = 'swerl.run_id';
+export const MLFLOW_EVAL_ID_TAG = 'swerl.eval_id';
 
 /** A failed call: HTTP status (0 when the server could not be reached) and MLflow's error code. */
 export class MlflowError extends Error {
@@ -101,11 +102,11 @@ export class MlflowClient {
     }
   }
 
-  /** Runs of the experiment tagged with our run id, oldest first. */
-  async findRuns(experimentId: string, runId: string): Promise<MlflowRunInfo[]> {
+  /** Runs of the experiment whose `tag` is `value` (our run or evaluation id), oldest first. */
+  async findRuns(experimentId: string, value: string, tag = MLFLOW_RUN_ID_TAG): Promise<MlflowRunInfo[]> {
     const r = await this.api<{ runs?: { info: MlflowRunInfo }[] }>('POST', 'runs/search', {
       experiment_ids: [experimentId],
-      filter: `tags.\`${MLFLOW_RUN_ID_TAG}\` = '${runId}'`,
+      filter: `tags.\`${tag}\` = '${value.replace(/'/g, "\\'")}'`,
       run_view_type: 'ACTIVE_ONLY',
       order_by: ['attributes.start_time ASC'],
       max_results: 10,

@@ -5,10 +5,12 @@
 import { ApplicationFailure, heartbeat } from '@temporalio/activity';
 import { parseMetricsJsonl, renderChart, rewardChart } from '../lib/plot.ts';
 import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
+import { evalKeys } from '../lib/eval/keys.ts';
 import type { TrainingConfig } from '../lib/config.ts';
 import type { ReportRunInput, ReportRunResult } from '../workflows/shapes.ts';
 import {
   LOG_BATCH_LIMITS,
+  MLFLOW_EVAL_ID_TAG,
   MLFLOW_RUN_ID_TAG,
   MlflowClient,
   MlflowError,
@@ -79,6 +81,8 @@ export interface MlflowState {
   lastError?: string;
   /** why the last delivery stopped short (server down or failing); cleared once one goes through */
   unreachable?: string;
+  /** timestamp of metrics whose lines carry no time of their own (fixed, so a resend is identical) */
+  fixedTime?: number;
 }
 
 type MlflowConfig = NonNullable<TrainingConfig['tracking']['mlflow']>;
@@ -97,10 +101,39 @@ async function firstIterationConfig(store: ArtifactStore, runId: string): Promis
   return null;
 }
 
-/** MLflow metrics of one iteration: every numeric field (nested ones as `a/b`) at step = iteration, at the line's own time. */
-export function iterationMetrics(line: MetricsLine): MlflowMetric[] {
+/** MLflow metrics of one line: every numeric field (nested ones as `a/b`) at step = iteration, at the line's own time (else `fixedTime`). */
+export function iterationMetrics(line: MetricsLine, fixedTime = 0): MlflowMetric[] {
   const { iteration, time, runId: _runId, ...rest } = line;
-  return Object.entries(numericLeaves(rest)).map(([k, value]) => ({ key: mlflowKey(k), value, timestamp: Math.round(time ?? 0), step: iteration }));
+  return Object.entries(numericLeaves(rest)).map(([k, value]) => ({ key: mlflowKey(k), value, timestamp: Math.round(time ?? fixedTime), step: iteration }));
+}
+
+/** What is tracked as one MLflow run: a training run, or an evaluation. */
+export interface TrackedSubject {
+  /** store key of the delivery state */
+  stateKey: string;
+  /** the MLflow run's name, and the value of `tag` that finds it again */
+  name: string;
+  tag: string;
+  source: string;
+  /** metrics lines, step = `iteration`, delivered in order */
+  lines: MetricsLine[];
+  /** the config logged as params (null: not there yet) */
+  params: () => Promise<unknown>;
+  /** store key → artifact path */
+  artifacts: () => Promise<[string, string][]>;
+}
+
+/** A training run: metrics.jsonl, the first iteration's config, the plots and metrics.jsonl. */
+export function trainingRunSubject(store: ArtifactStore, runId: string, lines: MetricsLine[]): TrackedSubject {
+  return {
+    stateKey: keys.mlflowState(runId),
+    name: runId,
+    tag: MLFLOW_RUN_ID_TAG,
+    source: 'swerl trainingRun',
+    lines,
+    params: () => firstIterationConfig(store, runId),
+    artifacts: async () => [...PLOT_FILES.map((f): [string, string] => [keys.plot(runId, f), `plots/${f}`]), [keys.metrics(runId), 'metrics.jsonl']],
+  };
 }
 
 function chunks<T>(xs: T[], n: number): T[][] {
@@ -116,15 +149,15 @@ function chunks<T>(xs: T[], n: number): T[][] {
  */
 export async function syncMlflow(
   store: ArtifactStore,
-  runId: string,
+  subject: TrackedSubject,
   cfg: MlflowConfig,
-  lines: MetricsLine[],
   final?: ReportRunInput['final'],
   client = new MlflowClient(cfg.uri),
 ): Promise<NonNullable<ReportRunResult['tracking']>> {
-  const key = keys.mlflowState(runId);
+  const { lines } = subject;
+  const key = subject.stateKey;
   let st = await store.getJson<MlflowState>(key);
-  if (!st || st.uri !== cfg.uri || st.experiment !== cfg.experiment) st = { uri: cfg.uri, experiment: cfg.experiment, sentLines: 0 };
+  if (!st || st.uri !== cfg.uri || st.experiment !== cfg.experiment) st = { uri: cfg.uri, experiment: cfg.experiment, sentLines: 0, fixedTime: Date.now() };
   const state = st;
   const save = () => store.putJson(key, state);
   const sentBefore = state.sentLines;
@@ -137,17 +170,17 @@ export async function syncMlflow(
     beat('mlflow: run');
     if (!state.mlflowRunId) {
       state.experimentId = await client.experimentId(cfg.experiment);
-      let runs = await client.findRuns(state.experimentId, runId);
+      let runs = await client.findRuns(state.experimentId, subject.name, subject.tag);
       if (!runs.length) {
         const first = lines[0];
-        const start = first?.time ? Math.round(first.time - 1000 * Number(first.iterationSeconds ?? 0)) : Date.now();
-        const created = await client.createRun(state.experimentId, runId, start, [
-          { key: MLFLOW_RUN_ID_TAG, value: runId },
-          { key: 'mlflow.source.name', value: 'swerl trainingRun' },
+        const start = first?.time ? Math.round(first.time - 1000 * Number(first.iterationSeconds ?? 0)) : (state.fixedTime ?? Date.now());
+        const created = await client.createRun(state.experimentId, subject.name, start, [
+          { key: subject.tag, value: subject.name },
+          { key: 'mlflow.source.name', value: subject.source },
           { key: 'mlflow.source.type', value: 'JOB' },
         ]);
         // a concurrent attempt may have created one too: keep the oldest, delete ours if it is not
-        runs = await client.findRuns(state.experimentId, runId);
+        runs = await client.findRuns(state.experimentId, subject.name, subject.tag);
         if (runs.length && runs[0].run_id !== created.run_id && runs.some((r) => r.run_id === created.run_id)) await client.deleteRun(created.run_id);
         if (!runs.length) runs = [created];
       }
@@ -157,7 +190,7 @@ export async function syncMlflow(
     }
     const mlflowRunId = state.mlflowRunId;
     if (!state.paramsLogged) {
-      const config = await firstIterationConfig(store, runId);
+      const config = await subject.params();
       if (config !== null) {
         const params = configParams(config);
         try {
@@ -176,7 +209,7 @@ export async function syncMlflow(
       const batch: MlflowMetric[] = [];
       let upTo = state.sentLines;
       while (upTo < lines.length) {
-        const ms = iterationMetrics(lines[upTo]);
+        const ms = iterationMetrics(lines[upTo], state.fixedTime);
         if (batch.length && batch.length + ms.length > LOG_BATCH_LIMITS.metrics) break;
         batch.push(...ms.slice(0, LOG_BATCH_LIMITS.metrics));
         upTo++;
@@ -195,7 +228,7 @@ export async function syncMlflow(
     if (lines.length && ((state.artifactsOf ?? -1) < lines.length || final)) {
       beat('mlflow: artifacts');
       try {
-        await uploadArtifacts(store, runId, client, state.artifactUri!);
+        await uploadArtifacts(store, await subject.artifacts(), client, state.artifactUri!);
       } catch (e) {
         if (!(e instanceof MlflowError) || e.transient || e.code === 'RESOURCE_DOES_NOT_EXIST') throw e;
         state.lastError = e.message;
@@ -237,11 +270,7 @@ export async function syncMlflow(
 
 const CONTENT_TYPES: Record<string, string> = { svg: 'image/svg+xml', png: 'image/png', json: 'application/json', jsonl: 'application/x-ndjson' };
 
-async function uploadArtifacts(store: ArtifactStore, runId: string, client: MlflowClient, artifactUri: string): Promise<void> {
-  const files: [string, string][] = [
-    ...PLOT_FILES.map((f): [string, string] => [keys.plot(runId, f), `plots/${f}`]),
-    [keys.metrics(runId), 'metrics.jsonl'],
-  ];
+async function uploadArtifacts(store: ArtifactStore, files: [string, string][], client: MlflowClient, artifactUri: string): Promise<void> {
   for (const [k, path] of files) {
     const data = await store.get(k);
     if (data === null) continue;
@@ -258,7 +287,7 @@ export async function reportRun(input: ReportRunInput): Promise<ReportRunResult>
   let tracking: ReportRunResult['tracking'] = null;
   const cfg = input.tracking.mlflow;
   if (cfg) {
-    tracking = await syncMlflow(store, input.runId, cfg, lines, input.final);
+    tracking = await syncMlflow(store, trainingRunSubject(store, input.runId, lines), cfg, input.final);
     if (input.requireDelivered && tracking.pending > 0) {
       throw ApplicationFailure.create({
         type: 'TrackingUndelivered',
@@ -267,4 +296,48 @@ export async function reportRun(input: ReportRunInput): Promise<ReportRunResult>
     }
   }
   return { iterations: lines.length, plots, tracking };
+}
+
+/** The numbers of an evaluation summary as a metrics line: pass@k arrays become `passAtK/<k>`, per-repository rows are left out. */
+export function evaluationLine(summary: { checkpoint?: number | null; metrics: Record<string, unknown> }): MetricsLine {
+  const { perRepo: _perRepo, passAtK, passAtKCompleted, ...rest } = summary.metrics as Record<string, unknown> & { passAtK?: (number | null)[]; passAtKCompleted?: (number | null)[] };
+  const byK = (xs: (number | null)[] | undefined) => Object.fromEntries((xs ?? []).flatMap((v, i) => (v === null ? [] : [[String(i + 1), v]])));
+  return { iteration: summary.checkpoint ?? 0, ...rest, passAtK: byK(passAtK), passAtKCompleted: byK(passAtKCompleted) };
+}
+
+/** Report files uploaded with an evaluation (the top of its report directory; per-instance reports stay in the store). */
+const EVAL_ARTIFACTS_MAX = 200;
+
+/** An evaluation: its summary's numbers at step = the checkpoint evaluated, its config as params, its report files. */
+export async function evaluationSubject(store: ArtifactStore, evalId: string): Promise<TrackedSubject | null> {
+  const reportKey = evalKeys.report(evalId);
+  const summary = await store.getJson<{ checkpoint?: number | null; metrics: Record<string, unknown> }>(`${reportKey}/summary.json`);
+  if (!summary) return null;
+  return {
+    stateKey: `${evalKeys.eval(evalId)}/tracking/mlflow.json`,
+    name: evalId,
+    tag: MLFLOW_EVAL_ID_TAG,
+    source: 'swerl evaluationRun',
+    lines: [evaluationLine(summary)],
+    params: async () => store.getJson<unknown>(evalKeys.config(evalId)),
+    artifacts: async () =>
+      (await store.list(reportKey))
+        .filter((k) => k.slice(reportKey.length + 1).split('/').length <= 2)
+        .slice(0, EVAL_ARTIFACTS_MAX)
+        .map((k): [string, string] => [k, `report/${k.slice(reportKey.length + 1)}`]),
+  };
+}
+
+/** The reportEvaluation activity: the evaluation's MLflow run, created, filled and closed (idempotent). */
+export async function reportEvaluation(input: { storeUrl: string; evalId: string; tracking: TrainingConfig['tracking']; requireDelivered?: boolean }): Promise<ReportRunResult['tracking']> {
+  const cfg = input.tracking.mlflow;
+  if (!cfg) return null;
+  const store = openStore(input.storeUrl);
+  const subject = await evaluationSubject(store, input.evalId);
+  if (!subject) throw new Error(`evaluation ${input.evalId}: no report summary in ${store.url} yet`);
+  const r = await syncMlflow(store, subject, cfg, { status: 'FINISHED' });
+  if (input.requireDelivered && r.pending > 0) {
+    throw ApplicationFailure.create({ type: 'TrackingUndelivered', message: `MLflow ${cfg.uri}: evaluation ${input.evalId} not delivered yet (${r.error ?? 'no error'})` });
+  }
+  return r;
 }

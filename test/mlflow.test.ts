@@ -12,8 +12,9 @@ import { startMlflowServer, type MlflowServer } from './helpers/mlflow.ts';
 import { statusQuery } from '../workflows/signals.ts';
 import type { TrainingRunResult } from '../workflows/shapes.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
-import { keys, openStore } from '../lib/store.ts';
-import { readMetricsLines, type MlflowState } from '../activities/report.ts';
+import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
+import { evalKeys } from '../lib/eval/keys.ts';
+import { readMetricsLines, reportEvaluation, type MlflowState } from '../activities/report.ts';
 
 let t: TestTemporal;
 let mlflow: MlflowServer;
@@ -114,4 +115,38 @@ test('every iteration logged once through a worker SIGKILL and a tracking-server
       await new Promise((r) => worker.once('exit', r));
     }
   }
+});
+
+test('an evaluation becomes its own MLflow run: pass@k at step = checkpoint, config as params, report files; once however often it is sent', async () => {
+  const evalId = 'eval-ckpt-3';
+  const experiment = 'swerl-evals';
+  const store = openStore(fileStoreUrl(join(t.dir, 'eval-store')));
+  await store.putJson(evalKeys.config(evalId), { evalId, tasksFile: 'tasks.jsonl', model: { run: 'tracked', checkpoint: 3 }, runs: 4 });
+  const metrics = {
+    tasks: 8, runs: 4, episodes: { planned: 32, completed: 31, resolved: 9, errors: 1 },
+    pass1: 0.28125, pass1Completed: 0.29, pass1CI: { low: 0.1, high: 0.45, level: 0.95 },
+    passAtK: [0.28125, 0.4, null, 0.5], passAtKCompleted: [0.29, 0.41, 0.47, 0.5],
+    ends: { submitted: 30, max_steps: 1 }, mean: { steps: 12.5, tokens: 9000, responseTokens: 2000, seconds: 40 },
+    perRepo: [{ repo: 'a/b', tasks: 8 }],
+  };
+  await store.putJson(`${evalKeys.report(evalId)}/summary.json`, { evalId, checkpoint: 3, metrics });
+  await store.put(`${evalKeys.report(evalId)}/run-0/predictions.jsonl`, '{"instance_id":"x","model_patch":""}\n');
+  const tracking = { mlflow: { uri: mlflow.uri, experiment } };
+  for (let i = 0; i < 2; i++) assert.equal((await reportEvaluation({ storeUrl: store.url, evalId, tracking }))?.pending, 0);
+
+  const exp = await mlflow.api<{ experiment: { experiment_id: string } }>(`experiments/get-by-name?experiment_name=${experiment}`);
+  const found = await mlflow.api<{ runs?: Run[] }>('runs/search', { experiment_ids: [exp.experiment.experiment_id], filter: `tags.\`swerl.eval_id\` = '${evalId}'` });
+  assert.equal(found.runs?.length, 1);
+  const run = found.runs![0];
+  assert.equal(run.info.status, 'FINISHED');
+  for (const [key, value] of [['pass1', 0.28125], ['passAtK/2', 0.4], ['passAtK/4', 0.5], ['passAtKCompleted/3', 0.47], ['episodes/errors', 1], ['pass1CI/low', 0.1]] as const) {
+    const h = await history(run.info.run_id, key);
+    assert.deepEqual(h.map((m) => [m.step, m.value]), [[3, value]], `${key} once, at the checkpoint's step`);
+  }
+  assert.deepEqual(await history(run.info.run_id, 'passAtK/3'), [], 'pass@k without a value is not logged');
+  const params = Object.fromEntries((run.data.params ?? []).map((p) => [p.key, p.value]));
+  assert.equal(params['model.run'], 'tracked');
+  assert.equal(params['runs'], '4');
+  const files = (await mlflow.api<{ files?: { path: string }[] }>(`artifacts/list?run_id=${run.info.run_id}&path=report`)).files?.map((f) => f.path) ?? [];
+  assert.deepEqual(files.sort(), ['report/run-0', 'report/summary.json']);
 });

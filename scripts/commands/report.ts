@@ -3,7 +3,7 @@
 import type { Command } from 'commander';
 import { validateConfig } from '../../lib/config.ts';
 import { fileStoreUrl, keys, openStore, type ArtifactStore } from '../../lib/store.ts';
-import { readMetricsLines, renderRunPlots, syncMlflow, type MetricsLine, type MlflowState } from '../../activities/report.ts';
+import { readMetricsLines, renderRunPlots, syncMlflow, trainingRunSubject, type MetricsLine, type MlflowState } from '../../activities/report.ts';
 
 const BLOCKS = '▁▂▃▄▅▆▇█';
 
@@ -92,7 +92,7 @@ export async function report(o: { runId: string; store: string; sync?: boolean; 
     const tracking = await trackingOf(store, o.runId, lines);
     if (!tracking?.mlflow) log('mlflow   --sync: the run has no config.tracking.mlflow');
     else {
-      const r = await syncMlflow(store, o.runId, tracking.mlflow, lines);
+      const r = await syncMlflow(store, trainingRunSubject(store, o.runId, lines), tracking.mlflow);
       log(`mlflow   --sync: sent ${r.sent} iteration(s), ${r.pending} item(s) pending${r.error ? ` (${r.error})` : ''}`);
     }
   }
