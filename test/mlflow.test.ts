@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
 import { startMlflowServer, type MlflowServer } from './helpers/mlflow.ts';
-import { statusQuery } from '../workflows/signals.ts';
+import { pauseSignal, resumeSignal, statusQuery } from '../workflows/signals.ts';
 import type { TrainingRunResult } from '../workflows/shapes.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
@@ -63,12 +63,21 @@ test('every iteration logged once through a worker SIGKILL and a tracking-server
     await new Promise((r) => worker.once('exit', r));
     worker = spawnWorker(args, logFile);
 
-    // the tracking server goes away once iteration 2 is in, and stays away until the run is over
-    await waitFor('step 2 in MLflow', async () => (await history(run.info.run_id, 'meanReward')).some((m) => m.step === 2), 150_000);
+    // paused after iteration 2 or 3, with everything so far in MLflow; then the tracking server goes
+    // away and the run's last iteration(s) go on without it
+    await h.signal(pauseSignal);
+    const store = openStore(config.store.url);
+    const paused = await waitFor('paused', async () => {
+      const s = await h.query(statusQuery);
+      return s.phase === 'paused' ? s : null;
+    }, 240_000);
+    assert.ok(paused.iteration < iterations);
+    await waitFor('what ran so far delivered', async () => (await store.getJson<MlflowState>(keys.mlflowState(runId)))?.sentLines === paused.iteration, 240_000);
+    assert.deepEqual((await history(run.info.run_id, 'meanReward')).map((m) => m.step), Array.from({ length: paused.iteration }, (_, i) => i));
     await mlflow.stop();
+    await h.signal(resumeSignal);
     const result = (await h.result()) as TrainingRunResult;
     assert.equal(result.iterations, iterations, 'the run completes without its tracking server');
-    const store = openStore(config.store.url);
     const state = (await store.getJson<MlflowState>(keys.mlflowState(runId)))!;
     assert.ok(state.sentLines < iterations, `iterations ${state.sentLines}.. are pending while MLflow is down`);
     assert.ok(state.unreachable, 'the state names why');
