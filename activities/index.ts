@@ -3,7 +3,7 @@
 import { LearnerContext, createLearnerActivities, type LearnerWorkerOptions } from './learner.ts';
 import { recordMetrics, sampleBatch, storeLearnerItems } from './dataset.ts';
 import { rollout } from './rollout.ts';
-import { reportRun } from './report.ts';
+import { reportEvaluation, reportRun } from './report.ts';
 import { sweActivities } from './swe.ts';
 import { evalEpisode, prepareEvaluation, recordEvalError, writeEvaluationReport } from './evaluation.ts';
 import { verifierActivities } from './verifiers.ts';
@@ -13,7 +13,7 @@ export { registerEnvironment } from './rollout.ts';
 
 /** Rollout-queue activities: rollouts, dataset, bookkeeping, SWE task validation and grading. */
 export function createRolloutActivities() {
-  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, reportRun, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport, ...verifierActivities };
+  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, reportRun, reportEvaluation, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport, ...verifierActivities };
 }
 
 /** All activities; the learner ones bound to `ctx`. */

@@ -119,8 +119,22 @@ export interface TrackedSubject {
   lines: MetricsLine[];
   /** the config logged as params (null: not there yet) */
   params: () => Promise<unknown>;
-  /** store key → artifact path */
-  artifacts: () => Promise<[string, string][]>;
+  /** store key → artifact path; `since`: metrics lines whose artifacts were uploaded already */
+  artifacts: (since: number) => Promise<[string, string][]>;
+}
+
+/** The top-level report files of validation evaluations named in `lines` (evals/<evalId>/ in the run's artifacts). */
+async function validationReports(store: ArtifactStore, lines: MetricsLine[]): Promise<[string, string][]> {
+  const out: [string, string][] = [];
+  for (const l of lines) {
+    const evalId = (l.eval as { evalId?: unknown } | undefined)?.evalId;
+    if (typeof evalId !== 'string') continue;
+    const prefix = evalKeys.report(evalId);
+    for (const k of (await store.list(prefix)).filter((k) => !k.slice(prefix.length + 1).includes('/')).slice(0, 50)) {
+      out.push([k, `evals/${evalId}/${k.slice(prefix.length + 1)}`]);
+    }
+  }
+  return out;
 }
 
 /** A training run: metrics.jsonl, the first iteration's config, the plots and metrics.jsonl. */
@@ -132,7 +146,11 @@ export function trainingRunSubject(store: ArtifactStore, runId: string, lines: M
     source: 'swerl trainingRun',
     lines,
     params: () => firstIterationConfig(store, runId),
-    artifacts: async () => [...PLOT_FILES.map((f): [string, string] => [keys.plot(runId, f), `plots/${f}`]), [keys.metrics(runId), 'metrics.jsonl']],
+    artifacts: async (since) => [
+      ...PLOT_FILES.map((f): [string, string] => [keys.plot(runId, f), `plots/${f}`]),
+      [keys.metrics(runId), 'metrics.jsonl'],
+      ...(await validationReports(store, lines.slice(since))),
+    ],
   };
 }
 
@@ -228,7 +246,7 @@ export async function syncMlflow(
     if (lines.length && ((state.artifactsOf ?? -1) < lines.length || final)) {
       beat('mlflow: artifacts');
       try {
-        await uploadArtifacts(store, await subject.artifacts(), client, state.artifactUri!);
+        await uploadArtifacts(store, await subject.artifacts(Math.max(0, state.artifactsOf ?? 0)), client, state.artifactUri!);
       } catch (e) {
         if (!(e instanceof MlflowError) || e.transient || e.code === 'RESOURCE_DOES_NOT_EXIST') throw e;
         state.lastError = e.message;

@@ -94,6 +94,22 @@ export type Hyperparameters = z.infer<typeof HyperparametersSchema>;
 export const HyperparametersUpdateSchema = HyperparametersSchema.partial().strict();
 export type HyperparametersUpdate = z.infer<typeof HyperparametersUpdateSchema>;
 
+/** Experiment tracking of training runs and evaluations (docs/monitoring.md). */
+export const TrackingConfigSchema = z
+  .object({
+    mlflow: z
+      .object({
+        /** the tracking server, e.g. http://mlflow.internal:5000 */
+        uri: z.string().url().regex(/^https?:\/\//, 'must be an http(s):// URL'),
+        experiment: z.string().min(1).max(500).default('swerl'),
+      })
+      .strict()
+      .optional(),
+  })
+  .strict()
+  .default({});
+export type TrackingConfig = z.infer<typeof TrackingConfigSchema>;
+
 export const TrainingConfigSchema = z
   .object({
     /** run id; defaults to the trainingRun workflow id */
@@ -161,19 +177,7 @@ export const TrainingConfigSchema = z
       .default({ url: 'file://.runs/store' }),
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }),
     /** experiment tracking: with `mlflow`, every training run is an MLflow run (metrics, params, plots) */
-    tracking: z
-      .object({
-        mlflow: z
-          .object({
-            /** the tracking server, e.g. http://mlflow.internal:5000 */
-            uri: z.string().url().regex(/^https?:\/\//, 'must be an http(s):// URL'),
-            experiment: z.string().min(1).max(500).default('swerl'),
-          })
-          .strict()
-          .optional(),
-      })
-      .strict()
-      .default({}),
+    tracking: TrackingConfigSchema,
     /** trainingRun continues-as-new after this many iterations, or sooner when Temporal suggests it */
     continueAsNewEvery: int().min(1).max(1_000_000).default(100),
     /** validation: every `every` iterations, an evaluationRun of the new checkpoint on held-out tasks (lib/eval/config.ts) */

@@ -3,6 +3,8 @@
 // in run 1), selectBestOfK over it (the tiny model as the execution-free judge, regression tests), and a
 // one-iteration SWE training run whose rlIteration starts a validation evaluationRun (patched).
 // Re-record only after an intended change of these workflows: `node --import tsx scripts/record-eval-histories.ts`.
+// `... record-eval-histories.ts tracking` records only evaluationRun-tracking-0.json (an evaluation with
+// config.tracking whose MLflow server is down) and trackingCatchUp-eval-0.json, its catch-up child.
 import { mkdirSync, writeFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +22,9 @@ import { iterationWorkflowId } from '../workflows/shapes.ts';
 import { shardWorkflowId } from '../workflows/evaluation-run.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../test/helpers/scripted-agent.ts';
 import { seedTable } from '../test/helpers/eval.ts';
+import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
+
+const only = process.argv[2];
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const tasksFile = join(root, '../shared/swe-tasks/tasks.jsonl');
@@ -46,32 +51,48 @@ const save = async (workflowId: string, file: string) => {
 };
 try {
   mkdirSync(outDir, { recursive: true });
-  const ev = await client.workflow.start('evaluationRun', {
-    taskQueue: 'learner',
-    workflowId: 'recorded-eval',
-    args: [{ evalId: 'recorded-eval', tasksFile, tasks: ids, runs: 2, seed: 2, model: { baseUrl: model.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 2, shardSize: 2, store: { url: storeUrl } }],
-  });
-  await ev.result();
-  await save('recorded-eval', 'evaluationRun-0.json');
-  for (const i of [0, 1]) await save(shardWorkflowId('recorded-eval', i), `evaluationShard-${i}.json`);
+  if (only === 'tracking') {
+    // nothing listens on port 9: the evaluation's MLflow run stays pending and a catch-up child carries on
+    const ev = await client.workflow.start('evaluationRun', {
+      taskQueue: 'learner',
+      workflowId: 'recorded-eval-tracking',
+      args: [{ evalId: 'recorded-eval-tracking', tasksFile, tasks: ids.slice(0, 1), runs: 1, seed: 2, model: { baseUrl: model.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 1, shardSize: 1, store: { url: storeUrl }, tracking: { mlflow: { uri: 'http://127.0.0.1:9', experiment: 'recorded' } } }],
+    });
+    await ev.result();
+    await save('recorded-eval-tracking', 'evaluationRun-tracking-0.json');
+    const catchUp = client.workflow.getHandle(trackingCatchUpWorkflowId('recorded-eval-tracking'));
+    await new Promise((r) => setTimeout(r, 2000));
+    await save(trackingCatchUpWorkflowId('recorded-eval-tracking'), 'trackingCatchUp-eval-0.json');
+    await catchUp.terminate('recorded');
+    console.log(`recorded evaluationRun-tracking-0.json and trackingCatchUp-eval-0.json into ${outDir}`);
+  } else {
+    const ev = await client.workflow.start('evaluationRun', {
+      taskQueue: 'learner',
+      workflowId: 'recorded-eval',
+      args: [{ evalId: 'recorded-eval', tasksFile, tasks: ids, runs: 2, seed: 2, model: { baseUrl: model.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 2, shardSize: 2, store: { url: storeUrl } }],
+    });
+    await ev.result();
+    await save('recorded-eval', 'evaluationRun-0.json');
+    for (const i of [0, 1]) await save(shardWorkflowId('recorded-eval', i), `evaluationShard-${i}.json`);
 
-  const sel = await client.workflow.start('selectBestOfK', {
-    taskQueue: 'learner',
-    workflowId: 'recorded-selection',
-    args: [{ evalId: 'recorded-eval', selectionId: 'sel', executionFree: { model: { baseUrl: judge.url, model: 'judge' }, maxTokens: 4, topLogprobs: 5, maxPromptChars: 4000 }, executionBased: { timeoutSeconds: 120 }, concurrency: 2, store: { url: storeUrl } }],
-  });
-  await sel.result();
-  await save('recorded-selection', 'selectBestOfK-0.json');
-  await save('recorded-eval-sel-shard-0', 'selectionShard-0.json');
+    const sel = await client.workflow.start('selectBestOfK', {
+      taskQueue: 'learner',
+      workflowId: 'recorded-selection',
+      args: [{ evalId: 'recorded-eval', selectionId: 'sel', executionFree: { model: { baseUrl: judge.url, model: 'judge' }, maxTokens: 4, topLogprobs: 5, maxPromptChars: 4000 }, executionBased: { timeoutSeconds: 120 }, concurrency: 2, store: { url: storeUrl } }],
+    });
+    await sel.result();
+    await save('recorded-selection', 'selectBestOfK-0.json');
+    await save('recorded-eval-sel-shard-0', 'selectionShard-0.json');
 
-  const config = JSON.parse(readFileSync(join(root, 'configs/swe.json'), 'utf8'));
-  Object.assign(config, { runId: 'recorded-validation', batch: { tasks: 1, samples: 1 }, store: { url: storeUrl } });
-  config.env.tasksFile = tasksFile;
-  config.eval = { every: 1, tasks: tasksFile, runs: 1, limit: 1, maxSteps: 1, contextBudget: 16 };
-  const tr = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: 'recorded-validation', args: [config] });
-  await tr.result();
-  await save(iterationWorkflowId('recorded-validation', 0), 'rlIteration-validation.json');
-  console.log(`recorded evaluationRun, evaluationShard ×2, selectBestOfK, selectionShard and rlIteration-validation into ${outDir}`);
+    const config = JSON.parse(readFileSync(join(root, 'configs/swe.json'), 'utf8'));
+    Object.assign(config, { runId: 'recorded-validation', batch: { tasks: 1, samples: 1 }, store: { url: storeUrl } });
+    config.env.tasksFile = tasksFile;
+    config.eval = { every: 1, tasks: tasksFile, runs: 1, limit: 1, maxSteps: 1, contextBudget: 16 };
+    const tr = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: 'recorded-validation', args: [config] });
+    await tr.result();
+    await save(iterationWorkflowId('recorded-validation', 0), 'rlIteration-validation.json');
+    console.log(`recorded evaluationRun, evaluationShard ×2, selectBestOfK, selectionShard and rlIteration-validation into ${outDir}`);
+  }
 } finally {
   await model.close();
   await judge.close();

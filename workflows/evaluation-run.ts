@@ -8,6 +8,7 @@ import {
   ApplicationFailure,
   executeChild,
   getExternalWorkflowHandle,
+  patched,
   proxyActivities,
   setHandler,
   upsertSearchAttributes,
@@ -19,6 +20,7 @@ import { validateEvalConfig } from '../lib/eval/config.ts';
 import { EVAL_DONE_SA, EVAL_PASS1_SA, evaluationStatusQuery, shardProgressSignal } from './evaluation-signals.ts';
 import type { EvalItem, EvaluationRunResult, EvaluationShardInput, EvaluationStatus, ShardProgress, ShardResult } from './evaluation-shapes.ts';
 import { TASK_QUEUES, type SyncPolicyInput } from './shapes.ts';
+import { trackEvaluation } from './run-reporting.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -26,6 +28,8 @@ type Activities = ReturnType<typeof createActivities>;
 const MAX_POLICY_RESYNCS = 3;
 /** least workflow time between two progress signals of a shard, and between two search-attribute upserts */
 const PROGRESS_EVERY_MS = 2000;
+/** evaluations with config.tracking become MLflow runs (issue 13) */
+const EVALUATION_TRACKING_PATCH = 'evaluation-mlflow-tracking';
 
 /** Child ids derive from the evaluation id (an input), so a replayed history names the same children. */
 export function shardWorkflowId(evalId: string, shard: number): string {
@@ -137,6 +141,8 @@ export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunRe
 
   status.phase = 'reporting';
   const summary = await store.writeEvaluationReport({ storeUrl, evalId });
+  // config.tracking: the evaluation as an MLflow run (histories from before it have no tracking)
+  if (config.tracking.mlflow && patched(EVALUATION_TRACKING_PATCH)) await trackEvaluation({ storeUrl, evalId, tracking: config.tracking });
   status.summary = summary;
   status.phase = 'done';
   upsertSearchAttributes([

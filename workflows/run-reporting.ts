@@ -6,7 +6,7 @@
 import { ParentClosePolicy, log, proxyActivities, startChild } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { createActivities } from '../activities/index.ts';
-import type { TrainingConfig } from '../lib/config.ts';
+import type { TrackingConfig, TrainingConfig } from '../lib/config.ts';
 import type { IterationMetrics, IterationPhase, ReportRunInput, ReportRunResult, TrainingRunState } from './shapes.ts';
 import { TASK_QUEUES } from './shapes.ts';
 
@@ -115,8 +115,46 @@ export function runReporter(runId: string, config: () => TrainingConfig): RunRep
   };
 }
 
-/** Retries the run's report until the tracker has everything (backing off to every 5 minutes, for up to a week). */
-export async function trackingCatchUp(input: ReportRunInput): Promise<ReportRunResult> {
+/** An evaluation to track as its own MLflow run (evaluationRun with config.tracking). */
+export interface TrackEvaluationInput {
+  storeUrl: string;
+  evalId: string;
+  tracking: TrackingConfig;
+}
+
+/**
+ * The evaluation's MLflow run, created, filled and closed after its report is written; what the tracker
+ * could not take now goes to an abandoned trackingCatchUp child, so the evaluation ends at once.
+ */
+export async function trackEvaluation(input: TrackEvaluationInput): Promise<void> {
+  const acts = proxyActivities<Activities>({
+    taskQueue: TASK_QUEUES.rollout,
+    startToCloseTimeout: '5 minutes',
+    heartbeatTimeout: '30 seconds',
+    retry: { maximumAttempts: 3, initialInterval: '2s' },
+  });
+  let pending = 1;
+  try {
+    pending = (await acts.reportEvaluation.executeWithOptions({ summary: `MLflow run of evaluation ${input.evalId}` }, [input]))?.pending ?? 0;
+  } catch (err) {
+    log.warn('reportEvaluation failed', { evalId: input.evalId, error: String(err) });
+  }
+  if (pending === 0) return;
+  try {
+    await startChild(trackingCatchUp, {
+      workflowId: trackingCatchUpWorkflowId(input.evalId),
+      taskQueue: TASK_QUEUES.learner,
+      parentClosePolicy: ParentClosePolicy.ABANDON,
+      args: [input],
+      staticSummary: `delivers evaluation ${input.evalId} to MLflow once it is reachable`,
+    });
+  } catch (err) {
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+  }
+}
+
+/** Retries a run's (or an evaluation's) report until the tracker has everything (backing off to every 5 minutes, for up to a week). */
+export async function trackingCatchUp(input: ReportRunInput | TrackEvaluationInput): Promise<ReportRunResult | ReportRunResult['tracking']> {
   const acts = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '5 minutes',
@@ -124,5 +162,6 @@ export async function trackingCatchUp(input: ReportRunInput): Promise<ReportRunR
     scheduleToCloseTimeout: '7 days',
     retry: { initialInterval: '5s', backoffCoefficient: 2, maximumInterval: '5 minutes' },
   });
+  if ('evalId' in input) return acts.reportEvaluation.executeWithOptions({ summary: `deliver evaluation ${input.evalId} to MLflow` }, [{ ...input, requireDelivered: true }]);
   return acts.reportRun.executeWithOptions({ summary: `deliver run ${input.runId} to MLflow` }, [{ ...input, requireDelivered: true }]);
 }

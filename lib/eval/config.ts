@@ -2,7 +2,7 @@
 // lib/config.ts whose pieces (run ids, SWE environment fields, error formatting) they share.
 // Pure (zod only): workflow code validates with it.
 import { z } from 'zod';
-import { formatIssues, RUN_ID, type TrainingConfig } from '../config.ts';
+import { formatIssues, RUN_ID, TrackingConfigSchema, type TrainingConfig } from '../config.ts';
 import { SweEnvConfigSchema } from '../swe/env-config.ts';
 
 const int = () => z.number().int();
@@ -89,6 +89,8 @@ export const EvalConfigSchema = z
     shardSize: int().min(1).max(2000).default(500),
     env: EvalEnvSchema.default({}),
     store: StoreSchema,
+    /** with `mlflow`, the evaluation is an MLflow run (pass@k, its config, its report files) */
+    tracking: TrackingConfigSchema,
   })
   .strict()
   .superRefine((c, ctx) => {
