@@ -2,7 +2,7 @@
 // Used by `swerl server`, `swerl train` (embedded mode) and the tests. Never lets the SDK download a server.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
-import { existsSync, mkdirSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Connection } from '@temporalio/client';
@@ -176,7 +176,21 @@ export async function freePort(host = '127.0.0.1'): Promise<number> {
   });
 }
 
+/** The ports picked free were taken by someone else before the server bound them (a race with the kernel's
+ * ephemeral ports): starting again with fresh ports is safe. */
+class PortRaceError extends Error {}
+
 export async function startDevServer(opts: DevServerOptions): Promise<DevServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startDevServerOnce(opts);
+    } catch (e) {
+      if (!(e instanceof PortRaceError) || attempt >= 3) throw e;
+    }
+  }
+}
+
+async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
   const dir = resolve(opts.dir);
   mkdirSync(dir, { recursive: true });
   const ip = opts.ip ?? '127.0.0.1';
@@ -202,7 +216,9 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
     ip,
     dbFile,
   );
-  const logFd = openSync(join(dir, 'temporal.log'), 'a');
+  const logFile = join(dir, 'temporal.log');
+  const logStart = existsSync(logFile) ? statSync(logFile).size : 0;
+  const logFd = openSync(logFile, 'a');
   // no orphan: the server dies with whoever started it (setpriv execs it, so child.pid is the server's)
   const [cmd, ...pre] = [...parentDeathWrapper(), temporalBinary()];
   const child = spawn(cmd!, [...pre, ...args], { stdio: ['ignore', logFd, logFd], detached: false });
@@ -216,7 +232,11 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
   const namespace = opts.namespace ?? 'default';
   let impostor: number | null = null;
   for (;;) {
-    if (exited !== null) throw new Error(`temporal dev server exited (${exited}); see ${join(dir, 'temporal.log')}`);
+    if (exited !== null) {
+      const said = readFileSync(logFile).subarray(logStart).toString('utf8');
+      const msg = `temporal dev server exited (${exited}); see ${logFile}`;
+      throw /bind: address already in use/.test(said) ? new PortRaceError(msg) : new Error(msg);
+    }
     try {
       const conn = await Connection.connect({ address, connectTimeout: 1000 });
       try {

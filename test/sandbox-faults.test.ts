@@ -35,10 +35,13 @@ async function scriptedPolicy(dir: string): Promise<PolicyServer> {
   const tok = await loadTokenizer(dir);
   const turn = (text: string) => Int32Array.from([...tok.encode(text), tok.imEnd]);
   const model: ServableModel = {
-    async generate(promptIds) {
+    async generate(promptIds, opts) {
       const turns = tok.decode(Array.from(promptIds), { skipSpecial: false }).split('<|im_start|>assistant').length - 1;
       const ids = turns <= 1 ? turn('<function=execute_bash><parameter=cmd>sleep 6; echo slept</parameter></function>') : turn('<function=finish><parameter=command>submit</parameter></function>');
-      return { ids, logprobs: new Float32Array(ids.length).fill(-1), finishReason: 'stop' as const };
+      // rollouts ask for the top-1 log-prob (OpenAI `logprobs: 1`): the scripted token is its own top 1
+      const k = opts.topLogprobs ?? 0;
+      const top = k > 0 ? { topIds: Int32Array.from({ length: ids.length * k }, (_, i) => ids[Math.floor(i / k)]!), topLogprobs: new Float32Array(ids.length * k).fill(-1) } : {};
+      return { ids, logprobs: new Float32Array(ids.length).fill(-1), finishReason: 'stop' as const, ...top };
     },
     close() {},
   };
@@ -64,7 +67,7 @@ after(async () => {
   await d?.stop();
 });
 
-async function sandboxes(filters: string[] = []): Promise<{ Id: string; State: string; Labels: Record<string, string> }[]> {
+async function sandboxes(filters: string[] = []): Promise<{ Id: string; State: string; Created: number; Labels: Record<string, string> }[]> {
   return d.docker.listContainers({ all: true, filters: { label: [`${SANDBOX_LABEL}=1`, ...filters] } });
 }
 
@@ -132,9 +135,23 @@ test('container killed, worker SIGKILLed, engine restarted during SWE rollouts: 
 
     // iteration 0: all four agents inside `sleep 6`; kill one sandbox, then the worker
     await waitFor('four sandboxes of iteration 0', async () => (await running(0)).length === 4, 120_000);
+    // the victim: the newest running sandbox of iteration 0 (on a loaded machine the first agents may already
+    // be past their `sleep 6`, and a container may stop between the listing and the kill: then the next one)
     await new Promise((r) => setTimeout(r, 1500));
-    const [victim] = await running(0);
-    await d.docker.getContainer(victim!.Id).kill();
+    let victim: Awaited<ReturnType<typeof running>>[number] | undefined;
+    await waitFor('a sandbox of iteration 0 killed', async () => {
+      for (const c of (await running(0)).sort((a, b) => b.Created - a.Created)) {
+        try {
+          await d.docker.getContainer(c.Id).kill();
+        } catch (e) {
+          if ((e as { statusCode?: number }).statusCode === 409) continue; // stopped in between
+          throw e;
+        }
+        victim = c;
+        return true;
+      }
+      return false;
+    }, 30_000);
     const victimSample = victim!.Labels['swerl.sample'];
     await new Promise((r) => setTimeout(r, 1000));
     const deadPid = String(worker.pid);
