@@ -14,7 +14,7 @@
 // our audit) can still pass; closing that needs process isolation between the tests and the reporter,
 // which a runner that imports the code under test cannot give. The audit makes the generic in-process
 // hacks (a hook registered from patched code, pytest's report functions replaced, fake report classes,
-// printed PASSED lines, deselection, forced exit codes) score 0.
+// printed PASSED lines, deselection, forced exit codes, a results file rewritten or deleted) score 0.
 // A run that cannot happen (sandbox, image, the channel never came up) throws GradingError: infrastructure.
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -263,7 +263,9 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
     const fields = { patchApplied: true, statuses: pr.statuses, channel: 'pytest-plugin' as const, restored, exitCode };
     // a run past the limit scores 0 (DESIGN §3) whatever it reported so far
     if (run.timedOut) return result({ ...fields, reason: 'timeout' }, log, timeoutDetail);
-    // the plugin loads before any repository code: without its start record the channel never came up
+    // the plugin loads before any repository code: without its start record the channel never came up,
+    // unless it said it loaded (then the run removed or emptied its file: the agent's doing)
+    if (!pr.start && log.includes(`[swerl-grade] ${module} loaded`)) return result({ ...fields, reason: 'runner_tampered' }, log, 'the results file was removed or emptied during the run');
     if (!pr.start) throw new GradingError(task.instance_id, `the results plugin never started (exit ${run.exit}): ${log.slice(-500)}`);
     const restoredSet = new Set(toRestore);
     const patchedFiles = new Set(prep.touched.filter((p) => !restoredSet.has(p)).map((p) => `/testbed/${p}`));

@@ -92,7 +92,8 @@ for _m, _a in _WATCHED:
         _SNAPSHOT[_m + ":" + _a] = _o
 _TestReport = _resolve("_pytest.reports", "TestReport")
 
-# hooks through which a plugin can change what is run or reported
+# hooks through which a plugin can change which tests run or what their reports say (not those that only
+# print, or set the exit status, which is cross-checked with the records)
 _AUDITED_HOOKS = [
     "pytest_runtest_makereport",
     "pytest_runtest_logreport",
@@ -108,12 +109,8 @@ _AUDITED_HOOKS = [
     "pytest_collect_file",
     "pytest_pycollect_makeitem",
     "pytest_deselected",
-    "pytest_itemcollected",
-    "pytest_sessionfinish",
-    "pytest_terminal_summary",
     "pytest_make_collect_report",
     "pytest_collectreport",
-    "pytest_unconfigure",
 ]
 
 
@@ -137,6 +134,11 @@ def _runner_dir():
 
     return os.path.dirname(os.path.abspath(_pytest.__file__))
 
+
+# a second, out-of-band sign that the channel came up: if the results file is gone afterwards, the run
+# removed it (the agent's doing, scored 0), it did not fail to start (infrastructure)
+sys.stderr.write("[swerl-grade] %s loaded\n" % __name__)
+sys.stderr.flush()
 
 _write({
     "event": "start",

@@ -81,6 +81,7 @@ EOF`,
   { name: 'shadow-stdlib', what: "argparse.py in every sys.path root patches pytest before any plugin loads", script: 'for r in $ROOTS; do cp $A/shadow_argparse.py "$r/argparse.py"; done' },
   { name: 'conftest-autouse-noop', what: 'a conftest.py autouse fixture (no hook) replaces every test body by a no-op', script: 'cat $A/autouse_replace.py >> conftest.py' },
   { name: 'rewrite-results', what: "the code under test rewrites this grader's results file as passes at exit", script: 'cat $A/rewrite_results.py >> "$SRC"' },
+  { name: 'delete-results', what: "the code under test deletes this grader's results file (no status: a grading error instead of a 0)", script: 'cat $A/delete_results.py >> "$SRC"' },
 ];
 
 /**
