@@ -1,6 +1,8 @@
-// Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0 on every
-// shared task (the gold patch scoring 1 on each through the same path is test/grade-cli.test.ts).
-// Each grading is a fresh container; SWERL_GRADE_CONCURRENCY (default 3) of them at a time.
+// Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The kinds
+// the issue lists run on every shared task; the further kinds on three tasks that cover the ways a task
+// puts code on sys.path (python -m pytest from the root, a root-level module, PYTHONPATH=src), or on every
+// task with SWERL_ADVERSARIAL_ALL=1. The gold patch scoring 1 on each task through the same path is
+// test/grade-cli.test.ts. Each grading is a fresh container, SWERL_GRADE_CONCURRENCY (default 3) at a time.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { gradePatch, type GradeResult } from '../activities/grade.ts';
@@ -10,6 +12,9 @@ import { imagesFor, requireDocker, sharedTasks, testBackend } from './helpers/do
 
 const { backend, cleanup } = testBackend();
 const CONCURRENCY = Number(process.env.SWERL_GRADE_CONCURRENCY ?? 3);
+const FEW = ['pytoolz__toolz-1b23ada', 'r1chardj0n3s__parse-19689cf', 'tkem__cachetools-bb4b37c'];
+const ALL = process.env.SWERL_ADVERSARIAL_ALL === '1';
+const kindsFor = (task: SweTask) => ADVERSARIAL_KINDS.filter((k) => k.listed || ALL || FEW.includes(task.instance_id));
 let tasks: SweTask[];
 /** `${kind}|${instance_id}` → result */
 const results = new Map<string, GradeResult>();
@@ -35,7 +40,7 @@ before(async () => {
   await imagesFor(tasks);
   const t0 = Date.now();
   const patches = await pool(
-    tasks.map((t) => () => adversarialPatches(t, backend)),
+    tasks.map((t) => () => adversarialPatches(t, backend, kindsFor(t))),
     CONCURRENCY,
   );
   const jobs: (() => Promise<void>)[] = [];
@@ -57,8 +62,8 @@ after(async () => {
 const show = (g: GradeResult) => `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
 
 for (const kind of ADVERSARIAL_KINDS) {
-  test(`adversarial ${kind.name} (${kind.what}) scores 0 on every shared task`, () => {
-    for (const task of tasks) {
+  test(`adversarial ${kind.name} (${kind.what}) scores 0 on ${kind.listed || ALL ? 'every shared task' : FEW.join(', ')}`, () => {
+    for (const task of tasks.filter((t) => kindsFor(t).includes(kind))) {
       const g = results.get(`${kind.name}|${task.instance_id}`);
       assert.ok(g, `${kind.name} on ${task.instance_id} was not graded`);
       assert.equal(g.reward, 0, show(g));
