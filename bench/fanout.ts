@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
-import { temporal } from '@temporalio/proto';
+import proto from '@temporalio/proto';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { startDevServer } from '../lib/temporal-server.ts';
 import { fileStoreUrl } from '../lib/store.ts';
@@ -114,7 +114,7 @@ async function measure(runId: string, rollouts: number): Promise<Measure> {
     const h = await client.workflow.getHandle(id).fetchHistory();
     const n = h.events?.length ?? 0;
     // as the server counts it: the encoded protobuf (its JSON export is about twice as large)
-    const b = temporal.api.history.v1.History.encode(h).finish().length;
+    const b = proto.temporal.api.history.v1.History.encode(h).finish().length;
     events += n;
     bytes += b;
     largestEvents = Math.max(largestEvents, n);
