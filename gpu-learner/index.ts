@@ -1,6 +1,6 @@
 // Typed JS API of the native Qwen3 learner (gpu-learner/build/gpu_learner.node).
 // Every heavy call runs off the event loop; calls on one Learner run one after another.
-import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync, renameSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
@@ -280,10 +280,17 @@ function trainArgs(b: TrainBatch): Required<Omit<TrainBatch, 'oldLogprobs'>> & {
 
 // ---------------------------------------------------------------- checkpoints from TypeScript
 
-/** Writes a safetensors file (tensors converted to dtype), atomically. */
+/** Writes a safetensors file (tensors converted to dtype), atomically; part by part (a file may pass 2 GiB). */
 export function writeSafetensors(path: string, tensors: NamedTensor[], dtype: StDtype = 'F32'): void {
   const tmp = `${path}.tmp${process.pid}`;
-  writeFileSync(tmp, Buffer.concat(encodeSafetensors(tensors, { dtype })));
+  const fd = openSync(tmp, 'w');
+  try {
+    for (const part of encodeSafetensors(tensors, { dtype })) {
+      for (let off = 0; off < part.length; ) off += writeSync(fd, part, off, Math.min(part.length - off, 1 << 30));
+    }
+  } finally {
+    closeSync(fd);
+  }
   renameSync(tmp, path);
 }
 
