@@ -9,7 +9,7 @@ import { buildEmu } from '../gpu-learner/emu/build.ts';
 import {
   CONFIGS, MANY_SEQS, Workdir, compare, failure, inPool, leaks, mutants, rejectTooLong, run, runMutant, shape, table, type CompareRun,
 } from '../gpu-learner/emu/harness.ts';
-import { BASELINE, findNvcc, kernelReport, newSpills, table as kernelTable } from './cuda-kernel-report.ts';
+import { BASELINE, currentReport, newSpills, table as kernelTable } from './cuda-kernel-report.ts';
 
 const t0 = Date.now();
 let bad = 0;
@@ -46,14 +46,14 @@ try {
   const ms = await inPool(mutants().map((m) => () => runMutant(w, m)));
   for (const m of ms) note(m.caught, `${m.name.padEnd(30)} ${m.caught ? 'caught by' : 'NOT caught:'} ${m.by}`);
   console.log(`\n${ms.filter((m) => m.caught).length} of ${ms.length} mutants caught; ${((Date.now() - t0) / 1000).toFixed(0)} s in all`);
-  const nvcc = findNvcc();
-  if (nvcc) {
-    const { report } = kernelReport(nvcc);
-    console.log(`\ncompile-time facts, ${report.arch} (${report.nvcc})\n${kernelTable(report)}\n`);
+  const cur = currentReport();
+  if (cur) {
+    const report = cur.report;
+    console.log(`\ncompile-time facts, ${report.arch} (${report.nvcc}; ${cur.how})\n${kernelTable(report)}\n`);
     const worse = newSpills(report, JSON.parse(readFileSync(BASELINE, 'utf8')));
     note(!worse.length, `no kernel spills more than gpu-learner/src/cuda/kernel-resources.json records${worse.length ? `: ${worse.join('; ')}` : ''}`);
   } else {
-    console.log('\n(no nvcc: kernel register/spill report skipped; bash scripts/ensure-cuda-toolchain.sh --compiler)');
+    console.log('\n(kernel sources changed and no nvcc: register/spill report skipped; bash scripts/ensure-cuda-toolchain.sh --compiler)');
   }
 } finally {
   w.remove();

@@ -1,9 +1,11 @@
 // Compile-time facts of the CUDA kernels without a GPU: registers, spills, stack frame and static shared memory
 // per kernel for sm_90, from ptxas -v on the .cu files that define kernels (device code only, -cubin: no host
-// compile, no cuBLAS). Cached by the SHA-256 of the sources, flags and nvcc version (attention.cu takes about a
-// minute of ptxas). Compared with gpu-learner/src/cuda/kernel-resources.json: a kernel that spills more than its
-// recorded figure fails, so a change that makes a kernel spill is seen in CI.
-//   node --import tsx scripts/cuda-kernel-report.ts [--update] [--json FILE]
+// compile, no cuBLAS). gpu-learner/src/cuda/kernel-resources.json records the facts with the SHA-256 of the kernel
+// sources they came from: while the sources match, the record is the report (the pinned nvcc is deterministic) and
+// nothing is compiled; once they change, ptxas runs (about a minute for attention.cu, cached in gpu-learner/build by
+// sources and nvcc version) and a kernel that spills more than recorded fails, so a change that makes a kernel spill
+// is seen in CI.
+//   node --import tsx scripts/cuda-kernel-report.ts [--update] [--json FILE] [--needs-nvcc]
 // nvcc: $NVCC, then PATH, /usr/local/cuda/bin, .tools/cuda (bash scripts/ensure-cuda-toolchain.sh --compiler).
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -30,7 +32,24 @@ export interface KernelFacts {
 export interface KernelReport {
   nvcc: string;
   arch: string;
+  /** SHA-256 of the kernel sources and flags the facts came from */
+  sources: string;
   kernels: KernelFacts[];
+}
+
+const FLAGS = ['-cubin', `-arch=${ARCH}`, '-std=c++17', '-O3', '-Xptxas', '-v'];
+
+function sourcesHash(): string {
+  const h = createHash('sha256').update(FLAGS.join(' '));
+  for (const f of readdirSync(CUDA_SRC).filter((f) => KERNEL_FILES.includes(f) || f.endsWith('.cuh')).sort()) h.update(f).update(readFileSync(join(CUDA_SRC, f)));
+  return h.digest('hex');
+}
+
+/** The recorded facts when they are for the current kernel sources; undefined when stale (nvcc needed). */
+export function recordedReport(): KernelReport | undefined {
+  if (!existsSync(BASELINE)) return undefined;
+  const b = JSON.parse(readFileSync(BASELINE, 'utf8')) as KernelReport;
+  return b.sources === sourcesHash() ? b : undefined;
 }
 
 export function findNvcc(): string | undefined {
@@ -73,11 +92,10 @@ function parse(log: string, file: string): KernelFacts[] {
 export function kernelReport(nvcc: string): { report: KernelReport; cached: boolean; seconds: number } {
   const t0 = Date.now();
   const version = spawnSync(nvcc, ['--version'], { encoding: 'utf8' }).stdout.trim().split('\n').pop() ?? '';
-  const flags = ['-cubin', `-arch=${ARCH}`, '-std=c++17', '-O3', '-Xptxas', '-v', '-I', join(ROOT, 'gpu-learner', 'include'), '-I', CUDA_SRC];
-  const h = createHash('sha256').update(version).update(flags.join(' '));
-  for (const f of readdirSync(CUDA_SRC).filter((f) => /\.cuh?$/.test(f)).sort()) h.update(f).update(readFileSync(join(CUDA_SRC, f)));
+  const flags = [...FLAGS, '-I', join(ROOT, 'gpu-learner', 'include'), '-I', CUDA_SRC];
+  const sources = sourcesHash();
   const cacheDir = join(ROOT, 'gpu-learner', 'build');
-  const cache = join(cacheDir, `.kernel-report-${h.digest('hex').slice(0, 16)}.json`);
+  const cache = join(cacheDir, `.kernel-report-${createHash('sha256').update(version).update(sources).digest('hex').slice(0, 16)}.json`);
   if (existsSync(cache)) return { report: JSON.parse(readFileSync(cache, 'utf8')), cached: true, seconds: (Date.now() - t0) / 1000 };
   const tmp = mkdtempSync(join(tmpdir(), 'gl-ptxas-'));
   try {
@@ -86,7 +104,7 @@ export function kernelReport(nvcc: string): { report: KernelReport; cached: bool
       if (r.status !== 0) throw new Error(`nvcc ${f} failed:\n${r.stdout}${r.stderr}`);
       return parse(r.stdout + r.stderr, f);
     });
-    const report: KernelReport = { nvcc: version, arch: ARCH, kernels };
+    const report: KernelReport = { nvcc: version, arch: ARCH, sources, kernels };
     mkdirSync(cacheDir, { recursive: true });
     writeFileSync(cache, JSON.stringify(report, null, 1));
     return { report, cached: false, seconds: (Date.now() - t0) / 1000 };
@@ -111,17 +129,33 @@ export function newSpills(r: KernelReport, baseline: KernelReport): string[] {
     .map((k) => `${k.kernel}: ${k.spillStores} B spill stores, ${k.spillLoads} B spill loads (recorded: ${base.get(k.kernel)?.spillStores ?? 'none'}/${base.get(k.kernel)?.spillLoads ?? 'none'})`);
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+/** The facts for the current sources: the record when it matches them, else compiled with nvcc (undefined: no nvcc). */
+export function currentReport(): { report: KernelReport; how: string } | undefined {
+  const rec = recordedReport();
+  if (rec) return { report: rec, how: 'recorded for these sources' };
   const nvcc = findNvcc();
-  if (!nvcc) {
-    console.log('cuda-kernel-report: no nvcc (bash scripts/ensure-cuda-toolchain.sh --compiler installs one); skipped');
+  if (!nvcc) return undefined;
+  const r = kernelReport(nvcc);
+  return { report: r.report, how: r.cached ? 'compiled earlier, cached' : `compiled in ${r.seconds.toFixed(0)} s` };
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  if (process.argv.includes('--needs-nvcc')) {  // for setup.sh: only download the compiler when the record is stale
+    console.log(recordedReport() ? 'no' : 'yes');
     process.exit(0);
   }
-  const { report, cached, seconds } = kernelReport(nvcc);
-  console.log(`${report.nvcc}, ${report.arch}${cached ? ' (cached)' : ` (${seconds.toFixed(0)} s)`}\n${table(report)}`);
+  const update = process.argv.includes('--update');
+  const nvcc = findNvcc();
+  const cur = update ? (nvcc ? { report: kernelReport(nvcc).report, how: 'compiled' } : undefined) : currentReport();
+  if (!cur) {
+    console.log('cuda-kernel-report: the recorded facts are for other sources and there is no nvcc (bash scripts/ensure-cuda-toolchain.sh --compiler); skipped');
+    process.exit(0);
+  }
+  const report = cur.report;
+  console.log(`${report.nvcc}, ${report.arch} (${cur.how})\n${table(report)}`);
   const jsonOut = process.argv.indexOf('--json');
   if (jsonOut > 0) writeFileSync(process.argv[jsonOut + 1], JSON.stringify(report, null, 1));
-  if (process.argv.includes('--update')) {
+  if (update) {
     writeFileSync(BASELINE, JSON.stringify(report, null, 1) + '\n');
     console.log(`recorded in ${BASELINE}`);
   } else if (existsSync(BASELINE)) {

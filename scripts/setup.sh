@@ -20,8 +20,11 @@ node gpu-learner/build.mjs >&2
 if [ "$want_test" = 1 ]; then
   # The CUDA engine's sources built against the test-only emulator (gpu-learner/emu); cached by content hash.
   node --import tsx gpu-learner/emu/build.ts --mutants >&2
-  # nvcc, cudart headers and CCCL (~55 MB, cached in .tools/cuda) for the kernels' register/spill report; optional.
-  bash scripts/ensure-cuda-toolchain.sh --compiler >/dev/null || echo "[setup] no nvcc: the kernel register/spill report is skipped" >&2
+  # nvcc, cudart headers and CCCL (~55 MB, cached in .tools/cuda) for the kernels' register/spill report, only when
+  # the kernels changed since gpu-learner/src/cuda/kernel-resources.json was recorded; optional.
+  if [ "$(node --import tsx scripts/cuda-kernel-report.ts --needs-nvcc)" = yes ]; then
+    bash scripts/ensure-cuda-toolchain.sh --compiler >/dev/null || echo "[setup] no nvcc: the kernel register/spill report is skipped" >&2
+  fi
 fi
 [ -f scripts/ensure-temporal.sh ] && bash scripts/ensure-temporal.sh >&2
 if [ "$want_docker" = 1 ] && [ -f scripts/ensure-docker.sh ]; then
