@@ -82,6 +82,8 @@ struct Options {
   bool reverse = false, dry = false;
   int threads = 1;
 };
+std::atomic<int> g_order_override{-1};  // set_reverse_order(): -1 = as GL_EMU_ORDER says
+
 const Options& opts() {
   static const Options o = [] {
     Options r;
@@ -333,7 +335,7 @@ struct Runner {
   std::vector<AtomicRec> shared_log, global_log;
   Job* job = nullptr;
   uint32_t block_linear = 0;
-  bool reverse = opts().reverse;
+  bool reverse = false;  // this block's order (reverse_order() when it started)
   bool failed = false;
   std::string error;
   int64_t error_block = 0;
@@ -634,6 +636,7 @@ void run_block(Runner& r, Job& job, int64_t b) {
   t_grid_dim = job.grid;
   const int n = int(job.block.x * job.block.y * job.block.z);
   r.n = n;
+  r.reverse = reverse_order();
   r.done = 0;
   r.barrier_arrived = 0;
   for (int w = 0; w < 32; w++) {
@@ -681,7 +684,7 @@ struct Pool {
       if (j.failed.load(std::memory_order_relaxed)) break;
       const int64_t k = next.fetch_add(1);
       if (k >= j.n_blocks) break;
-      run_block(r, j, opts().reverse ? j.n_blocks - 1 - k : k);
+      run_block(r, j, reverse_order() ? j.n_blocks - 1 - k : k);
       if (r.failed) j.failed = true;
     }
   }
@@ -1375,7 +1378,11 @@ const char* precision() {
 #endif
 }
 bool dry_run() { return opts().dry; }
-bool reverse_order() { return opts().reverse; }
+bool reverse_order() {
+  const int o = g_order_override.load(std::memory_order_relaxed);
+  return o < 0 ? opts().reverse : o != 0;
+}
+void set_reverse_order(bool reverse) { g_order_override = reverse ? 1 : 0; }
 bool asan() {
 #ifdef GL_EMU_ASAN
   return true;

@@ -107,6 +107,13 @@ __global__ void warp_ops_kernel(int* out) {
   out[7 * 32 + lane] = __shfl_xor_sync(0xffffffffu, lane * 10, 1, 8);
 }
 
+// A missing barrier a forward schedule hides: each thread reads what the thread before it wrote.
+__global__ void missing_barrier_kernel(float* out) {
+  __shared__ float sh[64];
+  sh[threadIdx.x] = float(threadIdx.x);
+  if (threadIdx.x > 0) out[threadIdx.x] = sh[threadIdx.x - 1];
+}
+
 __global__ void atomic_sum_kernel(float* sum, int* count) {
   atomicAdd(sum, 0.1f * float(threadIdx.x + blockIdx.x));
   atomicAdd(count, 1);
@@ -278,6 +285,23 @@ int main() {
     cudaFree(d);
     cudaFree(sum);
     cudaFree(count);
+  }
+  // ---- reverse order exposes what forward order hides
+  {
+    float* d;
+    cudaMalloc(&d, 64 * 4);
+    float fwd[64], rev[64];
+    gl_emu::set_reverse_order(false);
+    missing_barrier_kernel<<<1, 64>>>(d);
+    cudaMemcpy(fwd, d, sizeof fwd, cudaMemcpyDeviceToHost);
+    gl_emu::set_reverse_order(true);
+    missing_barrier_kernel<<<1, 64>>>(d);
+    cudaMemcpy(rev, d, sizeof rev, cudaMemcpyDeviceToHost);
+    gl_emu::set_reverse_order(false);
+    bool fwd_ok = true, rev_nan = false;
+    for (int i = 1; i < 64; i++) fwd_ok = fwd_ok && fwd[i] == float(i - 1), rev_nan = rev_nan || std::isnan(rev[i]);
+    expect("missing barrier: hidden in forward order, NaN in reverse", fwd_ok && rev_nan);
+    cudaFree(d);
   }
   cudaFree(dbuf);
   std::printf("%d of %d cases passed\n%s\n", g_cases - g_failed, g_cases, g_failed ? "SELFTEST FAIL" : "SELFTEST PASS");

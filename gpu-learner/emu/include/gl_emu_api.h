@@ -9,6 +9,7 @@ namespace gl_emu {
 const char* precision();  // "bf16" | "exact"
 bool dry_run();
 bool reverse_order();
+void set_reverse_order(bool reverse);  // overrides GL_EMU_ORDER from now on (the self-test runs both orders)
 bool asan();
 // Launches per kernel, GEMMs, copies, memsets, device memory; as JSON.
 std::string stats_json();
