@@ -190,8 +190,9 @@ test('Best@K: the execution-based verifier picks gold among {gold, empty, wrong 
     const first = await efScores('sel-1');
     // the rerun through `swerl eval best-of-k` (its progress, table and plot)
     const cfg2 = join(t.dir, 'bok-2.json');
-    writeFileSync(cfg2, JSON.stringify({ evalId: 'eval-bok', selectionId: 'sel-2', executionFree, store: { url: storeUrl } }));
-    const o2 = await selectBestOfK({ config: cfg2, out: join(t.dir, 'bok-2'), address: t.server.address, quiet: true });
+    writeFileSync(cfg2, JSON.stringify({ selectionId: 'sel-2', executionFree }));
+    // the evaluation and its store from the command line (`--eval-id`, `--store DIR`), as the README shows
+    const o2 = await selectBestOfK({ config: cfg2, evalId: 'eval-bok', store: join(t.dir, 'store'), out: join(t.dir, 'bok-2'), address: t.server.address, quiet: true });
     assert.match(o2.text, /executionFree/);
     assert.ok(existsSync(join(o2.outDir, 'best_at_k.png')) && existsSync(join(o2.outDir, 'executionFree', 'predictions.jsonl')));
     assert.deepEqual(await efScores('sel-2'), first);

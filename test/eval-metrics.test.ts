@@ -4,6 +4,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { bootstrapMeanCI, evaluationMetrics, formatEvalMetrics, passAtK, passAtKCurve, repoOf, type EpisodeFacts } from '../lib/eval/metrics.ts';
 import { judgeMessages, judgementScore, reportsResolved, scriptFrom, trajectoryText } from '../lib/eval/verifiers.ts';
+import { readFileSync } from 'node:fs';
+import { validateBestOfKConfig, validateEvalConfig } from '../lib/eval/config.ts';
 import { bestAtKCurve, executionBasedSelect, expectedResolved, hybridKeep, hybridSelect, kSubsets, oracleSelect, pickOne, SELECTORS, type Candidate } from '../lib/eval/best-of-k.ts';
 
 function choose(n: number, k: number): bigint {
@@ -150,6 +152,14 @@ test('execution-free score: P(YES)/(P(YES)+P(NO)) at the answer token, wherever 
   assert.equal(j.how, 'marker');
   assert.equal(j.position, 3);
   assert.ok(Math.abs(j.score - 0.7 / 0.9) < 1e-12, String(j.score));
+  // the answer merged with the marker's end into one token (`>YES`): that token, not the closing tag after it
+  const merged = judgementScore([lp('<judgement', 0), lp('>NO', ln(0.3), [['>YES', ln(0.6)], ['>NO', ln(0.3)], ['>', ln(0.05)]]), lp('</judgement>', 0, [['</judgement>', 0]])]);
+  assert.deepEqual([merged.how, merged.position], ['marker', 1]);
+  assert.ok(Math.abs(merged.score - 0.6 / 0.9) < 1e-12, String(merged.score));
+  // a marker split over tokens, the answer after a space token
+  const split = judgementScore([lp('<jud', 0), lp('gement>', 0), lp(' ', 0), lp('No', ln(0.8), [['No', ln(0.8)], ['Yes', ln(0.2)]])]);
+  assert.deepEqual([split.how, split.position], ['marker', 3]);
+  assert.ok(Math.abs(split.score - 0.2) < 1e-12);
   // no marker: the last sampled YES/NO word
   const sampled = judgementScore([lp('Yes', ln(0.3), [['Yes', ln(0.3)], ['No', ln(0.6)]]), lp(',', 0), lp(' no', ln(0.8), [[' no', ln(0.8)], [' yes', ln(0.2)]])]);
   assert.equal(sampled.how, 'sampled');
@@ -181,4 +191,19 @@ test('verifier prompts: the trajectory is condensed longest thoughts first; scri
   assert.equal(reportsResolved('ISSUE RESOLVED\n'), true);
   assert.equal(reportsResolved('ISSUE REPRODUCED'), false);
   assert.equal(reportsResolved('ISSUE RESOLVED ISSUE REPRODUCED'), false);
+});
+
+test('the configs the README runs validate: configs/eval.json, configs/best-of-k.json with --eval-id', () => {
+  const read = (f: string) => JSON.parse(readFileSync(new URL(`../configs/${f}`, import.meta.url), 'utf8')) as Record<string, unknown>;
+  const ev = validateEvalConfig(read('eval.json'));
+  assert.ok(ev.ok, JSON.stringify(ev));
+  assert.deepEqual([ev.config.runs, ev.config.maxSteps, ev.config.contextBudget, ev.config.sampling.temperature], [4, 100, 65_536, 1]);
+  const bok = read('best-of-k.json');
+  assert.equal(bok.evalId, undefined, 'the evaluation comes from --eval-id');
+  const v = validateBestOfKConfig({ ...bok, evalId: 'eval-1' });
+  assert.ok(v.ok, JSON.stringify(v));
+  assert.ok(v.config.executionFree && v.config.executionBased?.regression && v.config.executionBased.reproduction);
+  assert.equal(v.config.subsets, 1000);
+  const missing = validateBestOfKConfig(bok);
+  assert.ok(!missing.ok && missing.errors.some((e) => e.includes('evalId')), JSON.stringify(missing));
 });

@@ -99,14 +99,17 @@ export function judgementScore(logprobs: readonly TokenLogprob[]): Judgement {
   const joined = text.join('');
   const marker = joined.lastIndexOf('<judgement>');
   if (marker >= 0) {
+    // the first token holding a word character after the marker, also when it carries the marker's end (`>YES`)
+    const end = marker + '<judgement>'.length;
     let at = 0;
     for (let i = 0; i < text.length; i++) {
-      if (at >= marker + '<judgement>'.length && norm(text[i]!) !== '') {
+      const next = at + text[i]!.length;
+      if (next > end && norm(text[i]!.slice(Math.max(0, end - at))) !== '') {
         position = i;
         how = 'marker';
         break;
       }
-      at += text[i]!.length;
+      at = next;
     }
   }
   const lastWhere = (f: (l: TokenLogprob) => boolean) => {

@@ -176,15 +176,21 @@ export function register(program: Command): void {
     .command('best-of-k')
     .description('Best@K selection over a finished evaluation with verifiers (selectBestOfK)')
     .requiredOption('--config <file>', 'Best@K config JSON (lib/eval/config.ts BestOfKConfigSchema)')
+    .option('--eval-id <id>', "the finished evaluation (overrides the config's evalId)")
+    .option('--store <dir|url>', "the evaluation's artifact store (a directory or file:// URL; `swerl eval --out DIR` keeps it in DIR/store)")
     .option('--out <dir>', 'output directory (selected predictions, Best@K table and plot)')
     .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else embedded)')
-    .action(async (raw: { config: string; out?: string; address?: string }) => {
-      await selectBestOfK({ config: raw.config, out: raw.out, address: raw.address });
+    .action(async (raw: { config: string; evalId?: string; store?: string; out?: string; address?: string }) => {
+      await selectBestOfK({ config: raw.config, evalId: raw.evalId, store: raw.store, out: raw.out, address: raw.address });
     });
 }
 
 export interface BestOfKOptions {
   config: string;
+  /** overrides the config's evalId */
+  evalId?: string;
+  /** overrides the config's store: a directory or a file:// URL */
+  store?: string;
   out?: string;
   address?: string;
   quiet?: boolean;
@@ -195,6 +201,9 @@ export async function selectBestOfK(o: BestOfKOptions): Promise<{ selectionId: s
     if (!o.quiet) console.log(s);
   };
   const raw = JSON.parse(readFileSync(o.config, 'utf8')) as Record<string, unknown>;
+  if (o.evalId) raw.evalId = o.evalId;
+  if (o.store) raw.store = { url: o.store.startsWith('file://') ? o.store : fileStoreUrl(o.store) };
+  if (raw.evalId === undefined) throw new Error(`${o.config}: evalId: required (in the config or --eval-id ID)`);
   const selectionId = (raw.selectionId as string | undefined) ?? `bok-${new Date().toISOString().replace(/[:.]/g, '-')}`;
   raw.selectionId = selectionId;
   const v = validateBestOfKConfig(raw);
