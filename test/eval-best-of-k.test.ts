@@ -9,7 +9,8 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { existsSync, writeFileSync } from 'node:fs';
-import { selectBestOfK } from '../scripts/commands/eval.ts';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { readEvalEpisodes } from '../activities/evaluation.ts';
 import { startPolicyServer, type ServableModel } from '../activities/policy-server.ts';
 import type { ExecutionFreeResult, ExecutionScores } from '../activities/verifiers.ts';
@@ -25,6 +26,8 @@ import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/doc
 import { seedTable } from './helpers/eval.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from './helpers/scripted-agent.ts';
 import { ROOT, useTemporalWithWorker, type TestTemporal } from './helpers/temporal.ts';
+
+const run = promisify(execFile);
 
 let t: TestTemporal;
 let tasks: SweTask[];
@@ -188,14 +191,18 @@ test('Best@K: the execution-based verifier picks gold among {gold, empty, wrong 
       return out;
     };
     const first = await efScores('sel-1');
-    // the rerun through `swerl eval best-of-k` (its progress, table and plot)
+    // the rerun through the `swerl eval best-of-k` command line as the README gives it (the evaluation and
+    // its store as --eval-id and --store DIR), then `swerl eval report` of the evaluation
     const cfg2 = join(t.dir, 'bok-2.json');
     writeFileSync(cfg2, JSON.stringify({ selectionId: 'sel-2', executionFree }));
-    // the evaluation and its store from the command line (`--eval-id`, `--store DIR`), as the README shows
-    const o2 = await selectBestOfK({ config: cfg2, evalId: 'eval-bok', store: join(t.dir, 'store'), out: join(t.dir, 'bok-2'), address: t.server.address, quiet: true });
-    assert.match(o2.text, /executionFree/);
-    assert.ok(existsSync(join(o2.outDir, 'best_at_k.png')) && existsSync(join(o2.outDir, 'executionFree', 'predictions.jsonl')));
+    const out2 = join(t.dir, 'bok-2');
+    const swerl = (...args: string[]) => run(process.execPath, ['scripts/swerl.mjs', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 600_000 });
+    const o2 = await swerl('eval', 'best-of-k', '--config', cfg2, '--eval-id', 'eval-bok', '--store', join(t.dir, 'store'), '--out', out2, '--address', t.server.address);
+    assert.match(o2.stdout, /Best@K over 4 runs[\s\S]*executionFree[\s\S]*pass@k/);
+    assert.ok(existsSync(join(out2, 'best_at_k.png')) && existsSync(join(out2, 'executionFree', 'predictions.jsonl')));
     assert.deepEqual(await efScores('sel-2'), first);
+    const rep = await swerl('eval', 'report', store.dirFor(evalKeys.report('eval-bok')));
+    assert.match(rep.stdout, /evaluation eval-bok \(scripted\): 2 tasks × 4 runs = 8 episodes; completed 8, resolved 2, errors 0/);
     assert.ok(found > 0, 'the random tiny judge still shows a YES/NO alternative somewhere');
   } finally {
     await agent.close();

@@ -158,6 +158,8 @@ export function register(program: Command): void {
     .option('--out <dir>', 'output directory (report, predictions, trajectories, plot; embedded server state)')
     .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else embedded)')
     .option('--eval-id <id>', 'evaluation id (= evaluationRun workflow id)')
+    // `eval best-of-k --config F --eval-id X`: options after a subcommand are the subcommand's, not eval's
+    .enablePositionalOptions()
     .action(async (raw: { config?: string; out?: string; address?: string; evalId?: string }) => {
       if (!raw.config) {
         console.error('swerl eval: --config: required (or use `swerl eval report DIR` / `swerl eval best-of-k --config FILE`)');
