@@ -107,6 +107,11 @@ test('policy server over a real Learner', { skip }, async (t) => {
       [{ prompt, allowed_token_ids: [] }, 'allowed_token_ids', /allowed_token_ids/],
       [{ prompt, stop_token_ids: [5000] }, 'stop_token_ids', /stop_token_ids\.0: token id 5000/],
       [{ prompt, max_tokens: 5000 }, 'max_tokens', /exceeds the context of 4096/],
+      // once accepted and ignored: now refused by name (only the neutral value is what the server does)
+      [{ prompt, presence_penalty: 0.5 }, 'presence_penalty', /presence_penalty is not implemented/],
+      [{ prompt, frequency_penalty: -1 }, 'frequency_penalty', /frequency_penalty is not implemented/],
+      [{ prompt, logit_bias: { '7': -100 } }, 'logit_bias', /logit_bias is not implemented/],
+      [{ prompt, logprobs: 21 }, 'logprobs', /logprobs: /],
       ['{not json', 'body', /body: not valid JSON/],
     ];
     for (const [body, param, message] of cases) {
@@ -273,6 +278,17 @@ test('chat completions, top log-probs, stop strings and strict parameters, throu
     // and through the openai client (text prompt)
     const c = await client.completions.create({ model: 'tiny', prompt: 'Hello', max_tokens: 3, logprobs: 2, seed: 1 });
     assert.equal(c.choices[0]!.logprobs!.top_logprobs!.length, 3);
+  });
+
+  await t.test('completions: stop strings end the text before the first occurrence', async () => {
+    const free = await client.completions.create({ model: 'tiny', prompt: 'Hello', max_tokens: 16, seed: 9 });
+    const text = free.choices[0]!.text;
+    assert.ok(text.length >= 8, JSON.stringify(text));
+    const stop = text.slice(4, 7);
+    const r = await client.completions.create({ model: 'tiny', prompt: 'Hello', max_tokens: 16, seed: 9, stop });
+    assert.equal(r.choices[0]!.text, text.slice(0, text.indexOf(stop)));
+    assert.equal(r.choices[0]!.finish_reason, 'stop');
+    assert.equal((r.choices[0] as unknown as { stop_reason: string }).stop_reason, stop);
   });
 
   await t.test('tools reach the template; <tool_call> blocks come back as OpenAI tool calls', async () => {
