@@ -9,6 +9,28 @@ import { keys, openStore } from '../lib/store.ts';
 import type { IterationMetrics, TrainingRunResult } from '../workflows/shapes.ts';
 import { iterationWorkflowId, rolloutChunkWorkflowId } from '../workflows/shapes.ts';
 import { tinyConfig, useTemporalWithWorker, type TestTemporal } from './helpers/temporal.ts';
+import { failedAttempts, registerEnvironment } from '../activities/rollout.ts';
+import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
+import { SandboxDeadError } from '../lib/sandbox.ts';
+import type { Trajectory } from '../lib/types.ts';
+
+// FrozenLake as the rollout activities run it, except that in runs named `lost-*` one rollout (the first
+// task to reach the environment with sample 1) loses its "sandbox" in every step of every attempt
+const victims = new Map<string, string>();
+registerEnvironment('frozenlake', async (config, taskId, seed, labels) => {
+  if (config.env.kind !== 'frozenlake') throw new Error('unreachable');
+  const { kind: _kind, ...flConfig } = config.env;
+  const env = frozenLakeFromTaskId(taskId, flConfig, seed);
+  const run = labels['swerl.run'] ?? '';
+  if (run.startsWith('lost-') && labels['swerl.sample'] === '1' && (victims.get(run) ?? victims.set(run, taskId).get(run)) === taskId) {
+    const broken = Object.create(env) as typeof env;
+    broken.step = async () => {
+      throw new SandboxDeadError('sbx-test', 'container killed during a tool command');
+    };
+    return { env: broken, loop: { maxSteps: flConfig.maxSteps, allowedActionTokens: true } };
+  }
+  return { env, loop: { maxSteps: flConfig.maxSteps, allowedActionTokens: true } };
+});
 
 let t: TestTemporal;
 useTemporalWithWorker((x) => (t = x));
@@ -93,6 +115,34 @@ test('a batch beyond rolloutsPerWorkflow fans out through child workflows and ma
   assert.deepEqual(mb.filtered, ma.filtered);
   assert.ok(Math.abs(ma.loss - mb.loss) <= 1e-6 * Math.max(1, Math.abs(ma.loss)), `loss: inline ${ma.loss}, chunked ${mb.loss}`);
   assert.ok(Math.abs(ma.gradNorm - mb.gradNorm) <= 1e-5 * Math.max(1, ma.gradNorm), `gradNorm: inline ${ma.gradNorm}, chunked ${mb.gradNorm}`);
+});
+
+test('a rollout whose retries run out for infrastructure is a rollout error: counted, listed, left out of training (inline and fanned out)', async () => {
+  const batch = { tasks: 6, samples: 2 };
+  const rollout = { startToCloseMinutes: 5, heartbeatSeconds: 2, heartbeatTimeoutSeconds: 10, maxAttempts: 2 };
+  const configs = [
+    tinyConfig(t.dir, { runId: 'lost-inline', iterations: 1, batch, maxInflightRollouts: 4, rollout }),
+    tinyConfig(t.dir, { runId: 'lost-chunked', iterations: 1, batch, maxInflightRollouts: 4, rollout, rolloutsPerWorkflow: 4 }),
+  ];
+  await Promise.all(configs.map((c) => t.client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: c.runId!, args: [c] })));
+  for (const c of configs) {
+    const runId = c.runId!;
+    const victim = victims.get(runId)!;
+    const [m] = await metricsOf(c.store.url, runId);
+    assert.equal(m.rolloutErrors, 1, `${runId}: counted`);
+    assert.deepEqual(m.rolloutFailures?.map((f) => [f.taskId, f.sample]), [[victim, 1]], `${runId}: listed`);
+    assert.match(m.rolloutFailures![0]!.error, /sandbox sbx-test is dead: container killed during a tool command/);
+    assert.equal(m.episodes, 11, `${runId}: not an episode`);
+    assert.equal(m.learnerTrajectories, 11, `${runId}: left out of training`);
+    const store = openStore(c.store.url);
+    const trajs = await Promise.all((await store.list(keys.trajectories(runId, 0))).map((k) => store.getJson<Trajectory>(k)));
+    assert.equal(trajs.length, 11);
+    assert.ok(!trajs.some((tr) => tr!.taskId === victim && tr!.sample === 1), `${runId}: no trajectory for the lost rollout`);
+    // every attempt's error is on record in the store
+    const failed = await failedAttempts(store, runId, 0, victim, 1);
+    assert.deepEqual(failed.map((f) => f.attempt), [1, 2]);
+    for (const f of failed) assert.match(f.error, /^SandboxDeadError: sandbox sbx-test is dead/);
+  }
 });
 
 test('fan-out bounds are config errors naming the field', () => {
