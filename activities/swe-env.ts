@@ -78,7 +78,7 @@ export class SweEnvironment implements TextEnvironment {
       return { observation: parsed.kind === 'none' ? NO_CALL_REMINDER : callErrorObservation(parsed.error), done: false };
     }
     const r = await this.tools.run(parsed.call);
-    if (r.end) return { observation: r.observation, done: true, end: r.end };
+    if (r.end) return { observation: r.observation, done: true, end: r.end, ...(r.info ? { info: r.info } : {}) };
     return { observation: r.observation, done: false };
   }
 

@@ -132,6 +132,7 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
       observation = s.observation;
       done = s.done;
       envEnd = s.end;
+      if (s.info) Object.assign(info, s.info);
     }
     await o.onStep?.({ step: steps, responseTokens, action: o.toolFormat === 'openai' && r.toolCalls.length ? `${r.content ?? ''}\n${action}`.trim() : action, observation, done });
     if (done) {

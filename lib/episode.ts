@@ -142,8 +142,9 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
     }
 
     // infrastructure as well: the environment throws only when its sandbox or backend failed
-    const { observation, done, end: stepEnd } = await o.env.step(text);
+    const { observation, done, end: stepEnd, info: stepInfo } = await o.env.step(text);
     envEnd = stepEnd;
+    if (stepInfo) Object.assign(info, stepInfo);
     await o.onStep?.({ step: steps, responseTokens, action: text, observation, done });
     if (done) {
       end = envEnd ?? 'done';

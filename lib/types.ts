@@ -81,6 +81,8 @@ export interface EnvStep {
   done: boolean;
   /** set when the environment itself ended the episode */
   end?: EndReason;
+  /** why, when it ended it (e.g. `{reason, error}`): recorded in the trajectory's info */
+  info?: Record<string, unknown>;
 }
 
 /**

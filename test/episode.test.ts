@@ -154,9 +154,14 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
   await assert.rejects(runEpisode({ ...base, env, policy, tokenizer: tok }), /sandbox exploded/);
   // an episode the environment itself ends with error (the agent lost its sandbox) is a result, reward 0
   let rewarded = false;
-  const lost: TextEnvironment = { ...env, step: async () => ({ observation: 'gone', done: true, end: 'error' }), reward: async () => ((rewarded = true), { reward: 1 }) };
+  const lost: TextEnvironment = {
+    ...env,
+    step: async () => ({ observation: 'gone', done: true, end: 'error', info: { reason: 'disk_limit', error: 'evicted' } }),
+    reward: async () => ((rewarded = true), { reward: 1 }),
+  };
   const r = await runEpisode({ ...base, env: lost, policy: scripted('U').policy, tokenizer: tok });
   assert.equal(r.end, 'error');
+  assert.deepEqual(r.info, { reason: 'disk_limit', error: 'evicted' }, 'why it ended, in the trajectory');
   assert.equal(r.reward, 0);
   assert.equal(rewarded, false);
   assert.equal(r.steps, 1);

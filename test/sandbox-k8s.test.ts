@@ -6,7 +6,10 @@ import type { Writable } from 'node:stream';
 import type { V1Status } from '@kubernetes/client-node';
 import { spawn } from 'node:child_process';
 import { OWNER_LABELS, ownerLabels, processStartTicks } from '../activities/sandbox/common.ts';
+import { SweTools } from '../lib/swe/tools.ts';
+import { SandboxDeadError } from '../lib/sandbox.ts';
 import {
+  K8sSandbox,
   buildPodSpec,
   sweepPods,
   type PodSweepApi,
@@ -92,6 +95,56 @@ describe('sweep by label', () => {
     assert.deepEqual(r.deadOwner.sort(), ['mine-dead', 'pid-reused']);
     assert.deepEqual(r.expired.sort(), ['no-expiry-old', 'other-host-expired']);
     assert.deepEqual(deleted.sort(), ['mine-dead', 'no-expiry-old', 'other-host-expired', 'pid-reused']);
+  });
+});
+
+describe('a sandbox pod under faults (fake API)', () => {
+  /** A K8sSandbox over a fake API: every command exits 137 (killed), the pod reads as `pod`, deletions fail while `down`. */
+  function fakePodSandbox(pod: () => unknown, state: { down: boolean; deleted: string[] }): K8sSandbox {
+    const core = {
+      readNamespacedPod: async () => pod(),
+      deleteNamespacedPod: async ({ name }: { name: string }) => {
+        if (state.down) throw Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
+        state.deleted.push(name);
+      },
+    };
+    const exec = {
+      exec: async (_ns: string, _pod: string, _c: string, _cmd: string[], _o: Writable, _e: Writable, _i: unknown, _tty: boolean, onStatus: (s: V1Status) => void) => {
+        setImmediate(() => onStatus({ status: 'Failure', reason: 'NonZeroExitCode', details: { causes: [{ reason: 'ExitCode', message: '137' }] } } as V1Status));
+        return { close() {} };
+      },
+    };
+    return new K8sSandbox(core as never, exec as never, 'swerl', 'swerl-sbx-fake', { cpus: 1, memoryBytes: 1 << 30, pids: 512, diskMiB: 64 }, { attempts: 2, baseMs: 1, maxMs: 1 });
+  }
+
+  test('evicted for ephemeral storage: the agent’s doing, the episode ends with error and says why; a pod gone otherwise is infrastructure', async () => {
+    const state = { down: false, deleted: [] as string[] };
+    const message = 'Pod ephemeral local storage usage exceeds the total limit of containers 64Mi.';
+    const evicted = fakePodSandbox(() => ({ status: { phase: 'Failed', reason: 'Evicted', message } }), state);
+    const r = await new SweTools(evicted).run({ name: 'execute_bash', args: { cmd: 'dd if=/dev/zero of=/testbed/big bs=1M count=1024' } });
+    assert.equal(r.end, 'error');
+    assert.match(r.observation, /^ERROR: sandbox swerl-sbx-fake was evicted: Pod ephemeral local storage usage exceeds/);
+    assert.equal(r.info?.reason, 'disk_limit');
+    assert.match(String(r.info?.error), /limit 64 MiB/);
+    const deleted = fakePodSandbox(() => Promise.reject(Object.assign(new Error('not found'), { code: 404 })), state);
+    await assert.rejects(new SweTools(deleted).run({ name: 'execute_bash', args: { cmd: 'sleep 6' } }), SandboxDeadError);
+  });
+
+  test('a deletion that fails while the API is down is done by the next sweep', async () => {
+    const state = { down: true, deleted: [] as string[] };
+    const sb = fakePodSandbox(() => ({ status: { phase: 'Running' } }), state);
+    await sb.stop(); // retried, then left to the sweep; never the episode's failure
+    assert.deepEqual(state.deleted, []);
+    state.down = false;
+    const api: PodSweepApi = {
+      listNamespacedPod: async () => ({ items: [] }),
+      deleteNamespacedPod: async ({ name }) => void state.deleted.push(name),
+    };
+    assert.deepEqual((await sweepPods(api, 'other-namespace')).retried, [], 'only its own namespace');
+    const r = await sweepPods(api, 'swerl');
+    assert.deepEqual(r.retried, ['swerl-sbx-fake']);
+    assert.deepEqual(state.deleted, ['swerl-sbx-fake']);
+    assert.deepEqual((await sweepPods(api, 'swerl')).retried, [], 'once');
   });
 });
 

@@ -314,7 +314,7 @@ export class K8sBackend implements SandboxBackend {
   async sweep(): Promise<{ removed: number; failed: number }> {
     const { core } = await this.client();
     const r = await sweepPods(core as unknown as PodSweepApi, this.namespace);
-    return { removed: r.deadOwner.length + r.expired.length, failed: r.failed.length };
+    return { removed: r.deadOwner.length + r.expired.length + r.retried.length, failed: r.failed.length };
   }
 
   async start(image: string, limits: Partial<SandboxLimits> = {}, labels: Record<string, string> = {}): Promise<K8sSandbox> {
@@ -454,16 +454,23 @@ export class K8sSandbox implements Sandbox {
       () => this.core.deleteNamespacedPod({ name: this.id, namespace: this.namespace, gracePeriodSeconds: 0 }),
       this.retry,
     ).catch((e: Error) => {
-      // left to the sweep (its owner labels and expiry), never the episode's failure
-      if (!/HTTP 404/.test(e.message)) console.warn(`[sandbox] deleting pod ${this.id} failed (${e.message}); the sweep retries`);
+      // left to the next sweep, never the episode's failure
+      if (/HTTP 404/.test(e.message)) return;
+      pendingPodDeletions.add(`${this.namespace}/${this.id}`);
+      console.warn(`[sandbox] deleting pod ${this.id} failed (${e.message}); the sweep retries`);
     });
   }
 }
+
+/** Pods (`namespace/name`) whose deletion failed (API down): retried by the next sweep of their namespace. */
+const pendingPodDeletions = new Set<string>();
 
 /** Pods a sweep removed, by reason (see sweepReason). */
 export interface PodSweepResult {
   deadOwner: string[];
   expired: string[];
+  /** deletions that had failed before and succeeded now */
+  retried: string[];
   failed: string[];
 }
 
@@ -473,9 +480,23 @@ export interface PodSweepApi {
   deleteNamespacedPod(a: { name: string; namespace: string; gracePeriodSeconds: number }): Promise<unknown>;
 }
 
-/** Removes sandbox pods of dead owners on this host and expired ones (any owner), by label. */
+/** Removes sandbox pods whose deletion failed before, of dead owners on this host and expired ones (any owner), by label. */
 export async function sweepPods(core: PodSweepApi, namespace: string, opts: { now?: number; host?: string } = {}): Promise<PodSweepResult> {
-  const out: PodSweepResult = { deadOwner: [], expired: [], failed: [] };
+  const out: PodSweepResult = { deadOwner: [], expired: [], retried: [], failed: [] };
+  for (const key of [...pendingPodDeletions]) {
+    const name = key.slice(namespace.length + 1);
+    if (!key.startsWith(`${namespace}/`)) continue;
+    try {
+      await core.deleteNamespacedPod({ name, namespace, gracePeriodSeconds: 0 });
+      out.retried.push(name);
+    } catch (e) {
+      if ((e as { code?: number }).code !== 404) {
+        out.failed.push(name);
+        continue;
+      }
+    }
+    pendingPodDeletions.delete(key);
+  }
   const pods = await withRetries(`listing sandbox pods in ${namespace}`, () => core.listNamespacedPod({ namespace, labelSelector: `${SANDBOX_LABEL}=1` }));
   for (const pod of pods.items) {
     const name = pod.metadata?.name;
@@ -488,6 +509,7 @@ export async function sweepPods(core: PodSweepApi, namespace: string, opts: { no
       out[why].push(name);
     } catch (e) {
       if ((e as { code?: number }).code === 404) continue;
+      pendingPodDeletions.add(`${namespace}/${name}`);
       out.failed.push(name);
     }
   }

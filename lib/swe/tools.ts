@@ -64,6 +64,8 @@ export interface ToolResult {
   observation: string;
   /** set when the call ends the episode (`submitted`) or must end it (`env_timeout`) */
   end?: EndReason;
+  /** why it ended the episode, when that is not plain (`{reason, error}`) */
+  info?: Record<string, unknown>;
 }
 
 export interface SweToolsOptions {
@@ -190,7 +192,9 @@ export class SweTools {
       return await this.runTool(call);
     } catch (e) {
       if (e instanceof SandboxInfraError) throw e;
-      if (e instanceof SandboxDiskLimitError) return { observation: `ERROR: ${e.message}. The sandbox is gone; the episode ends.`, end: 'error' };
+      if (e instanceof SandboxDiskLimitError) {
+        return { observation: `ERROR: ${e.message}. The sandbox is gone; the episode ends.`, end: 'error', info: { reason: 'disk_limit', error: e.message } };
+      }
       return { observation: `ERROR: ${call.name} failed: ${errorText(e)}` };
     }
   }
