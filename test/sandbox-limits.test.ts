@@ -48,6 +48,18 @@ test('a command writing past diskMiB is stopped and the agent told; the sandbox 
   assert.equal((await tools.executeBash('head -c 1000000 /dev/zero > /testbed/small && echo ok')).observation, '[STDOUT]\nok\n[STDERR]\n');
 });
 
+test('a writer that left its command (setsid, a daemon) does not outlive it, so it cannot fill the disk between commands', async () => {
+  const r = await tools.executeBash(
+    "setsid sh -c 'sleep 1; for i in $(seq 60); do head -c 10000000 /dev/zero >> /testbed/detached; sleep 0.1; done' >/dev/null 2>&1 </dev/null & sleep 0.5; echo started",
+  );
+  assert.equal(r.observation, '[STDOUT]\nstarted\n[STDERR]\n');
+  await new Promise((res) => setTimeout(res, 3000)); // the policy thinking: nothing is watched now
+  // the writer would have written 10 MB every 0.1 s from its first second on
+  const left = await sb.exec(`ls -l /testbed/detached 2>&1; for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done | grep -c '[s]eq 60'`, 10);
+  assert.match(left.stdout, /No such file or directory\n0\n$/, `no file, no writer: ${left.stdout}`);
+  assert.equal((await sb.exec('echo alive', 10)).stdout, 'alive\n', 'the sandbox itself goes on');
+});
+
 test('execute_bash reports the true size of output it did not show', async () => {
   const r = await tools.executeBash('yes | head -n 5000000');
   const m = /<\.\.\. (\d+) lines \((\d+) characters\) omitted \.\.\.>/.exec(r.observation);

@@ -49,6 +49,17 @@ const KILL_AFTER_S = 2;
 const DISK_WATCH_MS = 500;
 /** Growth during one command that the watchdog tolerates in a sandbox already over its limit. */
 const DISK_GROWTH_SLACK = 1 << 20;
+/**
+ * Shell that kills the orphans of PID 1 (tini) and their process groups, sparing the sandbox's main `sleep`
+ * (the earliest started child of PID 1); repeated while it finds any, for orphans of orphans.
+ * /proc/<pid>/stat after the command name: state ppid pgrp session … starttime (the 20th).
+ */
+const ORPHAN_SWEEP = [
+  'orphans() { main=""; ms=""; set --; for s in /proc/[0-9]*/stat; do read -r l < "$s" 2>/dev/null || continue; p=${l%% *}; r=${l##*) };',
+  '  set -- $r; [ "$2" = 1 ] || continue; if [ -z "$ms" ] || [ "${20}" -lt "$ms" ]; then [ -n "$main" ] && echo "$main $mg"; main=$p; mg=$3; ms=${20}; else echo "$p $3"; fi; done; }',
+  'j=0; while [ $j -lt 20 ]; do o=$(orphans); [ -z "$o" ] && break; echo "$o" | while read -r p g; do [ "$g" != 1 ] && [ "$g" != "$(cut -d" " -f5 /proc/1/stat)" ] && kill -9 -- -"$g" 2>/dev/null; kill -9 "$p" 2>/dev/null; done; j=$((j+1)); sleep 0.05; done',
+].join('\n');
+
 /** What the kernel says when a quota or the disk is full. */
 const DISK_FULL = /No space left on device|Disk quota exceeded/;
 
@@ -351,11 +362,14 @@ export class DockerSandbox implements Sandbox {
     // `timeout` makes its own process group (pgid = its pid) and signals all of it at the limit.
     // When the command ends, whatever is left of its group (background jobs, a fork bomb's
     // children that were forked while the signal was delivered) is killed until the group is empty:
-    // background jobs do not outlive their command.
+    // background jobs do not outlive their command. Nor do processes that left its group (setsid, daemons):
+    // by then they are orphans of PID 1, so every child of PID 1 but the sandbox's own `sleep` goes, with its
+    // group (a detached writer would otherwise fill the disk between two commands, unwatched).
     const wrapper = [
       `timeout -s TERM -k ${KILL_AFTER_S}s ${timeoutS}s bash -lc "$0" & pg=$!`,
       'wait $pg; rc=$?',
       'i=0; while [ $i -lt 100 ] && kill -9 -- -$pg 2>/dev/null; do i=$((i+1)); sleep 0.05; done',
+      ORPHAN_SWEEP,
       'exit $rc',
     ].join('\n');
     const disk = { exceeded: false, bytes: 0 };
