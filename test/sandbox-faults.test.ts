@@ -158,10 +158,14 @@ test('container killed, worker SIGKILLed, engine restarted during SWE rollouts: 
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
     assert.ok((await sandboxes([`${OWNER_LABELS.pid}=${deadPid}`])).length > 0, 'the dead worker left sandboxes behind');
-    worker = spawnWorker(args, logFile, env);
+    // the restarted worker sweeps every 40 s: what goes sooner went in its sweep at start
+    const periodS = 40;
+    worker = spawnWorker(args.map((a, i) => (args[i - 1] === '--sandbox-sweep-seconds' ? String(periodS) : a)), logFile, env);
     const tSweep = Date.now();
-    await waitFor('the restarted worker sweeps the dead one’s sandboxes', async () => (await sandboxes([`${OWNER_LABELS.pid}=${deadPid}`])).length === 0, 60_000);
-    console.log(`# the dead worker's sandboxes were gone ${((Date.now() - tSweep) / 1000).toFixed(1)} s after its restart`);
+    await waitFor('the restarted worker sweeps the dead one’s sandboxes at its start', async () => (await sandboxes([`${OWNER_LABELS.pid}=${deadPid}`])).length === 0, 60_000);
+    const sweptS = (Date.now() - tSweep) / 1000;
+    console.log(`# the dead worker's sandboxes were gone ${sweptS.toFixed(1)} s after its restart`);
+    assert.ok(sweptS < periodS, `gone after ${sweptS.toFixed(1)} s: by the sweep at start, not a periodic one`);
 
     // iteration 1: restart the engine under four running agents
     await waitFor('four sandboxes of iteration 1', async () => (await running(1)).length === 4, 180_000);

@@ -144,15 +144,18 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
  * `everyS` seconds (DESIGN §2). A host without a sandbox engine (FrozenLake only) stays quiet.
  */
 export function startSandboxSweeper(everyS: number): { stop(): void; first: Promise<void> } {
-  let engineSeen = false;
+  const engineSeen = new Set<string>();
   const sweep = async (): Promise<void> => {
-    try {
-      const { createSandboxBackend } = await import('../activities/sandbox/index.ts');
-      const r = (await (await createSandboxBackend()).sweep?.()) ?? { removed: 0, failed: 0 };
-      engineSeen = true;
-      if (r.removed || r.failed) console.warn(`[sandbox] sweep: removed ${r.removed} leftover sandbox(es)${r.failed ? `, ${r.failed} could not be removed yet` : ''}`);
-    } catch (e) {
-      if (engineSeen) console.warn(`[sandbox] sweep failed: ${(e as Error).message}`);
+    const { backendKindFromEnv, createSandboxBackend, sharedBackendKinds } = await import('../activities/sandbox/index.ts');
+    // SWERL_SANDBOX_BACKEND's kind from the start, and every kind this worker's rollouts have used (env.backend)
+    for (const kind of new Set([backendKindFromEnv(), ...sharedBackendKinds()])) {
+      try {
+        const r = (await (await createSandboxBackend(kind)).sweep?.()) ?? { removed: 0, failed: 0 };
+        engineSeen.add(kind);
+        if (r.removed || r.failed) console.warn(`[sandbox] sweep (${kind}): removed ${r.removed} leftover sandbox(es)${r.failed ? `, ${r.failed} could not be removed yet` : ''}`);
+      } catch (e) {
+        if (engineSeen.has(kind)) console.warn(`[sandbox] sweep (${kind}) failed: ${(e as Error).message}`);
+      }
     }
   };
   const first = sweep();

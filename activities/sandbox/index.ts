@@ -26,6 +26,11 @@ export function backendKindFromEnv(env: NodeJS.ProcessEnv = process.env): Backen
 
 const cache = new Map<BackendKind, SandboxBackend>();
 
+/** The kinds whose shared backend this process has created (the sweeper covers them too). */
+export function sharedBackendKinds(): BackendKind[] {
+  return [...cache.keys()];
+}
+
 /** A backend of the given kind (default from the environment); one instance per kind per process when no options are given. */
 export async function createSandboxBackend(kind: BackendKind = backendKindFromEnv(), opts: BackendOptions = {}): Promise<SandboxBackend> {
   const shared = opts.docker === undefined && opts.kubernetes === undefined;
