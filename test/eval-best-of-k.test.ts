@@ -2,7 +2,8 @@
 // test files} (scripted agents, real sandboxes and grading): the execution-based verifier (regression
 // tests in fresh containers + reproduction tests from a scripted generator behind a real chat server)
 // picks gold; the execution-free verifier runs on the tiny model behind our own policy server (scores
-// in [0, 1], the same on a rerun).
+// in [0, 1], the same on a rerun). The evaluation goes through the `temporal` CLI and the rerun through the
+// `swerl eval best-of-k` command line, as the README gives them.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
@@ -19,13 +20,14 @@ import { passAtK } from '../lib/eval/metrics.ts';
 import { writeModel } from '../lib/presets.ts';
 import { fileStoreUrl, openStore } from '../lib/store.ts';
 import type { SweTask } from '../lib/swe/task.ts';
+import { temporalBinary } from '../lib/temporal-server.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
 import type { SelectionResult } from '../workflows/select-best-of-k.ts';
 import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
 import { seedTable } from './helpers/eval.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from './helpers/scripted-agent.ts';
-import { ROOT, useTemporalWithWorker, type TestTemporal } from './helpers/temporal.ts';
+import { ROOT, useTemporalWithWorker, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
 const run = promisify(execFile);
 
@@ -128,13 +130,19 @@ test('Best@K: the execution-based verifier picks gold among {gold, empty, wrong 
   const judge = await startPolicyServer({ learner: judgeModel, tokenizer: await loadTokenizer(tiny.dir), modelName: 'judge' });
   const storeUrl = fileStoreUrl(join(t.dir, 'store'));
   try {
-    const ev = await t.client.workflow.start('evaluationRun', {
-      taskQueue: 'learner',
-      workflowId: 'eval-bok',
-      args: [{ tasksFile: TASKS_FILE, tasks: ids, runs: 4, seed: 4, model: { baseUrl: agent.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 6, store: { url: storeUrl } }],
-    });
-    const er = (await ev.result()) as EvaluationRunResult;
+    // the evaluation started, queried and listed with the official `temporal` CLI, as the README shows
+    const evalConfig = { tasksFile: TASKS_FILE, tasks: ids, runs: 4, seed: 4, model: { baseUrl: agent.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 6, store: { url: storeUrl } };
+    const temporal = async (...args: string[]) => (await run(temporalBinary(), [...args, '--address', t.server.address], { encoding: 'utf8', timeout: 120_000 })).stdout;
+    await temporal('workflow', 'start', '--type', 'evaluationRun', '--task-queue', 'learner', '--workflow-id', 'eval-bok', '--input', JSON.stringify(evalConfig));
+    const er = (await t.client.workflow.getHandle('eval-bok').result()) as EvaluationRunResult;
     assert.deepEqual(er.summary.episodes, { planned: 8, completed: 8, resolved: 2, errors: 0 });
+    const st = JSON.parse(await temporal('workflow', 'query', '--workflow-id', 'eval-bok', '--type', 'status', '--output', 'json')) as { queryResult: { phase: string; total: number; done: number; resolved: number; errors: number }[] };
+    assert.deepEqual(st.queryResult[0], { ...st.queryResult[0], phase: 'done', total: 8, done: 8, resolved: 2, errors: 0 });
+    const listed = await waitFor('the evaluation in the visibility list', async () => {
+      const out = await temporal('workflow', 'list', '--query', "EvalPass1 > 0.2 AND EvalDone = 8", '--output', 'json');
+      return out.includes('eval-bok') ? out : undefined;
+    }, 30_000, 500);
+    assert.match(listed, /eval-bok/);
 
     const genUrl = `http://127.0.0.1:${(generator.address() as AddressInfo).port}`;
     const executionFree = { model: { baseUrl: judge.url, model: 'judge' }, maxTokens: 24, topLogprobs: 20, maxPromptChars: 5000 };
