@@ -2,7 +2,8 @@
 // "model": test/helpers/scripted-agent.ts), real Docker sandboxes, real grading, a real dev server and
 // an in-process worker. Known outcomes: gold replay → 1, nothing → 0, (i + r) mod 3 → hand-computed
 // pass@k; a sandbox that fails to start once is retried and changes nothing; an unreachable server is
-// an error with its reason, never a model failure.
+// an error with its reason, never a model failure; a run's "latest" checkpoint and a model directory are
+// what the learner worker's policy server samples from.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -17,7 +18,8 @@ import { instanceReport, reportJson } from '../lib/swe/report.ts';
 import { validateEvalConfig, type EvalConfigInput } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { freePort } from '../lib/temporal-server.ts';
-import { fileStoreUrl, openStore } from '../lib/store.ts';
+import { writeModel } from '../lib/presets.ts';
+import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { evaluationStatusQuery } from '../workflows/evaluation-signals.ts';
 import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
@@ -219,4 +221,43 @@ test('swerl eval (CLI path) with an unreachable server: the episode is an error 
   const printed = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/cli.ts'), 'eval', 'report', out], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(printed.trim(), o.text.trim());
   assert.match(printed, /1 episodes; completed 0, resolved 0, errors 1/);
+});
+
+test("a run's latest checkpoint and a Hugging Face model directory, served by the learner worker's policy server", async () => {
+  // run r-latest has checkpoints 0 and 2 (different weights); a model directory beside them
+  const store = openStore(storeUrl());
+  await writeModel(store.dirFor(keys.checkpoint('r-latest', 0)), 'tiny', 1);
+  await writeModel(store.dirFor(keys.checkpoint('r-latest', 2)), 'tiny', 2);
+  const hfDir = (await writeModel(join(t.dir, 'hf-model'), 'tiny', 3)).dir;
+  const { Learner } = (await import(join(ROOT, 'gpu-learner', 'index.ts'))) as {
+    Learner: { load(dir: string, o?: { threads?: number }): Promise<{ logprobs(b: { ids: Int32Array; offsets: Int32Array }): Promise<Float32Array>; close(): void }> };
+  };
+  /** largest gap between the episode's sampled log-probs and `dir`'s own log-probs of the same tokens */
+  const gap = async (e: EvalEpisodeRecord, dir: string) => {
+    const l = await Learner.load(dir, { threads: 1 });
+    try {
+      const s = e.stream!;
+      const lp = await l.logprobs({ ids: Int32Array.from(s.ids), offsets: Int32Array.from([0, s.ids.length]) });
+      return Math.max(...s.mask.map((m, i) => (m ? Math.abs(lp[i]! - s.logprobs[i]!) : 0)));
+    } finally {
+      l.close();
+    }
+  };
+  const small = { tasksFile: TASKS_FILE, tasks: [tasks[2]!.instance_id], maxSteps: 1, contextBudget: 8, maxTokensPerTurn: 8, store: { url: storeUrl() } };
+  const latest = await evaluate('eval-latest', { ...small, model: { run: 'r-latest', checkpoint: 'latest' } });
+  assert.deepEqual(latest.summary.episodes, { planned: 1, completed: 1, resolved: 0, errors: 0 });
+  const [el] = await readEvalEpisodes(store, 'eval-latest');
+  assert.equal(el!.checkpoint, 2);
+  assert.equal(el!.api, 'completions');
+  assert.ok(el!.stream!.mask.some((m) => m === 1));
+  // the tokens were sampled (temperature 1) from checkpoint 2's weights, not checkpoint 0's
+  assert.ok((await gap(el!, store.dirFor(keys.checkpoint('r-latest', 2)))) < 1e-3);
+  assert.ok((await gap(el!, store.dirFor(keys.checkpoint('r-latest', 0)))) > 1e-2);
+
+  const hf = await evaluate('eval-hf-dir', { ...small, model: { path: hfDir } });
+  assert.deepEqual(hf.summary.episodes, { planned: 1, completed: 1, resolved: 0, errors: 0 });
+  const [eh] = await readEvalEpisodes(store, 'eval-hf-dir');
+  assert.equal(eh!.modelName, hfDir);
+  assert.ok((await gap(eh!, hfDir)) < 1e-3);
+  assert.ok((await gap(eh!, store.dirFor(keys.checkpoint('r-latest', 2)))) > 1e-2);
 });
