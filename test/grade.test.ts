@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { gradePatch, GradingError, GRADER_VERSION } from '../activities/grade.ts';
 import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
+import Docker from 'dockerode';
 import { imagesFor, requireDocker, sharedTask, testBackend } from './helpers/docker.ts';
 
 const { backend, cleanup } = testBackend();
@@ -75,6 +76,29 @@ describe('gradePatch', () => {
     const g = await gradePatch({ task, patch: task.patch + extra, backend });
     assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}`);
     assert.deepEqual(g.restored, ['tests/conftest.py']);
+  });
+
+  test('a correct fix that also changes an existing conftest.py (a marker registered): the change is dropped, the fix still resolves', async () => {
+    // the task's image with a conftest.py committed at its base, as many repositories have one
+    const sb = await backend.start((await imagesFor([task]))[0]!);
+    const image = `swerl-test-conftest-${process.pid}`;
+    try {
+      const conftest = 'import pytest\n\n\n@pytest.fixture\ndef maxsize():\n    return 2\n';
+      await sb.copyIn([{ path: 'conftest.py', content: conftest }], '/testbed/tests');
+      const c = await sb.exec('git add tests/conftest.py && git -c user.name=t -c user.email=t@t commit -qm conftest', 30);
+      assert.equal(c.exit, 0, c.stderr);
+      await new Docker().getContainer(sb.id).commit({ repo: image, tag: 'latest' });
+      const m = await sb.exec(`printf '\\n\\ndef pytest_configure(config):\\n    config.addinivalue_line("markers", "slow: a slow test")\\n' >> tests/conftest.py`, 30);
+      assert.equal(m.exit, 0, m.stderr);
+      const change = await sb.diff();
+      assert.match(change, /addinivalue_line/);
+      const g = await gradePatch({ task: { ...task, image: `${image}:latest` }, patch: task.patch + change, backend });
+      assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}\n${g.logTail}`);
+      assert.deepEqual(g.restored, ['tests/conftest.py']);
+    } finally {
+      await sb.stop();
+      await new Docker().getImage(`${image}:latest`).remove({ force: true }).catch(() => undefined);
+    }
   });
 
   test('a test run past the limit → 0, timeout', async () => {
