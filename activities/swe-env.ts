@@ -9,7 +9,7 @@ import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS, SweTools } from '../lib/swe/tools.t
 import { SweEnvConfigSchema, type SweEnvConfig, type SweEnvConfigInput } from '../lib/swe/env-config.ts';
 import { NO_CALL_REMINDER, SYSTEM_PROMPT, callErrorObservation, instancePrompt, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 import { similarityReward } from '../lib/swe/similarity.ts';
-import { gradePatch, type GradeInput } from './grade.ts';
+import { GRADER_VERSION, gradePatch, type GradeInput } from './grade.ts';
 import { ensureTaskImage, taskImageName } from './images.ts';
 import { createSandboxBackend } from './sandbox/index.ts';
 import { registerEnvironment, type EpisodeSetup } from './rollout.ts';
@@ -88,6 +88,8 @@ export class SweEnvironment implements TextEnvironment {
    */
   async reward(end: EndReason): Promise<{ reward: number; info?: Record<string, unknown> }> {
     const info: Record<string, unknown> = { instanceId: this.task.instance_id, end, steps: this.steps };
+    // every test-based reward says which grader gave it, the zeros given before any grading run too
+    if (this.cfg.reward === 'tests') info.graderVersion = GRADER_VERSION;
     if (!this.sandbox) return { reward: 0, info: { ...info, reason: 'no_sandbox' } };
     let patch: string;
     try {

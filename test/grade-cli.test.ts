@@ -56,13 +56,17 @@ test('--predictions gold: every shared task resolved; harness-shaped reports and
     assert.match(readFileSync(join(inst, 'test_output.txt'), 'utf8'), /passed/);
     assert.ok(existsSync(join(inst, 'patch.diff')));
   }
-  // the official harness's own readers (swebench's get_predictions_from_file, make_run_report) on the directory
+  harnessAgrees(out, 'cli', summary);
+});
+
+/** The official harness's own readers (swebench's get_predictions_from_file, make_run_report) on the directory give our counts and id lists. */
+function harnessAgrees(out: string, runId: string, summary: Record<string, unknown>): void {
   const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' }).trim().split('\n').at(-1)!;
-  const harness = JSON.parse(execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), out, TASKS_FILE, 'cli', join(dir, 'harness')], { encoding: 'utf8' }).trim().split('\n').at(-1)!) as Record<string, unknown>;
+  const harness = JSON.parse(execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), out, TASKS_FILE, runId, join(dir, `harness-${runId}`)], { encoding: 'utf8' }).trim().split('\n').at(-1)!) as Record<string, unknown>;
   for (const k of ['total_instances', 'submitted_instances', 'completed_instances', 'resolved_instances', 'unresolved_instances', 'empty_patch_instances', 'error_instances', 'resolved_ids', 'unresolved_ids', 'error_ids']) {
     assert.deepEqual(harness[k], summary[k], k);
   }
-});
+}
 
 test('empty and None patches resolve none and run no container; JSON dict format', () => {
   const preds = join(dir, 'empty.json');
@@ -74,8 +78,10 @@ test('empty and None patches resolve none and run no container; JSON dict format
   assert.equal(summary.resolved_instances, 0);
   assert.equal(summary.empty_patch_instances, 8);
   assert.equal(summary.completed_instances, 0);
+  assert.deepEqual(summary.resolved_ids, []);
   const rep = JSON.parse(readFileSync(join(out, 'logs/run_evaluation/swerl-grade/org__empty', ids[0]!, 'report.json'), 'utf8')) as Record<string, Record<string, unknown>>;
-  assert.deepEqual(rep[ids[0]!], { patch_is_None: true, patch_exists: false, patch_successfully_applied: false, resolved: false, infra_failure: false });
+  assert.deepEqual(rep[ids[0]!], { patch_is_None: true, patch_exists: false, patch_successfully_applied: false, resolved: false, infra_failure: false, grader_version: GRADER_VERSION, reason: 'empty_patch' });
+  harnessAgrees(out, 'swerl-grade', summary);
 });
 
 test('a prediction for an unknown instance is refused by name; a malformed file names line and field', () => {

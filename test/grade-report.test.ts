@@ -68,14 +68,17 @@ test('instance report in the harness shape', () => {
     },
   );
   assert.equal(x.grader_version, GRADER_VERSION);
-  // None and empty patches: flags only, as the harness writes them
+  // None and empty patches: the harness's flags, and which grader scored them 0
   assert.deepEqual(instanceReport({ instance_id: 'a', model_patch: null })['a'], {
     patch_is_None: true,
     patch_exists: false,
     patch_successfully_applied: false,
     resolved: false,
     infra_failure: false,
+    grader_version: GRADER_VERSION,
+    reason: 'empty_patch',
   });
+  assert.equal(instanceReport({ instance_id: 'a', model_patch: ' \n' })['a']!.grader_version, GRADER_VERSION);
   const applyFailed = instanceReport({ instance_id: task.instance_id, model_patch: 'x' }, grade({}, { patchApplied: false, reason: 'patch_apply_failed' }))[task.instance_id]!;
   assert.equal(applyFailed.patch_successfully_applied, false);
   assert.equal(applyFailed.tests_status, undefined);

@@ -7,6 +7,7 @@ import { validateConfig } from '../lib/config.ts';
 import type { EndReason } from '../lib/types.ts';
 import { formatToolCall } from '../lib/toolcall.ts';
 import { editsFromPatch } from './helpers/scripted-agent.ts';
+import { GRADER_VERSION } from '../lib/swe/grading.ts';
 import { NO_CALL_REMINDER, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 
 const TASKS = '/work/shared/swe-tasks/tasks.jsonl';
@@ -73,6 +74,7 @@ for (const task of tasks.slice(0, replayCount)) {
     assert.equal(r.end, 'submitted');
     assert.equal(r.info.reason, 'passed', JSON.stringify({ reason: r.info.reason, detail: r.info.detail, patch: r.info.patch }).slice(0, 2000));
     assert.equal(r.reward, 1);
+    assert.equal(r.info.graderVersion, GRADER_VERSION);
     assert.doesNotMatch(String(r.info.patch), /reproduce_issue\.py/);
     for (const id of task.FAIL_TO_PASS) assert.equal((r.info.tests as { FAIL_TO_PASS: Record<string, string> }).FAIL_TO_PASS[id], 'PASSED');
   });
@@ -85,6 +87,7 @@ test('submitting nothing → 0; a no-call reply gets the reminder and the step c
   assert.equal(r.end, 'submitted');
   assert.equal(r.reward, 0);
   assert.equal(r.info.reason, 'empty_patch');
+  assert.equal(r.info.graderVersion, GRADER_VERSION);
   assert.equal(r.info.steps, 2);
 });
 

@@ -2,7 +2,7 @@
 // `get_eval_report` writes it, and the run summary its `make_run_report` writes (schema_version 2),
 // so tools that read the official harness's output read ours. `swerl grade` and evaluationRun
 // write both through these functions, so the same patches give byte-identical reports.
-import { judgeTests, type GradeResult } from './grading.ts';
+import { GRADER_VERSION, judgeTests, type GradeResult } from './grading.ts';
 import type { Prediction } from './predictions.ts';
 
 export interface TestsStatus {
@@ -28,7 +28,8 @@ export interface InstanceReport {
 
 /**
  * `{[instance_id]: InstanceReport}` for a prediction and its grade. `grade` is undefined only when the
- * patch is None or empty (nothing was run). F2F/P2F stay empty: our tasks carry no such lists.
+ * patch is None or empty (nothing was run: the harness's flags plus our grader_version and reason).
+ * F2F/P2F stay empty: our tasks carry no such lists.
  */
 export function instanceReport(prediction: Pick<Prediction, 'instance_id' | 'model_patch'>, grade?: GradeResult): Record<string, InstanceReport> {
   const id = prediction.instance_id;
@@ -40,7 +41,9 @@ export function instanceReport(prediction: Pick<Prediction, 'instance_id' | 'mod
     resolved: false,
     infra_failure: false,
   };
-  if (!grade || !r.patch_exists) return { [id]: grade ? { ...r, grader_version: grade.graderVersion, reason: grade.reason } : r };
+  if (grade && !r.patch_exists) return { [id]: { ...r, grader_version: grade.graderVersion, reason: grade.reason } };
+  // an empty patch is scored 0 by the grader's rules without a run: its verdict carries the version too
+  if (!grade) return { [id]: r.patch_exists ? r : { ...r, grader_version: GRADER_VERSION, reason: 'empty_patch' } };
   if (grade.instanceId !== id) throw new Error(`instanceReport: grade is for ${JSON.stringify(grade.instanceId)}, prediction for ${JSON.stringify(id)}`);
   r.patch_successfully_applied = grade.patchApplied;
   r.resolved = grade.resolved;
