@@ -114,6 +114,11 @@ describe('gradePatch', () => {
     await assert.rejects(gradePatch({ task: ghost, patch: task.patch, backend }), (e: unknown) => e instanceof GradingError && e.name === 'GradingError');
   });
 
+  test('a run in which no status can be read (pytest never started) → GradingError, never a reward', async () => {
+    const broken: SweTask = { ...task, test_cmd: `python3 -c 'raise SystemExit(3)' && ${task.test_cmd}` };
+    await assert.rejects(gradePatch({ task: broken, patch: task.patch, backend }), (e: unknown) => e instanceof GradingError && /results plugin never started/.test(e.message));
+  });
+
   test('a sandbox that dies before the tests run → GradingError', async () => {
     // the real container, stopped under the grader just before test_cmd
     const dying: SandboxBackend = {
