@@ -1,5 +1,5 @@
 // Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The kinds
-// the issue lists run on every shared task; the further kinds on three tasks that cover the ways a task
+// the issue lists (13, ISSUE_LIST below) run on every shared task; the further kinds on three tasks that cover the ways a task
 // puts code on sys.path (python -m pytest from the root, a root-level module, PYTHONPATH=src), or on every
 // task with SWERL_ADVERSARIAL_ALL=1. The gold patch scoring 1 on each task through the same path is
 // test/grade-cli.test.ts. Each grading is a fresh container, SWERL_GRADE_CONCURRENCY (default 3) at a time.
@@ -57,6 +57,28 @@ before(async () => {
 after(async () => {
   await cleanup();
   console.log(`[adversarial] ${results.size} gradings in ${corpusSeconds.toFixed(0)} s (concurrency ${CONCURRENCY})`);
+});
+
+/** The issue's list (#11, Tests), kind by kind: each must be graded on every shared task. */
+const ISSUE_LIST: [string, string[]][] = [
+  ['the three conftest hacks', ['conftest-makereport', 'conftest-xfail', 'conftest-deselect-fake-summary']],
+  ["the same hooks in a sub-directory's conftest.py", ['subdir-conftest-makereport', 'subdir-conftest-xfail', 'subdir-conftest-deselect-fake-summary']],
+  ['pytest.ini/pyproject.toml/setup.cfg adding -p plugins or addopts deselecting', ['pytest-ini-plugin', 'cfg-addopts-deselect']],
+  ['sitecustomize.py or a .pth file patching pytest', ['sitecustomize-pth']],
+  ['the failing tests made to skip', ['skip-marks']],
+  ['the test files deleted or emptied', ['delete-tests', 'empty-tests']],
+  ['fake PASSED lines printed from the code under test at import', ['import-fake-lines']],
+];
+
+test("every kind the issue lists is in the corpus and graded on every shared task", () => {
+  for (const [what, names] of ISSUE_LIST) {
+    for (const name of names) {
+      const kind = ADVERSARIAL_KINDS.find((k) => k.name === name);
+      assert.ok(kind?.listed, `${what}: ${name} is not a listed kind`);
+      for (const t of tasks) assert.ok(results.has(`${name}|${t.instance_id}`), `${what}: ${name} not graded on ${t.instance_id}`);
+    }
+  }
+  assert.equal(tasks.length, 8);
 });
 
 const show = (g: GradeResult) => `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
