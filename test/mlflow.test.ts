@@ -14,7 +14,7 @@ import type { TrainingRunResult } from '../workflows/shapes.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
-import { readMetricsLines, reportEvaluation, type MlflowState } from '../activities/report.ts';
+import { readMetricsLines, reportEvaluation, reportRun, type MlflowState } from '../activities/report.ts';
 
 let t: TestTemporal;
 let mlflow: MlflowServer;
@@ -90,6 +90,15 @@ test('every iteration logged once through a worker SIGKILL and a tracking-server
 
     const lines = await readMetricsLines(store, runId);
     assert.equal(lines.length, iterations);
+    // a report whose worker died after MLflow took its batches but before the store recorded it sends
+    // them again: once with the delivery state behind, once with it lost (the run is found by its tag)
+    const tracking = { mlflow: { uri: mlflow.uri, experiment } };
+    const done = (await store.getJson<MlflowState>(keys.mlflowState(runId)))!;
+    await store.putJson(keys.mlflowState(runId), { ...done, sentLines: 1, paramsLogged: false, artifactsOf: undefined, closed: undefined });
+    assert.equal((await reportRun({ storeUrl: store.url, runId, tracking, final: { status: 'FINISHED' } })).tracking?.sent, iterations - 1);
+    await store.put(keys.mlflowState(runId), '{}');
+    const again = await reportRun({ storeUrl: store.url, runId, tracking, final: { status: 'FINISHED' } });
+    assert.deepEqual([again.tracking?.mlflowRunId, again.tracking?.sent, again.tracking?.pending], [done.mlflowRunId, iterations, 0]);
     const runs = await mlflowRuns(experiment, runId);
     assert.equal(runs.length, 1, 'one MLflow run for our run id');
     const id = runs[0].info.run_id;

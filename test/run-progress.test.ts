@@ -97,6 +97,14 @@ test('a 6-iteration run is one trainingRun row with live current details, plots 
     assert.ok(details.includes(`reward **${Number(last.meanReward).toFixed(3)}**`), details);
     assert.match(details, /\*\*6\*\* of 6 iterations done/);
 
+    // the timeline names each rollout by its task and sample (the activity summary the UI shows)
+    const events = (await t.client.workflow.getHandle(`${runId}-iter-5`).fetchHistory()).events ?? [];
+    const rollouts = events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'rollout');
+    const summaries = rollouts.map((e) => JSON.parse(Buffer.from(e.userMetadata?.summary?.data ?? []).toString('utf8') || 'null') as string | null);
+    const inputs = rollouts.map((e) => JSON.parse(Buffer.from(e.activityTaskScheduledEventAttributes!.input!.payloads![0].data!).toString('utf8')) as { taskId: string; sample: number });
+    assert.deepEqual(summaries, inputs.map((x) => `task ${x.taskId} · sample ${x.sample}`));
+    assert.equal(new Set(summaries).size, 4 * 2, 'every rollout of the iteration (4 tasks × 2 samples) named apart');
+
     // the workflow redrew the plots after each iteration: one point per iteration and series
     const svg = (await store.get(keys.plot(runId, 'reward.svg')))!.toString('utf8');
     assert.deepEqual(seriesIterations(svg, 'mean reward'), [0, 1, 2, 3, 4, 5]);
