@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What the monitoring tests need (test/mlflow.test.ts, test/prometheus.test.ts, test/run-progress.test.ts):
+# What the monitoring tests (test/mlflow.test.ts, test/prometheus.test.ts, test/run-progress.test.ts) and the
+# README's "Watching a run" commands need:
 # Debian's prometheus (a real server scraping a worker), chromium (headless screenshots of the Temporal
 # UI, driven by playwright-core; never a downloaded browser) and DejaVu fonts (plot text), installed only
 # when missing; and the MLflow tracking server in its own venv (scripts/python/mlflow.txt). Idempotent.
