@@ -6,6 +6,7 @@ import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import Docker from 'dockerode';
 import { imagesFor, requireDocker, sharedTask, testBackend } from './helpers/docker.ts';
+import { metricValue } from './helpers/metrics.ts';
 
 const { backend, cleanup } = testBackend();
 let task: SweTask;
@@ -21,7 +22,9 @@ after(async () => {
 
 describe('gradePatch', () => {
   test('gold patch → 1, every listed test PASSED', async () => {
+    const timed = await metricValue('swerl_grading_seconds_count', { reason: 'passed' });
     const g = await gradePatch({ task, patch: task.patch, backend });
+    assert.equal(await metricValue('swerl_grading_seconds_count', { reason: 'passed' }), timed + 1, 'the grading is timed for Prometheus');
     assert.equal(g.reward, 1, g.logTail);
     assert.equal(g.reason, 'passed');
     assert.equal(g.resolved, true);

@@ -10,6 +10,7 @@ import { keys, listCheckpoints, openStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import { useTemporalWithWorker, ROOT, type TestTemporal } from './helpers/temporal.ts';
 import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
+import { metricValue } from './helpers/metrics.ts';
 
 let t: TestTemporal;
 
@@ -24,6 +25,8 @@ test('an SWE training iteration runs rollouts in sandboxes, grades them and step
   config.store = { url: `file://${join(t.dir, 'store')}` };
   const configPath = join(t.dir, 'swe.json');
   writeFileSync(configPath, JSON.stringify(config));
+  // the worker runs in this process: its Prometheus registry counts this run's sandboxes and gradings
+  const before = { starts: await metricValue('swerl_sandbox_starts_total', { backend: 'docker' }), graded: await metricValue('swerl_grading_seconds_count') };
   const o = await train({ config: configPath, out: join(t.dir, 'out'), address: t.server.address, runId: 'swe-run', quiet: true });
   assert.equal(o.result.iterations, 1);
   assert.equal(o.result.checkpoint, 1);
@@ -47,4 +50,12 @@ test('an SWE training iteration runs rollouts in sandboxes, grades them and step
   const m = o.metrics[0];
   assert.equal(m.episodes, 4);
   assert.equal(m.rolloutErrors, 0);
+
+  // Prometheus metrics of the sandboxes and gradings (test/prometheus.test.ts scrapes the same registry)
+  const graded = (await Promise.all(trajKeys.map((k) => store.getJson<Trajectory>(k)))).filter((tr) => Number((tr!.info as { durationS?: unknown }).durationS) > 0).length;
+  const starts = (await metricValue('swerl_sandbox_starts_total', { backend: 'docker' })) - before.starts;
+  assert.ok(starts >= 4 + graded, `${starts} sandbox starts: one per episode and one per grading`);
+  assert.equal(await metricValue('swerl_sandbox_start_failures_total', { backend: 'docker' }), 0);
+  assert.equal(await metricValue('swerl_sandbox_start_seconds_count', { backend: 'docker' }), await metricValue('swerl_sandbox_starts_total', { backend: 'docker' }), 'every start timed');
+  assert.equal((await metricValue('swerl_grading_seconds_count')) - before.graded, graded, `${graded} grading(s) timed`);
 });
