@@ -137,7 +137,7 @@ async function validationReports(store: ArtifactStore, lines: MetricsLine[]): Pr
   return out;
 }
 
-/** A training run: metrics.jsonl, the first iteration's config, the plots and metrics.jsonl. */
+/** A training run: its metrics.jsonl lines as steps, its first iteration's config as params, its plots, metrics.jsonl and validation reports as artifacts. */
 export function trainingRunSubject(store: ArtifactStore, runId: string, lines: MetricsLine[]): TrackedSubject {
   return {
     stateKey: keys.mlflowState(runId),
@@ -332,7 +332,7 @@ export async function evaluationSubject(store: ArtifactStore, evalId: string): P
   const summary = await store.getJson<{ checkpoint?: number | null; metrics: Record<string, unknown> }>(`${reportKey}/summary.json`);
   if (!summary) return null;
   return {
-    stateKey: `${evalKeys.eval(evalId)}/tracking/mlflow.json`,
+    stateKey: evalKeys.mlflowState(evalId),
     name: evalId,
     tag: MLFLOW_EVAL_ID_TAG,
     source: 'swerl evaluationRun',

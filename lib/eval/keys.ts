@@ -18,6 +18,8 @@ export const evalKeys = {
   error: (evalId: string, taskId: string, run: number) => `${ev(evalId)}/errors/${safeSegment(taskId)}/${run}.json`,
   /** report files (summary, predictions, SWE-bench reports, plots) */
   report: (evalId: string) => `${ev(evalId)}/report`,
+  /** what has been delivered to MLflow (activities/report.ts MlflowState), as keys.mlflowState of a run */
+  mlflowState: (evalId: string) => `${ev(evalId)}/tracking/mlflow.json`,
   selection: sel,
   selectionConfig: (evalId: string, selectionId: string) => `${sel(evalId, selectionId)}/config.json`,
   /** execution-free verifier score of one candidate */
