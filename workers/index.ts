@@ -32,6 +32,9 @@ export interface StartWorkersOptions {
   resume?: { storeUrl: string; runId: string };
   /** rollout workers sweep leftover sandboxes at start and then every this many seconds (default 60; 0: never) */
   sandboxSweepSeconds?: number;
+  /** how long to keep trying the first connection to the frontend (a worker started beside its server, or
+   * rescheduled before it on a cluster); default 60; 0: one try */
+  connectWaitSeconds?: number;
 }
 
 export interface RunningWorkers {
@@ -83,10 +86,25 @@ export async function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap
   return bundle;
 }
 
+/** The first connection, tried again every second until `waitS` has passed; says once that it is waiting. */
+async function connectWaiting(address: string, waitS: number): Promise<NativeConnection> {
+  const deadline = Date.now() + waitS * 1000;
+  for (let said = false; ; ) {
+    try {
+      return await NativeConnection.connect({ address });
+    } catch (e) {
+      if (Date.now() >= deadline) throw new Error(`Temporal frontend ${address} unreachable${waitS > 0 ? ` for ${waitS} s` : ''}: ${(e as Error).message}`);
+      if (!said) console.error(`waiting for the Temporal frontend at ${address} (up to ${waitS} s)…`);
+      said = true;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+}
+
 export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorkers> {
   // first of all: a restarted worker removes what its dead predecessor left on this host
   const sweeper = o.queues.includes('rollout') && o.sandboxSweepSeconds !== 0 ? startSandboxSweeper(o.sandboxSweepSeconds ?? 60) : null;
-  const connection = await NativeConnection.connect({ address: o.address });
+  const connection = await connectWaiting(o.address, o.connectWaitSeconds ?? 60);
   const namespace = o.namespace ?? 'default';
   const ctx = new LearnerContext(o.learner);
   const workers: Worker[] = [];

@@ -22,6 +22,7 @@ const WorkerOptionsSchema = z.object({
   metricsPort: z.coerce.number().int().min(0).max(65535).optional(),
   metricsHost: z.string().min(1),
   sandboxSweepSeconds: z.coerce.number().min(0).max(86_400),
+  connectWaitSeconds: z.coerce.number().min(0).max(86_400),
 });
 
 export function register(program: Command): void {
@@ -41,6 +42,7 @@ export function register(program: Command): void {
     .option('--resume-run <id>', 'run id for --resume-store')
     .option('--metrics-port <port>', 'serve Prometheus metrics (ours and the Temporal SDK\'s) on this port at /metrics (0: a free port)')
     .option('--metrics-host <host>', 'address the metrics endpoint binds', '127.0.0.1')
+    .option('--connect-wait-seconds <n>', 'keep trying the first connection to the Temporal frontend this long (0: one try)', '60')
     .option('--sandbox-sweep-seconds <n>', 'remove sandboxes of dead workers on this host at start, expired ones every n seconds (0: never)', '60')
     .action(async (raw: Record<string, unknown>) => {
       const parsed = WorkerOptionsSchema.safeParse(raw);
@@ -61,6 +63,7 @@ export function register(program: Command): void {
         learner: { device: o.device, threads: o.threads, policyHost: o.policyHost, policyPort: o.policyPort, ...(o.policyUrl ? { advertiseUrl: o.policyUrl } : {}) },
         maxConcurrentRollouts: o.maxRollouts,
         sandboxSweepSeconds: o.sandboxSweepSeconds,
+        connectWaitSeconds: o.connectWaitSeconds,
         ...(o.resumeStore && o.resumeRun ? { resume: { storeUrl: o.resumeStore, runId: o.resumeRun } } : {}),
       });
       console.log(`worker on ${o.address} serving ${o.queues.join(', ')}${running.ctx.server ? `; policy server ${running.ctx.server.url}` : ''}`);
