@@ -105,6 +105,40 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
   }
 });
 
+test('a restarted worker fails the rollouts its dead predecessor was running, so they run again long before their heartbeat timeout', async () => {
+  const runId = 'orphans';
+  const base = tinyConfig(t.dir, { runId, iterations: 2, batch: { tasks: 8, samples: 4 }, maxInflightRollouts: 32 });
+  // heartbeat timeouts of 10 minutes: the rollouts can only come back this soon through the restarted worker
+  const config = { ...base, rollout: { ...base.rollout, heartbeatTimeoutSeconds: 600 }, learner: { ...base.learner, heartbeatTimeoutSeconds: 600 } };
+  const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
+  const logFile = join(t.dir, 'worker-orphans.log');
+  let worker: ChildProcess = spawnWorker(args, logFile);
+  try {
+    const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    await waitFor('iteration 1 under way', async () => {
+      const s = await t.client.workflow.getHandle(runId).query(statusQuery);
+      return s.running && s.iteration === 1 && s.phase === 'rollouts';
+    }, 150_000, 50);
+    worker.kill('SIGKILL');
+    await new Promise((r) => worker.once('exit', r));
+    worker = spawnWorker(args, logFile);
+    const result: TrainingRunResult = await h.result();
+    assert.equal(result.iterations, 2);
+    await checkRun(config.store.url, runId, 2, 32);
+    const events = (await t.client.workflow.getHandle(`${runId}-iter-1`).fetchHistory()).events ?? [];
+    // a retried attempt's failure is recorded on the started event of the attempt that completed
+    const lastFailures = events.map((e) => e.activityTaskStartedEventAttributes?.lastFailure).filter((f) => f);
+    assert.ok(lastFailures.some((f) => f!.applicationFailureInfo?.type === 'WorkerDied'), 'the rollouts running on the dead worker were failed as WorkerDied');
+    assert.ok(!lastFailures.some((f) => f!.timeoutFailureInfo), 'none waited for its heartbeat timeout');
+    assert.match(readFileSync(logFile, 'utf8'), /rollout \d+ of orphans-iter-1 was running on dead worker \d+@/);
+  } finally {
+    if (worker.exitCode === null) {
+      worker.kill('SIGTERM');
+      await new Promise((r) => worker.once('exit', r));
+    }
+  }
+});
+
 test('the Temporal server stopped and restarted on the same SQLite file mid-run: the run completes', async () => {
   const runId = 'restart-server';
   const config = tinyConfig(t.dir, { runId, iterations: 3, batch: { tasks: 4, samples: 2 } });

@@ -7,6 +7,8 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, s
 import { dirname, join } from 'node:path';
 import { LearnerContext, createActivities, createRolloutActivities, type LearnerWorkerOptions } from '../activities/index.ts';
 import { TASK_QUEUES } from '../workflows/shapes.ts';
+import { Connection } from '@temporalio/client';
+import { failOrphanedActivities, workerIdentity } from './orphans.ts';
 
 export type QueueName = keyof typeof TASK_QUEUES;
 
@@ -108,6 +110,7 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
   const namespace = o.namespace ?? 'default';
   const ctx = new LearnerContext(o.learner);
   const workers: Worker[] = [];
+  const identity = workerIdentity();
   const workflowSource = o.workflowBundle ? { workflowBundle: o.workflowBundle } : { workflowBundle: await buildWorkflowBundle() };
   if (o.queues.includes('learner')) {
     workers.push(
@@ -122,6 +125,7 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
         // short, so a restarted worker takes them over within seconds (a healthy worker picks them up in ms)
         stickyQueueScheduleToStartTimeout: STICKY_QUEUE_TIMEOUT,
         maxHeartbeatThrottleInterval: HEARTBEAT_THROTTLE,
+        identity,
       }),
     );
   }
@@ -134,14 +138,18 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
         activities: createRolloutActivities(),
         maxConcurrentActivityTaskExecutions: o.maxConcurrentRollouts ?? 16,
         maxHeartbeatThrottleInterval: HEARTBEAT_THROTTLE,
+        identity,
       }),
     );
   }
+  // what a dead predecessor on this host was running is retried now, not after its heartbeat timeout
+  const orphans = recoverOrphans(o.address, namespace);
   if (o.resume && o.queues.includes('learner')) {
     const { openStore } = await import('../lib/store.ts');
     await ctx.resume(openStore(o.resume.storeUrl), o.resume.runId).catch((e) => console.error(`[worker] resume: ${(e as Error).message}`));
   }
   const done = Promise.all(workers.map((w) => w.run())).then(async () => {
+    await orphans;
     sweeper?.stop();
     await ctx.close();
     await connection.close();
@@ -155,6 +163,20 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
       await done;
     },
   };
+}
+
+async function recoverOrphans(address: string, namespace: string): Promise<void> {
+  try {
+    const connection = await Connection.connect({ address });
+    try {
+      const failed = await failOrphanedActivities(connection, namespace, Object.values(TASK_QUEUES));
+      for (const a of failed) console.warn(`[worker] ${a.activityType} ${a.activityId} of ${a.workflowId} was running on dead worker ${a.identity.split(' ')[0]}: failed it so it is retried now`);
+    } finally {
+      await connection.close();
+    }
+  } catch (e) {
+    console.warn(`[worker] looking for activities of dead workers: ${(e as Error).message}`);
+  }
 }
 
 /**
