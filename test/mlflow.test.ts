@@ -15,6 +15,8 @@ import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { readMetricsLines, reportEvaluation, reportRun, type MlflowState } from '../activities/report.ts';
+import { report } from '../scripts/commands/report.ts';
+import { startWorkers } from '../workers/index.ts';
 
 let t: TestTemporal;
 let mlflow: MlflowServer;
@@ -167,4 +169,26 @@ test('an evaluation becomes its own MLflow run: pass@k at step = checkpoint, con
   assert.equal(params['runs'], '4');
   const files = (await mlflow.api<{ files?: { path: string }[] }>(`artifacts/list?run_id=${run.info.run_id}&path=report`)).files?.map((f) => f.path) ?? [];
   assert.deepEqual(files.sort(), ['report/run-0', 'report/summary.json']);
+});
+
+test('a terminated run (no workflow code runs) is closed KILLED in MLflow by swerl report --sync, which asks Temporal how it ended', async () => {
+  const runId = 'terminated';
+  const experiment = 'swerl-test';
+  const config = tinyConfig(t.dir, { runId, iterations: 50, tracking: { mlflow: { uri: mlflow.uri, experiment } } });
+  const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  try {
+    const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    await waitFor('the MLflow run with step 0', async () => {
+      const runs = await mlflowRuns(experiment, runId);
+      return runs.length && (await history(runs[0].info.run_id, 'meanReward')).length ? runs : null;
+    }, 150_000);
+    await h.terminate('operator');
+  } finally {
+    await workers.shutdown();
+  }
+  assert.equal((await mlflowRuns(experiment, runId))[0]!.info.status, 'RUNNING', 'terminate gives the run no chance to close it');
+  const said: string[] = [];
+  await report({ runId, store: config.store.url, sync: true, address: t.server.address, log: (s) => said.push(s) });
+  assert.equal((await mlflowRuns(experiment, runId))[0]!.info.status, 'KILLED', said.join('\n'));
+  assert.match(said.join('\n'), /closed KILLED/);
 });

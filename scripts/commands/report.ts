@@ -80,7 +80,29 @@ async function trackingOf(store: ArtifactStore, runId: string, lines: MetricsLin
   return v?.ok ? v.config.tracking : null;
 }
 
-export async function report(o: { runId: string; store: string; sync?: boolean; log?: (s: string) => void }): Promise<{ lines: MetricsLine[]; plots: string[] }> {
+/**
+ * How the run's workflow ended, as the MLflow status to close with, when it ended without running its own
+ * report: a terminated or timed-out workflow runs no code (the others close their MLflow run themselves, and
+ * closing again with the same status is a no-op). null while it runs or when Temporal cannot say.
+ */
+async function endedWithoutReport(address: string, namespace: string, runId: string, log: (s: string) => void): Promise<{ status: 'KILLED' | 'FAILED' } | null> {
+  const { Client, Connection } = await import('@temporalio/client');
+  let connection: Awaited<ReturnType<typeof Connection.connect>> | null = null;
+  try {
+    connection = await Connection.connect({ address, connectTimeout: 5000 });
+    const d = await new Client({ connection, namespace }).workflow.getHandle(runId).describe();
+    if (d.status.name === 'TERMINATED') return { status: 'KILLED' };
+    if (d.status.name === 'TIMED_OUT') return { status: 'FAILED' };
+    return null;
+  } catch (e) {
+    log(`mlflow   --sync: how workflow ${runId} ended is unknown (${(e as Error).message.split('\n')[0]}); the MLflow run's status is left as it is`);
+    return null;
+  } finally {
+    await connection?.close();
+  }
+}
+
+export async function report(o: { runId: string; store: string; sync?: boolean; address?: string; namespace?: string; log?: (s: string) => void }): Promise<{ lines: MetricsLine[]; plots: string[] }> {
   const log = o.log ?? console.log;
   const storeUrl = o.store.includes('://') ? o.store : fileStoreUrl(o.store);
   const store = openStore(storeUrl);
@@ -92,7 +114,8 @@ export async function report(o: { runId: string; store: string; sync?: boolean; 
     const tracking = await trackingOf(store, o.runId, lines);
     if (!tracking?.mlflow) log('mlflow   --sync: the run has no config.tracking.mlflow');
     else {
-      const r = await syncMlflow(store, trainingRunSubject(store, o.runId, lines), tracking.mlflow);
+      const final = await endedWithoutReport(o.address ?? '127.0.0.1:7233', o.namespace ?? 'default', o.runId, log);
+      const r = await syncMlflow(store, trainingRunSubject(store, o.runId, lines), tracking.mlflow, final ?? undefined);
       log(`mlflow   --sync: sent ${r.sent} iteration(s), ${r.pending} item(s) pending${r.error ? ` (${r.error})` : ''}`);
     }
   }
@@ -107,10 +130,12 @@ export function register(program: Command): void {
     .description("redraw a run's curves into its store directory and print a summary")
     .argument('<run>', 'run id')
     .option('--store <url-or-dir>', 'the run\'s artifact store (file:// URL or directory)', 'file://.runs/store')
-    .option('--sync', 'also send what MLflow has not received yet (when the run has config.tracking.mlflow)')
-    .action(async (runId: string, raw: { store: string; sync?: boolean }) => {
+    .option('--sync', 'also send what MLflow has not received yet (when the run has config.tracking.mlflow); a terminated run\'s MLflow run is closed KILLED')
+    .option('--address <host:port>', 'Temporal frontend, asked with --sync how the run ended', process.env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233')
+    .option('--namespace <ns>', 'Temporal namespace', process.env.TEMPORAL_NAMESPACE ?? 'default')
+    .action(async (runId: string, raw: { store: string; sync?: boolean; address: string; namespace: string }) => {
       try {
-        await report({ runId, store: raw.store, sync: raw.sync });
+        await report({ runId, store: raw.store, sync: raw.sync, address: raw.address, namespace: raw.namespace });
       } catch (e) {
         console.error(`swerl report: ${(e as Error).message}`);
         process.exitCode = 1;
