@@ -48,13 +48,11 @@ async function checkRun(storeUrl: string, runId: string, iterations: number, per
 /** The FrozenLake preset's heartbeat sizing (configs/frozenlake.json): what the recovery times below measure. */
 const preset = JSON.parse(readFileSync(join(ROOT, 'configs', 'frozenlake.json'), 'utf8')) as TrainingConfigInput;
 
-test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout; recovery takes seconds', async () => {
-  const runId = 'kill-worker';
-  const base = tinyConfig(t.dir, { runId, iterations: 3, batch: { tasks: 8, samples: 4 }, maxInflightRollouts: 32 });
-  const config = { ...base, rollout: { ...base.rollout, ...preset.rollout }, learner: { ...base.learner, heartbeatTimeoutSeconds: preset.learner!.heartbeatTimeoutSeconds } };
-  // the restarted worker's policy server listens on a new port: rollouts ask the workflow for a new syncPolicy
-  const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
-  const logFile = join(t.dir, 'worker.log');
+/**
+ * Starts the run served by a `swerl worker` child, SIGKILLs the worker once iteration 1's rollouts are under
+ * way and starts another: the run's handle, the new worker and when it was started.
+ */
+async function killWorkerInRollouts(runId: string, config: TrainingConfigInput, args: string[], logFile: string) {
   let worker: ChildProcess = spawnWorker(args, logFile);
   try {
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
@@ -66,6 +64,24 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
     await new Promise((r) => worker.once('exit', r));
     const restarted = Date.now();
     worker = spawnWorker(args, logFile);
+    return { h, worker, restarted };
+  } catch (e) {
+    if (worker.exitCode === null) worker.kill('SIGKILL');
+    throw e;
+  }
+}
+
+test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout; recovery takes seconds', async () => {
+  const runId = 'kill-worker';
+  const base = tinyConfig(t.dir, { runId, iterations: 3, batch: { tasks: 8, samples: 4 }, maxInflightRollouts: 32 });
+  const config = { ...base, rollout: { ...base.rollout, ...preset.rollout }, learner: { ...base.learner, heartbeatTimeoutSeconds: preset.learner!.heartbeatTimeoutSeconds } };
+  // the restarted worker's policy server listens on a new port: rollouts ask the workflow for a new syncPolicy
+  const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
+  const logFile = join(t.dir, 'worker.log');
+  const started = await killWorkerInRollouts(runId, config, args, logFile);
+  let worker = started.worker;
+  try {
+    const { h, restarted } = started;
     // recovery: from the restart to the interrupted iteration done; of it, the new process's start (load, bundle, connect)
     const readyAt = await workerReady(logFile, 1);
     let st = await waitFor('iteration 1 done', async () => {
@@ -112,16 +128,8 @@ test('a restarted worker fails the rollouts its dead predecessor was running, so
   const config = { ...base, rollout: { ...base.rollout, heartbeatTimeoutSeconds: 600 }, learner: { ...base.learner, heartbeatTimeoutSeconds: 600 } };
   const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
   const logFile = join(t.dir, 'worker-orphans.log');
-  let worker: ChildProcess = spawnWorker(args, logFile);
+  const { h, worker } = await killWorkerInRollouts(runId, config, args, logFile);
   try {
-    const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-    await waitFor('iteration 1 under way', async () => {
-      const s = await t.client.workflow.getHandle(runId).query(statusQuery);
-      return s.running && s.iteration === 1 && s.phase === 'rollouts';
-    }, 150_000, 50);
-    worker.kill('SIGKILL');
-    await new Promise((r) => worker.once('exit', r));
-    worker = spawnWorker(args, logFile);
     const result: TrainingRunResult = await h.result();
     assert.equal(result.iterations, 2);
     await checkRun(config.store.url, runId, 2, 32);
