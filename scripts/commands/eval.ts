@@ -7,7 +7,7 @@ import cliProgress from 'cli-progress';
 import { cp, mkdir, readFile } from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
-import { Client, Connection, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError, type WorkflowHandle } from '@temporalio/client';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { validateBestOfKConfig, validateEvalConfig } from '../../lib/eval/config.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
@@ -17,6 +17,7 @@ import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { evaluationStatusQuery, selectionStatusQuery } from '../../workflows/evaluation-signals.ts';
 import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { SelectionResult } from '../../workflows/select-best-of-k.ts';
 
 export interface EvalOptions {
   config: string;
@@ -103,36 +104,20 @@ export async function evaluate(o: EvalOptions): Promise<EvalOutcome> {
   const config = v.config;
   const temporal = await connect(o.address, outDir, log);
   try {
-    try {
-      await temporal.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: evalId, args: [config] });
-      log(`started evaluationRun ${evalId} (store ${config.store.url})`);
-    } catch (e) {
-      if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
-      log(`evaluationRun ${evalId} is already running: following it`);
-    }
-    const handle = temporal.client.workflow.getHandle(evalId);
-    let finished = false;
-    const resultP = handle.result().finally(() => (finished = true)) as Promise<EvaluationRunResult>;
-    let bar: cliProgress.SingleBar | null = null;
-    while (!finished) {
-      await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
-      if (finished || o.quiet) continue;
-      try {
-        const st = await handle.query(evaluationStatusQuery);
-        if (st.total > 0 && !bar) {
-          bar = new cliProgress.SingleBar(
-            { format: `${evalId} |{bar}| {value}/{total} episodes | resolved {resolved} | errors {errors} | pass@1 so far {pass1} | {phase}`, hideCursor: false, noTTYOutput: !process.stdout.isTTY, notTTYSchedule: 5000 },
-            cliProgress.Presets.shades_classic,
-          );
-          bar.start(st.total, 0, { resolved: 0, errors: 0, pass1: '-', phase: st.phase });
-        }
-        bar?.update(st.done, { resolved: st.resolved, errors: st.errors, pass1: st.pass1SoFar === null ? '-' : `${(100 * st.pass1SoFar).toFixed(1)}%`, phase: st.phase });
-      } catch {
-        // the server may be restarting
-      }
-    }
-    bar?.stop();
-    const result = await resultP;
+    const result = await startAndFollow<EvaluationRunResult>(temporal.client, {
+      type: 'evaluationRun',
+      workflowId: evalId,
+      config,
+      detail: ` (store ${config.store.url})`,
+      quiet: o.quiet,
+      log,
+      format: `${evalId} |{bar}| {value}/{total} episodes | resolved {resolved} | errors {errors} | pass@1 so far {pass1} | {phase}`,
+      progress: async (h) => {
+        const st = await h.query(evaluationStatusQuery);
+        const pass1 = st.pass1SoFar === null ? '-' : `${(100 * st.pass1SoFar).toFixed(1)}%`;
+        return { total: st.total, done: st.done, payload: { resolved: st.resolved, errors: st.errors, pass1, phase: st.phase } };
+      },
+    });
     const text = await exportEvaluation(config.store.url, evalId, outDir);
     log(text);
     log(`report: ${outDir} (summary.json, run-<r>/predictions.jsonl, run-<r>/logs/run_evaluation/…, trajectories/, pass_at_k.html)`);
@@ -140,6 +125,53 @@ export async function evaluate(o: EvalOptions): Promise<EvalOutcome> {
   } finally {
     await temporal.close();
   }
+}
+
+/**
+ * Starts `type` as `workflowId` (or follows the one already running, e.g. after the CLI was interrupted) and
+ * waits for its result, drawing a progress bar from its status query every half second.
+ */
+async function startAndFollow<R>(
+  client: Client,
+  o: {
+    type: string;
+    workflowId: string;
+    config: unknown;
+    /** said after "started <type> <id>" */
+    detail?: string;
+    quiet?: boolean;
+    log: (s: string) => void;
+    format: string;
+    progress: (h: WorkflowHandle) => Promise<{ total: number; done: number; payload: Record<string, unknown> }>;
+  },
+): Promise<R> {
+  try {
+    await client.workflow.start(o.type, { taskQueue: 'learner', workflowId: o.workflowId, args: [o.config] });
+    o.log(`started ${o.type} ${o.workflowId}${o.detail ?? ''}`);
+  } catch (e) {
+    if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
+    o.log(`${o.type} ${o.workflowId} is already running: following it`);
+  }
+  const handle = client.workflow.getHandle(o.workflowId);
+  let finished = false;
+  const resultP = handle.result().finally(() => (finished = true)) as Promise<R>;
+  let bar: cliProgress.SingleBar | null = null;
+  while (!finished) {
+    await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
+    if (finished || o.quiet) continue;
+    try {
+      const p = await o.progress(handle);
+      if (p.total > 0 && !bar) {
+        bar = new cliProgress.SingleBar({ format: o.format, hideCursor: false, noTTYOutput: !process.stdout.isTTY, notTTYSchedule: 5000 }, cliProgress.Presets.shades_classic);
+        bar.start(p.total, 0, p.payload);
+      }
+      bar?.update(p.done, p.payload);
+    } catch {
+      // not queryable yet, or the server is restarting
+    }
+  }
+  bar?.stop();
+  return resultP;
 }
 
 /** The table of a finished evaluation (an `--out` directory or a store's report directory). */
@@ -216,32 +248,18 @@ export async function selectBestOfK(o: BestOfKOptions): Promise<{ selectionId: s
   const temporal = await connect(o.address, outDir, log);
   try {
     const workflowId = `${config.evalId}-${selectionId}`;
-    try {
-      await temporal.client.workflow.start('selectBestOfK', { taskQueue: 'learner', workflowId, args: [config] });
-      log(`started selectBestOfK ${workflowId}`);
-    } catch (e) {
-      if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
-    }
-    const handle = temporal.client.workflow.getHandle(workflowId);
-    let finished = false;
-    const resultP = handle.result().finally(() => (finished = true));
-    let bar: cliProgress.SingleBar | null = null;
-    while (!finished) {
-      await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
-      if (finished || o.quiet) continue;
-      try {
-        const st = await handle.query(selectionStatusQuery);
-        if (st.total > 0 && !bar) {
-          bar = new cliProgress.SingleBar({ format: `${selectionId} |{bar}| {value}/{total} verifier results | {phase}`, noTTYOutput: !process.stdout.isTTY, notTTYSchedule: 5000 }, cliProgress.Presets.shades_classic);
-          bar.start(st.total, 0, { phase: st.phase });
-        }
-        bar?.update(st.done, { phase: st.phase });
-      } catch {
-        // not yet
-      }
-    }
-    bar?.stop();
-    const result = await resultP;
+    const result = await startAndFollow<SelectionResult>(temporal.client, {
+      type: 'selectBestOfK',
+      workflowId,
+      config,
+      quiet: o.quiet,
+      log,
+      format: `${selectionId} |{bar}| {value}/{total} verifier results | {phase}`,
+      progress: async (h) => {
+        const st = await h.query(selectionStatusQuery);
+        return { total: st.total, done: st.done, payload: { phase: st.phase } };
+      },
+    });
     const store = openStore(config.store.url);
     await cp(store.dirFor(evalKeys.selectionReport(config.evalId, selectionId)), outDir, { recursive: true });
     const s = JSON.parse(await readFile(join(outDir, 'best_of_k.json'), 'utf8')) as { text: string };
