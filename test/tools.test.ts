@@ -54,6 +54,30 @@ test('view: whole file, ranges with -1, and range errors', async () => {
   assert.match(await fe({ command: 'view', path: '/testbed/../etc/passwd' }), /outside the repository/);
 });
 
+test('view: a .py file over 150 lines is condensed (R2E-Gym), unless view_range or concise=false asks for the lines', async () => {
+  const p = '/testbed/toolz/itertoolz.py';
+  const full = (await cat(p)).split('\n');
+  const groupby = full.findIndex((l) => l.startsWith('def groupby(')) + 1;
+  const c = await fe({ command: 'view', path: p });
+  assert.match(c, /^Here is a condensed view of \/testbed\/toolz\/itertoolz\.py: function bodies over 3 lines/);
+  assert.ok(c.includes(`\n${String(groupby).padStart(6)}\tdef groupby(key, seq):\n${String(groupby + 1).padStart(6)}\t... eliding lines ${groupby + 1}-`), 'signature at its own line number, body elided');
+  assert.doesNotMatch(c, /response clipped/); // the whole outline fits where the whole file would not
+  const lines = await fe({ command: 'view', path: p, view_range: `[${groupby}, ${groupby + 3}]` });
+  assert.match(lines, /^Here's the result of running `cat -n`/);
+  assert.ok(lines.includes(`${String(groupby + 3).padStart(6)}\t${full[groupby + 2]}`));
+  const whole = await fe({ command: 'view', path: p, concise: 'false' });
+  assert.match(whole, /^Here's the result of running `cat -n`[^]*response clipped/);
+  const small = await fe({ command: 'view', path: '/testbed/toolz/utils.py', concise: 'true' });
+  assert.match(small, /^Here is a condensed view[^]*\n {5}2\t\.\.\. eliding lines 2-6 \.\.\.\n/);
+  // an edit that breaks the syntax: the file is shown as it is
+  await sandbox.exec(`cp ${p} /tmp/itertoolz.bak && printf 'def broken(:\\n' >> ${p}`, 30);
+  try {
+    assert.match(await fe({ command: 'view', path: p }), /^Here's the result of running `cat -n`/);
+  } finally {
+    await sandbox.exec(`cp /tmp/itertoolz.bak ${p}`, 30);
+  }
+});
+
 test('view: a directory lists two levels, hidden entries excluded', async () => {
   const d = await fe({ command: 'view', path: '/testbed' });
   assert.match(d, /\n\/testbed\/toolz\n/);

@@ -38,6 +38,7 @@ Functions:
    - command (string, required): one of \`view\`, \`create\`, \`str_replace\`, \`insert\`, \`undo_edit\`.
    - path (string, required): e.g. /testbed/package/module.py
    - view_range (array of two integers, optional, \`view\` of a file): [start, end] line numbers, 1-based; end -1 means the last line.
+   - concise (boolean, optional, \`view\` of a .py file): true shows the condensed view (function bodies over 3 lines elided, with their line numbers), false the whole file. A .py file over 150 lines is shown condensed unless \`view_range\` or concise false is given.
    - file_text (string, required for \`create\`): the content of the new file; \`create\` fails if the file exists.
    - old_str (string, required for \`str_replace\`): text that must occur exactly once in the file, whitespace included.
    - new_str (string, \`str_replace\`: the replacement, empty to delete; \`insert\`: the text to insert).

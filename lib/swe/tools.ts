@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { SandboxDiskLimitError, SandboxInfraError, type OmittedOutput, type Sandbox } from '../sandbox.ts';
 import type { EndReason } from '../types.ts';
 import type { ToolCall, ToolSchemas } from '../toolcall.ts';
+import { CONDENSE_OVER_LINES, condensePython } from './python-outline.ts';
 
 export const REPO_ROOT = '/testbed';
 export const DEFAULT_COMMAND_TIMEOUT_S = 90;
@@ -21,6 +22,8 @@ export const TAIL_BYTES = 256 << 10;
 export const BLOCKED_COMMANDS = ['git', 'ipython', 'jupyter', 'nohup'] as const;
 
 const intLike = z.preprocess((v) => (typeof v === 'string' && v.trim() !== '' ? Number(v.trim()) : v), z.number().int());
+
+const boolLike = z.preprocess((v) => (typeof v === 'string' && /^(true|false)$/i.test(v.trim()) ? v.trim().toLowerCase() === 'true' : v), z.boolean());
 
 const viewRange = z.preprocess((v) => {
   if (typeof v !== 'string') return v;
@@ -42,6 +45,8 @@ export const FileEditorArgs = z.object({
   old_str: z.string().optional(),
   new_str: z.string().optional(),
   insert_line: intLike.optional(),
+  /** `view` of a .py file: the condensed view (long function bodies elided); default for files over 150 lines */
+  concise: boolLike.optional(),
 });
 export const FinishArgs = z.object({ command: z.string().optional(), result: z.string().optional() });
 
@@ -340,7 +345,7 @@ export class SweTools {
           return this.viewDir(abs);
         }
         if (kind !== 'file') return `ERROR: The path \`${abs}\` does not exist.`;
-        return this.viewFile(abs, a.view_range);
+        return this.viewFile(abs, a.view_range, a.concise);
       case 'create': {
         if (a.file_text === undefined) return 'ERROR: Parameter `file_text` is required for command `create`.';
         if (kind !== 'none') return `ERROR: \`${abs}\` already exists; \`create\` cannot overwrite it. Use \`str_replace\` or \`insert\` to edit it.`;
@@ -415,19 +420,31 @@ export class SweTools {
     return `Here is a snippet of the edited file (lines ${a}-${b}):\n${numberLines(lines.slice(a - 1, b), a)}`;
   }
 
-  private async viewFile(abs: string, range?: [number, number]): Promise<string> {
+  private async viewFile(abs: string, range?: [number, number], concise?: boolean): Promise<string> {
     const text = await this.sandbox.readFile(abs);
     const { lines } = splitLines(text);
-    if (!range) return `Here's the result of running \`cat -n\` on ${abs}:\n${numberLines(lines)}\n`;
-    const [start, endRaw] = range;
     const n = lines.length;
-    if (start < 1 || start > Math.max(n, 1)) {
-      return `ERROR: Invalid \`view_range\` [${start}, ${endRaw}]: the first element should be within the range of lines of the file: [1, ${n}].`;
+    if (range) {
+      const [start, endRaw] = range;
+      if (start < 1 || start > Math.max(n, 1)) {
+        return `ERROR: Invalid \`view_range\` [${start}, ${endRaw}]: the first element should be within the range of lines of the file: [1, ${n}].`;
+      }
+      const end = endRaw === -1 ? n : endRaw;
+      if (end > n) return `ERROR: Invalid \`view_range\` [${start}, ${endRaw}]: the second element ${endRaw} should not be greater than the number of lines in the file: ${n}.`;
+      if (end < start) return `ERROR: Invalid \`view_range\` [${start}, ${endRaw}]: the second element should be -1 or at least the first element ${start}.`;
+      range = [start, end];
     }
-    const end = endRaw === -1 ? n : endRaw;
-    if (end > n) return `ERROR: Invalid \`view_range\` [${start}, ${endRaw}]: the second element ${endRaw} should not be greater than the number of lines in the file: ${n}.`;
-    if (end < start) return `ERROR: Invalid \`view_range\` [${start}, ${endRaw}]: the second element should be -1 or at least the first element ${start}.`;
-    return `Here's the result of running \`cat -n\` on ${abs} (lines ${start}-${end}):\n${numberLines(lines.slice(start - 1, end), start)}\n`;
+    // R2E-Gym's default: a whole .py file over 150 lines is shown condensed; `concise` asks for it (or not)
+    const condense = abs.endsWith('.py') && (concise ?? (!range && n > CONDENSE_OVER_LINES));
+    const rows = condense ? await condensePython(text) : null;
+    if (rows) {
+      const shown = range ? rows.filter((r) => r.line >= range[0] && r.line <= range[1]) : rows;
+      const span = range ? ` (lines ${range[0]}-${range[1]})` : '';
+      const body = shown.map((r) => `${String(r.line).padStart(6)}\t${r.text}`).join('\n');
+      return `Here is a condensed view of ${abs}${span}: function bodies over 3 lines and long class docstrings are elided. Use \`view_range\` to see the elided lines.\n${body}\n`;
+    }
+    if (!range) return `Here's the result of running \`cat -n\` on ${abs}:\n${numberLines(lines)}\n`;
+    return `Here's the result of running \`cat -n\` on ${abs} (lines ${range[0]}-${range[1]}):\n${numberLines(lines.slice(range[0] - 1, range[1]), range[0])}\n`;
   }
 
   private async viewDir(abs: string): Promise<string> {
