@@ -3,6 +3,7 @@
 import { mkdir, readFile, rename, rm, stat, readdir, writeFile, copyFile, appendFile } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import { fileURLToPath } from 'node:url';
 
 export interface ArtifactStore {
@@ -21,6 +22,7 @@ export interface ArtifactStore {
   /**
    * Writes a directory atomically: `build` fills a fresh temp directory, which is then renamed to `key`.
    * The directory exists under `key` only when complete. Returns false when `key` already existed.
+   * Temp directories beside it that a killed writer on this host left behind are removed first.
    */
   putDir(key: string, build: (tmpDir: string) => Promise<void>): Promise<boolean>;
   /** a local directory path for `key` (for readers that need a path, e.g. Learner.load) */
@@ -66,8 +68,34 @@ function checkKey(key: string): string {
   return key;
 }
 
+/** this host, as it appears in temp names: `<key>.tmp-<host>-<pid>-<random>` */
+const HOST = safeSegment(hostname());
+
 function tmpName(path: string): string {
-  return `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  return `${path}.tmp-${HOST}-${process.pid}-${randomBytes(4).toString('hex')}`;
+}
+
+/** temp directories this process is filling now (a reused pid, e.g. 1 in a restarted container, is not them) */
+const building = new Set<string>();
+
+/**
+ * Whether a `.tmp-` entry was left by a writer that is gone: written on this host by a process that no
+ * longer exists, or by an earlier process with our pid. A writer killed inside `putDir` (a learner step
+ * SIGKILLed while saving) leaves a whole checkpoint's bytes there, which nothing else would remove.
+ * Entries of other hosts (a shared store) and of the old `<key>.tmp-<pid>-<random>` form are left alone.
+ */
+function abandoned(dir: string, name: string): boolean {
+  const parts = name.slice(name.indexOf('.tmp-') + 5).split('-');
+  if (parts.length < 3) return false;
+  const pid = Number(parts.at(-2));
+  if (parts.slice(0, -2).join('-') !== HOST || !Number.isInteger(pid) || pid <= 0) return false;
+  if (pid === process.pid) return !building.has(join(dir, name));
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'ESRCH';
+  }
 }
 
 export class FileStore implements ArtifactStore {
@@ -146,9 +174,11 @@ export class FileStore implements ArtifactStore {
   }
   async putDir(key: string, build: (tmpDir: string) => Promise<void>): Promise<boolean> {
     const path = this.dirFor(key);
+    await this.removeAbandoned(dirname(path));
     if (await this.exists(key)) return false;
     await mkdir(dirname(path), { recursive: true });
     const tmp = tmpName(path);
+    building.add(tmp);
     await mkdir(tmp, { recursive: true });
     try {
       await build(tmp);
@@ -160,6 +190,20 @@ export class FileStore implements ArtifactStore {
       const code = (e as NodeJS.ErrnoException).code;
       if ((code === 'ENOTEMPTY' || code === 'EEXIST') && (await this.exists(key))) return false;
       throw e;
+    } finally {
+      building.delete(tmp);
+    }
+  }
+  /** Removes the temp entries in `dir` whose writers died (see `abandoned`); a failure to do so is not the caller's. */
+  private async removeAbandoned(dir: string): Promise<void> {
+    let names: string[];
+    try {
+      names = (await readdir(dir)).filter((n) => n.includes('.tmp-'));
+    } catch {
+      return;
+    }
+    for (const n of names) {
+      if (abandoned(dir, n)) await rm(join(dir, n), { recursive: true, force: true }).catch(() => undefined);
     }
   }
   async appendLine(key: string, line: string): Promise<void> {

@@ -1,7 +1,9 @@
 // The config schema's error messages and the artifact store's atomic writes and key layout (no server needed).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { applyHyperparameters, validateConfig, validateHyperparametersUpdate } from '../lib/config.ts';
@@ -74,6 +76,52 @@ test('the file store writes atomically at derived keys; directories exist only w
     assert.equal(await store.putDir(keys.checkpoint('r1', 2), async () => assert.fail('must not rebuild an existing checkpoint')), false);
     assert.deepEqual(await listCheckpoints(store, 'r1'), [0, 1, 2]);
     assert.throws(() => store.dirFor('../escape'), /plain segments/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a writer SIGKILLed inside putDir leaves a temp directory that the next putDir on this host removes', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'swerl-store-'));
+  try {
+    const url = fileStoreUrl(dir);
+    // a real process writing checkpoint 1 of run r1, killed before its rename: what a learner crash while saving leaves
+    const writer = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        `import { FileStore } from ${JSON.stringify(join(process.cwd(), 'lib/store.ts'))};
+         import { writeFileSync } from 'node:fs';
+         await new FileStore(${JSON.stringify(url)}).putDir('runs/r1/ckpt/1', async (tmp) => {
+           writeFileSync(tmp + '/model.safetensors', Buffer.alloc(1 << 20));
+           console.log('writing');
+           await new Promise(() => setInterval(() => {}, 1000));
+         });`,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    await new Promise<void>((ok, fail) => {
+      writer.stdout!.on('data', (b: Buffer) => b.toString().includes('writing') && ok());
+      writer.on('exit', (code) => fail(new Error(`writer exited ${code} before writing`)));
+    });
+    writer.kill('SIGKILL');
+    await once(writer, 'exit');
+    const store = new FileStore(url);
+    const ckpts = store.dirFor(keys.checkpoints('r1'));
+    const left = readdirSync(ckpts);
+    assert.equal(left.length, 1);
+    assert.match(left[0]!, new RegExp(`^1\\.tmp-[^/]+-${writer.pid}-[0-9a-f]{8}$`));
+    // entries that must stay: a live writer on this host (our parent), a writer on another host, the old name form
+    const keep = [`1.tmp-${left[0]!.split('-').slice(1, -2).join('-')}-${process.ppid}-00000000`, '1.tmp-other-host-1-00000000', `1.tmp-${writer.pid}-00000000`];
+    for (const k of keep) mkdirSync(join(ckpts, k));
+    // the retried step finds its temp directory gone and writes checkpoint 1 whole
+    assert.equal(await store.putDir(keys.checkpoint('r1', 1), async (tmp) => writeFileSync(join(tmp, 'stats.json'), '{}')), true);
+    assert.deepEqual(readdirSync(ckpts).sort(), ['1', ...keep].sort());
+    assert.deepEqual(readdirSync(join(ckpts, '1')), ['stats.json']);
+    assert.deepEqual(await listCheckpoints(store, 'r1'), [1]);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
