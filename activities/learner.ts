@@ -11,7 +11,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { validateConfig, type ModelSource, type TrainingConfig } from '../lib/config.ts';
 import { buildTrainBatch, type PackedTrainBatch, type StepStats } from '../lib/grpo.ts';
-import { createPolicyClient } from '../lib/policy-client.ts';
+import { createPolicyClient, servesCheckpoint } from '../lib/policy-client.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import type { FsdpLearner } from '../gpu-learner/fsdp/index.ts';
@@ -38,7 +38,7 @@ interface PolicyServerHandle {
   url: string;
   port: number;
   close(): Promise<void>;
-  setLearner(learner: unknown, checkpoint: number): void | Promise<void>;
+  setLearner(learner: unknown, checkpoint: number, modelPath: string): void | Promise<void>;
 }
 
 export interface LearnerWorkerOptions {
@@ -115,18 +115,18 @@ export class LearnerContext {
     const old = this.learner as unknown as { close?: () => void } | null;
     this.learner = learner;
     this.loaded = { dir, checkpoint };
-    await this.serve(learner, checkpoint);
+    await this.serve(learner, checkpoint, dir);
     if (old && old !== (learner as unknown)) old.close?.();
     return learner;
   }
 
-  private async serve(learner: LearnerHandle, checkpoint: number): Promise<void> {
+  private async serve(learner: LearnerHandle, checkpoint: number, dir: string): Promise<void> {
     if (this.server) {
-      await this.server.setLearner(learner, checkpoint);
+      await this.server.setLearner(learner, checkpoint, dir);
       return;
     }
     const { startPolicyServer } = (await import('./policy-server.ts')) as unknown as {
-      startPolicyServer(o: { learner: unknown; port: number; host: string; modelName: string; checkpoint: number; loadModel?: (dir: string) => Promise<unknown> }): Promise<PolicyServerHandle>;
+      startPolicyServer(o: { learner: unknown; port: number; host: string; modelName: string; checkpoint: number; modelPath: string; loadModel?: (dir: string) => Promise<unknown> }): Promise<PolicyServerHandle>;
     };
     this.server = await startPolicyServer({
       learner,
@@ -134,6 +134,7 @@ export class LearnerContext {
       host: this.options.policyHost ?? '127.0.0.1',
       modelName: this.options.modelName ?? 'policy',
       checkpoint,
+      modelPath: dir,
       ...(this.loadModel ? { loadModel: this.loadModel } : {}),
     });
   }
@@ -278,7 +279,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
     }
     if (input.policyBaseUrl) {
       const client = createPolicyClient({ baseUrl: input.policyBaseUrl, model: input.model, weightSync: input.weightSync ?? 'sglang' });
-      if ((await client.servedCheckpoint()) !== input.checkpoint) await client.loadWeights(dir, input.checkpoint);
+      if (!servesCheckpoint(await client.servedModel(), dir, input.checkpoint)) await client.loadWeights(dir, input.checkpoint);
       return { policyUrl: input.policyBaseUrl, checkpoint: input.checkpoint };
     }
     await ctx.exclusive(() => withHeartbeat({ loading: input.checkpoint }, () => ctx.ensureLoaded(dir, input.checkpoint)));
@@ -342,7 +343,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
       checkpointBytes.set({ run_id: runId }, bytes);
       checkpointBytesWritten.inc({ run_id: runId }, bytes);
       ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
-      if (ctx.server) await ctx.server.setLearner(learner, checkpoint + 1);
+      if (ctx.server) await ctx.server.setLearner(learner, checkpoint + 1, nextDir);
       return result;
     });
   }

@@ -5,6 +5,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
+import { resolve } from 'node:path';
 import { z } from 'zod';
 import type { TemplateMessage, Tokenizer } from '../lib/tokenizer.ts';
 import { recordGeneration } from './metrics.ts';
@@ -31,6 +32,8 @@ export interface PolicyServerOptions {
   modelName?: string;
   /** checkpoint index `learner` holds; null when unknown */
   checkpoint?: number | null;
+  /** the directory `learner` was loaded from (GET /get_model_info's model_path); null when unknown */
+  modelPath?: string | null;
   /** loads a checkpoint directory for /update_weights_from_disk; default: gpu-learner's Learner.load on the CPU */
   loadModel?: LoadModel;
   /** largest request body accepted, bytes */
@@ -43,7 +46,7 @@ export interface PolicyServer {
   /** stops accepting connections, waits for in-flight requests, closes learners the server loaded itself */
   close(): Promise<void>;
   /** serves `learner` from now on; resolves once requests still running on the previous one finished */
-  setLearner(learner: ServableModel, checkpoint: number | null): Promise<void>;
+  setLearner(learner: ServableModel, checkpoint: number | null, modelPath?: string | null): Promise<void>;
   /** checkpoint index served now */
   readonly checkpoint: number | null;
 }
@@ -88,6 +91,8 @@ const CompletionBodySchema = z
     return_token_ids: z.boolean().nullish(),
     echo: z.literal(false).nullish(),
     best_of: z.literal(1).nullish(),
+    /** swerl's extension: sample only from the model loaded from this directory, else 409 (the caller reloads it) */
+    model_path: z.string().min(1).nullish(),
   })
   .strict();
 
@@ -196,6 +201,8 @@ async function defaultLoadModel(dir: string): Promise<ServableModel> {
 interface Slot {
   learner: ServableModel;
   checkpoint: number | null;
+  /** where it was loaded from */
+  path: string | null;
   inFlight: number;
   drained: (() => void)[];
   /** the server loaded it, so it closes it when replaced */
@@ -269,7 +276,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
   const loadModel = options.loadModel ?? defaultLoadModel;
   const maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
   const created = Math.floor(Date.now() / 1000);
-  let current: Slot = { learner: options.learner, checkpoint: options.checkpoint ?? null, inFlight: 0, drained: [], owned: false };
+  let current: Slot = { learner: options.learner, checkpoint: options.checkpoint ?? null, path: options.modelPath ?? null, inFlight: 0, drained: [], owned: false };
   let swapChain: Promise<unknown> = Promise.resolve();
   let closed = false;
 
@@ -408,6 +415,10 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
 
     const slot = acquire();
     try {
+      // checked on the slot this request holds: a swap waits for it, so the whole generation is that model's
+      if (b.model_path != null && (slot.path === null || resolve(slot.path) !== resolve(b.model_path))) {
+        throw new HttpError(409, `model_path: serving ${JSON.stringify(slot.path)}, not ${JSON.stringify(b.model_path)}; load it with /update_weights_from_disk`, 'model_path');
+      }
       checkAgainstModel(slot, promptIds, maxTokens, [['stop_token_ids', b.stop_token_ids], ['allowed_token_ids', b.allowed_token_ids]]);
       const topK = b.logprobs ?? 0;
       const g = await generate(slot, promptIds, {
@@ -549,7 +560,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
         learner.close();
         throw new HttpError(503, 'server is closing');
       }
-      await swap({ learner, checkpoint: checkpoint ?? null, inFlight: 0, drained: [], owned: true });
+      await swap({ learner, checkpoint: checkpoint ?? null, path, inFlight: 0, drained: [], owned: true });
       return { success: true, message: `serving ${path}`, checkpoint: checkpoint ?? null };
     });
   }
@@ -558,6 +569,10 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
     const path = (req.url ?? '/').split('?')[0];
     const method = req.method ?? 'GET';
     if (method === 'GET' && (path === '/health' || path === '/v1/health')) return send(res, 200, { status: 'ok', model: modelName, checkpoint: current.checkpoint });
+    // SGLang's route: model_path is the directory served now, which tells the checkpoints of two runs apart
+    if (method === 'GET' && path === '/get_model_info') {
+      return send(res, 200, { model_path: current.path, tokenizer_path: current.path, is_generation: true, model: modelName, checkpoint: current.checkpoint });
+    }
     if (method === 'GET' && path === '/v1/models') {
       return send(res, 200, {
         object: 'list',
@@ -576,7 +591,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
     if (method === 'POST' && path === '/v1/completions') return send(res, 200, await completions(await readJson(req, maxBody)));
     if (method === 'POST' && path === '/v1/chat/completions') return send(res, 200, await chatCompletions(await readJson(req, maxBody)));
     if (method === 'POST' && path === '/update_weights_from_disk') return send(res, 200, await updateWeights(await readJson(req, maxBody)));
-    const known = ['/health', '/v1/models', '/v1/completions', '/v1/chat/completions', '/update_weights_from_disk'];
+    const known = ['/health', '/get_model_info', '/v1/models', '/v1/completions', '/v1/chat/completions', '/update_weights_from_disk'];
     if (known.includes(path ?? '')) throw new HttpError(405, `method ${method} not allowed on ${path}`);
     throw new HttpError(404, `no route ${method} ${path}`);
   }
@@ -607,8 +622,8 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
     get checkpoint() {
       return current.checkpoint;
     },
-    setLearner(learner: ServableModel, checkpoint: number | null): Promise<void> {
-      return serialised(() => swap({ learner, checkpoint, inFlight: 0, drained: [], owned: false }));
+    setLearner(learner: ServableModel, checkpoint: number | null, modelPath: string | null = null): Promise<void> {
+      return serialised(() => swap({ learner, checkpoint, path: modelPath, inFlight: 0, drained: [], owned: false }));
     },
     async close(): Promise<void> {
       if (closed) return;

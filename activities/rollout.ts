@@ -4,7 +4,7 @@ import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeFromTaskId, hashInts } from '../lib/envs/frozenlake.ts';
 import { runEpisode, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
-import { createPolicyClient, PolicyUnavailableError } from '../lib/policy-client.ts';
+import { createPolicyClient, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
 import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { RolloutSummary, Trajectory } from '../lib/types.ts';
@@ -135,12 +135,14 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const ckptDir = store.dirFor(keys.checkpoint(runId, checkpoint));
   // our own server (policy.baseUrl unset) speaks the SGLang endpoint whatever policy.weightSync says
   const weightSync = config.policy.baseUrl ? config.policy.weightSync : 'sglang';
-  const policy = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync });
+  // our server may be shared (another run, an evaluation): pin every completion to this run's checkpoint
+  const pin = config.policy.baseUrl ? {} : { pin: { dir: ckptDir, checkpoint } };
+  const policy = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, ...pin });
   // after a learner restart the server may serve another checkpoint: make it serve ours. One probe, no
   // retries: a server that is gone (restarted on another port) is answered at once by the workflow's resync
   const probe = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, retries: 0, timeoutMs: 30_000 });
   await unavailableAsFailure(policyUrl, async () => {
-    if ((await probe.servedCheckpoint()) !== checkpoint) await policy.loadWeights(ckptDir, checkpoint);
+    if (!servesCheckpoint(await probe.servedModel(), ckptDir, checkpoint)) await policy.loadWeights(ckptDir, checkpoint);
   });
 
   const tokenizer = await tokenizerFor(ckptDir);

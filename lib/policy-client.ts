@@ -4,7 +4,7 @@
 
 import { isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
-import type { CompletionRequest, CompletionResult, PolicyClient } from './types.ts';
+import type { CompletionRequest, CompletionResult, PolicyClient, ServedModel } from './types.ts';
 
 /** A completion request that may restrict sampling to some token ids (small action vocabularies). */
 export interface ConstrainedCompletionRequest extends CompletionRequest {
@@ -19,10 +19,19 @@ export class PolicyUnavailableError extends Error {
   }
 }
 
-/** The server answered, but not in the expected shape, or refused the request (4xx). */
+/** The server answered, but not in the expected shape, or refused the request (4xx: `status`). */
 export class PolicyResponseError extends Error {
   override name = 'PolicyResponseError';
+  constructor(
+    message: string,
+    readonly status?: number,
+  ) {
+    super(message);
+  }
 }
+
+/** times a pinned completion reloads its model before giving up (another user of the server keeps taking it) */
+const PIN_ATTEMPTS = 8;
 
 export const PolicyClientOptionsSchema = z.object({
   baseUrl: z.string().url(),
@@ -36,6 +45,13 @@ export const PolicyClientOptionsSchema = z.object({
   apiKey: z.string().optional(),
   /** how loadWeights makes the server reload a checkpoint from disk (see WEIGHT_SYNC) */
   weightSync: z.enum(['sglang', 'vllm']).default('sglang'),
+  /**
+   * Our policy server only: every completion must come from checkpoint `checkpoint` at `dir`. The request
+   * carries `model_path`; a server serving another model (a second run or an evaluation sharing the
+   * learner worker swapped it) answers 409, and the client reloads `dir` and asks again, so no token of
+   * an episode is sampled from another run's weights.
+   */
+  pin: z.object({ dir: z.string().min(1), checkpoint: z.number().int() }).optional(),
 });
 export type PolicyClientOptions = z.input<typeof PolicyClientOptionsSchema>;
 
@@ -61,6 +77,8 @@ const CompletionResponseSchema = z.object({
 });
 
 const HealthSchema = z.object({ status: z.string().optional(), checkpoint: z.number().int().nullable().optional() }).passthrough();
+/** SGLang's GET /get_model_info (model_path follows /update_weights_from_disk); ours adds the checkpoint index */
+const ModelInfoSchema = z.object({ model_path: z.string().nullable().optional(), checkpoint: z.number().int().nullable().optional() }).passthrough();
 const WeightInfoSchema = z.object({ weight_version: z.string().nullable().optional() }).passthrough();
 const SglangUpdateSchema = z.object({ success: z.boolean(), message: z.string().optional() }).passthrough();
 
@@ -76,11 +94,19 @@ const SglangUpdateSchema = z.object({ success: z.boolean(), message: z.string().
 export const WEIGHT_SYNC = ['sglang', 'vllm'] as const;
 export type WeightSync = (typeof WEIGHT_SYNC)[number];
 
-/** The weight_version label of checkpoint n at `dir` (vLLM stores it; servedCheckpoint reads n back). */
+/** The weight_version label of checkpoint n at `dir` (vLLM stores it; servedModel reads n and dir back). */
 export function weightVersion(dir: string, checkpoint: number): string {
   return `swerl-checkpoint-${checkpoint}:${dir}`;
 }
-const WEIGHT_VERSION = /^swerl-checkpoint-(-?\d+):/;
+const WEIGHT_VERSION = /^swerl-checkpoint-(-?\d+):(.*)$/s;
+
+/**
+ * Whether `served` is checkpoint `checkpoint` loaded from `dir`. The directory decides when the server
+ * reports one: two runs sharing a server both have a checkpoint 3, and only the directory tells them apart.
+ */
+export function servesCheckpoint(served: ServedModel, dir: string, checkpoint: number): boolean {
+  return served.path !== null ? resolve(served.path) === resolve(dir) : served.checkpoint === checkpoint;
+}
 
 /** Parses the first choice of a completions response into ids + logprobs. */
 export function parseCompletionResponse(body: unknown): CompletionResult {
@@ -141,7 +167,7 @@ function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
         last = `HTTP ${res.status}: ${text.slice(0, 200)}`;
         continue;
       }
-      if (!res.ok) throw new PolicyResponseError(`${method} ${path} → HTTP ${res.status}: ${text.slice(0, 500)}`);
+      if (!res.ok) throw new PolicyResponseError(`${method} ${path} → HTTP ${res.status}: ${text.slice(0, 500)}`, res.status);
       try {
         return text === '' ? {} : JSON.parse(text);
       } catch {
@@ -157,6 +183,12 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
 } {
   const o = PolicyClientOptionsSchema.parse(options);
   const request = jsonRequester(o);
+
+  async function loadWeights(dir: string, checkpoint: number): Promise<void> {
+    if (o.weightSync === 'vllm') return vllmLoadWeights(request, dir, checkpoint);
+    const r = SglangUpdateSchema.safeParse(await request('POST', '/update_weights_from_disk', { model_path: dir, checkpoint }));
+    if (r.success && !r.data.success) throw new PolicyResponseError(`POST /update_weights_from_disk: ${r.data.message ?? 'success: false'}`);
+  }
 
   return {
     async complete(req: ConstrainedCompletionRequest): Promise<CompletionResult> {
@@ -174,25 +206,43 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
       if (req.seed !== undefined) body.seed = req.seed;
       if (req.stopIds?.length) body.stop_token_ids = req.stopIds;
       if (req.allowedIds?.length) body.allowed_token_ids = req.allowedIds;
-      return parseCompletionResponse(await request('POST', '/v1/completions', body));
+      if (!o.pin) return parseCompletionResponse(await request('POST', '/v1/completions', body));
+      body.model_path = o.pin.dir;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return parseCompletionResponse(await request('POST', '/v1/completions', body));
+        } catch (e) {
+          if (!(e instanceof PolicyResponseError && e.status === 409)) throw e;
+          if (attempt === PIN_ATTEMPTS) {
+            throw new PolicyUnavailableError(`policy server ${o.baseUrl}: another model was loaded over ${o.pin.dir} ${PIN_ATTEMPTS} times in a row (${e.message})`);
+          }
+          await loadWeights(o.pin.dir, o.pin.checkpoint);
+        }
+      }
     },
 
-    async loadWeights(dir: string, checkpoint: number): Promise<void> {
-      if (o.weightSync === 'vllm') return vllmLoadWeights(request, dir, checkpoint);
-      const r = SglangUpdateSchema.safeParse(await request('POST', '/update_weights_from_disk', { model_path: dir, checkpoint }));
-      if (r.success && !r.data.success) throw new PolicyResponseError(`POST /update_weights_from_disk: ${r.data.message ?? 'success: false'}`);
-    },
+    loadWeights,
 
-    async servedCheckpoint(): Promise<number | null> {
+    async servedModel(): Promise<ServedModel> {
       if (o.weightSync === 'vllm') {
         const info = WeightInfoSchema.safeParse(await request('GET', '/weight_info'));
         if (!info.success) throw new PolicyResponseError(`vLLM GET /weight_info: ${info.error.issues[0].message}`);
         const m = WEIGHT_VERSION.exec(info.data.weight_version ?? '');
-        return m ? Number(m[1]) : null;
+        return m ? { checkpoint: Number(m[1]), path: m[2]! } : { checkpoint: null, path: null };
       }
-      const parsed = HealthSchema.safeParse(await request('GET', '/health'));
-      if (!parsed.success) throw new PolicyResponseError(`policy server /health: ${parsed.error.issues[0].message}`);
-      return parsed.data.checkpoint ?? null;
+      let info: unknown;
+      try {
+        info = await request('GET', '/get_model_info');
+      } catch (e) {
+        if (!(e instanceof PolicyResponseError)) throw e;
+        // a server without SGLang's model info: the index from /health, no directory
+        const parsed = HealthSchema.safeParse(await request('GET', '/health'));
+        if (!parsed.success) throw new PolicyResponseError(`policy server /health: ${parsed.error.issues[0].message}`);
+        return { checkpoint: parsed.data.checkpoint ?? null, path: null };
+      }
+      const parsed = ModelInfoSchema.safeParse(info);
+      if (!parsed.success) throw new PolicyResponseError(`policy server /get_model_info: ${parsed.error.issues[0].message}`);
+      return { checkpoint: parsed.data.checkpoint ?? null, path: parsed.data.model_path ?? null };
     },
   };
 }
@@ -370,6 +420,7 @@ export function createInProcessPolicyClient(generator: TokenGenerator, checkpoin
   complete(req: ConstrainedCompletionRequest): Promise<CompletionResult>;
 } {
   let served = checkpoint;
+  let servedPath: string | null = null;
   return {
     async complete(req: ConstrainedCompletionRequest): Promise<CompletionResult> {
       const out = await generator.generate(Int32Array.from(req.promptIds), {
@@ -382,11 +433,12 @@ export function createInProcessPolicyClient(generator: TokenGenerator, checkpoin
       });
       return { ids: Array.from(out.ids), logprobs: Array.from(out.logprobs), finishReason: out.finishReason === 'length' ? 'length' : 'stop' };
     },
-    async loadWeights(_dir: string, cp: number): Promise<void> {
+    async loadWeights(dir: string, cp: number): Promise<void> {
       served = cp;
+      servedPath = dir;
     },
-    async servedCheckpoint(): Promise<number | null> {
-      return served;
+    async servedModel(): Promise<ServedModel> {
+      return { checkpoint: served, path: servedPath };
     },
   };
 }

@@ -71,8 +71,13 @@ export interface PolicyClient {
   complete(req: CompletionRequest): Promise<CompletionResult>;
   /** make the server serve the weights in `dir` (lib/policy-client.ts WEIGHT_SYNC: SGLang's or vLLM's reload from disk) */
   loadWeights(dir: string, checkpoint: number): Promise<void>;
-  /** the checkpoint index the server serves now, or null when unknown */
-  servedCheckpoint(): Promise<number | null>;
+  /** what the server serves now: the checkpoint index and the directory it was loaded from, each null when unknown */
+  servedModel(): Promise<ServedModel>;
+}
+
+export interface ServedModel {
+  checkpoint: number | null;
+  path: string | null;
 }
 
 /** Result of one environment step. */

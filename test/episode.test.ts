@@ -219,7 +219,7 @@ test('real policy server over HTTP gives the same stream as the in-process clien
   const server = await startPolicyServer({ learner, tokenizer: tok, checkpoint: 0 });
   try {
     const http = createPolicyClient({ baseUrl: server.url, retries: 0 });
-    assert.equal(await http.servedCheckpoint(), 0);
+    assert.deepEqual(await http.servedModel(), { checkpoint: 0, path: null });
     const local = createInProcessPolicyClient(learner);
     const opts = { ...base, maxSteps: 5, maxTokensPerTurn: 2, maxResponseTokens: 8, seed: 77, allowedActionTokens: true as const };
     const a = await runEpisode({ ...opts, env: new FrozenLakeEnv(9), policy: http, tokenizer: tok });

@@ -12,6 +12,7 @@ import {
   createPolicyClient,
   parseCompletionResponse,
   weightVersion,
+  servesCheckpoint,
 } from '../lib/policy-client.ts';
 
 // A real HTTP server whose answer depends on the `model` field of the request.
@@ -19,6 +20,9 @@ let server: http.Server;
 let baseUrl = '';
 const seen: { path: string; body: any }[] = [];
 let flaky = 0;
+/** SGLang's model_path: the model it was started with, then each directory /update_weights_from_disk loaded */
+let sglangPath = 'Qwen/Qwen3-0.6B';
+let noModelInfo = false;
 
 before(async () => {
   server = http.createServer((req, res) => {
@@ -32,7 +36,13 @@ before(async () => {
         res.end(typeof x === 'string' ? x : JSON.stringify(x));
       };
       if (req.url === '/health') return json(200, { status: 'ok', checkpoint: 3 });
-      if (req.url === '/update_weights_from_disk') return json(200, { success: true });
+      if (req.url === '/get_model_info') {
+        return noModelInfo ? json(404, { detail: 'Not Found' }) : json(200, { model_path: sglangPath, tokenizer_path: sglangPath, is_generation: true });
+      }
+      if (req.url === '/update_weights_from_disk') {
+        sglangPath = body.model_path;
+        return json(200, { success: true });
+      }
       switch (body.model) {
         case 'ids':
           return json(200, {
@@ -127,14 +137,29 @@ test('persistent 5xx and a closed port end in PolicyUnavailableError', async () 
     assert.match(e.message, /after 3 attempts: .*ECONNREFUSED/);
     return true;
   });
-  await assert.rejects(c.servedCheckpoint(), PolicyUnavailableError);
+  await assert.rejects(c.servedModel(), PolicyUnavailableError);
 });
 
-test('loadWeights and servedCheckpoint', async () => {
+test('SGLang: loadWeights, then get_model_info names the directory served, which tells two runs\' checkpoint 4 apart', async () => {
   const c = createPolicyClient({ baseUrl: baseUrl + '/', retries: 0 });
-  await c.loadWeights('/ckpt/4', 4);
-  assert.deepEqual(seen.at(-1), { path: '/update_weights_from_disk', body: { model_path: '/ckpt/4', checkpoint: 4 } });
-  assert.equal(await c.servedCheckpoint(), 3);
+  const fresh = await c.servedModel();
+  assert.deepEqual(fresh, { checkpoint: null, path: 'Qwen/Qwen3-0.6B' });
+  assert.equal(servesCheckpoint(fresh, '/store/runs/a/ckpt/4', 4), false);
+  await c.loadWeights('/store/runs/a/ckpt/4', 4);
+  assert.deepEqual(seen.at(-1), { path: '/update_weights_from_disk', body: { model_path: '/store/runs/a/ckpt/4', checkpoint: 4 } });
+  const served = await c.servedModel();
+  assert.equal(servesCheckpoint(served, '/store/runs/a/ckpt/4', 4), true);
+  assert.equal(servesCheckpoint(served, '/store/runs/a/ckpt/4/', 4), true, 'the same directory spelled with a slash');
+  assert.equal(servesCheckpoint(served, '/store/runs/b/ckpt/4', 4), false, 'run b\'s checkpoint 4 is another model');
+  // a server without /get_model_info: the index from /health, no directory to compare
+  noModelInfo = true;
+  try {
+    const old = await c.servedModel();
+    assert.deepEqual(old, { checkpoint: 3, path: null });
+    assert.equal(servesCheckpoint(old, '/anywhere/3', 3), true);
+  } finally {
+    noModelInfo = false;
+  }
 });
 
 // vLLM's weight-transfer HTTP contract (vllm/entrypoints/serve/dev/rlhf/api_router.py with the `disk` backend of
@@ -229,7 +254,7 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
     const v = validateConfig({ policy: { baseUrl: url, weightSync: 'tgi' } });
     assert.match(v.ok ? '' : v.errors.join(), /config.policy.weightSync: must be one of "sglang", "vllm", got "tgi"/);
     const c = createPolicyClient({ baseUrl: url, weightSync: 'vllm', retries: 2, backoffMs: 1 });
-    assert.equal(await c.servedCheckpoint(), null, 'a fresh server serves no checkpoint of ours');
+    assert.equal((await c.servedModel()).checkpoint, null, 'a fresh server serves no checkpoint of ours');
 
     const dir = ckpt(4, ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', 'model.safetensors.index.json']);
     await c.loadWeights(dir, 4);
@@ -243,14 +268,14 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
       ['POST', '/resume', undefined, true],
     ]);
     assert.deepEqual([state.paused, state.session, state.version], [false, false, weightVersion(dir, 4)]);
-    assert.equal(await c.servedCheckpoint(), 4);
+    assert.deepEqual(await c.servedModel(), { checkpoint: 4, path: dir });
 
     // a relative directory is sent absolute (the server resolves nothing against our working directory)
     log.length = 0;
     const rel = relative(process.cwd(), ckpt(5));
     await c.loadWeights(rel, 5);
     assert.deepEqual(log.find((l) => l.url === '/update_weights')!.body, { update_info: { path: resolve(rel) } });
-    assert.equal(await c.servedCheckpoint(), 5);
+    assert.equal((await c.servedModel()).checkpoint, 5);
 
     // the engine refuses the checkpoint: the sync fails with vLLM's reason, generation resumes, the old version stays
     log.length = 0;
@@ -258,7 +283,7 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
     await assert.rejects(c.loadWeights(empty, 6), /update_weights unavailable after 1 attempts: HTTP 500: .*contains no safetensors files/);
     assert.deepEqual(log.map((l) => l.url), ['/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/update_weights', '/resume'], 'one attempt per step, then resume');
     assert.deepEqual([state.paused, state.session], [false, false]);
-    assert.equal(await c.servedCheckpoint(), 5);
+    assert.equal((await c.servedModel()).checkpoint, 5);
 
     // a session an interrupted sync left open is closed, and the sync goes through
     await fetch(`${url}/start_weight_update`, { method: 'POST' });
@@ -268,7 +293,7 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
     assert.deepEqual(log.map((l) => l.url), [
       '/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/finish_weight_update', '/start_weight_update', '/update_weights', '/finish_weight_update', '/resume',
     ]);
-    assert.equal(await c.servedCheckpoint(), 7);
+    assert.equal((await c.servedModel()).checkpoint, 7);
 
     // a vLLM without its development endpoints: the error says how to start it
     state.devMode = false;

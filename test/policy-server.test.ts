@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../activities/policy-server.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { FROZENLAKE_ACTION_IDS, writeModel } from '../lib/presets.ts';
+import { createPolicyClient, servesCheckpoint } from '../lib/policy-client.ts';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const built = existsSync(join(repo, 'gpu-learner', 'index.ts')) && existsSync(join(repo, 'gpu-learner', 'build', 'gpu_learner.node'));
@@ -162,6 +163,41 @@ test('policy server over a real Learner', { skip }, async (t) => {
     const missing = await post<ErrorBody>('/update_weights_from_disk', { checkpoint: 3 });
     assert.equal(missing.status, 400);
     assert.equal(missing.body.error.param, 'model_path');
+  });
+
+  await t.test('two runs\' checkpoint 1 are told apart by directory (get_model_info), so a rollout reloads the other run\'s', async () => {
+    const client = createPolicyClient({ baseUrl: server.url, model: 'tiny', retries: 0 });
+    const served = await client.servedModel();
+    assert.deepEqual(served, { checkpoint: 1, path: ckpt1.dir });
+    const info = (await (await fetch(`${server.url}/get_model_info`)).json()) as { model_path: string; is_generation: boolean };
+    assert.deepEqual([info.model_path, info.is_generation], [ckpt1.dir, true]);
+    const other = await writeModel(join(root, 'other-run', 'ckpt', '1'), 'tiny', 3);
+    assert.equal(servesCheckpoint(served, ckpt1.dir, 1), true);
+    assert.equal(servesCheckpoint(served, other.dir, 1), false, 'same index, another run: not served');
+    const body = { prompt, max_tokens: 6, seed: 5 };
+    const mine = (await complete(body)).choices[0]!;
+    await client.loadWeights(other.dir, 1);
+    assert.deepEqual(await client.servedModel(), { checkpoint: 1, path: other.dir });
+    const theirs = (await complete(body)).choices[0]!;
+    assert.notDeepEqual(theirs.logprobs.token_logprobs, mine.logprobs.token_logprobs);
+
+    // pinned completions: a request for another directory is a 409, and a pinned client reloads its own
+    const raw = await post<ErrorBody>('/v1/completions', { ...body, model: 'tiny', model_path: ckpt1.dir });
+    assert.equal(raw.status, 409);
+    assert.equal(raw.body.error.param, 'model_path');
+    const a = createPolicyClient({ baseUrl: server.url, model: 'tiny', retries: 0, pin: { dir: ckpt1.dir, checkpoint: 1 } });
+    const b = createPolicyClient({ baseUrl: server.url, model: 'tiny', retries: 0, pin: { dir: other.dir, checkpoint: 1 } });
+    const ask = { promptIds: prompt, maxTokens: 6, temperature: 1, topP: 1, seed: 5 };
+    // two users taking turns on one server, each swapping its own model in: every answer is from its own model
+    for (let i = 0; i < 3; i++) {
+      const [x, y] = await Promise.all([a.complete(ask), b.complete(ask)]);
+      assert.deepEqual(x.logprobs, mine.logprobs.token_logprobs);
+      assert.deepEqual(y.logprobs, theirs.logprobs.token_logprobs);
+    }
+
+    // the learner worker's setLearner names the directory too
+    await server.setLearner(first, 0, ckpt0.dir);
+    assert.deepEqual(await client.servedModel(), { checkpoint: 0, path: ckpt0.dir });
   });
 
   await t.test('setLearner swaps programmatically', async () => {
