@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import type { TemplateMessage, Tokenizer } from '../lib/tokenizer.ts';
-import { recordGeneration } from './metrics.ts';
+import { policyModelLoads, recordGeneration } from './metrics.ts';
 
 /** What the server needs from gpu-learner's `Learner` (structural, so any engine with this shape serves). */
 export interface ServableModel {
@@ -561,6 +561,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
         throw new HttpError(503, 'server is closing');
       }
       await swap({ learner, checkpoint: checkpoint ?? null, path, inFlight: 0, drained: [], owned: true });
+      policyModelLoads.inc({ via: 'update_weights_from_disk' });
       return { success: true, message: `serving ${path}`, checkpoint: checkpoint ?? null };
     });
   }
@@ -623,6 +624,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
       return current.checkpoint;
     },
     setLearner(learner: ServableModel, checkpoint: number | null, modelPath: string | null = null): Promise<void> {
+      policyModelLoads.inc({ via: 'learner' });
       return serialised(() => swap({ learner, checkpoint, path: modelPath, inFlight: 0, drained: [], owned: false }));
     },
     async close(): Promise<void> {

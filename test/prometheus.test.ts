@@ -76,14 +76,14 @@ test('the scrape has our metrics, in agreement with metrics.jsonl, and the SDK\'
   // families without samples in a FrozenLake run are still declared for dashboards
   const text = await fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text());
   if (process.env.SWERL_PRINT_METRICS) console.log([...text.matchAll(/^# TYPE (\S+) (\S+)/gm)].map((m) => `${m[1]} ${m[2]}`).join('\n'));
-  for (const m of ['swerl_sandbox_starts_total', 'swerl_sandbox_start_failures_total', 'swerl_sandbox_start_seconds', 'swerl_grading_seconds', 'swerl_policy_tokens_per_second'])
+  for (const m of ['swerl_sandbox_starts_total', 'swerl_sandbox_start_failures_total', 'swerl_sandbox_start_seconds', 'swerl_grading_seconds', 'swerl_policy_tokens_per_second', 'swerl_policy_model_loads_total'])
     assert.match(text, new RegExp(`^# TYPE ${m} `, 'm'));
   assert.equal(await fetch(`http://127.0.0.1:${metricsPort}/nothing`).then((r) => r.status), 404);
 });
 
 test('every query of the Grafana dashboard (docs/grafana-dashboard.json) runs in Prometheus; the run\'s panels have data', async () => {
   const dash = JSON.parse(readFileSync(join(ROOT, 'docs', 'grafana-dashboard.json'), 'utf8')) as { panels: { title: string; targets?: { expr: string }[] }[] };
-  const withData = ['Iteration', 'Mean reward', 'Success rate', 'Rollouts in flight', 'Rollouts finished per minute, by end reason', 'Policy server tokens/s', 'Learner step time', 'Checkpoint size', 'Activity execution latency p95, by type', 'Free task slots, by task queue and kind'];
+  const withData = ['Iteration', 'Mean reward', 'Success rate', 'Rollouts in flight', 'Rollouts finished per minute, by end reason', 'Policy server tokens/s', 'Policy model loads per minute, by way', 'Learner step time', 'Checkpoint size', 'Activity execution latency p95, by type', 'Free task slots, by task queue and kind'];
   let queries = 0;
   for (const p of dash.panels) {
     for (const { expr } of p.targets ?? []) {

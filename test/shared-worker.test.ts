@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { train } from '../scripts/commands/train.ts';
 import { keys, openStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
+import { policyModelLoads } from '../activities/metrics.ts';
 import { useTemporalWithWorker, tinyConfig, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;
@@ -37,6 +38,10 @@ test('two runs sharing one worker each sample only from their own checkpoints', 
     }),
   );
   for (const r of results) assert.equal(r.result.checkpoint, 2);
+  // what taking turns cost: models the one policy server loaded (the worker runs in this process)
+  const loads = Object.fromEntries((await policyModelLoads.get()).values.map((v) => [v.labels.via, v.value]));
+  console.log(`policy model loads: ${JSON.stringify(loads)}`);
+  assert.ok((loads.learner ?? 0) >= 4, 'each run\'s syncs and steps load its own model');
 
   const store = openStore(config(runs[0]!.model).store.url);
   let checked = 0;
