@@ -143,7 +143,8 @@ const ChatBodySchema = z
 
 const UpdateWeightsBodySchema = z.object({
   model_path: z.string().min(1),
-  checkpoint: int.nonnegative().nullish(),
+  /** -1: a model directory that is no run's checkpoint (an evaluation of a path, as the learner worker serves it) */
+  checkpoint: int.min(-1).nullish(),
 });
 
 class HttpError extends Error {

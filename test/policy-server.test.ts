@@ -195,6 +195,12 @@ test('policy server over a real Learner', { skip }, async (t) => {
       assert.deepEqual(y.logprobs, theirs.logprobs.token_logprobs);
     }
 
+    // an evaluated model directory (no run's checkpoint) is index -1, also when a pinned client reloads it
+    const path = createPolicyClient({ baseUrl: server.url, model: 'tiny', retries: 0, pin: { dir: ckpt0.dir, checkpoint: -1 } });
+    assert.equal((await path.complete(ask)).ids.length, 6);
+    assert.deepEqual(await path.servedModel(), { checkpoint: -1, path: ckpt0.dir });
+    assert.equal((await post<ErrorBody>('/update_weights_from_disk', { model_path: ckpt0.dir, checkpoint: -2 })).status, 400);
+
     // the learner worker's setLearner names the directory too
     await server.setLearner(first, 0, ckpt0.dir);
     assert.deepEqual(await client.servedModel(), { checkpoint: 0, path: ckpt0.dir });
