@@ -278,6 +278,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
   const maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
   const created = Math.floor(Date.now() / 1000);
   let current: Slot = { learner: options.learner, checkpoint: options.checkpoint ?? null, path: options.modelPath ?? null, inFlight: 0, drained: [], owned: false };
+  policyModelLoads.inc({ via: 'start' });
   let swapChain: Promise<unknown> = Promise.resolve();
   let closed = false;
 
