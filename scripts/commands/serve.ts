@@ -47,6 +47,7 @@ export function register(program: Command): void {
         host: o.host,
         modelName: o.name,
         checkpoint: o.checkpoint ?? null,
+        modelPath: o.model,
         loadModel: (dir) => Learner.load(dir, loadOpts),
       });
       console.log(`serving ${o.model} as ${JSON.stringify(o.name)} at ${server.url}/v1 (tokenizer: ${tokenizer ? 'yes' : 'no'})`);
