@@ -8,7 +8,7 @@ import { runEpisode, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib
 import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { evaluationMetrics, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
-import { createChatClient, createPolicyClient, servesCheckpoint, PolicyResponseError, PolicyUnavailableError, type ChatApiMessage } from '../lib/policy-client.ts';
+import { createChatClient, createPolicyClient, PolicyResponseError, PolicyUnavailableError, type ChatApiMessage } from '../lib/policy-client.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import { formatLoadError, loadTasks } from '../lib/swe/task.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../lib/swe/tools.ts';
@@ -285,13 +285,9 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
       } else {
         const dir = 'baseUrl' in m ? m.tokenizer! : 'path' in m ? m.path : store.dirFor(plan.modelDir!);
         const tokenizer = await tokenizerFor(dir);
-        // our server may be shared (a training run, another evaluation): pin every completion to this model
-        const pinned = !ours ? null : 'path' in m ? { dir: m.path, checkpoint: -1 } : plan.checkpoint !== null ? { dir: store.dirFor(plan.modelDir!), checkpoint: plan.checkpoint } : null;
-        const policy = createPolicyClient({ ...clientOpts, ...(pinned ? { pin: pinned } : {}) });
-        if (ours && plan.checkpoint !== null && !servesCheckpoint(await policy.servedModel(), store.dirFor(plan.modelDir!), plan.checkpoint)) {
-          // after a learner restart the server may serve another checkpoint: make it serve ours
-          await policy.loadWeights(store.dirFor(plan.modelDir!), plan.checkpoint);
-        }
+        // our server may serve another model (after a learner restart, or shared with a training run or another
+        // evaluation): every completion is pinned to ours, and a 409 makes the client load ours first
+        const policy = createPolicyClient(ours ? { ...clientOpts, pin: { dir, checkpoint: plan.checkpoint ?? -1 } } : clientOpts);
         const r = await runEpisode({ ...loop, env, policy, tokenizer });
         record = {
           ...base,

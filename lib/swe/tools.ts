@@ -124,7 +124,12 @@ export function formatStream(text: string, omitted: OmittedOutput | undefined, m
 
 /** `cat -n` style numbering from line `first` (1-based). */
 export function numberLines(lines: string[], first = 1): string {
-  return lines.map((l, k) => `${String(first + k).padStart(6)}\t${l}`).join('\n');
+  return lines.map((l, k) => numberedLine(first + k, l)).join('\n');
+}
+
+/** One line as the views print it (`cat -n`): the 1-based number right-aligned in 6, a tab, the text. */
+function numberedLine(n: number, text: string): string {
+  return `${String(n).padStart(6)}\t${text}`;
 }
 
 /** Splits file text into lines, remembering whether it ended with a newline. */
@@ -440,7 +445,7 @@ export class SweTools {
     if (rows) {
       const shown = range ? rows.filter((r) => r.line >= range[0] && r.line <= range[1]) : rows;
       const span = range ? ` (lines ${range[0]}-${range[1]})` : '';
-      const body = shown.map((r) => `${String(r.line).padStart(6)}\t${r.text}`).join('\n');
+      const body = shown.map((r) => numberedLine(r.line, r.text)).join('\n');
       return `Here is a condensed view of ${abs}${span}: function bodies over 3 lines and long class docstrings are elided. Use \`view_range\` to see the elided lines.\n${body}\n`;
     }
     if (!range) return `Here's the result of running \`cat -n\` on ${abs}:\n${numberLines(lines)}\n`;
