@@ -13,7 +13,7 @@ import { gradePatch } from '../activities/grade.ts';
 import { readEvalEpisodes } from '../activities/evaluation.ts';
 import { createSandboxBackend, removeSandboxContainers } from '../activities/sandbox/index.ts';
 import { fileStoreUrl, openStore } from '../lib/store.ts';
-import { startDevServer } from '../lib/temporal-server.ts';
+import { startDevServer } from '../services/temporal-server.ts';
 import { Client, Connection } from '@temporalio/client';
 import { startWorkers } from '../workers/index.ts';
 import { imagesFor, sharedTasks, TASKS_FILE } from '../test/helpers/docker.ts';

@@ -15,7 +15,7 @@ import { startPolicyServer, type ServableModel } from '../activities/policy-serv
 import { writeModel } from '../lib/presets.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
-import { startDevServer } from '../lib/temporal-server.ts';
+import { startDevServer } from '../services/temporal-server.ts';
 import { loadTasksStrict } from '../lib/swe/task.ts';
 import { startWorkers } from '../workers/index.ts';
 import { iterationWorkflowId } from '../workflows/shapes.ts';

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { temporalBinary } from '../lib/temporal-server.ts';
+import { temporalBinary } from '../services/temporal-server.ts';
 import { useTemporalWithWorker, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;

@@ -20,7 +20,7 @@ import { passAtK } from '../lib/eval/metrics.ts';
 import { writeModel } from '../lib/presets.ts';
 import { fileStoreUrl, openStore } from '../lib/store.ts';
 import type { SweTask } from '../lib/swe/task.ts';
-import { temporalBinary } from '../lib/temporal-server.ts';
+import { temporalBinary } from '../services/temporal-server.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
 import type { SelectionResult } from '../workflows/select-best-of-k.ts';

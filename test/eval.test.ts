@@ -17,7 +17,7 @@ import { gradePatch } from '../activities/grade.ts';
 import { instanceReport, reportJson } from '../lib/swe/report.ts';
 import { validateEvalConfig, type EvalConfigInput } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
-import { freePort } from '../lib/temporal-server.ts';
+import { freePort } from '../services/temporal-server.ts';
 import { writeModel } from '../lib/presets.ts';
 import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
 import type { SweTask } from '../lib/swe/task.ts';

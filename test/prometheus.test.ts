@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { readFileSync } from 'node:fs';
 import type { ChildProcess } from 'node:child_process';
-import { freePort } from '../lib/temporal-server.ts';
+import { freePort } from '../services/temporal-server.ts';
 import { openStore } from '../lib/store.ts';
 import { readMetricsLines } from '../activities/report.ts';
 import { ROOT, spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';

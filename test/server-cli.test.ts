@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, listenerPid, startDevServer } from '../lib/temporal-server.ts';
+import { freePort, listenerPid, startDevServer } from '../services/temporal-server.ts';
 import { ROOT, spawnWorker, waitFor } from './helpers/temporal.ts';
 
 function swerlServer(args: string[]): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {

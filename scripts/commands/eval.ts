@@ -13,7 +13,7 @@ import { validateBestOfKConfig, validateEvalConfig } from '../../lib/eval/config
 import { evalKeys } from '../../lib/eval/keys.ts';
 import { formatEvalMetrics, type EvalMetrics } from '../../lib/eval/metrics.ts';
 import { fileStoreUrl, openStore } from '../../lib/store.ts';
-import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
+import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { evaluationStatusQuery, selectionStatusQuery } from '../../workflows/evaluation-signals.ts';
 import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';

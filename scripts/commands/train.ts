@@ -8,7 +8,7 @@ import { isAbsolute, join, resolve } from 'node:path';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { validateConfig, type TrainingConfig } from '../../lib/config.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
-import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
+import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { writeRewardPlot } from '../../lib/plot.ts';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
