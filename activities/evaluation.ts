@@ -20,6 +20,7 @@ import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { EndReason } from '../lib/types.ts';
 import { createSweEnvironment } from './swe-env.ts';
 import { rolloutSeed } from './rollout.ts';
+import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
 
 /** What the plan fixes once: the tasks, runs, repositories and the resolved model. */
 export interface EvalPlan {
@@ -90,8 +91,8 @@ export interface PrepareEvaluationInput {
   config: unknown;
 }
 
-function invalid(message: string, type = 'InvalidConfig'): ApplicationFailure {
-  return ApplicationFailure.create({ type, nonRetryable: true, message });
+function invalid(message: string, type: FailureType = FailureType.InvalidConfig): ApplicationFailure {
+  return nonRetryable(type, message);
 }
 
 const configs = new Map<string, EvalConfig>();
@@ -301,8 +302,8 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
         };
       }
     } catch (e) {
-      if (e instanceof PolicyUnavailableError && ours) throw ApplicationFailure.create({ type: 'PolicyUnavailable', message: `policy server ${policyUrl}: ${e.message}` });
-      if (e instanceof PolicyResponseError) throw ApplicationFailure.create({ type: 'PolicyRejected', nonRetryable: true, message: `policy server ${policyUrl} refused the episode's request: ${e.message}` });
+      if (e instanceof PolicyUnavailableError && ours) throw retryable(FailureType.PolicyUnavailable, `policy server ${policyUrl}: ${e.message}`);
+      if (e instanceof PolicyResponseError) throw nonRetryable(FailureType.PolicyRejected, `policy server ${policyUrl} refused the episode's request: ${e.message}`);
       throw e;
     }
     const full: EvalEpisodeRecord = { ...record, seconds: (Date.now() - started) / 1000, finishedAt: new Date().toISOString() };

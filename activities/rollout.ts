@@ -10,6 +10,7 @@ import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { RolloutSummary, Trajectory } from '../lib/types.ts';
 import type { RolloutInput } from '../workflows/shapes.ts';
 import { rolloutSeconds, rolloutsFinished, rolloutsInFlight } from './metrics.ts';
+import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
 
 /** What an environment contributes to one episode: the world and its loop options. */
 export interface EpisodeSetup {
@@ -86,7 +87,7 @@ async function iterationConfig(store: ArtifactStore, runId: string, n: number): 
   const raw = await store.getJson<unknown>(key);
   if (raw === null) throw new Error(`iteration config ${key} not found in ${store.url}`);
   const v = validateConfig(raw);
-  if (!v.ok) throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: v.errors.join('; ') });
+  if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, v.errors.join('; '));
   configs.set(`${store.url}|${key}`, v.config);
   return v.config;
 }
@@ -100,7 +101,7 @@ async function unavailableAsFailure<T>(url: string, fn: () => Promise<T>): Promi
     return await fn();
   } catch (e) {
     if (e instanceof PolicyUnavailableError) {
-      throw ApplicationFailure.create({ type: 'PolicyUnavailable', message: `policy server ${url}: ${e.message}` });
+      throw retryable(FailureType.PolicyUnavailable, `policy server ${url}: ${e.message}`);
     }
     throw e;
   }
@@ -130,7 +131,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const config = await iterationConfig(store, runId, n);
   const factory = factories.get(config.env.kind);
   if (!factory) {
-    throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `config.env.kind: no environment registered for ${JSON.stringify(config.env.kind)}` });
+    throw nonRetryable(FailureType.InvalidConfig, `config.env.kind: no environment registered for ${JSON.stringify(config.env.kind)}`);
   }
   const ckptDir = store.dirFor(keys.checkpoint(runId, checkpoint));
   // our own server (policy.baseUrl unset) speaks the SGLang endpoint whatever policy.weightSync says

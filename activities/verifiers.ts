@@ -1,7 +1,7 @@
 // Best@K verifier activities (rollout queue, DESIGN §8): the execution-free judge, the regression baseline
 // and each candidate's regression and reproduction scores in fresh containers, the generated reproduction
 // tests, and the selection report. Every result is stored under the selection and returned when found.
-import { ApplicationFailure, heartbeat } from '@temporalio/activity';
+import { heartbeat } from '@temporalio/activity';
 import { isDeepStrictEqual } from 'node:util';
 import { validateBestOfKConfig, type BestOfKConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
@@ -18,6 +18,7 @@ import { curvePlotFiles, readEvalEpisodes, runReportFiles, storedEvalConfig, sto
 import { ensureTaskImage, taskImageName } from './images.ts';
 import { createSandboxBackend } from './sandbox/index.ts';
 import { tasksById } from './swe-env.ts';
+import { FailureType, nonRetryable } from '../lib/failures.ts';
 
 export interface SelectionPlan {
   evalId: string;
@@ -35,7 +36,7 @@ interface Ref {
 }
 type CandidateRef = Ref & { run: number };
 
-const invalid = (message: string) => ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message });
+const invalid = (message: string) => nonRetryable(FailureType.InvalidConfig, message);
 
 async function selectionConfig(store: ArtifactStore, evalId: string, selectionId: string): Promise<BestOfKConfig> {
   const raw = await store.getJson<unknown>(evalKeys.selectionConfig(evalId, selectionId));
@@ -77,13 +78,13 @@ async function context(ref: Ref) {
   const config = await selectionConfig(store, ref.evalId, ref.selectionId);
   const evalConfig = await storedEvalConfig(store, ref.evalId);
   const task = (await tasksById(evalConfig.tasksFile)).get(ref.taskId);
-  if (!task) throw ApplicationFailure.create({ type: 'InvalidTask', nonRetryable: true, message: `task ${JSON.stringify(ref.taskId)} is not in ${evalConfig.tasksFile}` });
+  if (!task) throw nonRetryable(FailureType.InvalidTask, `task ${JSON.stringify(ref.taskId)} is not in ${evalConfig.tasksFile}`);
   return { store, config, evalConfig, task };
 }
 
 async function episodeOf(store: ArtifactStore, ref: CandidateRef): Promise<EvalEpisodeRecord> {
   const e = await store.getJson<EvalEpisodeRecord>(evalKeys.episode(ref.evalId, ref.taskId, ref.run));
-  if (!e) throw ApplicationFailure.create({ type: 'InvalidTask', nonRetryable: true, message: `no finished episode of ${ref.taskId} run ${ref.run} in evaluation ${ref.evalId}` });
+  if (!e) throw nonRetryable(FailureType.InvalidTask, `no finished episode of ${ref.taskId} run ${ref.run} in evaluation ${ref.evalId}`);
   return e;
 }
 

@@ -5,8 +5,8 @@
 import { hostname } from 'node:os';
 import { readlinkSync } from 'node:fs';
 import { Client, type Connection } from '@temporalio/client';
-import { ApplicationFailure } from '@temporalio/common';
 import { ownerAlive, processStartTicks } from '../activities/sandbox/common.ts';
+import { FailureType, retryable } from '../lib/failures.ts';
 
 /** `/proc/self/ns/pid` as a number, or '' off Linux. */
 export function pidNamespace(): string {
@@ -56,7 +56,7 @@ export async function failOrphanedActivities(connection: Connection, namespace: 
       if (Number(a.state) !== 2 || !a.activityId || !identityOfDeadLocalWorker(identity)) continue;
       const id = { workflowId: wf.workflowId, runId: wf.runId, activityId: a.activityId };
       const ok = await client.activity
-        .fail(id, ApplicationFailure.retryable(`worker ${identity.split(' ')[0]} died while running it`, 'WorkerDied'))
+        .fail(id, retryable(FailureType.WorkerDied, `worker ${identity.split(' ')[0]} died while running it`))
         .then(() => true, () => false); // completed or timed out meanwhile: nothing to do
       if (ok) failed.push({ workflowId: wf.workflowId, activityId: a.activityId, activityType: a.activityType?.name ?? '', identity });
     }

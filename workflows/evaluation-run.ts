@@ -5,7 +5,6 @@
 // not happen is retried and, when its retries run out, recorded as an error, never as a model failure.
 import {
   ActivityFailure,
-  ApplicationFailure,
   executeChild,
   getExternalWorkflowHandle,
   patched,
@@ -21,6 +20,7 @@ import { EVAL_DONE_SA, EVAL_PASS1_SA, evaluationStatusQuery, shardProgressSignal
 import type { EvalItem, EvaluationRunResult, EvaluationShardInput, EvaluationStatus, ShardProgress, ShardResult } from './evaluation-shapes.ts';
 import { TASK_QUEUES, type SyncPolicyInput } from './shapes.ts';
 import { trackEvaluation } from './run-reporting.ts';
+import { FailureType, INVALID_INPUT, isFailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -50,7 +50,7 @@ function reasonOf(err: unknown): string {
 
 export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunResult> {
   const v = validateEvalConfig(rawConfig);
-  if (!v.ok) throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `invalid evaluation config: ${v.errors.join('; ')}` });
+  if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, `invalid evaluation config: ${v.errors.join('; ')}`);
   const self = workflowInfo().workflowId;
   const evalId = v.config.evalId ?? self;
   const config = { ...v.config, evalId };
@@ -85,7 +85,7 @@ export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunRe
   const store = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '30 minutes',
-    retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig', 'InvalidTask'] },
+    retry: RetryPolicies.short(),
   });
   const plan = await store.prepareEvaluation({ evalId, config });
   status.total = plan.taskIds.length * plan.runs;
@@ -99,7 +99,7 @@ export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunRe
       taskQueue: TASK_QUEUES.learner,
       startToCloseTimeout: '30 minutes',
       heartbeatTimeout: '2 minutes',
-      retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig'] },
+      retry: RetryPolicies.short(),
     });
     sync = 'run' in m
       ? { storeUrl, runId: m.run, checkpoint: plan.checkpoint!, model: 'policy' }
@@ -170,23 +170,18 @@ export async function evaluationShard(input: EvaluationShardInput): Promise<Shar
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: `${Math.ceil(input.episodeMinutes)} minutes`,
     heartbeatTimeout: `${input.heartbeatTimeoutSeconds} seconds`,
-    retry: {
-      maximumAttempts: input.maxAttempts,
-      initialInterval: '2s',
-      maximumInterval: '30s',
-      nonRetryableErrorTypes: ['InvalidConfig', 'InvalidTask', 'PolicyUnavailable', 'PolicyRejected'],
-    },
+    retry: RetryPolicies.sandboxed(input.maxAttempts, [...INVALID_INPUT, FailureType.PolicyUnavailable, FailureType.PolicyRejected]),
   });
   const bookkeeping = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '5 minutes',
-    retry: { maximumAttempts: 20, initialInterval: '1s', maximumInterval: '30s' },
+    retry: RetryPolicies.short(20),
   });
   const learner = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.learner,
     startToCloseTimeout: '30 minutes',
     heartbeatTimeout: '2 minutes',
-    retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig'] },
+    retry: RetryPolicies.short(),
   });
 
   let policyUrl = input.policyUrl;
@@ -210,8 +205,7 @@ export async function evaluationShard(input: EvaluationShardInput): Promise<Shar
       try {
         return await episodes.evalEpisode({ storeUrl: input.storeUrl, evalId: input.evalId, taskId: it.taskId, run: it.run, ...(url ? { policyUrl: url } : {}) });
       } catch (err) {
-        const cause = err instanceof ActivityFailure ? err.cause : undefined;
-        if (round >= MAX_POLICY_RESYNCS || !input.sync || !(cause instanceof ApplicationFailure) || cause.type !== 'PolicyUnavailable') throw err;
+        if (round >= MAX_POLICY_RESYNCS || !input.sync || !isFailureType(err, FailureType.PolicyUnavailable)) throw err;
         await resyncPolicy(url);
       }
     }

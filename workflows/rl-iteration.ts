@@ -4,7 +4,6 @@
 // tasks, so no workflow holds more than that many pending activities or nears the history limit.
 import {
   ActivityFailure,
-  ApplicationFailure,
   executeChild,
   getExternalWorkflowHandle,
   patched,
@@ -35,6 +34,7 @@ import type {
   RolloutSummary,
 } from './shapes.ts';
 import { rolloutChunkWorkflowId, TASK_QUEUES } from './shapes.ts';
+import { FailureType, isFailureType, RetryPolicies } from '../lib/failures.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -54,25 +54,20 @@ function activitiesFor(config: TrainingConfig) {
   const store = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '5 minutes',
-    retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig'] },
+    retry: RetryPolicies.short(),
   });
   const learner = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.learner,
     startToCloseTimeout: `${config.learner.timeoutMinutes} minutes`,
     // the learner's own bound (configs before it existed followed the rollouts')
     heartbeatTimeout: `${config.learner.heartbeatTimeoutSeconds ?? Math.max(30, config.rollout.heartbeatTimeoutSeconds)} seconds`,
-    retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig'] },
+    retry: RetryPolicies.short(),
   });
   const rollouts = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: `${config.rollout.startToCloseMinutes} minutes`,
     heartbeatTimeout: `${config.rollout.heartbeatTimeoutSeconds} seconds`,
-    retry: {
-      maximumAttempts: config.rollout.maxAttempts,
-      initialInterval: '1s',
-      maximumInterval: '20s',
-      nonRetryableErrorTypes: ['InvalidConfig', 'PolicyUnavailable'],
-    },
+    retry: RetryPolicies.rollout(config.rollout.maxAttempts),
   });
   return { store, learner, rollouts };
 }
@@ -136,8 +131,7 @@ async function runRollouts(
         if (named) return await rollouts.rollout.executeWithOptions({ summary: `task ${inp.taskId} · sample ${inp.sample}` }, args);
         return await rollouts.rollout(...args);
       } catch (err) {
-        const cause = err instanceof ActivityFailure ? err.cause : undefined;
-        if (round >= MAX_POLICY_RESYNCS || !(cause instanceof ApplicationFailure) || cause.type !== 'PolicyUnavailable') throw err;
+        if (round >= MAX_POLICY_RESYNCS || !isFailureType(err, FailureType.PolicyUnavailable)) throw err;
         await resyncPolicy(url);
       }
     }

@@ -9,6 +9,7 @@ import type { createActivities } from '../activities/index.ts';
 import type { TrackingConfig, TrainingConfig } from '../lib/config.ts';
 import type { IterationMetrics, IterationPhase, ReportRunInput, ReportRunResult, TrainingRunState } from './shapes.ts';
 import { TASK_QUEUES } from './shapes.ts';
+import { RetryPolicies } from '../lib/failures.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -74,7 +75,7 @@ export function runReporter(runId: string, config: () => TrainingConfig): RunRep
     startToCloseTimeout: '5 minutes',
     // it heartbeats between steps: a report lost with its worker is retried within seconds
     heartbeatTimeout: '30 seconds',
-    retry: { maximumAttempts: 3, initialInterval: '2s' },
+    retry: RetryPolicies.report,
   });
   let last: Promise<ReportRunResult | null> = Promise.resolve(null);
   const report = (summary: string, extra: Partial<ReportRunInput> = {}): Promise<ReportRunResult | null> => {
@@ -131,7 +132,7 @@ export async function trackEvaluation(input: TrackEvaluationInput): Promise<void
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '5 minutes',
     heartbeatTimeout: '30 seconds',
-    retry: { maximumAttempts: 3, initialInterval: '2s' },
+    retry: RetryPolicies.report,
   });
   let pending = 1;
   try {
@@ -160,7 +161,7 @@ export async function trackingCatchUp(input: ReportRunInput | TrackEvaluationInp
     startToCloseTimeout: '5 minutes',
     heartbeatTimeout: '30 seconds',
     scheduleToCloseTimeout: '7 days',
-    retry: { initialInterval: '5s', backoffCoefficient: 2, maximumInterval: '5 minutes' },
+    retry: RetryPolicies.untilDelivered,
   });
   if ('evalId' in input) return acts.reportEvaluation.executeWithOptions({ summary: `deliver evaluation ${input.evalId} to MLflow` }, [{ ...input, requireDelivered: true }]);
   return acts.reportRun.executeWithOptions({ summary: `deliver run ${input.runId} to MLflow` }, [{ ...input, requireDelivered: true }]);

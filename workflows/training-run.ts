@@ -2,7 +2,6 @@
 // in a loop and continues-as-new with its small state every `continueAsNewEvery` iterations or when
 // Temporal suggests it (one row in the UI for long); histories recorded before that ran one per run.
 import {
-  ApplicationFailure,
   CancellationScope,
   ContinueAsNew,
   allHandlersFinished,
@@ -41,6 +40,7 @@ import {
 import type { IterationPhase, TrainingRunResult, TrainingRunState } from './shapes.ts';
 import { iterationWorkflowId, TASK_QUEUES } from './shapes.ts';
 import { noteEvaluation, PROGRESS_VIEW_PATCH, runDetails, runReporter } from './run-reporting.ts';
+import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -49,7 +49,7 @@ const RECENT = 50;
 export async function trainingRun(rawConfig: unknown, previous?: TrainingRunState): Promise<TrainingRunResult> {
   const v = validateConfig(rawConfig);
   if (!v.ok) {
-    throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `invalid training config: ${v.errors.join('; ')}` });
+    throw nonRetryable(FailureType.InvalidConfig, `invalid training config: ${v.errors.join('; ')}`);
   }
   const runId = v.config.runId ?? workflowInfo().workflowId;
   let config: TrainingConfig = { ...v.config, runId };
@@ -90,7 +90,7 @@ export async function trainingRun(rawConfig: unknown, previous?: TrainingRunStat
       validator: (update) => {
         const r = validateHyperparametersUpdate(update);
         if (!r.ok) {
-          throw ApplicationFailure.create({ type: 'InvalidHyperparameters', nonRetryable: true, message: `invalid hyperparameters: ${r.errors.join('; ')}` });
+          throw nonRetryable(FailureType.InvalidHyperparameters, `invalid hyperparameters: ${r.errors.join('; ')}`);
         }
       },
     },
@@ -127,7 +127,7 @@ export async function trainingRun(rawConfig: unknown, previous?: TrainingRunStat
     const learner = proxyActivities<Activities>({
       taskQueue: TASK_QUEUES.learner,
       startToCloseTimeout: '30 minutes',
-      retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['InvalidConfig'] },
+      retry: RetryPolicies.short(5),
     });
     const init = await learner.initCheckpoint({ storeUrl: config.store.url, runId, model: config.model });
     state.checkpoint = init.checkpoint;
