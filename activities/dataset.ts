@@ -1,6 +1,7 @@
 // Dataset and bookkeeping activities (rollout queue): the task batch of an iteration and the metrics log.
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
-import { frozenLakeTaskIds, hashInts } from '../lib/envs/frozenlake.ts';
+import { frozenLakeTaskIds } from '../lib/envs/frozenlake.ts';
+import { hashInts } from '../lib/seed.ts';
 import { listSweTasks } from './swe.ts';
 import { keys, openStore } from '../lib/store.ts';
 import { runIteration, runMeanReward, runSuccessRate } from './metrics.ts';

@@ -19,7 +19,7 @@ import { instanceReport, modelDirName, reportJson, runSummary, type InstanceRepo
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { EndReason } from '../lib/types.ts';
 import { createSweEnvironment } from './swe-env.ts';
-import { rolloutSeed } from './rollout.ts';
+import { evalEpisodeSeed } from '../lib/seed.ts';
 import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
 
 /** What the plan fixes once: the tasks, runs, repositories and the resolved model. */
@@ -176,11 +176,6 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
   await store.putJson(evalKeys.config(evalId), config);
   await store.putJson(evalKeys.plan(evalId), plan);
   return plan;
-}
-
-/** Episode seed from (evaluation seed, task, run): the rollout seed with the run as the sample. */
-export function evalEpisodeSeed(seed: number, taskId: string, run: number): number {
-  return rolloutSeed(seed, 0, taskId, run);
 }
 
 const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();

@@ -9,6 +9,7 @@ import { resolve } from 'node:path';
 import { z } from 'zod';
 import type { TemplateMessage, Tokenizer } from '../lib/tokenizer.ts';
 import { policyModelLoads, recordGeneration } from './metrics.ts';
+import { chunkSeed } from '../lib/seed.ts';
 
 /** What the server needs from gpu-learner's `Learner` (structural, so any engine with this shape serves). */
 export interface ServableModel {
@@ -237,9 +238,6 @@ interface Generation {
 
 /** Tokens of the first stop-string chunk; each later chunk doubles (so re-reading the prefix costs O(log n) prefills). */
 const FIRST_STOP_CHUNK = 16;
-
-/** Seed of chunk j of a stop-string generation, from the request's seed. */
-const chunkSeed = (seed: number, j: number): number => (j === 0 ? seed : (seed + j * 0x9e3779b1) % 2 ** 52);
 
 /** `<tool_call>{"name": ..., "arguments": ...}</tool_call>` blocks (Qwen3 / Hermes format) in generated text. */
 const TOOL_CALL_BLOCK = /<tool_call>\s*([\s\S]*?)\s*<\/tool_call>/g;

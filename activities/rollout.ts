@@ -2,7 +2,8 @@
 // recorded token-exactly into the artifact store. Idempotent: a stored trajectory is returned as is.
 import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
-import { frozenLakeFromTaskId, hashInts } from '../lib/envs/frozenlake.ts';
+import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
+import { rolloutSeed } from '../lib/seed.ts';
 import { runEpisode, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
 import { createPolicyClient, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
 import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
@@ -54,18 +55,6 @@ const factories = new Map<string, EnvironmentFactory>([
 
 export function registerEnvironment(kind: string, factory: EnvironmentFactory): void {
   factories.set(kind, factory);
-}
-
-/** FNV-1a of a string, for folding task ids into seeds. */
-function hashString(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
-  return h;
-}
-
-/** Episode seed from (run seed, iteration, task id, sample) (DESIGN §2). */
-export function rolloutSeed(seed: number, n: number, taskId: string, sample: number): number {
-  return hashInts(seed, n, hashString(taskId), sample);
 }
 
 const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();

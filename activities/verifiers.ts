@@ -13,7 +13,7 @@ import type { Sandbox } from '../lib/sandbox.ts';
 import { openStore, type ArtifactStore } from '../lib/store.ts';
 import { logFormatOf, parseTestLog } from '../lib/swe/testlog.ts';
 import type { SweTask } from '../lib/swe/task.ts';
-import { hashInts } from '../lib/envs/frozenlake.ts';
+import { hashInts } from '../lib/seed.ts';
 import { curvePlotFiles, readEvalEpisodes, runReportFiles, storedEvalConfig, storedPlan, type EvalEpisodeRecord } from './evaluation.ts';
 import { ensureTaskImage, taskImageName } from './images.ts';
 import { createSandboxBackend } from './sandbox/index.ts';

@@ -11,7 +11,7 @@
 // or cannot be graded (reward).
 
 import type { ChatMessage, CompletionRequest, CompletionResult, EndReason, TextEnvironment, Trajectory } from './types.ts';
-import { hashInts } from './envs/frozenlake.ts';
+import { hashInts } from './seed.ts';
 
 /** The part of lib/tokenizer.ts's Tokenizer the loop needs. */
 export interface EpisodeTokenizer {
