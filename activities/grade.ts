@@ -26,7 +26,7 @@ import { pathsToRestore } from '../lib/swe/runner-guard.ts';
 import { pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
 import { ensureTaskImage } from './images.ts';
 import { gradingSeconds } from './metrics.ts';
-import { shq } from './sandbox/common.ts';
+import { shq } from '../lib/shell.ts';
 
 export { GRADER_VERSION, GradingError, type GradeReason, type GradeResult, type TestOutcome } from '../lib/swe/grading.ts';
 

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { defaultDocker } from './sandbox/docker.ts';
 import { buildTar } from './sandbox/common.ts';
 import type { SweTask } from '../lib/swe/task.ts';
+import { mapInLanes } from '../lib/pool.ts';
 
 export const BASE_RECIPE = {
   tool: 'debootstrap',
@@ -174,15 +175,10 @@ export async function buildImages(tasks: SweTask[], opts: { docker?: Docker; con
     opts.log?.(`${b.image} ${b.status} ${b.seconds.toFixed(1)} s`);
     events.push(b);
   }
-  let next = 0;
-  const worker = async () => {
-    while (next < tasks.length) {
-      const t = tasks[next++]!;
-      const e = await ensureTaskImage(t, opts);
-      opts.log?.(`${e.image} ${e.status} ${e.seconds.toFixed(1)} s`);
-      events.push(e);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, opts.concurrency ?? 2) }, worker));
+  await mapInLanes(tasks, Math.max(1, opts.concurrency ?? 2), async (t) => {
+    const e = await ensureTaskImage(t, opts);
+    opts.log?.(`${e.image} ${e.status} ${e.seconds.toFixed(1)} s`);
+    events.push(e);
+  });
   return events;
 }

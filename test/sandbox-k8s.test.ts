@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import type { Writable } from 'node:stream';
 import type { V1Status } from '@kubernetes/client-node';
 import { spawn } from 'node:child_process';
-import { OWNER_LABELS, ownerLabels, processStartTicks } from '../activities/sandbox/common.ts';
+import { OWNER_LABELS, ownerLabels } from '../activities/sandbox/common.ts';
+import { processStartTicks } from '../lib/process-identity.ts';
 import { SweTools } from '../lib/swe/tools.ts';
 import { SandboxDeadError } from '../lib/sandbox.ts';
 import {

@@ -20,12 +20,12 @@ import { EVAL_DONE_SA, EVAL_PASS1_SA, evaluationStatusQuery, shardProgressSignal
 import type { EvalItem, EvaluationRunResult, EvaluationShardInput, EvaluationStatus, ShardProgress, ShardResult } from './evaluation-shapes.ts';
 import { TASK_QUEUES, type SyncPolicyInput } from './shapes.ts';
 import { trackEvaluation } from './run-reporting.ts';
-import { FailureType, INVALID_INPUT, isFailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
+import { FailureType, INVALID_INPUT, nonRetryable, RetryPolicies } from '../lib/failures.ts';
+import { lanesPerGroup, mapInLanes } from '../lib/pool.ts';
+import { policyResync } from '../lib/policy-resync.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
-/** syncPolicy rounds one episode may ask for when our policy server is unreachable */
-const MAX_POLICY_RESYNCS = 3;
 /** least workflow time between two progress signals of a shard, and between two search-attribute upserts */
 const PROGRESS_EVERY_MS = 2000;
 /** evaluations with config.tracking become MLflow runs (issue 13) */
@@ -114,30 +114,25 @@ export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunRe
   for (let i = 0; i < items.length; i += config.shardSize) shards.push(items.slice(i, i + config.shardSize));
   status.shards = shards.length;
   const concurrentShards = Math.min(shards.length, config.concurrency);
-  const lanes = Math.max(1, Math.floor(config.concurrency / concurrentShards));
+  const lanes = lanesPerGroup(config.concurrency, concurrentShards);
   const episodeMinutes = config.episodeTimeoutMinutes + config.gradeTimeoutSeconds / 60 + 10;
-  let next = 0;
-  const shardLane = async (): Promise<void> => {
-    while (next < shards.length) {
-      const i = next++;
-      const input: EvaluationShardInput = {
-        evalId,
-        storeUrl,
-        shard: i,
-        items: shards[i]!,
-        lanes,
-        ...(policyUrl ? { policyUrl } : {}),
-        ...(sync ? { sync } : {}),
-        maxAttempts: config.maxAttempts,
-        heartbeatTimeoutSeconds: config.heartbeatTimeoutSeconds,
-        episodeMinutes,
-      };
-      const r: ShardResult = await executeChild(evaluationShard, { workflowId: shardWorkflowId(evalId, i), taskQueue: TASK_QUEUES.learner, args: [input] });
-      shardCounts.set(i, r);
-      publish(false);
-    }
-  };
-  await Promise.all(Array.from({ length: concurrentShards }, shardLane));
+  await mapInLanes(shards, Math.max(1, concurrentShards), async (items, i) => {
+    const input: EvaluationShardInput = {
+      evalId,
+      storeUrl,
+      shard: i,
+      items,
+      lanes,
+      ...(policyUrl ? { policyUrl } : {}),
+      ...(sync ? { sync } : {}),
+      maxAttempts: config.maxAttempts,
+      heartbeatTimeoutSeconds: config.heartbeatTimeoutSeconds,
+      episodeMinutes,
+    };
+    const r: ShardResult = await executeChild(evaluationShard, { workflowId: shardWorkflowId(evalId, i), taskQueue: TASK_QUEUES.learner, args: [input] });
+    shardCounts.set(i, r);
+    publish(false);
+  });
 
   status.phase = 'reporting';
   const summary = await store.writeEvaluationReport({ storeUrl, evalId });
@@ -184,51 +179,25 @@ export async function evaluationShard(input: EvaluationShardInput): Promise<Shar
     retry: RetryPolicies.short(),
   });
 
-  let policyUrl = input.policyUrl;
-  let resync: Promise<void> | null = null;
   // our policy server went away (its learner worker restarted): one shared syncPolicy, then retry
-  const resyncPolicy = (failedUrl: string | undefined): Promise<void> => {
-    if (!input.sync || failedUrl !== policyUrl) return Promise.resolve();
-    resync ??= learner
-      .syncPolicy(input.sync)
-      .then((r) => {
-        policyUrl = r.policyUrl;
-      })
-      .finally(() => {
-        resync = null;
-      });
-    return resync;
-  };
-  const runEpisode = async (it: EvalItem) => {
-    for (let round = 0; ; round++) {
-      const url = policyUrl;
-      try {
-        return await episodes.evalEpisode({ storeUrl: input.storeUrl, evalId: input.evalId, taskId: it.taskId, run: it.run, ...(url ? { policyUrl: url } : {}) });
-      } catch (err) {
-        if (round >= MAX_POLICY_RESYNCS || !input.sync || !isFailureType(err, FailureType.PolicyUnavailable)) throw err;
-        await resyncPolicy(url);
-      }
-    }
-  };
+  const sync = input.sync;
+  const policy = policyResync(input.policyUrl, sync && (async () => (await learner.syncPolicy(sync)).policyUrl));
+  const runEpisode = (it: EvalItem) =>
+    policy.run((url) => episodes.evalEpisode({ storeUrl: input.storeUrl, evalId: input.evalId, taskId: it.taskId, run: it.run, ...(url ? { policyUrl: url } : {}) }));
 
-  let next = 0;
-  const lane = async (): Promise<void> => {
-    while (next < input.items.length) {
-      const it = input.items[next++]!;
-      try {
-        const s = await runEpisode(it);
-        if (s.resolved) progress.resolved++;
-      } catch (err) {
-        if (!(err instanceof ActivityFailure)) throw err;
-        // the episode could not happen and its retries ran out: an error with its reason, not a model result
-        progress.errors++;
-        await bookkeeping.recordEvalError({ storeUrl: input.storeUrl, evalId: input.evalId, taskId: it.taskId, run: it.run, reason: reasonOf(err.cause ?? err) });
-      }
-      progress.done++;
-      await report(false);
+  await mapInLanes(input.items, input.lanes, async (it) => {
+    try {
+      const s = await runEpisode(it);
+      if (s.resolved) progress.resolved++;
+    } catch (err) {
+      if (!(err instanceof ActivityFailure)) throw err;
+      // the episode could not happen and its retries ran out: an error with its reason, not a model result
+      progress.errors++;
+      await bookkeeping.recordEvalError({ storeUrl: input.storeUrl, evalId: input.evalId, taskId: it.taskId, run: it.run, reason: reasonOf(err.cause ?? err) });
     }
-  };
-  await Promise.all(Array.from({ length: Math.min(input.lanes, input.items.length) }, lane));
+    progress.done++;
+    await report(false);
+  });
   await report(true);
   return { ...progress };
 }

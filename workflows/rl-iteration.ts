@@ -34,12 +34,12 @@ import type {
   RolloutSummary,
 } from './shapes.ts';
 import { rolloutChunkWorkflowId, TASK_QUEUES } from './shapes.ts';
-import { FailureType, isFailureType, RetryPolicies } from '../lib/failures.ts';
+import { RetryPolicies } from '../lib/failures.ts';
+import { lanesPerGroup, mapInLanes } from '../lib/pool.ts';
+import { policyResync } from '../lib/policy-resync.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
-/** syncPolicy rounds one rollout may ask for when the policy server is unreachable */
-const MAX_POLICY_RESYNCS = 3;
 /** failures listed in the metrics (the count is exact) */
 const MAX_REPORTED_FAILURES = 20;
 /** progress signals a rollout child workflow sends its iteration (each costs both histories a few events) */
@@ -105,56 +105,33 @@ async function runRollouts(
 ): Promise<{ summaries: RolloutSummary[]; failures: RolloutFailure[] }> {
   const { config, runId, checkpoint, learner, rollouts } = ctx;
   const storeUrl = config.store.url;
-  const summaries: RolloutSummary[] = new Array(inputs.length);
   const failures: RolloutFailure[] = [];
-  let policyUrl = firstPolicyUrl;
-  let resync: Promise<void> | null = null;
-  // The policy server went away (its learner worker restarted): one shared syncPolicy, then retry.
-  const resyncPolicy = (failedUrl: string): Promise<void> => {
-    if (failedUrl !== policyUrl) return Promise.resolve();
-    resync ??= learner
-      .syncPolicy({ storeUrl, runId, checkpoint, policyBaseUrl: config.policy.baseUrl, model: config.policy.model, ...weightSyncOf(config) })
-      .then((r) => {
-        policyUrl = r.policyUrl;
-      })
-      .finally(() => {
-        resync = null;
-      });
-    return resync;
-  };
+  // the policy server went away (its learner worker restarted): one shared syncPolicy, then retry
+  const policy = policyResync(firstPolicyUrl, async () => {
+    const r = await learner.syncPolicy({ storeUrl, runId, checkpoint, policyBaseUrl: config.policy.baseUrl, model: config.policy.model, ...weightSyncOf(config) });
+    return r.policyUrl;
+  });
   const named = inputs.length > 0 && patched(ROLLOUT_SUMMARY_PATCH);
-  const runRollout = async (inp: RolloutInput): Promise<RolloutSummary> => {
-    for (let round = 0; ; round++) {
-      const url = policyUrl;
-      try {
-        const args: [RolloutInput] = [{ ...inp, policyUrl: url }];
-        if (named) return await rollouts.rollout.executeWithOptions({ summary: `task ${inp.taskId} · sample ${inp.sample}` }, args);
-        return await rollouts.rollout(...args);
-      } catch (err) {
-        if (round >= MAX_POLICY_RESYNCS || !isFailureType(err, FailureType.PolicyUnavailable)) throw err;
-        await resyncPolicy(url);
-      }
+  const runRollout = (inp: RolloutInput): Promise<RolloutSummary> =>
+    policy.run((url) => {
+      const args: [RolloutInput] = [{ ...inp, policyUrl: url! }];
+      if (named) return rollouts.rollout.executeWithOptions({ summary: `task ${inp.taskId} · sample ${inp.sample}` }, args);
+      return rollouts.rollout(...args);
+    });
+  const summaries = await mapInLanes(inputs, lanes, async (inp): Promise<RolloutSummary> => {
+    let ok = true;
+    let summary: RolloutSummary;
+    try {
+      summary = await runRollout(inp);
+    } catch (err) {
+      if (!(err instanceof ActivityFailure)) throw err;
+      ok = false;
+      failures.push({ taskId: inp.taskId, sample: inp.sample, error: failureText(err) });
+      summary = { key: '', taskId: inp.taskId, sample: inp.sample, reward: 0, end: 'error', steps: 0, tokens: 0, responseTokens: 0, seconds: 0 };
     }
-  };
-  let next = 0;
-  // A fixed pool of lanes keeps at most `lanes` activities scheduled at once.
-  const lane = async (): Promise<void> => {
-    while (next < inputs.length) {
-      const i = next++;
-      const inp = inputs[i];
-      let ok = true;
-      try {
-        summaries[i] = await runRollout(inp);
-      } catch (err) {
-        if (!(err instanceof ActivityFailure)) throw err;
-        ok = false;
-        failures.push({ taskId: inp.taskId, sample: inp.sample, error: failureText(err) });
-        summaries[i] = { key: '', taskId: inp.taskId, sample: inp.sample, reward: 0, end: 'error', steps: 0, tokens: 0, responseTokens: 0, seconds: 0 };
-      }
-      onDone(ok);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(lanes, inputs.length) }, lane));
+    onDone(ok);
+    return summary;
+  });
   return { summaries, failures };
 }
 
@@ -168,7 +145,7 @@ async function fanOutRollouts(input: RlIterationInput, taskIds: string[], policy
   const groups: string[][] = [];
   for (let i = 0; i < taskIds.length; i += per) groups.push(taskIds.slice(i, i + per));
   const running = Math.min(groups.length, config.maxInflightRollouts);
-  const lanes = Math.max(1, Math.floor(config.maxInflightRollouts / running));
+  const lanes = lanesPerGroup(config.maxInflightRollouts, running);
   const done = new Map<number, RolloutChunkProgress>();
   const tally = () => {
     let d = 0;
@@ -184,26 +161,19 @@ async function fanOutRollouts(input: RlIterationInput, taskIds: string[], policy
     if ((done.get(p.chunk)?.done ?? -1) < p.done) done.set(p.chunk, p);
     tally();
   });
-  const results: RolloutChunkResult[] = new Array(groups.length);
-  let next = 0;
-  const slot = async (): Promise<void> => {
-    while (next < groups.length) {
-      const chunk = next++;
-      const chunkInput: RolloutChunkInput = { runId, n, checkpoint, chunk, taskIds: groups[chunk], lanes, policyUrl, config };
-      const r = await executeChild(rolloutChunk, {
-        workflowId: rolloutChunkWorkflowId(runId, n, chunk),
-        taskQueue: TASK_QUEUES.learner,
-        args: [chunkInput],
-        // its first task schedules up to a thousand activities: on a loaded host that can pass the 10 s default
-        workflowTaskTimeout: '60s',
-      });
-      results[chunk] = r;
-      done.set(chunk, { chunk, done: r.rollouts, errors: r.rolloutErrors });
-      tally();
-    }
-  };
-  await Promise.all(Array.from({ length: running }, slot));
-  return results;
+  return mapInLanes(groups, running, async (taskIds, chunk) => {
+    const chunkInput: RolloutChunkInput = { runId, n, checkpoint, chunk, taskIds, lanes, policyUrl, config };
+    const r = await executeChild(rolloutChunk, {
+      workflowId: rolloutChunkWorkflowId(runId, n, chunk),
+      taskQueue: TASK_QUEUES.learner,
+      args: [chunkInput],
+      // its first task schedules up to a thousand activities: on a loaded host that can pass the 10 s default
+      workflowTaskTimeout: '60s',
+    });
+    done.set(chunk, { chunk, done: r.rollouts, errors: r.rolloutErrors });
+    tally();
+    return r;
+  });
 }
 
 /**

@@ -10,6 +10,7 @@ import { selectionStatusQuery } from './evaluation-signals.ts';
 import type { SelectionStatus } from './evaluation-shapes.ts';
 import { TASK_QUEUES } from './shapes.ts';
 import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
+import { lanesPerGroup, mapInLanes } from '../lib/pool.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -71,21 +72,16 @@ export async function selectBestOfK(rawConfig: unknown): Promise<SelectionResult
   }
   if (cur.length) shards.push(cur);
   const concurrentShards = Math.max(1, Math.min(shards.length, config.concurrency));
-  const lanes = Math.max(1, Math.floor(config.concurrency / concurrentShards));
-  let next = 0;
-  const shardLane = async (): Promise<void> => {
-    while (next < shards.length) {
-      const i = next++;
-      const r = await executeChild(selectionShard, {
-        workflowId: `${config.evalId}-${selectionId}-shard-${i}`,
-        taskQueue: TASK_QUEUES.learner,
-        args: [{ storeUrl: config.store.url, evalId: config.evalId, selectionId, tasks: shards[i]!, lanes, executionFree: ef, executionBased: eb, reproduction: repro, maxAttempts: config.maxAttempts }],
-      });
-      status.done += r.done;
-      status.errors += r.errors;
-    }
-  };
-  await Promise.all(Array.from({ length: concurrentShards }, shardLane));
+  const lanes = lanesPerGroup(config.concurrency, concurrentShards);
+  await mapInLanes(shards, concurrentShards, async (tasks, i) => {
+    const r = await executeChild(selectionShard, {
+      workflowId: `${config.evalId}-${selectionId}-shard-${i}`,
+      taskQueue: TASK_QUEUES.learner,
+      args: [{ storeUrl: config.store.url, evalId: config.evalId, selectionId, tasks, lanes, executionFree: ef, executionBased: eb, reproduction: repro, maxAttempts: config.maxAttempts }],
+    });
+    status.done += r.done;
+    status.errors += r.errors;
+  });
   status.phase = 'selecting';
   const report = await store.writeSelectionReport({ storeUrl: config.store.url, evalId: config.evalId, selectionId });
   status.phase = 'done';
@@ -121,10 +117,6 @@ export async function selectionShard(input: SelectionShardInput): Promise<{ done
     }
     await Promise.all(efs);
   };
-  let next = 0;
-  const lane = async (): Promise<void> => {
-    while (next < input.tasks.length) await oneTask(input.tasks[next++]!);
-  };
-  await Promise.all(Array.from({ length: Math.min(input.lanes, input.tasks.length) }, lane));
+  await mapInLanes(input.tasks, input.lanes, oneTask);
   return { done, errors };
 }

@@ -3,6 +3,7 @@
 import { proxyActivities } from '@temporalio/workflow';
 import type * as swe from '../activities/swe.ts';
 import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
+import { mapInLanes } from '../lib/pool.ts';
 
 export interface ValidateTasksInput {
   tasksFile: string;
@@ -49,20 +50,13 @@ export async function validateTasks(input: ValidateTasksInput): Promise<Validate
     if (missing.length) throw nonRetryable(FailureType.InvalidInput, `instanceIds not in ${input.tasksFile}: ${missing.join(', ')}`);
     todo = input.instanceIds;
   }
-  const results: swe.TaskValidation[] = new Array(todo.length);
-  let next = 0;
-  const lane = async () => {
-    while (next < todo.length) {
-      const i = next++;
-      const instanceId = todo[i]!;
-      try {
-        results[i] = await validateSweTask({ tasksFile: input.tasksFile, instanceId, ...(input.timeoutS ? { timeoutS: input.timeoutS } : {}) });
-      } catch (e) {
-        results[i] = { instanceId, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
-      }
+  const results = await mapInLanes(todo, concurrency, async (instanceId): Promise<swe.TaskValidation> => {
+    try {
+      return await validateSweTask({ tasksFile: input.tasksFile, instanceId, ...(input.timeoutS ? { timeoutS: input.timeoutS } : {}) });
+    } catch (e) {
+      return { instanceId, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
     }
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, Math.max(todo.length, 1)) }, lane));
+  });
   const valid = results.filter((r) => r.valid).length;
   return { results, valid, invalid: results.length - valid, loadErrors };
 }

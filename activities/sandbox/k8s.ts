@@ -22,11 +22,11 @@ import {
   omittedOf,
   ownerLabels,
   sandboxPath,
-  shq,
   sweepReason,
   type TarFile,
 } from './common.ts';
 import { DEFAULT_MAX_PATCH_BYTES, SandboxDiskLimitError, SandboxUnavailableError } from '../../lib/sandbox.ts';
+import { shq } from '../../lib/shell.ts';
 
 export const CONTAINER_NAME = 'sandbox';
 const KILL_AFTER_S = 2;

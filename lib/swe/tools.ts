@@ -6,6 +6,7 @@ import { SandboxDiskLimitError, SandboxInfraError, type OmittedOutput, type Sand
 import type { EndReason } from '../types.ts';
 import type { ToolCall, ToolSchemas } from '../toolcall.ts';
 import { CONDENSE_OVER_LINES, condensePython } from './python-outline.ts';
+import { shq } from '../shell.ts';
 
 export const REPO_ROOT = '/testbed';
 export const DEFAULT_COMMAND_TIMEOUT_S = 90;
@@ -81,11 +82,6 @@ export interface SweToolsOptions {
   maxObservationChars?: number;
   /** clock, for tests */
   now?: () => number;
-}
-
-/** Quotes `s` for bash. */
-export function shq(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
 /** Clips `text` at `max` characters with a note saying how much was cut. */

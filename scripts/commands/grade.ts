@@ -17,6 +17,7 @@ import { checkPredictionIds, goldPredictions, loadPredictions, type Prediction }
 import { GRADER_VERSION, GradingError, type GradeResult } from '../../lib/swe/grading.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../../lib/swe/report.ts';
 import { defaultTasksFile } from './images.ts';
+import { mapInLanes } from '../../lib/pool.ts';
 
 const ATTEMPTS = 3;
 
@@ -95,15 +96,7 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
     o.onProgress?.(++done, preds.length, { instanceId: p.instance_id, outcome });
   };
 
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.max(1, o.concurrency) }, async () => {
-      while (next < preds.length) {
-        const p = preds[next++]!;
-        await gradeOne(p, byId.get(p.instance_id)!);
-      }
-    }),
-  );
+  await mapInLanes(preds, Math.max(1, o.concurrency), (p) => gradeOne(p, byId.get(p.instance_id)!));
   const summary = runSummary({ datasetIds: tasks.map((t) => t.instance_id), predictions: preds, reports, errors: failures, graderVersion: GRADER_VERSION });
   const first = preds[0]?.model_name_or_path ?? 'none';
   const summaryPath = join(o.outDir, `${modelDirName(first)}.${o.runId}.json`);

@@ -5,6 +5,7 @@ import type { Command } from 'commander';
 import { resolve } from 'node:path';
 import { formatLoadError, loadTasks } from '../../lib/swe/task.ts';
 import { defaultTasksFile } from './images.ts';
+import { mapInLanes } from '../../lib/pool.ts';
 
 interface Line {
   instanceId: string;
@@ -25,22 +26,17 @@ export async function validateTasksLocally(tasksFile: string, concurrency: numbe
   const backend = await createSandboxBackend();
   await buildImages(tasks, { concurrency: Math.min(concurrency, 4) });
   const results: Line[] = [];
-  let next = 0;
-  const lane = async () => {
-    while (next < tasks.length) {
-      const task = tasks[next++]!;
-      let r: Line;
-      try {
-        const v = await validateTask({ task, backend });
-        r = { instanceId: v.instanceId, valid: v.valid, problems: v.problems, durationS: v.durationS };
-      } catch (e) {
-        r = { instanceId: task.instance_id, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
-      }
-      results.push(r);
-      onResult(r);
+  await mapInLanes(tasks, Math.max(1, concurrency), async (task) => {
+    let r: Line;
+    try {
+      const v = await validateTask({ task, backend });
+      r = { instanceId: v.instanceId, valid: v.valid, problems: v.problems, durationS: v.durationS };
+    } catch (e) {
+      r = { instanceId: task.instance_id, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
     }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, concurrency) }, lane));
+    results.push(r);
+    onResult(r);
+  });
   return { results, loadErrors: errors.map(formatLoadError) };
 }
 

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import type { SandboxBackend } from '../../lib/sandbox.ts';
 import { filesInPatch, type SweTask } from '../../lib/swe/task.ts';
 import { filesOfTestIds } from '../../lib/swe/runner-guard.ts';
-import { shq } from '../../activities/sandbox/common.ts';
+import { shq } from '../../lib/shell.ts';
 import { ensureTaskImage } from '../../activities/images.ts';
 
 const DIR = fileURLToPath(new URL('../fixtures/adversarial/', import.meta.url));
