@@ -125,7 +125,7 @@ export class LearnerContext {
       await this.server.setLearner(learner, checkpoint, dir);
       return;
     }
-    const { startPolicyServer } = (await import('./policy-server.ts')) as unknown as {
+    const { startPolicyServer } = (await import('../policy-server/index.ts')) as unknown as {
       startPolicyServer(o: { learner: unknown; port: number; host: string; modelName: string; checkpoint: number; modelPath: string; loadModel?: (dir: string) => Promise<unknown> }): Promise<PolicyServerHandle>;
     };
     this.server = await startPolicyServer({

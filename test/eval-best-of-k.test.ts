@@ -13,7 +13,7 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readEvalEpisodes } from '../activities/evaluation.ts';
-import { startPolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { startPolicyServer, type ServableModel } from '../policy-server/index.ts';
 import type { ExecutionFreeResult, ExecutionScores } from '../activities/verifiers.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { passAtK } from '../lib/eval/metrics.ts';

@@ -6,7 +6,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startPolicyServer, type PolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { startPolicyServer, type PolicyServer, type ServableModel } from '../policy-server/index.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { FROZENLAKE_ACTION_IDS, writeModel } from '../lib/presets.ts';
 import { createPolicyClient, servesCheckpoint } from '../lib/policy-client.ts';
@@ -350,7 +350,7 @@ test('chat completions, top log-probs, stop strings and strict parameters, throu
       messages: [...messages, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'finish', arguments: '{"command":"submit"}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'ok' }],
     });
     assert.ok(follow.usage!.prompt_tokens > withTools.usage!.prompt_tokens);
-    const { parseToolCallBlocks } = await import('../activities/policy-server.ts');
+    const { parseToolCallBlocks } = await import('../policy-server/index.ts');
     const p = parseToolCallBlocks('Let me submit.\n<tool_call>\n{"name": "finish", "arguments": {"command": "submit"}}\n</tool_call>', () => 'id1');
     assert.deepEqual(p, { content: 'Let me submit.', toolCalls: [{ id: 'id1', type: 'function', function: { name: 'finish', arguments: '{"command":"submit"}' } }] });
     assert.deepEqual(parseToolCallBlocks('<tool_call>{not json}</tool_call>'), { content: '<tool_call>{not json}</tool_call>', toolCalls: [] });

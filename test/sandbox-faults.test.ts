@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { DockerBackend, sweepSandboxes } from '../activities/sandbox/docker.ts';
 import { OWNER_LABELS, SANDBOX_LABEL } from '../activities/sandbox/common.ts';
-import { startPolicyServer, type PolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { startPolicyServer, type PolicyServer, type ServableModel } from '../policy-server/index.ts';
 import { writeModel } from '../lib/presets.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { fileStoreUrl, keys, openStore } from '../lib/store.ts';

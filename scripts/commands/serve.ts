@@ -36,7 +36,7 @@ export function register(program: Command): void {
       const o = parsed.data;
       const { Learner } = await import('../../gpu-learner/index.ts');
       const { loadTokenizer } = await import('../../lib/tokenizer.ts');
-      const { startPolicyServer } = await import('../../activities/policy-server.ts');
+      const { startPolicyServer } = await import('../../policy-server/index.ts');
       const loadOpts = { device: o.device, ...(o.threads ? { threads: o.threads } : {}) };
       const learner = await Learner.load(o.model, loadOpts);
       const tokenizer = existsSync(join(o.model, 'tokenizer.json')) ? await loadTokenizer(o.model) : undefined;
