@@ -20,6 +20,7 @@ import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { EndReason } from '../lib/types.ts';
 import { createSweEnvironment } from './swe-env.ts';
 import { evalEpisodeSeed } from '../lib/seed.ts';
+import { curvePlotFiles } from '../lib/plot.ts';
 import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
 
 /** What the plan fixes once: the tasks, runs, repositories and the resolved model. */
@@ -326,29 +327,6 @@ export async function recordEvalError(input: { storeUrl: string; evalId: string;
   if (await store.exists(evalKeys.episode(input.evalId, input.taskId, input.run))) return;
   const rec: EvalErrorRecord = { taskId: input.taskId, run: input.run, reason: input.reason.slice(0, 2000), at: new Date().toISOString() };
   await store.putJson(evalKeys.error(input.evalId, input.taskId, input.run), rec);
-}
-
-/** A curve chart over k (pass@k, Best@K) as report files: an HTML page with its SVG and a table, the PNG and the Vega-Lite spec. */
-export async function curvePlotFiles(base: string, title: string, series: { name: string; values: (number | null)[]; dashed?: boolean }[]): Promise<[string, string | Uint8Array][]> {
-  const { renderChart } = await import('../lib/plot.ts');
-  const chart = await renderChart({
-    title,
-    xTitle: 'k',
-    yTitle: 'resolved rate',
-    series: series.map((x) => ({ name: x.name, points: x.values.flatMap((y, i) => (y === null ? [] : [{ x: i + 1, y }])), ...(x.dashed ? { dashed: true } : {}) })),
-    yDomain: [0, 1],
-    integerX: true,
-  });
-  const esc = (t: string) => t.replace(/&/g, '&amp;').replace(/</g, '&lt;');
-  const cell = (v: number | null | undefined) => (v === null || v === undefined ? '' : `${(100 * v).toFixed(1)}%`);
-  const rows = series[0]!.values.map((_, i) => `<tr><td>${i + 1}</td>${series.map((x) => `<td>${cell(x.values[i])}</td>`).join('')}</tr>`).join('\n');
-  const html = `<!doctype html>\n<html><head><meta charset="utf-8"><title>${esc(title)}</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>\n${chart.svg}\n<table><thead><tr><th>k</th>${series.map((x) => `<th>${esc(x.name)}</th>`).join('')}</tr></thead><tbody>\n${rows}\n</tbody></table>\n</body></html>\n`;
-  return [
-    [`${base}.html`, html],
-    [`${base}.svg`, chart.svg],
-    [`${base}.png`, chart.png],
-    [`${base}.vl.json`, JSON.stringify(chart.spec)],
-  ];
 }
 
 /** Every stored episode record of an evaluation. */
