@@ -1,7 +1,7 @@
 // Records histories of the evaluation workflows into test/histories/ for test/replay.test.ts (needs Docker
 // and the shared SWE tasks): evaluationRun with two shards (a scripted chat model: gold in run 0, nothing
 // in run 1), selectBestOfK over it (the tiny model as the execution-free judge, regression tests), and a
-// one-iteration SWE training run whose rlIteration starts a validation evaluationRun (patched).
+// one-iteration SWE training run whose rlIteration starts a validation evaluationRun.
 // Re-record only after an intended change of these workflows: `node --import tsx scripts/record-eval-histories.ts`.
 // `... record-eval-histories.ts tracking` records only evaluationRun-tracking-0.json (an evaluation with
 // config.tracking whose MLflow server is down) and trackingCatchUp-eval-0.json, its catch-up child.

@@ -13,9 +13,6 @@ import { RetryPolicies } from '../lib/failures.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
-/** Patch id of issue 13's trainingRun: iterations in a loop, reports after each, current details. */
-export const PROGRESS_VIEW_PATCH = 'training-run-progress-view';
-
 export function trackingCatchUpWorkflowId(runId: string): string {
   return `${runId}-tracking`;
 }
