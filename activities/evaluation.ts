@@ -127,7 +127,9 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
   const store = openStore(config.store.url);
   const evalId = input.evalId;
   const existing = await store.getJson<unknown>(evalKeys.config(evalId));
-  if (existing !== null && !isDeepStrictEqual(existing, config)) {
+  // compared as parsed today, so a config stored before a default changed still matches itself
+  const before = existing === null ? null : validateEvalConfig(existing);
+  if (before !== null && (!before.ok || !isDeepStrictEqual(before.config, config))) {
     throw invalid(`config.evalId: evaluation ${JSON.stringify(evalId)} already exists in ${store.url} with a different config; pick another evalId`);
   }
   const planned = await store.getJson<EvalPlan>(evalKeys.plan(evalId));

@@ -56,7 +56,8 @@ export async function prepareSelection(input: { selectionId: string; config: unk
   const k = c.k ?? plan.runs;
   if (k > plan.runs) throw invalid(`config.k: must be ≤ the evaluation's runs (${plan.runs}), got ${k}`);
   const existing = await store.getJson<unknown>(evalKeys.selectionConfig(c.evalId, input.selectionId));
-  if (existing !== null && !isDeepStrictEqual(existing, c)) throw invalid(`config.selectionId: selection ${JSON.stringify(input.selectionId)} of ${c.evalId} exists with a different config`);
+  const before = existing === null ? null : validateBestOfKConfig(existing);
+  if (before !== null && (!before.ok || !isDeepStrictEqual(before.config, c))) throw invalid(`config.selectionId: selection ${JSON.stringify(input.selectionId)} of ${c.evalId} exists with a different config`);
   await store.putJson(evalKeys.selectionConfig(c.evalId, input.selectionId), c);
   const eps = await readEvalEpisodes(store, c.evalId);
   const candidates = plan.taskIds.map((taskId) => ({ taskId, runs: eps.filter((e) => e.taskId === taskId && e.run < k).map((e) => e.run).sort((a, b) => a - b) }));

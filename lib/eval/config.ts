@@ -50,7 +50,7 @@ const EvalEnvSchema = SweEnvConfigSchema.pick({
 const StoreSchema = z
   .object({ url: z.string().regex(/^file:\/\//, 'must be a file:// URL').default('file://.runs/store') })
   .strict()
-  .default({ url: 'file://.runs/store' });
+  .prefault({});
 
 export const EvalConfigSchema = z
   .object({
@@ -71,7 +71,7 @@ export const EvalConfigSchema = z
     sampling: z
       .object({ temperature: z.number().min(0).max(5).default(1), topP: z.number().gt(0).max(1).default(1) })
       .strict()
-      .default({ temperature: 1, topP: 1 }),
+      .prefault({}),
     /** steps per episode (DeepSWE evaluation: 100) */
     maxSteps: int().min(1).max(10_000).default(100),
     /** generated tokens per episode (DeepSWE evaluation: 64K) */
@@ -87,7 +87,7 @@ export const EvalConfigSchema = z
     heartbeatTimeoutSeconds: z.number().gt(0).max(3600).default(120),
     /** episodes per child workflow, so no history nears Temporal's event limit */
     shardSize: int().min(1).max(2000).default(500),
-    env: EvalEnvSchema.default({}),
+    env: EvalEnvSchema.prefault({}),
     store: StoreSchema,
     /** with `mlflow`, the evaluation is an MLflow run (pass@k, its config, its report files) */
     tracking: TrackingConfigSchema,
