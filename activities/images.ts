@@ -8,6 +8,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import { defaultDocker } from './sandbox/docker.ts';
 import { buildTar } from './sandbox/common.ts';
 import type { SweTask } from '../lib/swe/task.ts';
@@ -152,7 +153,7 @@ export async function ensureTaskImage(task: SweTask, opts: { docker?: Docker } =
     { path: 'Dockerfile', content: taskDockerfile(base) },
     { path: 'repo.tar.gz', content: await readFile(task.source_tarball!) },
   ]);
-  const stream = await docker.buildImage(context as unknown as NodeJS.ReadableStream, { t: name, rm: true, forcerm: true, networkmode: 'none' });
+  const stream = await docker.buildImage(Readable.from(context), { t: name, rm: true, forcerm: true, networkmode: 'none' });
   await new Promise<void>((resolve, reject) => {
     docker.modem.followProgress(
       stream,

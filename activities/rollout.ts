@@ -61,7 +61,7 @@ const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();
 function tokenizerFor(dir: string): Promise<EpisodeTokenizer> {
   let t = tokenizers.get(dir);
   if (!t) {
-    t = Promise.resolve(loadTokenizer(dir) as unknown as EpisodeTokenizer | Promise<EpisodeTokenizer>);
+    t = loadTokenizer(dir);
     t.catch(() => tokenizers.delete(dir));
     tokenizers.set(dir, t);
   }

@@ -41,7 +41,7 @@ const model = await startScriptedModel({
   identify: seedTable(2, ids, 2),
   script: ({ taskId, run }): ScriptTurn[] => (run === 0 ? [...editCallsFromPatch(tasks.find((t) => t.instance_id === taskId)!.patch), FINISH] : [FINISH]),
 });
-const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as { Learner: { load(d: string, o?: { threads?: number }): Promise<ServableModel> } };
+const { Learner } = await import('../gpu-learner/index.ts');
 const tiny = await writeModel(join(dir, 'judge'), 'tiny', 7);
 const judgeModel = await Learner.load(tiny.dir, { threads: 1 });
 const judge = await startPolicyServer({ learner: judgeModel, tokenizer: await loadTokenizer(tiny.dir), modelName: 'judge' });

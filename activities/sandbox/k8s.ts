@@ -313,7 +313,7 @@ export class K8sBackend implements SandboxBackend {
 
   async sweep(): Promise<{ removed: number; failed: number }> {
     const { core } = await this.client();
-    const r = await sweepPods(core as unknown as PodSweepApi, this.namespace);
+    const r = await sweepPods(core, this.namespace);
     return { removed: r.deadOwner.length + r.expired.length + r.retried.length, failed: r.failed.length };
   }
 
@@ -363,7 +363,7 @@ export class K8sSandbox implements Sandbox {
     private readonly retry?: RetryOptions,
   ) {
     this.transport = (command, stdout, stderr, stdin, onStatus) =>
-      exec.exec(namespace, id, CONTAINER_NAME, command, stdout, stderr, stdin, false, onStatus) as unknown as ReturnType<ExecTransport>;
+      exec.exec(namespace, id, CONTAINER_NAME, command, stdout, stderr, stdin, false, onStatus);
   }
 
   /** Polls the pod until Running; a pod that fails, or an image that cannot be pulled, is a clear error. */
