@@ -140,10 +140,6 @@ export async function rewardSvg(points: RewardPoint[], title = DEFAULT_TITLE): P
   return renderSvg(lineChartSpec(rewardChart(points, title)));
 }
 
-export async function rewardPng(points: RewardPoint[], title = DEFAULT_TITLE): Promise<Buffer> {
-  return svgToPng(await rewardSvg(points, title));
-}
-
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 /** A self-contained page: the chart's SVG and the numbers under it. */

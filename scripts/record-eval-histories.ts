@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
-import { startPolicyServer, type ServableModel } from '../policy-server/index.ts';
+import { startPolicyServer } from '../policy-server/index.ts';
 import { writeModel } from '../lib/presets.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';

@@ -7,7 +7,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { DockerBackend, sweepSandboxes, type DockerSandbox } from '../activities/sandbox/docker.ts';
+import { sweepSandboxes, type DockerSandbox } from '../activities/sandbox/docker.ts';
 import { OWNER_LABELS } from '../activities/sandbox/common.ts';
 import { SweEnvironment } from '../activities/swe-env.ts';
 import { SweEnvConfigSchema } from '../lib/swe/env-config.ts';

@@ -259,8 +259,3 @@ export function filesInPatch(patch: string): string[] {
   }
   return files;
 }
-
-/** The test files a task's test_patch touches (`test_files` when given). */
-export function testFilesOf(task: SweTask): string[] {
-  return task.test_files && task.test_files.length ? task.test_files : filesInPatch(task.test_patch);
-}

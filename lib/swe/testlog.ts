@@ -28,8 +28,6 @@ function lines(log: string): string[] {
   return log.replace(ANSI, '').replace(/\r\n?/g, '\n').split('\n');
 }
 
-const PYTEST_WORDS = ['PASSED', 'FAILED', 'ERROR', 'SKIPPED', 'XFAIL', 'XPASS'] as const;
-
 /**
  * The node id at the start of `rest` (what follows the status word): `path::name` up to the first space,
  * or, with parameters, up to the first `]` that ends the line or is followed by a space (pytest appends
@@ -177,9 +175,6 @@ export function parseUnittestLog(log: string): Map<string, TestStatus> {
   }
   return m;
 }
-
-/** Django's runner prints the unittest format. */
-export const parseDjangoLog = parseUnittestLog;
 
 const SYMPY_STATUS: Record<string, TestStatus> = { ok: 'PASSED', F: 'FAILED', E: 'ERROR', f: 'XFAIL', X: 'XPASS', s: 'SKIPPED', w: 'SKIPPED', T: 'FAILED', K: 'FAILED' };
 
