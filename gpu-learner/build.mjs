@@ -25,7 +25,9 @@ function nodeIncludeDir() {
   const candidates = [];
   try {
     candidates.push(require('node-api-headers').include_dir);
-  } catch {}
+  } catch {
+    // not installed: the node binary's own headers below
+  }
   candidates.push(join(dirname(dirname(process.execPath)), 'include', 'node'), '/usr/include/node', '/usr/local/include/node');
   return candidates.find((d) => d && existsSync(join(d, 'node_api.h')));
 }

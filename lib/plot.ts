@@ -26,9 +26,11 @@ export function parseMetricsJsonl(text: string): RewardPoint[] {
   const out: RewardPoint[] = [];
   text.split('\n').forEach((line, i) => {
     if (!line.trim()) return;
-    let row: any;
+    /** a metrics line: its fields, maybe nested under `metrics` */
+    type Row = { metrics?: Row; iteration?: unknown; meanReward?: unknown; successRate?: unknown; eval?: unknown };
+    let row: Row;
     try {
-      row = JSON.parse(line);
+      row = JSON.parse(line) as Row;
     } catch {
       throw new Error(`metrics line ${i + 1} is not JSON: ${line.slice(0, 80)}`);
     }

@@ -49,7 +49,10 @@ async function gradcheck(name: string, config: QwenConfig, mode: 'grpo++' | 'grp
     let clipped = 0, unclipped = 0;
     for (let s = 0; s < 3; s++)
       for (let t = offsets[s] + 1; t < offsets[s + 1]; t++)
-        if (mask[t]) grpoTokenLoss(cur[t], oldLogprobs[t], advantages[s], h.clipLow, mode === 'grpo' ? h.clipLow : h.clipHigh).clipped ? clipped++ : unclipped++;
+        if (mask[t]) {
+          if (grpoTokenLoss(cur[t], oldLogprobs[t], advantages[s], h.clipLow, mode === 'grpo' ? h.clipLow : h.clipHigh).clipped) clipped++;
+          else unclipped++;
+        }
     assert.ok(clipped >= 3 && unclipped >= 3, `both branches exercised (clipped ${clipped}, unclipped ${unclipped})`);
 
     const { loss, grads } = await learner.debugGradients(batch, h);

@@ -100,7 +100,7 @@ const instanceId = z
   .string()
   .min(1)
   .max(200)
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._\-]*$/, 'only letters, digits, ".", "_", "-"');
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'only letters, digits, ".", "_", "-"');
 
 export const SweTaskSchema = z
   .object({

@@ -22,6 +22,7 @@ function put(m: Map<string, TestStatus>, id: string, s: TestStatus): void {
   if (prev === undefined || RANK[s] >= RANK[prev]) m.set(id, s);
 }
 
+// eslint-disable-next-line no-control-regex -- ANSI escape sequences start with ESC
 const ANSI = /\x1b\[[0-9;]*[A-Za-z]/g;
 
 function lines(log: string): string[] {
