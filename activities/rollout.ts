@@ -57,6 +57,11 @@ export function registerEnvironment(kind: string, factory: EnvironmentFactory): 
   factories.set(kind, factory);
 }
 
+/** The factory registered for `kind` (a test wraps the real one to inject faults). */
+export function environmentFactory(kind: string): EnvironmentFactory | undefined {
+  return factories.get(kind);
+}
+
 const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();
 function tokenizerFor(dir: string): Promise<EpisodeTokenizer> {
   let t = tokenizers.get(dir);

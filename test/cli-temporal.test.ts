@@ -1,3 +1,4 @@
+// test-group: temporal
 // The README's way for ML-infra engineers: a run started, queried and listed with the official
 // `temporal` CLI against a running worker (no code of ours on the client side).
 import { test } from 'node:test';

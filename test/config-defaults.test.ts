@@ -1,3 +1,4 @@
+// test-group: unit
 // A field's default applies to configs that omit its whole section. Zod 4's `.default(value)` returns
 // `value` as it is when the section is missing, so a section default that restates its fields silently
 // keeps an old value after a field default changes; `.prefault({})` parses `{}` through the section, so

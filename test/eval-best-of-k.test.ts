@@ -1,3 +1,4 @@
+// test-group: docker
 // Best@K over a finished evaluation whose four runs per task are {gold, empty, wrong fix, an edit of the
 // test files} (scripted agents, real sandboxes and grading): the execution-based verifier (regression
 // tests in fresh containers + reproduction tests from a scripted generator behind a real chat server)

@@ -1,3 +1,4 @@
+// test-group: unit
 // The evaluation's maths (lib/eval): pass@k in product form against exact binomials, the hand-computed
 // (i + r) mod 3 table, the bootstrap interval, the hybrid cascade on hand-made score tables, Best@K.
 import { test } from 'node:test';

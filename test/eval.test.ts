@@ -1,3 +1,4 @@
+// test-group: docker
 // evaluationRun end to end with scripted agents behind a real OpenAI-compatible chat server (the
 // "model": test/helpers/scripted-agent.ts), real Docker sandboxes, real grading, a real dev server and
 // an in-process worker. Known outcomes: gold replay → 1, nothing → 0, (i + r) mod 3 → hand-computed
@@ -20,7 +21,7 @@ import { evalKeys } from '../lib/eval/keys.ts';
 import { freePort } from '../services/temporal-server.ts';
 import { writeModel } from '../lib/presets.ts';
 import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
-import type { SweTask } from '../lib/swe/task.ts';
+import { filesInPatch, type SweTask } from '../lib/swe/task.ts';
 import { evaluationStatusQuery } from '../workflows/evaluation-signals.ts';
 import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
 import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
@@ -111,7 +112,8 @@ test('gold replay on the 8 shared tasks → pass@1 = 1; submitting nothing → 0
     assert.equal(eps.length, 8);
     for (const e of eps) {
       assert.equal(e.end, 'submitted');
-      assert.equal(e.prediction, byId.get(e.taskId)!.patch === '' ? '' : e.prediction);
+      assert.equal(e.prediction, e.patch, 'a graded submission is its patch');
+      assert.deepEqual(filesInPatch(e.prediction).sort(), filesInPatch(byId.get(e.taskId)!.patch).sort(), `${e.taskId}: the replay changes the gold patch's files`);
       assert.ok(e.prediction.includes('diff --git'), e.taskId);
       assert.equal((e.grade as { reason?: string }).reason, 'passed');
       assert.ok(e.messages!.length >= 3 && e.turns.length === e.steps);

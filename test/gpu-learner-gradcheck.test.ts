@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // Gradient check of the native GRPO++/GRPO backward: every parameter tensor's analytic gradient vs
 // central finite differences of the native loss, on tiny random Qwen3 models (GQA 4 q / 2 kv heads,
 // head_dim ≠ hidden/heads, tied and untied LM head, with and without attention bias).

@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // Sharded Hugging Face checkpoints (model.safetensors.index.json + model-0000k-of-0000n.safetensors),
 // as real Qwen3 releases ship them: same weights ⇒ bit-identical log-probs; a broken index is
 // reported naming the file or tensor.

@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // gpu-learner CPU backend: the GRPO++ token loss, packed log-probs vs KV-cache generation, seeds,
 // learning direction, save/load round trip, BF16/F16 checkpoints. Tiny random models, real engine.
 import assert from 'node:assert/strict';

@@ -1,3 +1,4 @@
+// test-group: docker
 // Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The kinds
 // the issue lists (13, ISSUE_LIST below) run on every shared task; the further kinds on three tasks that cover the ways a task
 // puts code on sys.path (python -m pytest from the root, a root-level module, PYTHONPATH=src), or on every

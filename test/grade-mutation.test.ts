@@ -1,3 +1,4 @@
+// test-group: docker
 // Mutation check of the grader's defences: each planted bug (one defence undone, in a copy of the
 // grader's sources under tmp/) must let its adversarial kind score 1, so the corpus
 // (test/grade-adversarial.test.ts) would catch the bug. The real grader gives the same patch 0.

@@ -1,3 +1,4 @@
+// test-group: docker
 // Grading in fresh containers of a real task image.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';

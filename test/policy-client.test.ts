@@ -1,3 +1,4 @@
+// test-group: unit
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';

@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // Real HTTP against a real gpu-learner Learner serving tiny preset checkpoints.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,3 +1,4 @@
+// test-group: unit
 // The bounded pool (lib/pool.ts) and the policy resync helper (lib/policy-resync.ts): pure promise logic,
 // shared by the workflows and the command-line tools.
 import { test } from 'node:test';

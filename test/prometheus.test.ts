@@ -1,3 +1,4 @@
+// test-group: temporal
 // Prometheus against a real server: Debian's prometheus scrapes a `swerl worker --metrics-port` child
 // on loopback every second while a FrozenLake run goes on; queried through its HTTP API, our metrics
 // agree with the run's metrics.jsonl, and the Temporal SDK's worker metrics are there with their labels.

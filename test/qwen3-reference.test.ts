@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // An independent fp64 reference of the Hugging Face Qwen3 forward pass (modeling_qwen3: RMSNorm,
 // q/k per-head norm before rotate-half RoPE, GQA via repeat_kv, causal fp32 softmax, SwiGLU, tied or
 // untied head, attention bias on q/k/v/o), written from the model definition and not from our C++,

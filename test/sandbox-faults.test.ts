@@ -1,3 +1,4 @@
+// test-group: docker
 // Infrastructure faults during SWE rollouts (issue 12), on a Docker engine of this test's own
 // (test/helpers/private-dockerd.ts: btrfs data root in a preallocated loop file, so quotas are real and the
 // engine may be restarted): a sandbox container killed during a tool command, the worker SIGKILLed, the

@@ -1,3 +1,4 @@
+// test-group: unit
 // Kubernetes backend without a cluster: pod spec, retry classification, exec stream/status handling.
 // SWERL_K8S_E2E=1 runs the end-to-end test against the cluster in the current kubeconfig (docs/kubernetes.md).
 import { describe, test } from 'node:test';

@@ -1,3 +1,4 @@
+// test-group: unit
 // The seed functions' values are part of every run and recorded history (a task id names its map, a
 // rollout its sampled tokens): these pins fail if any of them changes by a bit.
 import { test } from 'node:test';

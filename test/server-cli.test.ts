@@ -1,3 +1,4 @@
+// test-group: temporal
 // `swerl server` (issue 12): SIGKILLed, it leaves no Temporal process behind; started over a port or a
 // database another server holds, it refuses and names the pid instead of claiming a server it did not start.
 import { test } from 'node:test';

@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // The native engine held to transformers' own Qwen3 in fp32 on the CPU (gpu-learner/fsdp/swerl_fsdp/oracle.py):
 // packed log-probs, the GRPO++ loss and every parameter's gradient on tiny random checkpoints (tied and untied
 // head, GQA and MQA, head_dim != hidden/heads, attention bias, and one written by transformers 5's

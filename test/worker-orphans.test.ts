@@ -1,3 +1,4 @@
+// test-group: unit
 // Which worker identities a restarted worker may treat as dead (workers/orphans.ts): only a swerl worker of
 // this host and PID namespace whose process is gone or was replaced; never itself, a live process, another
 // host or another PID namespace (a container sharing the hostname).
