@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from . import checkpoint as ckpt
-from .config import DTYPES, TrainerConfig
+from .config import DTYPES, StepConfig, TrainerConfig
 from .grpo import BatchError, grpo_token_loss, micro_batches, sequence_loss_norms
 from .model import CheckpointError, PackedPolicy, build_model, check_batch, init_buffers, read_hf_config, shard
 
@@ -91,7 +91,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the GRPO++ step (DESIGN §5)
 
-    def train_step(self, batch_path: str, hp: dict) -> dict:
+    def train_step(self, batch_path: str, hp: StepConfig) -> dict:
         t0 = time.time()
         batch = read_batch(batch_path)
         ids, offsets, mask, adv = batch["ids"], batch["offsets"].tolist(), batch["mask"], batch["advantages"]
@@ -101,12 +101,10 @@ class Trainer:
             raise BatchError(f"batch.advantages.length={adv.numel()} must equal the number of sequences {len(offsets) - 1}")
         if mask.numel() != ids.numel():
             raise BatchError(f"batch.mask.length={mask.numel()} must equal batch.ids.length={ids.numel()}")
-        mode = hp.get("mode", "grpo++")
-        if mode not in ("grpo++", "grpo"):
-            raise BatchError(f'mode must be "grpo++" or "grpo", got {json.dumps(mode)}')
-        clip_low = float(hp["clipLow"])
-        clip_high = float(hp["clipHigh"]) if mode == "grpo++" else clip_low  # GRPO: symmetric clip
-        norms = sequence_loss_norms(offsets, mask, int(hp.get("normSequences") or 0), float(hp["lMax"]), mode)
+        mode = hp.mode
+        clip_low = hp.clip_low
+        clip_high = hp.clip_high if mode == "grpo++" else clip_low  # GRPO: symmetric clip
+        norms = sequence_loss_norms(offsets, mask, hp.norm_sequences, hp.l_max, mode)
         plan = micro_batches(offsets, self.cfg.max_tokens_per_micro_batch)
         rank, world = dist.get_rank(), dist.get_world_size()
         mine = plan[rank::world]
@@ -148,11 +146,10 @@ class Trainer:
         norm = float(torch.nn.utils.get_total_norm(grads, 2.0).full_tensor()) if grads else 0.0
         skipped = not (norm == norm and norm != float("inf"))
         if not skipped:
-            if norm > float(hp["maxGradNorm"]):  # as gpu-learner: scale by max/(norm+1e-6) only when over
-                torch._foreach_mul_(grads, float(hp["maxGradNorm"]) / (norm + 1e-6))
+            if norm > hp.max_grad_norm:  # as gpu-learner: scale by max/(norm+1e-6) only when over
+                torch._foreach_mul_(grads, hp.max_grad_norm / (norm + 1e-6))
             for g in self.optimizer.param_groups:
-                g.update(lr=float(hp["lr"]), weight_decay=float(hp["weightDecay"]), betas=(float(hp["beta1"]), float(hp["beta2"])),
-                         eps=float(hp["eps"]))
+                g.update(lr=hp.lr, weight_decay=hp.weight_decay, betas=(hp.beta1, hp.beta2), eps=hp.eps)
             self.optimizer.step()
             self.step_count += 1
         self.optimizer.zero_grad(set_to_none=True)
@@ -204,7 +201,7 @@ def handle(trainer: Trainer | None, cfg: TrainerConfig, req: dict, report) -> tu
     if trainer.policy is None:
         raise BatchError(f'"{op}" before any "load"')
     if op == "step":  # bad input is found before any collective, identically on every rank
-        return trainer, trainer.train_step(req["batch"], req["hp"])
+        return trainer, trainer.train_step(req["batch"], StepConfig.from_hp(req["hp"], BatchError))
     if op == "save":
         return trainer, trainer.save(req["dir"], req["src"])
     raise BatchError(f"unknown op {json.dumps(op)}")
