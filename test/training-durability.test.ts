@@ -60,9 +60,10 @@ const preset = JSON.parse(readFileSync(join(ROOT, 'configs', 'frozenlake.json'),
 
 /**
  * Starts the run served by a `swerl worker` child, SIGKILLs the worker while iteration 1's rollouts are
- * running (fewer than half done, asked of the iteration itself, not its parent's signalled phase; the config
- * runs them in several waves, so the phase lasts long enough for a loaded host to see it) and starts
- * another: the run's handle, the new worker and when it was started.
+ * running and starts another: the run's handle, the new worker and when it was started. Running: some done
+ * (so the worker has taken the first wave, not merely had it scheduled) and at most half, asked of the
+ * iteration itself rather than its parent's signalled phase; the config runs them in waves, so that
+ * window lasts long enough for a loaded host to see it.
  */
 async function killWorkerInRollouts(runId: string, config: TrainingConfigInput, args: string[], logFile: string) {
   let worker: ChildProcess = spawnWorker(args, logFile);
@@ -70,7 +71,7 @@ async function killWorkerInRollouts(runId: string, config: TrainingConfigInput, 
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
     await waitFor('iteration 1 rollouts running', async () => {
       const p = await t.client.workflow.getHandle(iterationWorkflowId(runId, 1)).query(progressQuery);
-      return p.phase === 'rollouts' && p.rolloutsDone < p.rolloutsTotal / 2;
+      return p.phase === 'rollouts' && p.rolloutsDone >= 2 && p.rolloutsDone <= p.rolloutsTotal / 2;
     }, 150_000, 100);
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
