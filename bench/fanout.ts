@@ -1,4 +1,4 @@
-// The fan-out at scale (issue 12): one iteration of 4,096 FrozenLake rollouts with 4,096 allowed in flight,
+// The fan-out at scale: one iteration of 4,096 FrozenLake rollouts with 4,096 allowed in flight,
 // through the real stack (dev server, one worker for both queues, the native policy server). A baseline
 // iteration of 512 rollouts that runs them itself (no child workflows) is measured in the same run.
 // Prints, for each: wall time, rollouts/s, the largest number of pending activities observed in any one

@@ -1,5 +1,5 @@
-// Grading time per shared task, the current grader against grader v1 (before issue 11: log parsing,
-// test_patch files restored only), both measured in this run, interleaved, gold patch, fresh container
+// Grading time per shared task, the current grader against grader v1 (log parsing,
+// test_patch files restored only: no runner guard, no results plugin), both measured in this run, interleaved, gold patch, fresh container
 // each. With --corpus it also grades the adversarial corpus through v1 and prints which kinds fooled it
 // (reward 1), the evidence that the corpus aims at real holes.
 //   node --import tsx bench/grade.ts [--reps 2] [--corpus] [--v1 d56d927]

@@ -1,6 +1,6 @@
 // test-group: docker
-// Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The kinds
-// the issue lists (13, ISSUE_LIST below) run on every shared task; the further kinds on three tasks that cover the ways a task
+// Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The 13
+// kinds any grader must refuse (ISSUE_LIST below) run on every shared task; the further kinds on three tasks that cover the ways a task
 // puts code on sys.path (python -m pytest from the root, a root-level module, PYTHONPATH=src), or on every
 // task with SWERL_ADVERSARIAL_ALL=1. The gold patch scoring 1 on each task through the same path is
 // test/grade-cli.test.ts. Each grading is a fresh container, SWERL_GRADE_CONCURRENCY (default 3) at a time.
@@ -60,7 +60,7 @@ after(async () => {
   console.log(`[adversarial] ${results.size} gradings in ${corpusSeconds.toFixed(0)} s (concurrency ${CONCURRENCY})`);
 });
 
-/** The issue's list (#11, Tests), kind by kind: each must be graded on every shared task. */
+/** The hacks every grader change must keep refusing, kind by kind: each is graded on every shared task. */
 const ISSUE_LIST: [string, string[]][] = [
   ['the three conftest hacks', ['conftest-makereport', 'conftest-xfail', 'conftest-deselect-fake-summary']],
   ["the same hooks in a sub-directory's conftest.py", ['subdir-conftest-makereport', 'subdir-conftest-xfail', 'subdir-conftest-deselect-fake-summary']],

@@ -1,5 +1,5 @@
 // test-group: docker
-// Infrastructure faults during SWE rollouts (issue 12), on a Docker engine of this test's own
+// Infrastructure faults during SWE rollouts, on a Docker engine of this test's own
 // (test/helpers/private-dockerd.ts: btrfs data root in a preallocated loop file, so quotas are real and the
 // engine may be restarted): a sandbox container killed during a tool command, the worker SIGKILLed, the
 // engine restarted. Rollouts are retried, every trajectory is accounted for and says what happened, and no

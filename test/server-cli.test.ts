@@ -1,5 +1,5 @@
 // test-group: temporal
-// `swerl server` (issue 12): SIGKILLed, it leaves no Temporal process behind; started over a port or a
+// `swerl server`: SIGKILLed, it leaves no Temporal process behind; started over a port or a
 // database another server holds, it refuses and names the pid instead of claiming a server it did not start.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

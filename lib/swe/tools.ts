@@ -101,7 +101,7 @@ export function headTail(text: string, keep = KEEP_LINES): string {
 /**
  * One output stream for an observation: its first and last `keep` lines, clipped at `max` characters. When the
  * capture itself left a middle part out (`omitted`), the notes count it too, so they say what the command
- * really printed (issue 12: 200 MB of output is not "1 MB more").
+ * really printed (200 MB of output is not "1 MB more").
  */
 export function formatStream(text: string, omitted: OmittedOutput | undefined, max: number, keep = KEEP_LINES): string {
   if (!omitted) return clip(headTail(text), max);
