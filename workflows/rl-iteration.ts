@@ -368,6 +368,8 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
     learnerSeconds,
     orchestrationSeconds: Math.max(0, iterationSeconds - rolloutSeconds - learnerSeconds - (validation.evalSeconds ?? 0)),
     iterationSeconds,
+    ...(step.mismatch ? { mismatch: step.mismatch } : {}),
+    ...(policy.sync ? { sync: { seconds: policy.sync.seconds, reloaded: policy.sync.reloaded, probeMaxAbsDelta: policy.sync.probe.maxAbsDelta, probeTolerance: policy.sync.probe.tolerance } } : {}),
     ...validation,
   };
   await store.recordMetrics({ storeUrl, runId, metrics });
