@@ -411,10 +411,14 @@ export function createLearnerActivities(ctx: LearnerContext) {
             progress({ phase: 'logprobs' });
             const learnerLp = await engine.logprobs(all);
             mismatch = logprobMismatch(learnerLp, all.oldLogprobs!, all.mask);
-            if (batch.kept.length > 0 && config.learner.correction) {
-              const c = correctedMask(batch.mask, keptTokens(learnerLp, all.offsets, batch.kept), keptTokens(all.oldLogprobs!, all.offsets, batch.kept), config.learner.correction);
-              batch.mask = c.mask;
-              mismatch.corrected = batch.trainableTokens ? c.changed / batch.trainableTokens : 0;
+            if (config.learner.correction) {
+              // the fraction of the step's trained tokens whose weight the correction changed (0 when nothing is trained)
+              mismatch.corrected = 0;
+              if (batch.kept.length > 0) {
+                const c = correctedMask(batch.mask, keptTokens(learnerLp, all.offsets, batch.kept), keptTokens(all.oldLogprobs!, all.offsets, batch.kept), config.learner.correction);
+                batch.mask = c.mask;
+                mismatch.corrected = batch.trainableTokens ? c.changed / batch.trainableTokens : 0;
+              }
             }
             recordMismatch(runId, mismatch);
           }

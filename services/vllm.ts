@@ -103,7 +103,6 @@ export async function startVllm(o: VllmServerOptions): Promise<VllmServer> {
     '--dtype', o.dtype ?? 'float32',
     '--max-model-len', String(o.maxModelLen ?? 4096),
     '--enforce-eager',
-    '--disable-log-stats',
     ...(untie ? ['--hf-overrides', JSON.stringify({ tie_word_embeddings: false })] : []),
     ...(o.extraArgs ?? []),
   ];
