@@ -40,6 +40,11 @@ export interface VllmServerOptions {
    * embed_tokens but keeps a tied model's start-up head. Default: whatever config.json says is tied.
    */
   untieHead?: boolean;
+  /**
+   * Allow `maxModelLen` beyond the checkpoint's max_position_embeddings (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1): the
+   * 4,096-position test presets then take a whole SWE prompt (RoPE has no hard limit).
+   */
+  allowLongContext?: boolean;
   /** VLLM_CPU_KVCACHE_SPACE in GiB (default 1) */
   kvCacheGiB?: number;
   /** torch threads of the engine (VLLM_CPU_OMP_THREADS_BIND: `all` or a core list; default: vLLM's choice) */
@@ -114,6 +119,7 @@ export async function startVllm(o: VllmServerOptions): Promise<VllmServer> {
     DO_NOT_TRACK: '1',
     HF_HUB_OFFLINE: '1',
     ...(o.ompThreadsBind ? { VLLM_CPU_OMP_THREADS_BIND: o.ompThreadsBind } : {}),
+    ...(o.allowLongContext ? { VLLM_ALLOW_LONG_MAX_MODEL_LEN: '1' } : {}),
   };
   const started = Date.now();
   const child = spawn(python, args, { env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -24,15 +24,23 @@ import { statusQuery } from '../workflows/signals.ts';
 import type { TrainingRunResult } from '../workflows/shapes.ts';
 import { startWorkers } from '../workers/index.ts';
 import { spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
+import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
+import { readEvalEpisodes } from '../activities/evaluation.ts';
+import type { EvalConfigInput } from '../lib/eval/config.ts';
+import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
+import { fileStoreUrl } from '../lib/store.ts';
 
 let t: TestTemporal;
 let vllm: VllmServer;
+let startDir: string;
 const root = mkdtempSync(join(tmpdir(), 'swerl-vllm-'));
 const SERVED = 'policy';
 
 before(async () => {
   const start = await writeModel(join(root, 'start'), 'frozenlake32-tied', 99);
-  [vllm, t] = await Promise.all([startVllm({ model: start.dir, servedModelName: SERVED }), startTestTemporal()]);
+  startDir = start.dir;
+  // 32K positions: the evaluation's SWE prompt is ~10K tokens in the frozenlake character vocabulary
+  [vllm, t] = await Promise.all([startVllm({ model: start.dir, servedModelName: SERVED, maxModelLen: 32768, allowLongContext: true }), startTestTemporal()]);
   console.log(`# vLLM ${VLLM_VERSION} started in ${vllm.startSeconds.toFixed(0)} s at ${vllm.url}`);
 });
 after(async () => {
@@ -204,5 +212,42 @@ test('a worker SIGKILLed mid-run with vLLM kept up: the run completes, no rollou
       worker.kill('SIGTERM');
       await new Promise((r) => worker.once('exit', r));
     }
+  }
+});
+
+test('an evaluation through vLLM: completions with our tokenizer, and chat through its chat template', async () => {
+  await requireDocker();
+  const task = (await sharedTasks())[0]!;
+  await imagesFor([task]);
+  const store = openStore(fileStoreUrl(join(t.dir, 'eval-store')));
+  // the weights vLLM serves now are the last test's; the evaluation samples from whatever the server holds
+  const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  try {
+    for (const api of ['completions', 'chat'] as const) {
+      const tokensBefore = await vllmGeneratedTokens();
+      const config: EvalConfigInput = {
+        tasksFile: TASKS_FILE,
+        tasks: [task.instance_id],
+        seed: 3,
+        model: { baseUrl: vllm.url, model: SERVED, api, ...(api === 'completions' ? { tokenizer: startDir } : { toolFormat: 'text' as const }) },
+        maxSteps: 2,
+        maxTokensPerTurn: 16,
+        contextBudget: 64,
+        concurrency: 1,
+        maxAttempts: 2,
+        heartbeatTimeoutSeconds: 60,
+        store: { url: store.url },
+      };
+      const evalId = `vllm-eval-${api}`;
+      const h = await t.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: evalId, args: [config] });
+      const r = (await h.result()) as EvaluationRunResult;
+      assert.deepEqual(r.summary.episodes, { planned: 1, completed: 1, resolved: 0, errors: 0 }, `${api}: ${JSON.stringify(r.summary)}`);
+      const [ep] = await readEvalEpisodes(store, evalId);
+      assert.ok(ep && ep.steps >= 1 && ep.responseTokens >= 1, `${api}: the episode took steps: ${JSON.stringify(ep && { end: ep.end, steps: ep.steps })}`);
+      const generated = (await vllmGeneratedTokens()) - tokensBefore;
+      assert.ok(generated >= ep.responseTokens, `${api}: vLLM generated ${generated} tokens, the episode holds ${ep.responseTokens}`);
+    }
+  } finally {
+    await workers.shutdown();
   }
 });
