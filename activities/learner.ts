@@ -477,7 +477,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
  * The probe (DESIGN §9): the server samples a seeded continuation of a fixed prompt, `engine` (holding the checkpoint
  * at `dir`) computes the log-probs of the same tokens; compared within the tolerance of the server's dtype.
  */
-export async function probeServedCheckpoint(client: ReturnType<typeof createPolicyClient>, engine: LearnerEngine, dir: string, dtype: string): Promise<ProbeResult> {
+export async function probeServedCheckpoint(client: Pick<ReturnType<typeof createPolicyClient>, 'complete'>, engine: LearnerEngine, dir: string, dtype: string): Promise<ProbeResult> {
   const vocab = (JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as { vocab_size: number }).vocab_size;
   const prompt = probePrompt(vocab);
   const out = await client.complete({ promptIds: prompt, maxTokens: PROBE_NEW_TOKENS, temperature: 1, topP: 1, seed: PROBE_SEED });

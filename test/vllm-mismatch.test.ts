@@ -199,3 +199,26 @@ test('mismatch/* reaches MLflow (nested keys) and the run details in the UI', as
   const text = runDetails({ runId: 'r', state: { iteration: 3, checkpoint: 3, lastMetrics: m, recent: [], paused: false, stopAt: null }, config: { iterations: 5 } as never, phase: 'rollouts', running: true });
   assert.match(text, /mismatch \|Δ log p\| mean 1\.20e-2 · max 3\.00e-1 · KL k3 4\.00e-4 · corrected 5\.0% of tokens · sync 0\.12 s, probe 4\.0e-7/);
 });
+
+test('the probe of a bf16 server: within 4× what bf16 weights change (derived by the learner), and another checkpoint still fails', async (t) => {
+  const { probeServedCheckpoint } = await import('../activities/learner.ts');
+  const { createInProcessPolicyClient } = await import('../lib/policy-client.ts');
+  const root = mkdtempSync(join(tmpdir(), 'swerl-probe-bf16-'));
+  t.after(() => rmSync(root, { recursive: true, force: true }));
+  const m0 = await writeModel(join(root, 'c0'), 'tiny', 3);
+  const m1 = await writeModel(join(root, 'c1'), 'tiny', 4);
+  const learner = await Learner.load(m0.dir, { threads: 1 });
+  const bf16 = await bf16Copy(m0.dir);
+  const stale = await bf16Copy(m1.dir);
+  t.after(() => [learner, bf16, stale].forEach((l) => l.close()));
+  const fp32Server = await probeServedCheckpoint(createInProcessPolicyClient(learner), learner, m0.dir, 'float32');
+  assert.ok(fp32Server.ok && fp32Server.maxAbsDelta <= 1e-6, JSON.stringify(fp32Server));
+  const half = await probeServedCheckpoint(createInProcessPolicyClient(bf16), learner, m0.dir, 'torch.bfloat16');
+  assert.equal(half.dtype, 'bf16');
+  assert.ok(half.ok, `a bf16 copy of the checkpoint passes: ${JSON.stringify(half)}`);
+  assert.ok(half.maxAbsDelta > FP32_PROBE_TOLERANCE, `it would fail the fp32 bound (${half.maxAbsDelta})`);
+  assert.ok(half.tolerance < 0.05, `the derived bound stays tight: ${half.tolerance}`);
+  const wrong = await probeServedCheckpoint(createInProcessPolicyClient(stale), learner, m0.dir, 'bfloat16');
+  assert.equal(wrong.ok, false, `another checkpoint in bf16 fails: ${JSON.stringify(wrong)}`);
+  console.log(`# probe max |Δ log p|: fp32 server ${fp32Server.maxAbsDelta.toExponential(1)}; bf16 copy ${half.maxAbsDelta.toExponential(1)} (bound ${half.tolerance.toExponential(1)}); another checkpoint in bf16 ${wrong.maxAbsDelta.toExponential(1)}`);
+});
