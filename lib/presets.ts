@@ -383,7 +383,7 @@ export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
   // vLLM's CPU attention takes head sizes 32, 64, 80, ... only (frozenlake's 16 kills its engine on the first request)
   frozenlake32: {
     name: 'frozenlake32',
-    description: 'frozenlake with head_dim 32 (a size vLLM\'s CPU attention serves), hidden 64, 2 layers, GQA 4/2, untied LM head',
+    description: 'frozenlake with head_dim 32 (a size vLLM\'s CPU attention serves) and 32,768 positions (a SWE prompt in its character vocabulary), hidden 64, 2 layers, GQA 4/2, untied LM head',
     shape: {
       hidden_size: 64,
       intermediate_size: 192,
@@ -392,7 +392,7 @@ export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
       num_key_value_heads: 2,
       head_dim: 32,
       tie_word_embeddings: false,
-      max_position_embeddings: 4096,
+      max_position_embeddings: 32768,
     },
     tokenizer: frozenLakeTokenizer,
   },
@@ -407,7 +407,7 @@ export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
       num_key_value_heads: 2,
       head_dim: 32,
       tie_word_embeddings: true,
-      max_position_embeddings: 4096,
+      max_position_embeddings: 32768,
     },
     tokenizer: frozenLakeTokenizer,
   },

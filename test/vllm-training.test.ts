@@ -3,7 +3,7 @@
 // by the probe; tied and untied heads; the planted stale head caught; permanent errors named, not retried.
 // One vLLM server for the whole file (it takes 130–200 s to start on 2 cores): both models have the same shapes
 // (frozenlake32, frozenlake32-tied), and a tied model is served untied (its head from lm_head.safetensors).
-import { after, before, test } from 'node:test';
+import { after, afterEach, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { ChildProcess } from 'node:child_process';
@@ -39,9 +39,14 @@ const SERVED = 'policy';
 before(async () => {
   const start = await writeModel(join(root, 'start'), 'frozenlake32-tied', 99);
   startDir = start.dir;
-  // 32K positions: the evaluation's SWE prompt is ~10K tokens in the frozenlake character vocabulary
-  [vllm, t] = await Promise.all([startVllm({ model: start.dir, servedModelName: SERVED, maxModelLen: 32768, allowLongContext: true }), startTestTemporal()]);
+  // 32K positions (the frozenlake32 presets have them): the evaluation's SWE prompt in the character vocabulary
+  [vllm, t] = await Promise.all([startVllm({ model: start.dir, servedModelName: SERVED, maxModelLen: 32768, logFile: join(root, 'vllm.log') }), startTestTemporal()]);
   console.log(`# vLLM ${VLLM_VERSION} started in ${vllm.startSeconds.toFixed(0)} s at ${vllm.url}`);
+});
+afterEach(() => {
+  const ended = vllm?.exitStatus();
+  if (ended) console.log(`# vLLM exited ${JSON.stringify(ended)}:\n${vllm.logTail().replace(/^/gm, '# ')}`);
+  assert.equal(ended, null, 'vLLM is still up after the test');
 });
 after(async () => {
   await Promise.all([vllm?.close(), t?.close()]);
