@@ -256,3 +256,25 @@ test('an evaluation through vLLM: completions with our tokenizer, and chat throu
     await workers.shutdown();
   }
 });
+
+test('a run whose policy.model vLLM does not serve fails at its first sync, once, naming both names (no ten retries)', async () => {
+  const runId = 'vllm-wrong-name';
+  const config = vllmConfig(runId, 'frozenlake32', { iterations: 1, policy: { baseUrl: vllm.url, model: 'Qwen3-0.6B', weightSync: 'vllm' } });
+  const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  const t0 = Date.now();
+  try {
+    const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    await assert.rejects(h.result());
+    const events = (await t.client.workflow.getHandle(`${runId}-iter-0`).fetchHistory()).events ?? [];
+    const failed = events.map((e) => e.activityTaskFailedEventAttributes?.failure).filter((f) => f);
+    assert.equal(failed.length, 1, 'syncPolicy failed once');
+    assert.equal(failed[0]!.applicationFailureInfo?.type, 'PolicyRejected');
+    assert.equal(failed[0]!.applicationFailureInfo?.nonRetryable, true);
+    assert.match(failed[0]!.message ?? '', /policy.model "Qwen3-0.6B" is not a model .* serves \(GET \/v1\/models lists \["policy"\]\)/);
+    const attempts = events.filter((e) => e.activityTaskStartedEventAttributes).map((e) => e.activityTaskStartedEventAttributes!.attempt);
+    assert.ok(attempts.every((a) => a === 1), `every activity (sampleBatch, syncPolicy) ran once: attempts ${attempts}`);
+    assert.ok(Date.now() - t0 < 60_000, `failed in ${(Date.now() - t0) / 1000} s`);
+  } finally {
+    await workers.shutdown();
+  }
+});
