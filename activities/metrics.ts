@@ -77,6 +77,33 @@ export const learnerStepSeconds = new Histogram({
 export const checkpointBytes = new Gauge({ name: 'swerl_checkpoint_bytes', help: 'Size of the newest checkpoint written for the run', labelNames: ['run_id'] as const, registers });
 export const checkpointBytesWritten = new Counter({ name: 'swerl_checkpoint_written_bytes_total', help: 'Checkpoint bytes written', labelNames: ['run_id'] as const, registers });
 
+/** Sampler–learner mismatch of the run's newest learner step (DESIGN §9): the learner's log-probs of the sampled tokens vs the server's. */
+export const mismatchMeanAbsDelta = new Gauge({
+  name: 'swerl_mismatch_mean_abs_logprob_delta',
+  help: "Mean |log π_learner − log π_behaviour| over the sampled tokens of the run's newest iteration",
+  labelNames: ['run_id'] as const,
+  registers,
+});
+export const mismatchMaxAbsDelta = new Gauge({
+  name: 'swerl_mismatch_max_abs_logprob_delta',
+  help: "Max |log π_learner − log π_behaviour| over the sampled tokens of the run's newest iteration",
+  labelNames: ['run_id'] as const,
+  registers,
+});
+export const mismatchK3 = new Gauge({
+  name: 'swerl_mismatch_k3_kl',
+  help: "k3 estimate of KL(π_behaviour ‖ π_learner) over the sampled tokens of the run's newest iteration",
+  labelNames: ['run_id'] as const,
+  registers,
+});
+/** After each weight sync to an external server: how far its probe log-probs were from the learner's. */
+export const syncProbeMaxDelta = new Gauge({
+  name: 'swerl_sync_probe_max_abs_logprob_delta',
+  help: "Max |Δ log p| of the probe after the run's newest weight sync to an external server (within its tolerance, else the sync failed)",
+  labelNames: ['run_id'] as const,
+  registers,
+});
+
 export const runIteration = new Gauge({ name: 'swerl_run_iteration', help: 'Iterations completed by the run', labelNames: ['run_id'] as const, registers });
 export const runMeanReward = new Gauge({ name: 'swerl_run_mean_reward', help: 'Mean reward of the run\'s newest iteration', labelNames: ['run_id'] as const, registers });
 export const runSuccessRate = new Gauge({ name: 'swerl_run_success_rate', help: 'Success rate of the run\'s newest iteration', labelNames: ['run_id'] as const, registers });

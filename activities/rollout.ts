@@ -137,7 +137,10 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   // retries: a server that is gone (restarted on another port) is answered at once by the workflow's resync
   const probe = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, retries: 0, timeoutMs: 30_000 });
   await unavailableAsFailure(policyUrl, async () => {
-    if (!servesCheckpoint(await probe.servedModel(), ckptDir, checkpoint)) await policy.loadWeights(ckptDir, checkpoint);
+    if (servesCheckpoint(await probe.servedModel(), ckptDir, checkpoint)) return;
+    // vLLM: only the learner's syncPolicy reloads it, verified by the probe (DESIGN §9); the workflow answers this with one
+    if (weightSync === 'vllm') throw new PolicyUnavailableError(`vLLM does not serve checkpoint ${checkpoint} (${ckptDir}): a verified sync is needed`);
+    await policy.loadWeights(ckptDir, checkpoint);
   });
 
   const tokenizer = await tokenizerFor(ckptDir);

