@@ -17,6 +17,7 @@ import {
 import type { createActivities } from '../activities/index.ts';
 import { ROLLOUTS_PER_WORKFLOW_DEFAULT, tasksPerChildWorkflow, type TrainingConfig } from '../lib/config.ts';
 import { groupAdvantages, mergeIterationSummaries, summariseIteration, type IterationSummary } from '../lib/grpo.ts';
+import { COMPACT_FILTERED } from '../lib/types.ts';
 import { validationEvalConfig, validationEvalId } from '../lib/eval/config.ts';
 import { evaluationRun } from './evaluation-run.ts';
 import { chunkProgressSignal, phaseSignal, progressQuery, RL_ITERATION_SA, RL_PHASE_SA } from './signals.ts';
@@ -352,7 +353,7 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
     rolloutErrors: progress.rolloutErrors,
     ...(failures.length ? { rolloutFailures: failures.slice(0, MAX_REPORTED_FAILURES) } : {}),
     ...(fanOut ? { rolloutWorkflows: chunks.length } : {}),
-    filtered: { max_context: frac(s.filtered.max_context), max_steps: frac(s.filtered.max_steps), timeout: frac(s.filtered.timeout) },
+    filtered: Object.fromEntries(COMPACT_FILTERED.map((k) => [k, frac(s.filtered[k] ?? 0)])) as IterationMetrics['filtered'],
     ends: s.ends,
     zeroAdvantageGroups: s.zeroAdvantageGroups,
     tokens: s.tokens,
