@@ -4,7 +4,9 @@ import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeFromTaskId, hashInts } from '../lib/envs/frozenlake.ts';
 import { runEpisode, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
-import { createPolicyClient, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
+import { createPolicyClient, effectiveContextWindow, listServerModels, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { RolloutSummary, Trajectory } from '../lib/types.ts';
@@ -78,6 +80,31 @@ function tokenizerFor(dir: string): Promise<EpisodeTokenizer> {
   return t;
 }
 
+/** A model directory's context window: its config.json's max_position_embeddings (null when absent). */
+export async function modelContextWindow(dir: string): Promise<number | null> {
+  const text = await readFile(join(dir, 'config.json'), 'utf8').catch(() => null);
+  const n = text === null ? undefined : (JSON.parse(text) as { max_position_embeddings?: unknown }).max_position_embeddings;
+  return typeof n === 'number' && Number.isInteger(n) && n > 0 ? n : null;
+}
+
+const serverWindows = new Map<string, Promise<number | null>>();
+/**
+ * The context window a rollout's turns must fit (DESIGN §9): our server serves the checkpoint, so its
+ * max_position_embeddings; an external server's GET /v1/models or config.policy.contextWindow (the smaller).
+ * Asked once per server and model; null when nobody says (turns are then not clamped).
+ */
+async function rolloutContextWindow(config: TrainingConfig, ckptDir: string, policyUrl: string): Promise<number | null> {
+  if (!config.policy.baseUrl) return modelContextWindow(ckptDir);
+  const k = `${policyUrl}|${config.policy.model}`;
+  let w = serverWindows.get(k);
+  if (!w) {
+    w = listServerModels({ baseUrl: policyUrl, model: config.policy.model, retries: 1, timeoutMs: 30_000 }).then((m) => m.contextWindow);
+    w.catch(() => serverWindows.delete(k));
+    serverWindows.set(k, w);
+  }
+  return effectiveContextWindow(await w.catch(() => null), config.policy.contextWindow);
+}
+
 const configs = new Map<string, TrainingConfig>();
 async function iterationConfig(store: ArtifactStore, runId: string, n: number): Promise<TrainingConfig> {
   const key = keys.iterationConfig(runId, n);
@@ -146,6 +173,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   });
 
   const tokenizer = await tokenizerFor(ckptDir);
+  const contextWindow = await rolloutContextWindow(config, ckptDir, policyUrl);
   const seed = rolloutSeed(config.seed, n, taskId, sample);
   const { attempt } = Context.current().info;
   const labels = { 'swerl.run': runId, 'swerl.iteration': String(n), 'swerl.sample': String(sample) };
@@ -165,6 +193,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       maxSteps: loop.maxSteps ?? config.episode.maxSteps,
       maxResponseTokens: config.episode.responseBudget,
       maxTokensPerTurn: config.episode.maxTokensPerTurn,
+      ...(contextWindow !== null ? { contextWindow } : {}),
       sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
       seed,
       allowedActionTokens: loop.allowedActionTokens,

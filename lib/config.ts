@@ -136,6 +136,7 @@ export const TrainingConfigSchema = z
       .object({
         maxSteps: int().min(1).max(1000).default(50),
         responseBudget: int().min(1).max(1 << 20).default(32768),
+        /** a turn's max_tokens is also clamped to the room left in the model's context window (DESIGN §9) */
         maxTokensPerTurn: int().min(1).max(1 << 20).default(4096),
         temperature: z.number().gt(0).max(5).default(1),
         topP: z.number().gt(0).max(1).default(1),
@@ -168,6 +169,11 @@ export const TrainingConfigSchema = z
         model: z.string().min(1).default('policy'),
         /** how the server reloads each checkpoint from disk: "sglang" (POST /update_weights_from_disk; also ours) or "vllm" (its weight-transfer API, disk backend) */
         weightSync: z.enum(['sglang', 'vllm']).default('sglang'),
+        /**
+         * the served model's context window in tokens, for an external server whose GET /v1/models does not report it
+         * (when both say, the smaller counts); ours is the checkpoint's max_position_embeddings
+         */
+        contextWindow: int().min(1).max(1 << 24).optional(),
       })
       .strict()
       .default({ model: 'policy', weightSync: 'sglang' }),
