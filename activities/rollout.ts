@@ -7,9 +7,10 @@ import { runEpisode, type EpisodeTokenizer, type RunEpisodeOptions } from '../li
 import { createPolicyClient, effectiveContextWindow, listServerModels, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
+import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
+import { contextFitError } from '../lib/episode-rules.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
-import type { RolloutSummary, Trajectory } from '../lib/types.ts';
+import type { ChatMessage, RolloutSummary, Trajectory } from '../lib/types.ts';
 import type { RolloutInput } from '../workflows/shapes.ts';
 import { rolloutSeconds, rolloutsFinished, rolloutsInFlight } from './metrics.ts';
 
@@ -53,8 +54,62 @@ const factories = new Map<string, EnvironmentFactory>([
   ],
 ]);
 
-export function registerEnvironment(kind: string, factory: EnvironmentFactory): void {
+/** The first messages of an episode of one of `taskIds` whose prompt is likely the shortest (for the context check). */
+export type FirstPromptOf = (config: TrainingConfig, taskIds: readonly string[]) => Promise<{ taskId: string; messages: ChatMessage[] }>;
+
+const firstPrompts = new Map<string, FirstPromptOf>([
+  [
+    'frozenlake',
+    async (config, taskIds) => {
+      if (config.env.kind !== 'frozenlake') throw new Error('unreachable');
+      const { kind: _kind, ...flConfig } = config.env;
+      return { taskId: taskIds[0]!, messages: await frozenLakeFromTaskId(taskIds[0]!, flConfig).reset() };
+    },
+  ],
+]);
+
+export function registerEnvironment(kind: string, factory: EnvironmentFactory, firstPrompt?: FirstPromptOf): void {
   factories.set(kind, factory);
+  if (firstPrompt) firstPrompts.set(kind, firstPrompt);
+}
+
+const fitChecked = new Set<string>();
+/**
+ * Before an iteration's rollouts: a context window that cannot hold the first turn of the batch's shortest task
+ * is a config error (non-retryable, `InvalidConfig`), not a batch of episodes that all end at once. Checked once per
+ * run, checkpoint directory and batch; an external server that does not answer is left to the policy sync to report.
+ */
+export async function checkContextFits(config: TrainingConfig, runId: string, taskIds: readonly string[]): Promise<void> {
+  const firstPrompt = firstPrompts.get(config.env.kind);
+  if (!firstPrompt || taskIds.length === 0) return;
+  const store = openStore(config.store.url);
+  const latest = (await listCheckpoints(store, runId)).at(-1);
+  if (latest === undefined) return;
+  const dir = store.dirFor(keys.checkpoint(runId, latest));
+  const k = `${store.url}|${dir}|${config.policy.baseUrl ?? ''}|${config.policy.contextWindow ?? ''}|${taskIds.join(',')}`;
+  if (fitChecked.has(k)) return;
+  let window: number | null;
+  let source: string;
+  if (config.policy.baseUrl) {
+    let served: number | null;
+    try {
+      served = (await listServerModels({ baseUrl: config.policy.baseUrl, model: config.policy.model, retries: 1, timeoutMs: 30_000 })).contextWindow;
+    } catch {
+      return;
+    }
+    window = effectiveContextWindow(served, config.policy.contextWindow);
+    source = window === served ? `GET /v1/models of ${config.policy.baseUrl}` : 'config.policy.contextWindow';
+  } else {
+    window = await modelContextWindow(dir);
+    source = `max_position_embeddings of checkpoint ${latest}`;
+  }
+  if (window === null) return;
+  const { taskId, messages } = await firstPrompt(config, taskIds);
+  const tok = await tokenizerFor(dir);
+  const prompt = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })).length;
+  const why = contextFitError(window, prompt, `the first prompt of task ${taskId}`);
+  if (why) throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `config.model: ${why} (context from ${source})` });
+  fitChecked.add(k);
 }
 
 /** FNV-1a of a string, for folding task ids into seeds. */

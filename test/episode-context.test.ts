@@ -184,3 +184,28 @@ test('chat loop (text and openai formats): the server counts a prompt the bound 
     }
   }
 });
+
+test('training: a context window that cannot hold the batch first turn fails sampleBatch (InvalidConfig) before any rollout; one that can passes', async () => {
+  const { sampleBatch } = await import('../activities/dataset.ts');
+  await import('../activities/swe-env.ts'); // registers env.kind "swe" with its first prompt
+  const { fileStoreUrl, keys, openStore } = await import('../lib/store.ts');
+  const { sharedTasks } = await import('./helpers/docker.ts');
+  const { writeFileSync } = await import('node:fs');
+  const [task] = await sharedTasks();
+  // one task whose issue alone is longer than the tiny model's 4,096-token context
+  const tasksFile = join(dir, 'long-issue.jsonl');
+  writeFileSync(tasksFile, `${JSON.stringify({ ...task, instance_id: `${task!.instance_id}-long`, problem_statement: 'The parser fails on nested input. '.repeat(600) })}\n`);
+  const storeUrl = fileStoreUrl(join(dir, 'store'));
+  await writeModel(openStore(storeUrl).dirFor(keys.checkpoint('r-ctx', 0)), 'tiny', 1);
+  const config = { store: { url: storeUrl }, batch: { tasks: 1, samples: 2 }, env: { kind: 'swe', tasksFile } };
+  await assert.rejects(sampleBatch({ runId: 'r-ctx', n: 0, config } as never), (e: Error & { type?: string; nonRetryable?: boolean }) => {
+    assert.equal(e.type, 'InvalidConfig');
+    assert.equal(e.nonRetryable, true);
+    assert.match(e.message, /config.model: the model's context window of 4096 tokens cannot hold a first turn: the first prompt of task .*-long is \d+ tokens, leaving 0 for a reply .*max_position_embeddings of checkpoint 0/);
+    return true;
+  });
+  // the shared tasks fit
+  const fits = { ...config, env: { kind: 'swe', tasksFile: (await import('./helpers/docker.ts')).TASKS_FILE } };
+  const r = await sampleBatch({ runId: 'r-ctx', n: 0, config: fits } as never);
+  assert.equal(r.taskIds.length, 1);
+});

@@ -83,6 +83,8 @@ export async function startScriptedModel(opts: {
   identify: (seed: number) => ScriptContext | undefined;
   script: (ctx: Omit<ScriptContext, 'turn'>) => ScriptTurn[];
   delayMs?: number;
+  /** answer every episode request with this HTTP status (a server that checks out, then fails) */
+  failEpisodesWith?: number;
 }): Promise<ScriptedModelServer> {
   const requests = new Map<string, number>();
   const log: ScriptedModelServer['log'] = [];
@@ -111,6 +113,11 @@ export async function startScriptedModel(opts: {
         if (req.url !== '/v1/chat/completions' || !ctx) {
           res.writeHead(400, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ error: { message: `scripted model: unknown request ${req.url} seed ${body.seed}` } }));
+          return;
+        }
+        if (opts.failEpisodesWith) {
+          res.writeHead(opts.failEpisodesWith, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ error: { message: `scripted model: failing with ${opts.failEpisodesWith} as told` } }));
           return;
         }
         const key = `${ctx.taskId}#${ctx.run}#${ctx.turn}`;
