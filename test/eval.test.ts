@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { WorkflowFailedError } from '@temporalio/client';
 import { harnessRunId, readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
@@ -236,7 +236,15 @@ test('swerl eval (CLI) when every episode is an error: the reasons are in summar
     const configPath = join(t.dir, 'failing.json');
     writeFileSync(configPath, JSON.stringify({ tasksFile: TASKS_FILE, tasks: [id], seed: 1, model: { baseUrl: `${model.url}/v1`, model: 'scripted', api: 'chat' }, maxAttempts: 2, store: { url: storeUrl() } }));
     const out = join(t.dir, 'out-failing');
-    const cli = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/cli.ts'), 'eval', '--config', configPath, '--out', out, '--address', t.server.address, '--eval-id', 'eval-failing'], { cwd: ROOT, encoding: 'utf8' });
+    // asynchronously: the worker that runs the evaluation lives in this process
+    const cli = await new Promise<{ status: number | null; stdout: string; stderr: string }>((res) => {
+      const p = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/cli.ts'), 'eval', '--config', configPath, '--out', out, '--address', t.server.address, '--eval-id', 'eval-failing'], { cwd: ROOT });
+      let stdout = '';
+      let stderr = '';
+      p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+      p.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+      p.on('close', (status) => res({ status, stdout, stderr }));
+    });
     assert.equal(cli.status, 1, `${cli.stdout}\n${cli.stderr}`);
     assert.match(cli.stderr, /none of the 1 episodes could happen/);
     const store = openStore(storeUrl());
