@@ -3,8 +3,8 @@
 # and (with --test or --docker) the Docker engine and SWE task images; with --test (or --torch) also the
 # CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
 # monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh), the vLLM venv
-# (scripts/python/vllm.txt),
-# the CUDA emulator build and nvcc for the kernels' register report (test/cuda-emu.test.ts).
+# (scripts/python/vllm.txt), the CUDA emulator build and nvcc for the kernels' register report (test/cuda-emu.test.ts),
+# and llama.cpp's llama-server with a small GGUF model (scripts/ensure-llama.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_docker=0
@@ -38,4 +38,6 @@ fi
 if [ "$want_monitoring" = 1 ]; then
   bash scripts/ensure-monitoring.sh >&2
 fi
+# llama.cpp's llama-server and the SmolLM2 GGUF (test/eval-llama.test.ts), cached outside the clone
+[ "$want_test" = 1 ] && bash scripts/ensure-llama.sh >/dev/null
 exit 0

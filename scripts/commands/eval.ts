@@ -7,11 +7,11 @@ import cliProgress from 'cli-progress';
 import { cp, mkdir, readFile } from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
-import { Client, Connection, WorkflowExecutionAlreadyStartedError, type WorkflowHandle } from '@temporalio/client';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { validateBestOfKConfig, validateEvalConfig } from '../../lib/eval/config.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
-import { formatEvalMetrics, type EvalMetrics } from '../../lib/eval/metrics.ts';
+import { formatEvalErrors, formatEvalMetrics, type EvalMetrics } from '../../lib/eval/metrics.ts';
 import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
@@ -174,12 +174,28 @@ async function startAndFollow<R>(
   return resultP;
 }
 
+/** The messages of a failure and its causes (`type: message <- …`). */
+function causeChain(e: unknown): string {
+  const parts: string[] = [];
+  for (let x = e as { message?: string; type?: string; cause?: unknown } | undefined, d = 0; x && d < 5; x = x.cause as typeof x, d++) {
+    if (x.message) parts.push(x.type ? `${x.type}: ${x.message}` : x.message);
+  }
+  return parts.join(' <- ') || String(e);
+}
+
+/** Why a finished evaluation measured nothing (every episode an error), or null: the CLI then exits 1. */
+export function evaluationFailure(r: EvaluationRunResult): string | null {
+  const e = r.summary.episodes;
+  if (e.planned === 0 || e.completed > 0) return null;
+  return `none of the ${e.planned} episodes could happen (every one is an error; the reasons are in the summary above): nothing was measured`;
+}
+
 /** The table of a finished evaluation (an `--out` directory or a store's report directory). */
 export async function reportText(dir: string): Promise<string> {
   const file = [join(dir, 'summary.json'), join(dir, 'report', 'summary.json')].find((f) => existsSync(f));
   if (!file) throw new Error(`${dir}: no summary.json (give the --out directory of swerl eval, or evals/<id>/report in the store)`);
-  const s = JSON.parse(await readFile(file, 'utf8')) as { evalId: string; modelName: string; metrics: EvalMetrics; bestOfK?: { text: string } };
-  return formatEvalMetrics(s.metrics, `evaluation ${s.evalId} (${s.modelName})`);
+  const s = JSON.parse(await readFile(file, 'utf8')) as { evalId: string; modelName: string; metrics: EvalMetrics; errors?: { taskId: string; run: number; reason: string }[] };
+  return `${formatEvalMetrics(s.metrics, `evaluation ${s.evalId} (${s.modelName})`)}\n${formatEvalErrors(s.errors ?? [])}`;
 }
 
 export function register(program: Command): void {
@@ -198,7 +214,21 @@ export function register(program: Command): void {
         process.exitCode = 2;
         return;
       }
-      await evaluate({ config: raw.config, out: raw.out, address: raw.address, evalId: raw.evalId });
+      let o: EvalOutcome;
+      try {
+        o = await evaluate({ config: raw.config, out: raw.out, address: raw.address, evalId: raw.evalId });
+      } catch (e) {
+        if (!(e instanceof WorkflowFailedError)) throw e;
+        // e.g. the server check before the first episode: say what failed, not the client's stack
+        console.error(`swerl eval: the evaluation failed: ${causeChain(e.cause)}`);
+        process.exitCode = 1;
+        return;
+      }
+      const failed = evaluationFailure(o.result);
+      if (failed) {
+        console.error(`swerl eval: ${failed}`);
+        process.exitCode = 1;
+      }
     });
   cmd
     .command('report <dir>')
