@@ -12,6 +12,17 @@ want_monitoring=0
 want_test=0
 for a in "$@"; do case "$a" in --test) want_docker=1; want_torch=1; want_monitoring=1; want_test=1 ;; --docker) want_docker=1 ;; --torch) want_torch=1 ;; esac; done
 
+# The native learner's GEMMs go through Debian's OpenBLAS (libopenblas-dev, BSD-3), found with pkg-config.
+if [ "${GL_BLAS:-ON}" != OFF ] && ! pkg-config --exists openblas 2>/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "[setup] the native learner needs OpenBLAS: run 'sudo apt-get install libopenblas-dev pkg-config' (or build with GL_BLAS=OFF)" >&2
+    exit 1
+  fi
+  echo "[setup] apt-get install libopenblas-dev pkg-config" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends libopenblas-dev pkg-config >&2
+fi
 if [ ! -d node_modules/@temporalio/worker ] || [ package.json -nt node_modules/.package-lock.json ]; then
   echo "[setup] npm install" >&2
   npm install --no-audit --no-fund >&2
