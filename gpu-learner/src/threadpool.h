@@ -1,7 +1,9 @@
-// Fixed pool of workers; parallel_for blocks until every index ran. Work is split over output
-// elements only, so results never depend on the thread count.
+// Fixed pool of workers; parallel_for blocks until every index ran. Work is split over output elements only, so
+// results never depend on the thread count. Between jobs a worker spins briefly before it sleeps, so the many
+// small dispatches of a decoding step do not each pay a condition-variable wake-up.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -19,6 +21,7 @@ class ThreadPool {
     {
       std::lock_guard<std::mutex> g(mu_);
       quit_ = true;
+      gen_.fetch_add(1);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -36,33 +39,52 @@ class ThreadPool {
       fn_ = &fn;
       n_ = n;
       next_.store(0);
-      active_ = int(workers_.size());
-      gen_++;
+      active_.store(int(workers_.size()));
+      gen_.fetch_add(1);
     }
-    cv_.notify_all();
+    if (sleeping_.load() > 0) cv_.notify_all();
     run();
-    std::unique_lock<std::mutex> g(mu_);
-    done_cv_.wait(g, [this] { return active_ == 0; });
+    if (!spin([this] { return active_.load() == 0; })) {
+      std::unique_lock<std::mutex> g(mu_);
+      done_cv_.wait(g, [this] { return active_.load() == 0; });
+    }
     fn_ = nullptr;
   }
 
  private:
+  // Polls `ready` for up to ~20 µs; true when it became true.
+  template <typename F>
+  static bool spin(F&& ready) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+    for (int i = 0;; i++) {
+      if (ready()) return true;
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return false;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
   void run() {
     for (int64_t i; (i = next_.fetch_add(1)) < n_;) (*fn_)(i);
   }
   void loop() {
     uint64_t seen = 0;
     while (true) {
-      {
+      if (!spin([&] { return gen_.load() != seen; })) {
         std::unique_lock<std::mutex> g(mu_);
-        cv_.wait(g, [&] { return quit_ || gen_ != seen; });
+        sleeping_.fetch_add(1);
+        cv_.wait(g, [&] { return gen_.load() != seen; });
+        sleeping_.fetch_sub(1);
+      }
+      {
+        std::lock_guard<std::mutex> g(mu_);  // the job's fields were written under the lock
         if (quit_) return;
-        seen = gen_;
+        seen = gen_.load();
       }
       run();
-      {
+      if (active_.fetch_sub(1) == 1) {
         std::lock_guard<std::mutex> g(mu_);
-        if (--active_ == 0) done_cv_.notify_one();
+        done_cv_.notify_one();
       }
     }
   }
@@ -72,8 +94,8 @@ class ThreadPool {
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};
-  int active_ = 0;
-  uint64_t gen_ = 0;
+  std::atomic<int> active_{0}, sleeping_{0};
+  std::atomic<uint64_t> gen_{0};
   bool quit_ = false;
 };
 
