@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -242,8 +243,13 @@ class CpuEngine final : public Engine {
 
   // ---------------------------------------------------------------- forward (training / log-probs)
 
-  // ids (T) of n_seqs packed sequences (offs relative to offs[0]); fills the activations and act_logp_.
-  void forward(const int32_t* ids, const int32_t* offs, int64_t n_seqs, int64_t T) {
+  // dLoss/dlogp of token t (index in the micro-batch) from its log-prob, called in increasing t (training).
+  using TokenGrad = std::function<float(int64_t t, float logp)>;
+
+  // ids (T) of n_seqs packed sequences (offs relative to offs[0]); fills the activations and act_logp_. With
+  // token_grad (training), the LM head's backward runs chunk by chunk right here, while the chunk's logits exist
+  // (no second pass recomputing them): d_ln_ gets dLoss/d(final-norm output) and the head's gradient accumulates.
+  void forward(const int32_t* ids, const int32_t* offs, int64_t n_seqs, int64_t T, const TokenGrad* token_grad = nullptr) {
     const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
     const int64_t L = cfg_.num_hidden_layers;
@@ -293,6 +299,10 @@ class CpuEngine final : public Engine {
     for (int64_t t = 0; t < T; t++) act_logp_[t] = 0;
     const int64_t chunk = head_chunk(T);
     grow(logits_, chunk * V);
+    if (token_grad) {
+      grow(d_ln_, T * C);
+      grow(dlogp_, T);
+    }
     for (int64_t r0 = 0; r0 < T; r0 += chunk) {
       const int64_t rn = std::min(chunk, T - r0);
       matmul_nt(*tp_, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, V, C, false, naive());
@@ -303,40 +313,47 @@ class CpuEngine final : public Engine {
         act_lse_[r] = lse;
         if (r + 1 < T && pos_[size_t(r + 1)] != 0) act_logp_[r + 1] = lr[ids[r + 1]] - lse;
       });
+      if (token_grad) head_backward(ids, T, r0, rn, *token_grad);
     }
+  }
+
+  // The LM head's backward for rows [r0, r0+rn) whose logits are in logits_: dlogits[r] = c·(onehot(ids[r+1]) −
+  // softmax(logits[r])) with c = dLoss/dlogp[r+1]; dln[r] = dlogits[r] @ Whead ; dWhead += dlogits^T lnf.
+  void head_backward(const int32_t* ids, int64_t T, int64_t r0, int64_t rn, const TokenGrad& token_grad) {
+    const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+    bool any = false;
+    for (int64_t r = r0; r < r0 + rn; r++) {  // in token order: the loss is summed in it
+      const bool has = r + 1 < T && pos_[size_t(r + 1)] != 0;
+      dlogp_[size_t(r)] = has ? token_grad(r + 1, act_logp_[r + 1]) : 0.0f;
+      any |= dlogp_[size_t(r)] != 0;
+    }
+    float* dln = d_ln_.data() + r0 * C;
+    if (!any || !with_grads_) {
+      std::fill(dln, dln + rn * C, 0.0f);
+      return;
+    }
+    const SimdKernels& sk = simd();
+    tp_->parallel_for(rn, [&](int64_t i) {
+      float* lr = logits_.data() + i * V;
+      const int64_t r = r0 + i;
+      const float c = dlogp_[size_t(r)];
+      sk.exp_store(lr, lr, V, act_lse_[r], 1.0f, -c);  // −c·softmax
+      if (c != 0) lr[ids[r + 1]] += c;
+    });
+    linear_backward(dln, false, G(head_), nullptr, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, C, V);
   }
 
   // ---------------------------------------------------------------- backward
 
-  // dlogp (T): dLoss/dlogp per token. Accumulates into the gradient allocation.
-  void backward(const int32_t* ids, int64_t T, const float* dlogp) {
-    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
+  // Back from d_ln_ (dLoss/d(final-norm output), left by forward's fused LM-head backward) through the layers.
+  // Accumulates into the gradient allocation.
+  void backward(const int32_t* ids, int64_t T) {
+    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim;
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
     const int64_t L = cfg_.num_hidden_layers;
     grow(d_res_, T * C); grow(d_ln_, T * C); grow(d_atty_, T * QD); grow(d_q_, T * QD); grow(d_k_, T * KD); grow(d_v_, T * KD);
     grow(d_gate_, T * I); grow(d_up_, T * I); grow(d_h_, T * I); grow(d_qn_, T * QD); grow(d_kn_, T * KD);
     float *dres = d_res_.data(), *dln = d_ln_.data();
-    // LM head: dlogits[r] = dlogp[r+1]·(onehot(ids[r+1]) − softmax(logits[r])) ; dlnf = dlogits @ Whead ; dWhead += dlogits^T lnf
-    std::fill(dln, dln + T * C, 0.0f);
-    const int64_t chunk = head_chunk(T);
-    grow(logits_, chunk * V);
-    const SimdKernels& sk = simd();
-    for (int64_t r0 = 0; r0 < T; r0 += chunk) {
-      const int64_t rn = std::min(chunk, T - r0);
-      bool any = false;
-      for (int64_t r = r0; r < r0 + rn; r++) any |= (r + 1 < T && pos_[size_t(r + 1)] != 0 && dlogp[r + 1] != 0);
-      if (!any) continue;
-      matmul_nt(*tp_, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, V, C, false, naive());
-      tp_->parallel_for(rn, [&](int64_t i) {
-        float* lr = logits_.data() + i * V;
-        const int64_t r = r0 + i;
-        const bool has = r + 1 < T && pos_[size_t(r + 1)] != 0;
-        const float c = has ? dlogp[r + 1] : 0.0f;
-        sk.exp_store(lr, lr, V, act_lse_[r], 1.0f, -c);  // −c·softmax
-        if (has) lr[ids[r + 1]] += c;
-      });
-      linear_backward(dln + r0 * C, false, G(head_), nullptr, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, C, V);
-    }
     std::fill(dres, dres + T * C, 0.0f);
     rmsnorm_backward(*tp_, dres, G(normf_), dln, act_res_final_, W(normf_), act_rstdf_, T, C);
     for (int64_t l = L - 1; l >= 0; l--) {
@@ -394,30 +411,25 @@ class CpuEngine final : public Engine {
     st.tokens = b.n_tokens;
     double loss = 0, ratio_sum = 0;
     int64_t masked = 0, clipped = 0;
-    std::vector<float> dlogp;
     for_micro_batches(b, hp.micro_batch_tokens, [&](int64_t s0, int64_t s1) {
       const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
-      forward(b.ids + a, b.offsets + s0, s1 - s0, T);
-      dlogp.assign(size_t(T), 0.0f);
-      for (int64_t s = s0; s < s1; s++) {
-        const int64_t t0 = b.offsets[s], t1 = b.offsets[s + 1];
-        const double norm = norms[size_t(s)];
-        if (norm == 0) continue;
-        // the first token of a sequence has no prediction and is never trained
-        for (int64_t t = t0 + 1; t < t1; t++) {
-          const double m = b.mask[t];
-          if (m == 0) continue;
-          const double lp = act_logp_[t - a];
-          const double old = b.old_logprobs ? double(b.old_logprobs[t]) : lp;
-          const TokenLoss tl = grpo_token_loss(lp, old, b.advantages[s], hp.clip_low, clip_high);
-          loss += m * tl.loss / norm;
-          dlogp[size_t(t - a)] = float(m * tl.dlogp / norm);
-          masked++;
-          clipped += tl.clipped;
-          ratio_sum += tl.ratio;
-        }
-      }
-      if (with_grads_) backward(b.ids + a, T, dlogp.data());
+      int64_t s = s0;  // the sequence of token t: tokens come in increasing order
+      const TokenGrad token_grad = [&](int64_t tt, float logp) -> float {
+        const int64_t t = a + tt;
+        while (t >= b.offsets[s + 1]) s++;
+        const double norm = norms[size_t(s)], m = b.mask[t];
+        if (norm == 0 || m == 0) return 0.0f;  // (the first token of a sequence has no prediction: never asked)
+        const double lp = logp;
+        const double old = b.old_logprobs ? double(b.old_logprobs[t]) : lp;
+        const TokenLoss tl = grpo_token_loss(lp, old, b.advantages[s], hp.clip_low, clip_high);
+        loss += m * tl.loss / norm;
+        masked++;
+        clipped += tl.clipped;
+        ratio_sum += tl.ratio;
+        return float(m * tl.dlogp / norm);
+      };
+      forward(b.ids + a, b.offsets + s0, s1 - s0, T, &token_grad);
+      if (with_grads_) backward(b.ids + a, T);
     });
     st.loss = loss;
     st.clip_fraction = masked ? double(clipped) / double(masked) : 0.0;
@@ -649,7 +661,7 @@ class CpuEngine final : public Engine {
   std::vector<int32_t> pos_;
   float *act_res_final_ = nullptr, *act_lnf_ = nullptr, *act_rstdf_ = nullptr, *act_lse_ = nullptr, *act_logp_ = nullptr;
   // backward scratch
-  std::vector<float> d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qn_, d_kn_, d_gate_, d_up_, d_h_, scratch_a_, scratch_t_, logits_;
+  std::vector<float> d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qn_, d_kn_, d_gate_, d_up_, d_h_, scratch_a_, scratch_t_, logits_, dlogp_;
   // batched decoding
   Decoder decoder_;
   int64_t next_seq_id_ = 0;
