@@ -4,7 +4,9 @@
 // Memory: parameters, gradients, Adam moments one allocation each; activations planned per micro-batch
 // in one arena. Activation checkpointing per layer: the forward keeps only each layer's input (fp32
 // residual, T·C floats per layer); backward recomputes one layer's activations, then back-propagates it.
-// LM head in row chunks so the (T,V) logits never exist at once. Notation as cpu_engine.cpp.
+// LM head in row chunks so the (T,V) logits never exist at once (the CPU engine runs the head's backward inside its
+// forward, while a chunk's logits exist; here the backward recomputes them, as it recomputes each layer). Notation as
+// cpu_engine.cpp.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
