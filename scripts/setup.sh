@@ -31,6 +31,8 @@ node gpu-learner/build.mjs >&2
 if [ "$want_test" = 1 ]; then
   # The CUDA engine's sources built against the test-only emulator (gpu-learner/emu); cached by content hash.
   node --import tsx gpu-learner/emu/build.ts --mutants >&2
+  # The GL_BLAS=OFF kernels beside the OpenBLAS build, held to it by test/gpu-learner-build.test.ts.
+  [ "${GL_BLAS:-ON}" != OFF ] && cmake --build gpu-learner/build --target gl_driver_noblas >&2
   # nvcc, cudart headers and CCCL (~55 MB, cached in .tools/cuda) for the kernels' register/spill report, only when
   # the kernels changed since gpu-learner/src/cuda/kernel-resources.json was recorded; optional.
   if [ "$(node --import tsx scripts/cuda-kernel-report.ts --needs-nvcc)" = yes ]; then

@@ -23,6 +23,7 @@ test('without OpenBLAS the build stops naming the package to install', () => {
 });
 
 test('the no-BLAS build (GL_BLAS=OFF kernels) computes what the BLAS build does: log-probs and every gradient', () => {
+  // built by `scripts/setup.sh --test` (then this is a no-op), kept current here for a direct run
   const b = spawnSync('cmake', ['--build', join(gl, 'build'), '--target', 'gl_driver_noblas'], { encoding: 'utf8' });
   assert.equal(b.status, 0, b.stdout + b.stderr);
   const config: QwenConfig = {
