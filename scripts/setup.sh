@@ -13,6 +13,17 @@ want_monitoring=0
 want_test=0
 for a in "$@"; do case "$a" in --test) want_docker=1; want_torch=1; want_monitoring=1; want_test=1 ;; --docker) want_docker=1 ;; --torch) want_torch=1 ;; esac; done
 
+# The native learner's GEMMs go through Debian's OpenBLAS (libopenblas-dev, BSD-3), found with pkg-config.
+if [ "${GL_BLAS:-ON}" != OFF ] && ! pkg-config --exists openblas 2>/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "[setup] the native learner needs OpenBLAS: run 'sudo apt-get install libopenblas-dev pkg-config' (or build with GL_BLAS=OFF)" >&2
+    exit 1
+  fi
+  echo "[setup] apt-get install libopenblas-dev pkg-config" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends libopenblas-dev pkg-config >&2
+fi
 if [ ! -d node_modules/@temporalio/worker ] || [ package.json -nt node_modules/.package-lock.json ]; then
   echo "[setup] npm install" >&2
   npm install --no-audit --no-fund >&2
@@ -21,6 +32,8 @@ node gpu-learner/build.mjs >&2
 if [ "$want_test" = 1 ]; then
   # The CUDA engine's sources built against the test-only emulator (gpu-learner/emu); cached by content hash.
   node --import tsx gpu-learner/emu/build.ts --mutants >&2
+  # The GL_BLAS=OFF kernels beside the OpenBLAS build, held to it by test/gpu-learner-build.test.ts.
+  [ "${GL_BLAS:-ON}" != OFF ] && cmake --build gpu-learner/build --target gl_driver_noblas >&2
   # nvcc, cudart headers and CCCL (~55 MB, cached in .tools/cuda) for the kernels' register/spill report, only when
   # the kernels changed since gpu-learner/src/cuda/kernel-resources.json was recorded; optional.
   if [ "$(node --import tsx scripts/cuda-kernel-report.ts --needs-nvcc)" = yes ]; then
