@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // Batched decoding on the native CPU engine: sequences decode together (per-sequence KV caches, one read of
 // the weights per step for all of them), a group of samples of one prompt shares its prefill, and a sequence's
 // tokens and log-probs are those it gets alone, whatever else is in the batch, whenever it joins, and on any

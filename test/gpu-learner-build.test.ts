@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // The native build's two GEMM back ends: OpenBLAS (the default) and the engine's own kernels (-DGL_BLAS=OFF, the
 // no-dependency fallback, built here as gl_driver_noblas beside the BLAS build). Both compute the same model; and
 // a machine without OpenBLAS is told which package to install.
