@@ -1,0 +1,251 @@
+// Training and evaluation with `env.backend: "kubernetes"` against swerl's local cluster (started like
+// `swerl cluster up`), a real dev server and real workers: an SWE iteration whose episodes (and gradings) run
+// in pods; an evaluation whose gold patches are graded in pods, with a task whose image is missing (an
+// infrastructure error naming it, retried, never scored); a worker SIGKILLed mid-rollout (its pods swept at
+// the restart, nothing lost, nothing run twice); the API server restarted mid-iteration (the run completes).
+import { before, after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { execFile, type ChildProcess } from 'node:child_process';
+import { promisify } from 'node:util';
+import type * as k8s from '@kubernetes/client-node';
+import { train } from '../scripts/commands/train.ts';
+import { startWorkers, type RunningWorkers } from '../workers/index.ts';
+import { keys, listCheckpoints, openStore, fileStoreUrl } from '../lib/store.ts';
+import type { Trajectory } from '../lib/types.ts';
+import type { TrainingConfigInput } from '../lib/config.ts';
+import type { EvalConfigInput } from '../lib/eval/config.ts';
+import type { SweTask } from '../lib/swe/task.ts';
+import { statusQuery } from '../workflows/signals.ts';
+import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
+import type { IterationMetrics, TrainingRunResult } from '../workflows/shapes.ts';
+import { kubeConfigOf, startComponent, stopComponent } from '../services/k8s-cluster.ts';
+import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
+import { useK8sCluster, type TestCluster } from './helpers/k8s.ts';
+import { metricValue } from './helpers/metrics.ts';
+import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from './helpers/scripted-agent.ts';
+import { seedTable } from './helpers/eval.ts';
+import { ROOT, spawnWorker, startTestTemporal, waitFor, type TestTemporal } from './helpers/temporal.ts';
+
+const exec = promisify(execFile);
+/** The swerl CLI as a child process. */
+const swerl = (...args: string[]) =>
+  exec(process.execPath, [join(ROOT, 'scripts/swerl.mjs'), ...args], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    maxBuffer: 16 << 20,
+    // what the options say, not this process's environment
+    env: { ...process.env, KUBECONFIG: '/nonexistent', SWERL_K8S_NAMESPACE: 'nowhere' },
+  });
+
+let cluster: TestCluster;
+let tasks: SweTask[];
+let t: TestTemporal;
+let core: k8s.CoreV1Api;
+
+// 1 CPU per pod would fit two on this node's 2 CPUs; an episode holds its pod while its patch is graded in another
+process.env.SWERL_K8S_CPU_REQUEST = '100m';
+process.env.SWERL_K8S_MEMORY_REQUEST = '128Mi';
+
+useK8sCluster((c) => (cluster = c), {
+  images: async () => {
+    await requireDocker();
+    tasks = await sharedTasks();
+    return imagesFor(tasks);
+  },
+});
+before(async () => {
+  t = await startTestTemporal('swerl-k8s-');
+  const lib = await import('@kubernetes/client-node');
+  core = (await kubeConfigOf()).makeApiClient(lib.CoreV1Api);
+});
+after(async () => {
+  await t?.close();
+});
+
+/**
+ * configs/swe.json on the cluster: one iteration, 2 tasks × 2 samples, every episode graded (gradeUnsubmitted);
+ * turns of 32 tokens (what is tested is the sandboxes: the tiny policy's 128-token turns took 2 min an episode here).
+ */
+function sweConfig(runId: string): TrainingConfigInput & { store: { url: string } } {
+  const config = JSON.parse(readFileSync(join(ROOT, 'configs/swe.json'), 'utf8')) as TrainingConfigInput & { env: Record<string, unknown>; episode: Record<string, unknown>; algorithm: Record<string, unknown> };
+  config.env = { ...config.env, tasksFile: TASKS_FILE, backend: 'kubernetes' };
+  config.episode = { ...config.episode, responseBudget: 96, maxTokensPerTurn: 32 };
+  config.algorithm = { ...config.algorithm, lMax: 96 };
+  return { ...config, runId, store: { url: fileStoreUrl(join(t.dir, `store-${runId}`)) } };
+}
+
+/** Sandbox pods of a run (label swerl.run), with their owner pid. */
+async function podsOf(runId: string): Promise<{ name: string; pid: string; phase: string }[]> {
+  const r = await core.listNamespacedPod({ namespace: cluster.testNamespace, labelSelector: `swerl.run=${runId}` });
+  return r.items.filter((p) => !p.metadata?.deletionTimestamp).map((p) => ({ name: p.metadata!.name!, pid: p.metadata!.labels!['swerl.pid']!, phase: p.status?.phase ?? '' }));
+}
+
+/** One trajectory per (task, sample), each from checkpoint 0; one metrics line; the learner took every trajectory once; no rollout error. */
+async function checkSweRun(runId: string, storeUrl: string): Promise<{ trajectories: Trajectory[]; metrics: IterationMetrics }> {
+  const store = openStore(storeUrl);
+  assert.deepEqual(await listCheckpoints(store, runId), [0, 1]);
+  const trajKeys = await store.list(keys.trajectories(runId, 0));
+  assert.equal(trajKeys.length, 4, 'one trajectory per (task, sample)');
+  const trajectories = await Promise.all(trajKeys.map(async (k) => (await store.getJson<Trajectory>(k))!));
+  assert.equal(new Set(trajectories.map((x) => `${x.taskId}#${x.sample}`)).size, 4);
+  const known = new Set(tasks.map((x) => x.instance_id));
+  for (const tr of trajectories) {
+    assert.ok(known.has(tr.taskId));
+    assert.equal(tr.checkpoint, 0);
+    assert.equal(typeof (tr.info as { reason?: string }).reason, 'string', 'every episode was rewarded with its reason');
+  }
+  const lines = ((await store.get(keys.metrics(runId)))?.toString('utf8') ?? '').trim().split('\n').map((l) => JSON.parse(l) as IterationMetrics);
+  assert.equal(lines.length, 1);
+  const m = lines[0]!;
+  assert.equal(m.episodes, 4);
+  assert.equal(m.learnerTrajectories, 4, 'the learner consumed every trajectory once');
+  assert.equal(m.rolloutErrors, 0);
+  return { trajectories, metrics: m };
+}
+
+test('an SWE training iteration with env.backend "kubernetes": episodes and gradings in pods, none left behind', async () => {
+  const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  try {
+    const config = sweConfig('k8s-swe');
+    const configPath = join(t.dir, 'k8s-swe.json');
+    writeFileSync(configPath, JSON.stringify(config));
+    const before = { starts: await metricValue('swerl_sandbox_starts_total', { backend: 'kubernetes' }), graded: await metricValue('swerl_grading_seconds_count') };
+    const t0 = Date.now();
+    const o = await train({ config: configPath, out: join(t.dir, 'out-k8s-swe'), address: t.server.address, runId: 'k8s-swe', quiet: true });
+    assert.equal(o.result.iterations, 1);
+    const { trajectories } = await checkSweRun('k8s-swe', config.store.url);
+    const graded = trajectories.filter((tr) => Number((tr.info as { durationS?: unknown }).durationS) > 0).length;
+    const starts = (await metricValue('swerl_sandbox_starts_total', { backend: 'kubernetes' })) - before.starts;
+    assert.ok(starts >= 4 + graded, `${starts} pod starts: one per episode and one per grading`);
+    assert.equal((await metricValue('swerl_grading_seconds_count')) - before.graded, graded);
+    assert.equal(await metricValue('swerl_sandbox_start_failures_total', { backend: 'kubernetes' }), 0);
+    assert.equal(await metricValue('swerl_sandbox_starts_total', { backend: 'docker' }), 0, 'no Docker sandbox');
+    assert.deepEqual(await podsOf('k8s-swe'), [], 'every pod deleted');
+    console.log(`# SWE iteration on Kubernetes: ${((Date.now() - t0) / 1000).toFixed(1)} s, ${starts} pods (${graded} gradings)`);
+  } finally {
+    await workers.shutdown();
+  }
+});
+
+test('an evaluation with env.backend "kubernetes": gold patches graded in pods resolve; a missing image is an infrastructure error naming it, retried, never scored', async () => {
+  const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  const [a, b] = [tasks[0]!, tasks[1]!];
+  const ghost: SweTask = { ...a, instance_id: 'ghost__image-1', image: 'swerl-ghost-image:none' };
+  const tasksFile = join(t.dir, 'tasks-k8s-eval.jsonl');
+  writeFileSync(tasksFile, [a, b, ghost].map((x) => JSON.stringify(x)).join('\n') + '\n');
+  const ids = [a.instance_id, b.instance_id, ghost.instance_id];
+  const byId = new Map([a, b, ghost].map((x) => [x.instance_id, x]));
+  const model = await startScriptedModel({ identify: seedTable(1, ids, 1), script: ({ taskId }): ScriptTurn[] => [...editCallsFromPatch(byId.get(taskId)!.patch), FINISH] });
+  try {
+    const config: EvalConfigInput = {
+      tasksFile,
+      tasks: ids,
+      seed: 1,
+      model: { baseUrl: model.url, model: 'scripted', api: 'chat', toolFormat: 'text' },
+      maxSteps: 20,
+      concurrency: 3,
+      maxAttempts: 2,
+      heartbeatTimeoutSeconds: 60,
+      env: { backend: 'kubernetes' },
+      store: { url: fileStoreUrl(join(t.dir, 'store-k8s-eval')) },
+    } as EvalConfigInput;
+    const before = await metricValue('swerl_grading_seconds_count');
+    const h = await t.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'k8s-eval', args: [config] });
+    const r = (await h.result()) as EvaluationRunResult;
+    assert.deepEqual(r.summary.episodes, { planned: 3, completed: 2, resolved: 2, errors: 1 });
+    assert.equal(r.summary.pass1Completed, 1, 'the missing image is not scored: both completed episodes resolved');
+    assert.equal(r.summary.errors.length, 1);
+    assert.equal(r.summary.errors[0]!.taskId, 'ghost__image-1');
+    assert.match(r.summary.errors[0]!.reason, /image "swerl-ghost-image:none" is not on the node and could not be pulled/);
+    assert.ok((await metricValue('swerl_grading_seconds_count')) - before >= 2, 'both gold patches graded');
+    // the ghost's episode never reached the model: its sandbox never started, in every attempt
+    assert.equal(model.requests.get('ghost__image-1#0#0'), undefined);
+    for (const id of [a.instance_id, b.instance_id]) assert.equal(model.requests.get(`${id}#0#0`), 1, `${id}: one episode`);
+  } finally {
+    await model.close();
+    await workers.shutdown();
+  }
+});
+
+test('swerl grade and swerl validate-tasks take --backend kubernetes --kubeconfig --namespace: predictions graded and tasks validated in pods', async () => {
+  const [a, b] = [tasks[2]!, tasks[3]!];
+  const tasksFile = join(t.dir, 'tasks-k8s-cli.jsonl');
+  writeFileSync(tasksFile, [a, b].map((x) => JSON.stringify(x)).join('\n') + '\n');
+  const scheduled = async () => (await core.listNamespacedEvent({ namespace: cluster.testNamespace })).items.filter((e) => e.reason === 'Scheduled').map((e) => e.involvedObject.name!);
+  const before = new Set(await scheduled());
+  const k8sArgs = ['--backend', 'kubernetes', '--kubeconfig', cluster.kubeconfig, '--namespace', cluster.testNamespace];
+  const out = join(t.dir, 'grade-k8s-cli');
+  const g = await swerl('grade', '--tasks', tasksFile, '--predictions', 'gold', '--out', out, '--run-id', 'k8s', ...k8sArgs);
+  assert.match(g.stdout, /Instances resolved: 2\n/, g.stdout + g.stderr);
+  const v = await swerl('validate-tasks', '--tasks', tasksFile, '--concurrency', '1', ...k8sArgs);
+  assert.equal(v.stdout.trim().split('\n').at(-1), '2 valid, 0 invalid', v.stdout + v.stderr);
+  const pods = (await scheduled()).filter((n) => !before.has(n));
+  // one pod per grading, two per validated task (test_patch alone, then with the gold patch)
+  assert.ok(pods.length >= 2 + 2 * 2, `${pods.length} pods scheduled in ${cluster.testNamespace}: ${pods.join(', ')}`);
+  assert.ok(pods.every((n) => n.startsWith('swerl-sbx-')));
+  await assert.rejects(swerl('grade', '--tasks', tasksFile, '--predictions', 'gold', '--out', out, '--backend', 'pods'), /--backend: must be docker or kubernetes, got "pods"/);
+});
+
+test('a worker SIGKILLed mid-rollout: the restarted worker sweeps its pods; nothing lost, nothing run twice', async () => {
+  const runId = 'k8s-kill';
+  const config = sweConfig(runId);
+  const env = { ...process.env, SWERL_SANDBOX_BACKEND: 'kubernetes' };
+  const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
+  const logFile = join(t.dir, 'worker-k8s-kill.log');
+  let worker: ChildProcess = spawnWorker(args, logFile, env);
+  try {
+    const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    const running = await waitFor('pods of the run running', async () => {
+      const pods = await podsOf(runId);
+      return pods.filter((p) => p.phase === 'Running').length >= 2 ? pods : null;
+    }, 300_000, 200);
+    const deadPid = String(worker.pid);
+    assert.ok(running.every((p) => p.pid === deadPid), 'the pods are the worker’s');
+    worker.kill('SIGKILL');
+    await new Promise((r) => worker.once('exit', r));
+    assert.ok((await podsOf(runId)).some((p) => p.pid === deadPid), 'its pods outlive it');
+    const restarted = Date.now();
+    worker = spawnWorker(args, logFile, env);
+    await waitFor('the dead worker’s pods removed', async () => !(await podsOf(runId)).some((p) => p.pid === deadPid), 120_000, 200);
+    console.log(`# the dead worker's ${running.length} pods were removed ${((Date.now() - restarted) / 1000).toFixed(1)} s after the restart`);
+    assert.match(readFileSync(logFile, 'utf8'), /\[sandbox\] sweep \(kubernetes\): removed \d+ leftover sandbox/);
+    const result = (await h.result()) as TrainingRunResult;
+    assert.equal(result.iterations, 1);
+    const { trajectories } = await checkSweRun(runId, config.store.url);
+    // the interrupted rollouts were failed by the restarted worker and ran again (on its new policy server)
+    const interrupted = readFileSync(logFile, 'utf8').match(new RegExp(`rollout \\d+ of ${runId}-iter-0 was running on dead worker ${deadPid}@`, 'g')) ?? [];
+    assert.ok(interrupted.length >= 2, `${interrupted.length} rollouts failed as WorkerDied`);
+    assert.equal(trajectories.length, 4);
+    assert.deepEqual(await podsOf(runId), []);
+  } finally {
+    if (worker.exitCode === null) {
+      worker.kill('SIGTERM');
+      await new Promise((r) => worker.once('exit', r));
+    }
+  }
+});
+
+test('the API server restarted mid-iteration: the run completes', async () => {
+  const runId = 'k8s-api-restart';
+  const config = sweConfig(runId);
+  const workers: RunningWorkers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  try {
+    const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    await waitFor('rollouts in pods', async () => (await podsOf(runId)).some((p) => p.phase === 'Running'), 300_000, 200);
+    const s = await t.client.workflow.getHandle(runId).query(statusQuery);
+    assert.equal(s.phase, 'rollouts');
+    const t0 = Date.now();
+    await stopComponent('kube-apiserver');
+    await new Promise((r) => setTimeout(r, 3000));
+    await startComponent('kube-apiserver');
+    console.log(`# API server down for ${((Date.now() - t0) / 1000).toFixed(1)} s during the rollouts`);
+    const result = (await h.result()) as TrainingRunResult;
+    assert.equal(result.iterations, 1);
+    await checkSweRun(runId, config.store.url);
+    assert.deepEqual(await podsOf(runId), []);
+  } finally {
+    await workers.shutdown();
+  }
+});
