@@ -9,7 +9,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { KUBELET_SYSCTLS, clusterLayout } from '../services/k8s-cluster-config.ts';
-import { clusterDown, clusterStatus, clusterUp, kubeConfigOf, leftovers, normalizeImageRef } from '../services/k8s-cluster.ts';
+import { clusterDown, clusterStatus, clusterUp, kubeConfigOf, leftovers, normalizeImageRef, stopComponent } from '../services/k8s-cluster.ts';
 import { useK8sCluster, type TestCluster } from './helpers/k8s.ts';
 import { ROOT, waitFor } from './helpers/temporal.ts';
 
@@ -67,7 +67,7 @@ test('the cluster runs; its kubeconfig serves client-node and kubectl; a second 
   assert.equal(kubectl.stdout.trim(), 'node/localhost');
 });
 
-test('down leaves nothing running: processes, pods’ containers, network namespaces, mounts; sysctls restored', async () => {
+test('down after the kubelet died leaves nothing running: processes, pods’ containers, network namespaces, mounts, cgroups; sysctls restored', async () => {
   const l = clusterLayout(cluster.stateDir);
   const originals = JSON.parse(readFileSync(l.sysctlsFile, 'utf8')) as Record<string, string>;
   const netnsBefore = new Set(netns());
@@ -83,10 +83,12 @@ test('down leaves nothing running: processes, pods’ containers, network namesp
   await waitFor('the pod running', async () => (await core.readNamespacedPod({ name: 'left-running', namespace: cluster.testNamespace })).status?.phase === 'Running', 120_000, 200);
   assert.ok(netns().some((n) => !netnsBefore.has(n)), 'the pod has its network namespace');
   const pids = st.components.map((c) => c.pid!);
+  // the worst case: a kubelet that died leaves its pods' containers running, and nobody to stop them
+  await stopComponent('kubelet', { kill: true });
 
   const r = await clusterDown();
   console.log(`# down in ${r.seconds.toFixed(1)} s (${r.stopped.join(', ')})`);
-  assert.deepEqual([...r.stopped].sort(), ['containerd', 'etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kubelet']);
+  assert.deepEqual([...r.stopped].sort(), ['containerd', 'etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler']);
   const left = leftovers();
   assert.deepEqual(left.pids, [], 'no process names the state directory (components, shims, pods)');
   for (const pid of pids) assert.equal(existsSync(`/proc/${pid}/cmdline`) && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(cluster.stateDir), false, `pid ${pid}`);
@@ -94,6 +96,7 @@ test('down leaves nothing running: processes, pods’ containers, network namesp
   assert.deepEqual(left.mounts, [], 'no mount under the state directory');
   assert.deepEqual(netns().filter((n) => !netnsBefore.has(n)), [], 'no network namespace of a pod left');
   assert.deepEqual(sysctls(), originals, 'the sysctls the kubelet rewrites are back');
+  assert.deepEqual(readdirSync('/sys/fs/cgroup').filter((h) => existsSync(join('/sys/fs/cgroup', h, 'kubepods'))), [], 'no kubepods cgroup left');
   assert.equal((await clusterStatus()).running, false);
   // images stay in the state directory for the next up
   assert.ok(existsSync(l.containerdRoot));

@@ -160,8 +160,11 @@ test('an evaluation with env.backend "kubernetes": gold patches graded in pods r
     assert.equal(r.summary.errors[0]!.taskId, 'ghost__image-1');
     assert.match(r.summary.errors[0]!.reason, /image "swerl-ghost-image:none" is not on the node and could not be pulled/);
     assert.ok((await metricValue('swerl_grading_seconds_count')) - before >= 2, 'both gold patches graded');
-    // the ghost's episode never reached the model: its sandbox never started, in every attempt
+    // the ghost's episode never reached the model: its sandbox never started, in every attempt (a pod each)
     assert.equal(model.requests.get('ghost__image-1#0#0'), undefined);
+    const events = await core.listNamespacedEvent({ namespace: cluster.testNamespace });
+    const ghostPods = new Set(events.items.filter((e) => e.reason === 'Failed' && /swerl-ghost-image:none/.test(e.message ?? '')).map((e) => e.involvedObject.name));
+    assert.equal(ghostPods.size, 2, 'tried once per attempt (maxAttempts 2)');
     for (const id of [a.instance_id, b.instance_id]) assert.equal(model.requests.get(`${id}#0#0`), 1, `${id}: one episode`);
   } finally {
     await model.close();
