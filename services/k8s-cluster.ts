@@ -7,7 +7,7 @@
 // store); each `up` starts etcd, the kubelet's directory and the pod network afresh. One cluster per machine
 // (one kubelet owns the node's cgroups); `up` finds a running one and returns it.
 import { execFile, spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, createReadStream, existsSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
 import { homedir } from 'node:os';
@@ -479,6 +479,7 @@ async function clusterImageSet(l: ClusterLayout): Promise<Set<string>> {
 export async function loadImages(images: string[], o: ClusterOptions = {}): Promise<{ loaded: string[]; present: string[]; seconds: number }> {
   const l = clusterLayout(o.stateDir ?? defaultStateDir());
   const t0 = Date.now();
+  if (!isOurs(readRecord(l)?.pids.containerd, l.stateDir)) throw new Error(`the cluster in ${l.stateDir} is not running: swerl cluster up`);
   const have = await clusterImageSet(l);
   const want = [...new Set(images)].filter((i) => !have.has(normalizeImageRef(i)));
   const present = [...new Set(images)].filter((i) => have.has(normalizeImageRef(i)));
@@ -544,7 +545,7 @@ export async function clusterUp(o: ClusterOptions & { images?: string[] } = {}):
       await start('etcd');
       await start('containerd');
       await Promise.all([waitReady(l, rec, 'etcd'), waitReady(l, rec, 'containerd')]);
-      if (!(await clusterImageSet(l)).has(normalizeImageRef(ensured.pauseImage))) await ctr(l, ['images', 'import', '-'], (await import('node:fs')).createReadStream(ensured.pause));
+      if (!(await clusterImageSet(l)).has(normalizeImageRef(ensured.pauseImage))) await ctr(l, ['images', 'import', '-'], createReadStream(ensured.pause));
       await start('kube-apiserver');
       await waitReady(l, rec, 'kube-apiserver');
       await start('kube-controller-manager');

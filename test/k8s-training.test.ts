@@ -11,6 +11,7 @@ import { execFile, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
 import type * as k8s from '@kubernetes/client-node';
 import { train } from '../scripts/commands/train.ts';
+import { evaluate } from '../scripts/commands/eval.ts';
 import { startWorkers, type RunningWorkers } from '../workers/index.ts';
 import { keys, listCheckpoints, openStore, fileStoreUrl } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
@@ -18,7 +19,6 @@ import type { TrainingConfigInput } from '../lib/config.ts';
 import type { EvalConfigInput } from '../lib/eval/config.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { statusQuery } from '../workflows/signals.ts';
-import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
 import type { IterationMetrics, TrainingRunResult } from '../workflows/shapes.ts';
 import { kubeConfigOf, startComponent, stopComponent } from '../services/k8s-cluster.ts';
 import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
@@ -129,7 +129,7 @@ test('an SWE training iteration with env.backend "kubernetes": episodes and grad
   }
 });
 
-test('an evaluation with env.backend "kubernetes": gold patches graded in pods resolve; a missing image is an infrastructure error naming it, retried, never scored', async () => {
+test('an evaluation through swerl eval --backend kubernetes: gold patches graded in pods resolve; a missing image is an infrastructure error naming it, retried, never scored', async () => {
   const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
   const [a, b] = [tasks[0]!, tasks[1]!];
   const ghost: SweTask = { ...a, instance_id: 'ghost__image-1', image: 'swerl-ghost-image:none' };
@@ -139,6 +139,7 @@ test('an evaluation with env.backend "kubernetes": gold patches graded in pods r
   const byId = new Map([a, b, ghost].map((x) => [x.instance_id, x]));
   const model = await startScriptedModel({ identify: seedTable(1, ids, 1), script: ({ taskId }): ScriptTurn[] => [...editCallsFromPatch(byId.get(taskId)!.patch), FINISH] });
   try {
+    // no env.backend in the file: `swerl eval --backend kubernetes` sets it (the CLI's path, on this test's server)
     const config: EvalConfigInput = {
       tasksFile,
       tasks: ids,
@@ -148,12 +149,14 @@ test('an evaluation with env.backend "kubernetes": gold patches graded in pods r
       concurrency: 3,
       maxAttempts: 2,
       heartbeatTimeoutSeconds: 60,
-      env: { backend: 'kubernetes' },
       store: { url: fileStoreUrl(join(t.dir, 'store-k8s-eval')) },
-    } as EvalConfigInput;
+    };
+    const configPath = join(t.dir, 'k8s-eval.json');
+    writeFileSync(configPath, JSON.stringify(config));
     const before = await metricValue('swerl_grading_seconds_count');
-    const h = await t.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'k8s-eval', args: [config] });
-    const r = (await h.result()) as EvaluationRunResult;
+    const dockerStarts = await metricValue('swerl_sandbox_starts_total', { backend: 'docker' });
+    const { result: r } = await evaluate({ config: configPath, out: join(t.dir, 'out-k8s-eval'), address: t.server.address, evalId: 'k8s-eval', quiet: true, sandboxes: { backend: 'kubernetes' } });
+    assert.equal(await metricValue('swerl_sandbox_starts_total', { backend: 'docker' }), dockerStarts, 'no Docker sandbox');
     assert.deepEqual(r.summary.episodes, { planned: 3, completed: 2, resolved: 2, errors: 1 });
     assert.equal(r.summary.pass1Completed, 1, 'the missing image is not scored: both completed episodes resolved');
     assert.equal(r.summary.errors.length, 1);
@@ -189,6 +192,8 @@ test('swerl grade and swerl validate-tasks take --backend kubernetes --kubeconfi
   assert.ok(pods.length >= 2 + 2 * 2, `${pods.length} pods scheduled in ${cluster.testNamespace}: ${pods.join(', ')}`);
   assert.ok(pods.every((n) => n.startsWith('swerl-sbx-')));
   await assert.rejects(swerl('grade', '--tasks', tasksFile, '--predictions', 'gold', '--out', out, '--backend', 'pods'), /--backend: must be docker or kubernetes, got "pods"/);
+  // a worker of a server reads its own environment: refused rather than ignored
+  await assert.rejects(swerl('validate-tasks', '--tasks', tasksFile, '--address', t.server.address, ...k8sArgs), /with --address, set SWERL_SANDBOX_BACKEND/);
 });
 
 test('a worker SIGKILLed mid-rollout: the restarted worker sweeps its pods; nothing lost, nothing run twice', async () => {

@@ -87,11 +87,16 @@ export async function prepareLocalClusterImages(tasksFile: string, taskIds: stri
   if (kubeconfig) kc.loadFromFile(kubeconfig);
   else kc.loadFromDefault();
   if (!st.running || kc.getCurrentCluster()?.server !== st.server) return;
-  const { buildImages, taskImageName } = await import('../../activities/images.ts');
+  const { buildImages, imageExists, taskImageName } = await import('../../activities/images.ts');
   const { tasks } = await loadTasks(tasksFile);
   const chosen = taskIds.length ? tasks.filter((t) => taskIds.includes(t.instance_id)) : tasks;
   await buildImages(chosen.filter((t) => !t.image), { concurrency: 2 });
-  const images = await Promise.all(chosen.map((t) => taskImageName(t)));
+  const images: string[] = [];
+  for (const image of await Promise.all(chosen.map((t) => taskImageName(t)))) {
+    // a record naming an image Docker lacks: its episodes fail as infrastructure, naming it
+    if (await imageExists(image)) images.push(image);
+    else log(`image ${image} is not in Docker: not loaded into the local cluster`);
+  }
   const r = await loadImages(images, { log });
   if (r.loaded.length) log(`loaded ${r.loaded.length} image(s) into the local cluster in ${r.seconds.toFixed(1)} s`);
 }
