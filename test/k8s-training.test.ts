@@ -1,8 +1,11 @@
 // Training and evaluation with `env.backend: "kubernetes"` against swerl's local cluster (started like
-// `swerl cluster up`), a real dev server and real workers: an SWE iteration whose episodes (and gradings) run
-// in pods; an evaluation whose gold patches are graded in pods, with a task whose image is missing (an
-// infrastructure error naming it, retried, never scored); a worker SIGKILLed mid-rollout (its pods swept at
-// the restart, nothing lost, nothing run twice); the API server restarted mid-iteration (the run completes).
+// `swerl cluster up`), a real dev server and real workers: an SWE iteration whose episodes and gradings run in
+// pods; an evaluation whose gold patches are graded in pods, with a task whose image is missing (an
+// infrastructure error naming it, retried, never scored); `swerl grade` and `validate-tasks` with --backend
+// kubernetes; a worker SIGKILLed mid-rollout (its pods swept at the restart, nothing lost, nothing run twice);
+// the API server restarted mid-iteration (the run completes). The training runs' agent is scripted behind our
+// own policy server: it sleeps, replays the task's gold patch through file_editor and submits, so every
+// episode is graded (reward 1).
 import { before, after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -25,6 +28,10 @@ import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/doc
 import { useK8sCluster, type TestCluster } from './helpers/k8s.ts';
 import { metricValue } from './helpers/metrics.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from './helpers/scripted-agent.ts';
+import { startPolicyServer, type PolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { writeModel } from '../lib/presets.ts';
+import { loadTokenizer } from '../lib/tokenizer.ts';
+import { formatToolCall } from '../lib/toolcall.ts';
 import { seedTable } from './helpers/eval.ts';
 import { ROOT, spawnWorker, startTestTemporal, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
@@ -65,15 +72,36 @@ after(async () => {
 });
 
 /**
- * configs/swe.json on the cluster: one iteration, 2 tasks × 2 samples, every episode graded (gradeUnsubmitted);
- * turns of 32 tokens (what is tested is the sandboxes: the tiny policy's 128-token turns took 2 min an episode here).
+ * A scripted agent behind our policy server: in each episode (its task found in the prompt) `sleep S`, the gold
+ * patch's file_editor calls, then `finish`. `sleep` keeps the rollouts in their pods long enough to break things.
  */
-function sweConfig(runId: string): TrainingConfigInput & { store: { url: string } } {
+async function scriptedPolicy(dir: string, sleepS: number): Promise<PolicyServer> {
+  await writeModel(dir, 'tiny', 1);
+  const tok = await loadTokenizer(dir);
+  const scripts = new Map(tasks.map((x) => [x.problem_statement.slice(0, 200), [{ name: 'execute_bash', args: { cmd: `sleep ${sleepS}; echo slept` } }, ...editCallsFromPatch(x.patch), FINISH]]));
+  const model: ServableModel = {
+    async generate(promptIds, opts) {
+      const prompt = tok.decode(Array.from(promptIds), { skipSpecial: false });
+      const turn = prompt.split('<|im_start|>assistant').length - 2;
+      const calls = [...scripts].find(([statement]) => prompt.includes(statement))?.[1] ?? [FINISH];
+      const ids = Int32Array.from([...tok.encode(`Let me act.\n${formatToolCall(calls[Math.min(turn, calls.length - 1)]!)}`), tok.imEnd]);
+      // rollouts ask for the top-1 log-prob: the scripted token is its own top 1
+      const k = opts.topLogprobs ?? 0;
+      const top = k > 0 ? { topIds: Int32Array.from({ length: ids.length * k }, (_, i) => ids[Math.floor(i / k)]!), topLogprobs: new Float32Array(ids.length * k).fill(-1) } : {};
+      return { ids, logprobs: new Float32Array(ids.length).fill(-1), finishReason: 'stop' as const, ...top };
+    },
+    close() {},
+  };
+  return startPolicyServer({ learner: model, loadModel: async () => model, checkpoint: null });
+}
+
+/** configs/swe.json on the cluster with the scripted agent: one iteration, 2 tasks × 2 samples, room for the gold edits. */
+function sweConfig(runId: string, policy: PolicyServer): TrainingConfigInput & { store: { url: string } } {
   const config = JSON.parse(readFileSync(join(ROOT, 'configs/swe.json'), 'utf8')) as TrainingConfigInput & { env: Record<string, unknown>; episode: Record<string, unknown>; algorithm: Record<string, unknown> };
-  config.env = { ...config.env, tasksFile: TASKS_FILE, backend: 'kubernetes' };
-  config.episode = { ...config.episode, responseBudget: 96, maxTokensPerTurn: 32 };
-  config.algorithm = { ...config.algorithm, lMax: 96 };
-  return { ...config, runId, store: { url: fileStoreUrl(join(t.dir, `store-${runId}`)) } };
+  config.env = { ...config.env, tasksFile: TASKS_FILE, backend: 'kubernetes', maxSteps: 20 };
+  config.episode = { ...config.episode, maxSteps: 20, responseBudget: 16_384, maxTokensPerTurn: 4096 };
+  config.algorithm = { ...config.algorithm, lMax: 16_384 };
+  return { ...config, runId, policy: { baseUrl: policy.url, model: 'policy' }, store: { url: fileStoreUrl(join(t.dir, `store-${runId}`)) } };
 }
 
 /** Sandbox pods of a run (label swerl.run), with their owner pid. */
@@ -94,7 +122,10 @@ async function checkSweRun(runId: string, storeUrl: string): Promise<{ trajector
   for (const tr of trajectories) {
     assert.ok(known.has(tr.taskId));
     assert.equal(tr.checkpoint, 0);
-    assert.equal(typeof (tr.info as { reason?: string }).reason, 'string', 'every episode was rewarded with its reason');
+    // the gold patch, submitted and graded in a pod
+    assert.equal(tr.end, 'submitted', `${tr.taskId}#${tr.sample}`);
+    assert.equal((tr.info as { reason?: string }).reason, 'passed', `${tr.taskId}#${tr.sample}: ${JSON.stringify(tr.info).slice(0, 300)}`);
+    assert.equal(tr.reward, 1);
   }
   const lines = ((await store.get(keys.metrics(runId)))?.toString('utf8') ?? '').trim().split('\n').map((l) => JSON.parse(l) as IterationMetrics);
   assert.equal(lines.length, 1);
@@ -107,24 +138,25 @@ async function checkSweRun(runId: string, storeUrl: string): Promise<{ trajector
 
 test('an SWE training iteration with env.backend "kubernetes": episodes and gradings in pods, none left behind', async () => {
   const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  const policy = await scriptedPolicy(join(t.dir, 'policy-swe'), 0);
   try {
-    const config = sweConfig('k8s-swe');
+    const config = sweConfig('k8s-swe', policy);
     const configPath = join(t.dir, 'k8s-swe.json');
     writeFileSync(configPath, JSON.stringify(config));
     const before = { starts: await metricValue('swerl_sandbox_starts_total', { backend: 'kubernetes' }), graded: await metricValue('swerl_grading_seconds_count') };
     const t0 = Date.now();
     const o = await train({ config: configPath, out: join(t.dir, 'out-k8s-swe'), address: t.server.address, runId: 'k8s-swe', quiet: true });
     assert.equal(o.result.iterations, 1);
-    const { trajectories } = await checkSweRun('k8s-swe', config.store.url);
-    const graded = trajectories.filter((tr) => Number((tr.info as { durationS?: unknown }).durationS) > 0).length;
+    await checkSweRun('k8s-swe', config.store.url);
     const starts = (await metricValue('swerl_sandbox_starts_total', { backend: 'kubernetes' })) - before.starts;
-    assert.ok(starts >= 4 + graded, `${starts} pod starts: one per episode and one per grading`);
-    assert.equal((await metricValue('swerl_grading_seconds_count')) - before.graded, graded);
+    assert.equal(starts, 4 + 4, `${starts} pod starts: one per episode and one per grading`);
+    assert.equal((await metricValue('swerl_grading_seconds_count')) - before.graded, 4);
     assert.equal(await metricValue('swerl_sandbox_start_failures_total', { backend: 'kubernetes' }), 0);
     assert.equal(await metricValue('swerl_sandbox_starts_total', { backend: 'docker' }), 0, 'no Docker sandbox');
     assert.deepEqual(await podsOf('k8s-swe'), [], 'every pod deleted');
-    console.log(`# SWE iteration on Kubernetes: ${((Date.now() - t0) / 1000).toFixed(1)} s, ${starts} pods (${graded} gradings)`);
+    console.log(`# SWE iteration on Kubernetes: ${((Date.now() - t0) / 1000).toFixed(1)} s, ${starts} pods (4 episodes, 4 gradings)`);
   } finally {
+    await policy.close();
     await workers.shutdown();
   }
 });
@@ -198,7 +230,8 @@ test('swerl grade and swerl validate-tasks take --backend kubernetes --kubeconfi
 
 test('a worker SIGKILLed mid-rollout: the restarted worker sweeps its pods; nothing lost, nothing run twice', async () => {
   const runId = 'k8s-kill';
-  const config = sweConfig(runId);
+  const policy = await scriptedPolicy(join(t.dir, 'policy-kill'), 15);
+  const config = sweConfig(runId, policy);
   const env = { ...process.env, SWERL_SANDBOX_BACKEND: 'kubernetes' };
   const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
   const logFile = join(t.dir, 'worker-k8s-kill.log');
@@ -222,12 +255,15 @@ test('a worker SIGKILLed mid-rollout: the restarted worker sweeps its pods; noth
     const result = (await h.result()) as TrainingRunResult;
     assert.equal(result.iterations, 1);
     const { trajectories } = await checkSweRun(runId, config.store.url);
-    // the interrupted rollouts were failed by the restarted worker and ran again (on its new policy server)
+    // the interrupted rollouts were failed by the restarted worker (WorkerDied) and ran again: their trajectory
+    // is their second attempt's, which lists the first
     const interrupted = readFileSync(logFile, 'utf8').match(new RegExp(`rollout \\d+ of ${runId}-iter-0 was running on dead worker ${deadPid}@`, 'g')) ?? [];
     assert.ok(interrupted.length >= 2, `${interrupted.length} rollouts failed as WorkerDied`);
-    assert.equal(trajectories.length, 4);
+    const again = trajectories.filter((tr) => Number((tr.info as { attempt?: number }).attempt) > 1);
+    assert.equal(again.length, interrupted.length, 'each interrupted rollout ran once more, the others once');
     assert.deepEqual(await podsOf(runId), []);
   } finally {
+    await policy.close();
     if (worker.exitCode === null) {
       worker.kill('SIGTERM');
       await new Promise((r) => worker.once('exit', r));
@@ -235,10 +271,12 @@ test('a worker SIGKILLed mid-rollout: the restarted worker sweeps its pods; noth
   }
 });
 
-test('the API server restarted mid-iteration: the run completes', async () => {
+test('the API server restarted mid-iteration: the run completes; pods it could not delete meanwhile are swept', async () => {
   const runId = 'k8s-api-restart';
-  const config = sweConfig(runId);
-  const workers: RunningWorkers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  const policy = await scriptedPolicy(join(t.dir, 'policy-api'), 15);
+  const config = sweConfig(runId, policy);
+  // pods whose deletion failed while the API was down are deleted by the next sweep: every 5 s here (default 60)
+  const workers: RunningWorkers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 }, sandboxSweepSeconds: 5 });
   try {
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
     await waitFor('rollouts in pods', async () => (await podsOf(runId)).some((p) => p.phase === 'Running'), 300_000, 200);
@@ -252,8 +290,11 @@ test('the API server restarted mid-iteration: the run completes', async () => {
     const result = (await h.result()) as TrainingRunResult;
     assert.equal(result.iterations, 1);
     await checkSweRun(runId, config.store.url);
-    assert.deepEqual(await podsOf(runId), []);
+    const done = Date.now();
+    await waitFor('the pods of the failed attempts deleted by the sweep', async () => (await podsOf(runId)).length === 0, 60_000, 500);
+    console.log(`# the pods left while the API was down were gone ${((Date.now() - done) / 1000).toFixed(1)} s after the run`);
   } finally {
+    await policy.close();
     await workers.shutdown();
   }
 });
