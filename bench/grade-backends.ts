@@ -6,6 +6,7 @@
 // Pods request 500m CPU here: 2 at a time fit the node's 2 allocatable CPUs beside a terminating one.
 import { gradePatch } from '../activities/grade.ts';
 import { K8sBackend } from '../activities/sandbox/k8s.ts';
+import { mapInLanes } from '../lib/pool.ts';
 import type { SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { clusterDown, clusterUp, ensureNamespace } from '../services/k8s-cluster.ts';
@@ -29,16 +30,10 @@ async function firstCommand(backend: SandboxBackend, image: string): Promise<num
 async function gradeAll(backend: SandboxBackend, tasks: SweTask[], concurrency: number): Promise<{ perMinute: number; seconds: number; notResolved: string[] }> {
   const t0 = performance.now();
   const notResolved: string[] = [];
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < tasks.length) {
-        const task = tasks[next++]!;
-        const g = await gradePatch({ task, patch: task.patch, backend });
-        if (!g.resolved) notResolved.push(`${task.instance_id} (${g.reason})`);
-      }
-    }),
-  );
+  await mapInLanes(tasks, concurrency, async (task) => {
+    const g = await gradePatch({ task, patch: task.patch, backend });
+    if (!g.resolved) notResolved.push(`${task.instance_id} (${g.reason})`);
+  });
   const seconds = (performance.now() - t0) / 1000;
   return { perMinute: (tasks.length / seconds) * 60, seconds, notResolved };
 }
@@ -75,10 +70,15 @@ export async function compareBackends(o: { reps: number }): Promise<void> {
     console.log(`\ngraded gold patches per minute (${tasks.length} tasks, 2 at a time)`);
     const rate = { docker: [] as number[], kubernetes: [] as number[] };
     for (let r = 0; r < o.reps; r++) {
-      for (const [name, backend] of [['docker', docker], ['kubernetes', k8s]] as const) {
+      for (const [name, backend] of [
+        ['docker', docker],
+        ['kubernetes', k8s],
+      ] as const) {
         const g = await gradeAll(backend, tasks, 2);
         rate[name].push(g.perMinute);
-        console.log(`  ${name.padEnd(10)} ${g.perMinute.toFixed(1)} per minute (${g.seconds.toFixed(1)} s)${g.notResolved.length ? `; not resolved: ${g.notResolved.join(', ')}` : ''}`);
+        console.log(
+          `  ${name.padEnd(10)} ${g.perMinute.toFixed(1)} per minute (${g.seconds.toFixed(1)} s)${g.notResolved.length ? `; not resolved: ${g.notResolved.join(', ')}` : ''}`,
+        );
       }
     }
     const rd = median(rate.docker);

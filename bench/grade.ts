@@ -12,7 +12,14 @@ import { gradePatch } from '../activities/grade.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches } from '../test/helpers/adversarial.ts';
 import { imagesFor, sharedTasks, testBackend } from '../test/helpers/docker.ts';
 
-const { values } = parseArgs({ options: { reps: { type: 'string', default: '2' }, corpus: { type: 'boolean', default: false }, v1: { type: 'string', default: 'd56d927' }, backend: { type: 'string', default: 'docker' } } });
+const { values } = parseArgs({
+  options: {
+    reps: { type: 'string', default: '2' },
+    corpus: { type: 'boolean', default: false },
+    v1: { type: 'string', default: 'd56d927' },
+    backend: { type: 'string', default: 'docker' },
+  },
+});
 if (values.backend !== 'docker' && values.backend !== 'kubernetes') throw new Error(`--backend must be docker or kubernetes, got ${JSON.stringify(values.backend)}`);
 if (values.backend === 'kubernetes') {
   // Kubernetes against Docker in the same run (bench/grade-backends.ts)
@@ -71,7 +78,7 @@ try {
         if (g.reward === 1) fooled.set(k.name, [...(fooled.get(k.name) ?? []), task.instance_id]);
       }
     }
-    for (const k of ADVERSARIAL_KINDS) console.log(`${k.name.padEnd(32)} ${(fooled.get(k.name)?.length ?? 0)}/${tasks.length}`);
+    for (const k of ADVERSARIAL_KINDS) console.log(`${k.name.padEnd(32)} ${fooled.get(k.name)?.length ?? 0}/${tasks.length}`);
   }
 } finally {
   rmSync(TMP, { recursive: true, force: true });

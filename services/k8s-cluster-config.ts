@@ -126,8 +126,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 `;
 }
 
-/** certs.d/<registry>/hosts.toml: every pull from `registry` goes to a closed local port (containerd 1.6 wants `server` and a host entry). */
-export function registryHostsToml(registry: string): string {
+/** certs.d/<registry>/hosts.toml, the same for every registry: pulls go to a closed local port (containerd 1.6 wants `server` and a host entry). */
+export function registryHostsToml(): string {
   return `server = ${JSON.stringify(CLOSED_REGISTRY)}
 
 [host.${JSON.stringify(CLOSED_REGISTRY)}]

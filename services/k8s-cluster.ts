@@ -226,7 +226,12 @@ export async function ensureK8sBinaries(log?: (s: string) => void): Promise<Ensu
     child.once('error', rej);
     child.once('exit', (code) => (code === 0 ? res(stdout) : rej(new Error(`scripts/ensure-k8s.sh exited ${code}:\n${stderr.trim().split('\n').slice(-20).join('\n')}`))));
   });
-  const kv = Object.fromEntries(out.trim().split('\n').map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+  const kv = Object.fromEntries(
+    out
+      .trim()
+      .split('\n')
+      .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+  );
   const e = { kube: kv.kube ?? '', pause: kv.pause ?? '', pauseImage: kv.pause_image ?? '', version: kv.version ?? '' };
   if (!e.kube || !e.pause || !e.pauseImage || !e.version) throw new Error(`scripts/ensure-k8s.sh printed no kube=, pause=, pause_image= and version= lines: ${out}`);
   return e;
@@ -422,7 +427,7 @@ function writeConfigs(l: ClusterLayout, rec: ClusterRecord): void {
   writeAtomic(l.containerdConfig, containerdConfig(l, rec.pauseImage));
   for (const r of BLOCKED_REGISTRIES) {
     mkdirSync(join(l.registryHosts, r), { recursive: true });
-    writeAtomic(join(l.registryHosts, r, 'hosts.toml'), registryHostsToml(r));
+    writeAtomic(join(l.registryHosts, r, 'hosts.toml'), registryHostsToml());
   }
   writeAtomic(join(l.cniConf, '10-swerl-sandbox.conflist'), cniConfig(l));
   writeAtomic(l.kubeletConfig, kubeletConfig(l, rec.ports));
@@ -468,7 +473,12 @@ export function normalizeImageRef(ref: string): string {
 }
 
 async function clusterImageSet(l: ClusterLayout): Promise<Set<string>> {
-  return new Set((await ctr(l, ['images', 'ls', '-q'])).split('\n').map((s) => s.trim()).filter(Boolean));
+  return new Set(
+    (await ctr(l, ['images', 'ls', '-q']))
+      .split('\n')
+      .map((s) => s.trim())
+      .filter(Boolean),
+  );
 }
 
 /**
@@ -484,19 +494,20 @@ export async function loadImages(images: string[], o: ClusterOptions = {}): Prom
   const want = [...new Set(images)].filter((i) => !have.has(normalizeImageRef(i)));
   const present = [...new Set(images)].filter((i) => have.has(normalizeImageRef(i)));
   if (want.length) {
-    const Docker = (await import('dockerode')).default;
-    const docker = new Docker();
+    const { imageExists } = await import('../activities/images.ts');
     for (const i of want) {
-      try {
-        await docker.getImage(i).inspect();
-      } catch {
-        throw new Error(`image ${JSON.stringify(i)} is not in Docker, so it cannot be loaded into the cluster (build it first: swerl images build)`);
-      }
+      if (!(await imageExists(i))) throw new Error(`image ${JSON.stringify(i)} is not in Docker, so it cannot be loaded into the cluster (build it first: swerl images build)`);
     }
     o.log?.(`loading ${want.length} image(s) into the cluster: ${want.join(', ')}`);
-    // GET /images/get?names=…: one tar of all of them (dockerode has it, its types do not)
-    const stream = await (docker as unknown as { getImages(o: { names: string[] }): Promise<NodeJS.ReadableStream> }).getImages({ names: want });
-    await ctr(l, ['images', 'import', '-'], stream);
+    // one tar of all of them, shared layers once
+    const save = spawn(which('docker'), ['save', ...want], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PATH } });
+    let saveErr = '';
+    save.stderr.on('data', (b: Buffer) => (saveErr += b.toString()));
+    const saved = new Promise<void>((res, rej) => {
+      save.once('error', rej);
+      save.once('exit', (code) => (code === 0 ? res() : rej(new Error(`docker save exited ${code}: ${saveErr.trim()}`))));
+    });
+    await Promise.all([ctr(l, ['images', 'import', '-'], save.stdout), saved]);
     const now = await clusterImageSet(l);
     const missing = want.filter((i) => !now.has(normalizeImageRef(i)));
     if (missing.length) throw new Error(`ctr import did not register ${missing.join(', ')}`);
@@ -618,16 +629,17 @@ async function deleteAllPods(l: ClusterLayout, rec: ClusterRecord): Promise<void
   kc.loadFromFile(l.kubeconfig);
   const core = kc.makeApiClient(lib.CoreV1Api);
   const pods = await core.listPodForAllNamespaces();
-  await Promise.all(
-    pods.items.map((p) => core.deleteNamespacedPod({ name: p.metadata!.name!, namespace: p.metadata!.namespace!, gracePeriodSeconds: 0 }).catch(() => undefined)),
-  );
+  await Promise.all(pods.items.map((p) => core.deleteNamespacedPod({ name: p.metadata!.name!, namespace: p.metadata!.namespace!, gracePeriodSeconds: 0 }).catch(() => undefined)));
   // the kubelet stops the sandboxes (CNI DEL, netns removed); what it has not done in time the ctr sweep does
   await waitUntil('the pods stopped', async () => (await ctr(l, ['tasks', 'ls', '-q'])).trim() === '', 20_000, 250).catch(() => undefined);
 }
 
 /** Kills and deletes every task and container left in containerd's CRI namespace; removes their network namespaces. */
 async function sweepContainers(l: ClusterLayout): Promise<void> {
-  const ids = (await ctr(l, ['containers', 'ls', '-q'])).split('\n').map((s) => s.trim()).filter(Boolean);
+  const ids = (await ctr(l, ['containers', 'ls', '-q']))
+    .split('\n')
+    .map((s) => s.trim())
+    .filter(Boolean);
   const netns = new Set<string>();
   for (const id of ids) {
     try {
@@ -664,7 +676,7 @@ function removeKubepodsCgroups(): void {
     return;
   }
   const rmTree = (dir: string) => {
-    let entries: string[] = [];
+    let entries: string[];
     try {
       entries = readdirSync(dir).filter((e) => statSync(join(dir, e)).isDirectory());
     } catch {

@@ -26,7 +26,10 @@ async function signed(dir: string, name: string, subject: string, ext: string): 
   await openssl(['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256', '-out', `${name}.key`], dir);
   await openssl(['req', '-new', '-key', `${name}.key`, '-subj', subject, '-out', `${name}.csr`], dir);
   writeFileSync(join(dir, `${name}.ext`), ext);
-  await openssl(['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', DAYS, '-sha256', '-extfile', `${name}.ext`, '-out', `${name}.crt`], dir);
+  await openssl(
+    ['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', DAYS, '-sha256', '-extfile', `${name}.ext`, '-out', `${name}.crt`],
+    dir,
+  );
   rmSync(join(dir, `${name}.csr`));
   rmSync(join(dir, `${name}.ext`));
 }
@@ -41,11 +44,41 @@ export async function ensurePki(dir: string): Promise<void> {
   mkdirSync(tmp, { recursive: true, mode: 0o700 });
   await openssl(['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256', '-out', 'ca.key'], tmp);
   await openssl(
-    ['req', '-x509', '-new', '-key', 'ca.key', '-subj', '/CN=swerl-local-k8s-ca', '-days', DAYS, '-sha256', '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign', '-out', 'ca.crt'],
+    [
+      'req',
+      '-x509',
+      '-new',
+      '-key',
+      'ca.key',
+      '-subj',
+      '/CN=swerl-local-k8s-ca',
+      '-days',
+      DAYS,
+      '-sha256',
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+      '-out',
+      'ca.crt',
+    ],
     tmp,
   );
-  const sans = ['IP:127.0.0.1', `IP:${SERVICE_IP}`, 'DNS:localhost', 'DNS:kubernetes', 'DNS:kubernetes.default', 'DNS:kubernetes.default.svc', 'DNS:kubernetes.default.svc.cluster.local'];
-  await signed(tmp, 'apiserver', '/CN=kube-apiserver', `basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=${sans.join(',')}\n`);
+  const sans = [
+    'IP:127.0.0.1',
+    `IP:${SERVICE_IP}`,
+    'DNS:localhost',
+    'DNS:kubernetes',
+    'DNS:kubernetes.default',
+    'DNS:kubernetes.default.svc',
+    'DNS:kubernetes.default.svc.cluster.local',
+  ];
+  await signed(
+    tmp,
+    'apiserver',
+    '/CN=kube-apiserver',
+    `basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=${sans.join(',')}\n`,
+  );
   await signed(tmp, 'admin', '/O=system:masters/CN=swerl-admin', CLIENT);
   await signed(tmp, 'node', `/O=system:nodes/CN=system:node:${NODE_NAME}`, CLIENT);
   await openssl(['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256', '-out', 'sa.key'], tmp);

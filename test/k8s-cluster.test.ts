@@ -1,3 +1,4 @@
+// test-group: cluster
 // swerl's local one-node Kubernetes cluster (services/k8s-cluster.ts, `swerl cluster`): up through the same
 // code as `swerl cluster up`, its kubeconfig read by @kubernetes/client-node and by kubectl, a second `up`
 // finding it, and `down` leaving nothing running: no process, no pod's container, no network namespace or
@@ -32,18 +33,24 @@ test('image references as containerd names them (what `load` compares)', () => {
 test('the cluster runs; its kubeconfig serves client-node and kubectl; a second up finds it', async () => {
   const st = await clusterStatus();
   assert.equal(st.running, true);
-  assert.deepEqual(st.components.map((c) => [c.name, c.alive]), [
-    ['etcd', true],
-    ['containerd', true],
-    ['kube-apiserver', true],
-    ['kube-controller-manager', true],
-    ['kube-scheduler', true],
-    ['kubelet', true],
-  ]);
+  assert.deepEqual(
+    st.components.map((c) => [c.name, c.alive]),
+    [
+      ['etcd', true],
+      ['containerd', true],
+      ['kube-apiserver', true],
+      ['kube-controller-manager', true],
+      ['kube-scheduler', true],
+      ['kubelet', true],
+    ],
+  );
   const lib = await import('@kubernetes/client-node');
   const kc = await kubeConfigOf();
   const nodes = await kc.makeApiClient(lib.CoreV1Api).listNode();
-  assert.deepEqual(nodes.items.map((n) => n.metadata?.name), ['localhost']);
+  assert.deepEqual(
+    nodes.items.map((n) => n.metadata?.name),
+    ['localhost'],
+  );
   const node = nodes.items[0]!;
   assert.ok(node.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'));
   // the version is stamped (unstamped components say v0.0.0-master)
@@ -78,10 +85,21 @@ test('down after the kubelet died leaves nothing running: processes, pods’ con
   const pauseImage = JSON.parse(readFileSync(l.clusterFile, 'utf8')).pauseImage as string;
   await core.createNamespacedPod({
     namespace: cluster.testNamespace,
-    body: { metadata: { name: 'left-running' }, spec: { containers: [{ name: 'c', image: pauseImage, imagePullPolicy: 'Never' }], terminationGracePeriodSeconds: 0, automountServiceAccountToken: false } },
+    body: {
+      metadata: { name: 'left-running' },
+      spec: { containers: [{ name: 'c', image: pauseImage, imagePullPolicy: 'Never' }], terminationGracePeriodSeconds: 0, automountServiceAccountToken: false },
+    },
   });
-  await waitFor('the pod running', async () => (await core.readNamespacedPod({ name: 'left-running', namespace: cluster.testNamespace })).status?.phase === 'Running', 120_000, 200);
-  assert.ok(netns().some((n) => !netnsBefore.has(n)), 'the pod has its network namespace');
+  await waitFor(
+    'the pod running',
+    async () => (await core.readNamespacedPod({ name: 'left-running', namespace: cluster.testNamespace })).status?.phase === 'Running',
+    120_000,
+    200,
+  );
+  assert.ok(
+    netns().some((n) => !netnsBefore.has(n)),
+    'the pod has its network namespace',
+  );
   const pids = st.components.map((c) => c.pid!);
   // the worst case: a kubelet that died leaves its pods' containers running, and nobody to stop them
   await stopComponent('kubelet', { kill: true });
@@ -94,9 +112,17 @@ test('down after the kubelet died leaves nothing running: processes, pods’ con
   for (const pid of pids) assert.equal(existsSync(`/proc/${pid}/cmdline`) && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(cluster.stateDir), false, `pid ${pid}`);
   assert.equal(left.bridge, false, 'the sandbox bridge is gone');
   assert.deepEqual(left.mounts, [], 'no mount under the state directory');
-  assert.deepEqual(netns().filter((n) => !netnsBefore.has(n)), [], 'no network namespace of a pod left');
+  assert.deepEqual(
+    netns().filter((n) => !netnsBefore.has(n)),
+    [],
+    'no network namespace of a pod left',
+  );
   assert.deepEqual(sysctls(), originals, 'the sysctls the kubelet rewrites are back');
-  assert.deepEqual(readdirSync('/sys/fs/cgroup').filter((h) => existsSync(join('/sys/fs/cgroup', h, 'kubepods'))), [], 'no kubepods cgroup left');
+  assert.deepEqual(
+    readdirSync('/sys/fs/cgroup').filter((h) => existsSync(join('/sys/fs/cgroup', h, 'kubepods'))),
+    [],
+    'no kubepods cgroup left',
+  );
   assert.equal((await clusterStatus()).running, false);
   // images stay in the state directory for the next up
   assert.ok(existsSync(l.containerdRoot));

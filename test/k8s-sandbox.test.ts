@@ -78,7 +78,11 @@ describe('against the local cluster (swerl cluster up)', () => {
     const lib = await import('@kubernetes/client-node');
     const core = (await kubeConfigOf()).makeApiClient(lib.CoreV1Api);
     const pods = await core.listNamespacedPod({ namespace: cluster.testNamespace });
-    assert.deepEqual(pods.items.filter((p) => p.spec?.containers[0]?.image === missing && !p.metadata?.deletionTimestamp).map((p) => p.metadata?.name), [], 'its pod was deleted');
+    assert.deepEqual(
+      pods.items.filter((p) => p.spec?.containers[0]?.image === missing && !p.metadata?.deletionTimestamp).map((p) => p.metadata?.name),
+      [],
+      'its pod was deleted',
+    );
   });
 
   test('limits: memory (OOM-killed, reported), CPU (the quota holds), pids (the pod pids limit)', async () => {

@@ -1,3 +1,4 @@
+// test-group: cluster
 // Training and evaluation with `env.backend: "kubernetes"` against swerl's local cluster (started like
 // `swerl cluster up`), a real dev server and real workers: an SWE iteration whose episodes and gradings run in
 // pods; an evaluation whose gold patches are graded in pods, with a task whose image is missing (an
@@ -28,7 +29,7 @@ import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/doc
 import { useK8sCluster, type TestCluster } from './helpers/k8s.ts';
 import { metricValue } from './helpers/metrics.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from './helpers/scripted-agent.ts';
-import { startPolicyServer, type PolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { startPolicyServer, type PolicyServer, type ServableModel } from '../policy-server/index.ts';
 import { writeModel } from '../lib/presets.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { formatToolCall } from '../lib/toolcall.ts';
@@ -78,7 +79,9 @@ after(async () => {
 async function scriptedPolicy(dir: string, sleepS: number): Promise<PolicyServer> {
   await writeModel(dir, 'tiny', 1);
   const tok = await loadTokenizer(dir);
-  const scripts = new Map(tasks.map((x) => [x.problem_statement.slice(0, 200), [{ name: 'execute_bash', args: { cmd: `sleep ${sleepS}; echo slept` } }, ...editCallsFromPatch(x.patch), FINISH]]));
+  const scripts = new Map(
+    tasks.map((x) => [x.problem_statement.slice(0, 200), [{ name: 'execute_bash', args: { cmd: `sleep ${sleepS}; echo slept` } }, ...editCallsFromPatch(x.patch), FINISH]]),
+  );
   const model: ServableModel = {
     async generate(promptIds, opts) {
       const prompt = tok.decode(Array.from(promptIds), { skipSpecial: false });
@@ -97,7 +100,11 @@ async function scriptedPolicy(dir: string, sleepS: number): Promise<PolicyServer
 
 /** configs/swe.json on the cluster with the scripted agent: one iteration, 2 tasks × 2 samples, room for the gold edits. */
 function sweConfig(runId: string, policy: PolicyServer): TrainingConfigInput & { store: { url: string } } {
-  const config = JSON.parse(readFileSync(join(ROOT, 'configs/swe.json'), 'utf8')) as TrainingConfigInput & { env: Record<string, unknown>; episode: Record<string, unknown>; algorithm: Record<string, unknown> };
+  const config = JSON.parse(readFileSync(join(ROOT, 'configs/swe.json'), 'utf8')) as TrainingConfigInput & {
+    env: Record<string, unknown>;
+    episode: Record<string, unknown>;
+    algorithm: Record<string, unknown>;
+  };
   config.env = { ...config.env, tasksFile: TASKS_FILE, backend: 'kubernetes', maxSteps: 20 };
   config.episode = { ...config.episode, maxSteps: 20, responseBudget: 16_384, maxTokensPerTurn: 4096 };
   config.algorithm = { ...config.algorithm, lMax: 16_384 };
@@ -127,7 +134,10 @@ async function checkSweRun(runId: string, storeUrl: string): Promise<{ trajector
     assert.equal((tr.info as { reason?: string }).reason, 'passed', `${tr.taskId}#${tr.sample}: ${JSON.stringify(tr.info).slice(0, 300)}`);
     assert.equal(tr.reward, 1);
   }
-  const lines = ((await store.get(keys.metrics(runId)))?.toString('utf8') ?? '').trim().split('\n').map((l) => JSON.parse(l) as IterationMetrics);
+  const lines = ((await store.get(keys.metrics(runId)))?.toString('utf8') ?? '')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as IterationMetrics);
   assert.equal(lines.length, 1);
   const m = lines[0]!;
   assert.equal(m.episodes, 4);
@@ -187,7 +197,14 @@ test('an evaluation through swerl eval --backend kubernetes: gold patches graded
     writeFileSync(configPath, JSON.stringify(config));
     const before = await metricValue('swerl_grading_seconds_count');
     const dockerStarts = await metricValue('swerl_sandbox_starts_total', { backend: 'docker' });
-    const { result: r } = await evaluate({ config: configPath, out: join(t.dir, 'out-k8s-eval'), address: t.server.address, evalId: 'k8s-eval', quiet: true, sandboxes: { backend: 'kubernetes' } });
+    const { result: r } = await evaluate({
+      config: configPath,
+      out: join(t.dir, 'out-k8s-eval'),
+      address: t.server.address,
+      evalId: 'k8s-eval',
+      quiet: true,
+      sandboxes: { backend: 'kubernetes' },
+    });
     assert.equal(await metricValue('swerl_sandbox_starts_total', { backend: 'docker' }), dockerStarts, 'no Docker sandbox');
     assert.deepEqual(r.summary.episodes, { planned: 3, completed: 2, resolved: 2, errors: 1 });
     assert.equal(r.summary.pass1Completed, 1, 'the missing image is not scored: both completed episodes resolved');
@@ -211,7 +228,8 @@ test('swerl grade and swerl validate-tasks take --backend kubernetes --kubeconfi
   const [a, b] = [tasks[2]!, tasks[3]!];
   const tasksFile = join(t.dir, 'tasks-k8s-cli.jsonl');
   writeFileSync(tasksFile, [a, b].map((x) => JSON.stringify(x)).join('\n') + '\n');
-  const scheduled = async () => (await core.listNamespacedEvent({ namespace: cluster.testNamespace })).items.filter((e) => e.reason === 'Scheduled').map((e) => e.involvedObject.name!);
+  const scheduled = async () =>
+    (await core.listNamespacedEvent({ namespace: cluster.testNamespace })).items.filter((e) => e.reason === 'Scheduled').map((e) => e.involvedObject.name!);
   const before = new Set(await scheduled());
   const k8sArgs = ['--backend', 'kubernetes', '--kubeconfig', cluster.kubeconfig, '--namespace', cluster.testNamespace];
   const out = join(t.dir, 'grade-k8s-cli');
@@ -238,15 +256,26 @@ test('a worker SIGKILLed mid-rollout: the restarted worker sweeps its pods; noth
   let worker: ChildProcess = spawnWorker(args, logFile, env);
   try {
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-    const running = await waitFor('pods of the run running', async () => {
-      const pods = await podsOf(runId);
-      return pods.filter((p) => p.phase === 'Running').length >= 2 ? pods : null;
-    }, 300_000, 200);
+    const running = await waitFor(
+      'pods of the run running',
+      async () => {
+        const pods = await podsOf(runId);
+        return pods.filter((p) => p.phase === 'Running').length >= 2 ? pods : null;
+      },
+      300_000,
+      200,
+    );
     const deadPid = String(worker.pid);
-    assert.ok(running.every((p) => p.pid === deadPid), 'the pods are the worker’s');
+    assert.ok(
+      running.every((p) => p.pid === deadPid),
+      'the pods are the worker’s',
+    );
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
-    assert.ok((await podsOf(runId)).some((p) => p.pid === deadPid), 'its pods outlive it');
+    assert.ok(
+      (await podsOf(runId)).some((p) => p.pid === deadPid),
+      'its pods outlive it',
+    );
     const restarted = Date.now();
     worker = spawnWorker(args, logFile, env);
     await waitFor('the dead worker’s pods removed', async () => !(await podsOf(runId)).some((p) => p.pid === deadPid), 120_000, 200);
@@ -276,7 +305,13 @@ test('the API server restarted mid-iteration: the run completes; pods it could n
   const policy = await scriptedPolicy(join(t.dir, 'policy-api'), 15);
   const config = sweConfig(runId, policy);
   // pods whose deletion failed while the API was down are deleted by the next sweep: every 5 s here (default 60)
-  const workers: RunningWorkers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 }, sandboxSweepSeconds: 5 });
+  const workers: RunningWorkers = await startWorkers({
+    address: t.server.address,
+    queues: ['learner', 'rollout'],
+    workflowBundle: t.bundle,
+    learner: { threads: 1 },
+    sandboxSweepSeconds: 5,
+  });
   try {
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
     await waitFor('rollouts in pods', async () => (await podsOf(runId)).some((p) => p.phase === 'Running'), 300_000, 200);

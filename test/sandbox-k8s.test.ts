@@ -27,7 +27,13 @@ import {
 } from '../activities/sandbox/k8s.ts';
 
 describe('pod spec', () => {
-  const pod = buildPodSpec({ name: 'swerl-sbx-abc', namespace: 'swerl', image: 'swerl-task-x:1', limits: { cpus: 2, memoryBytes: 4 * 2 ** 30 }, labels: { 'swerl.task': 'Some/Task id!' } });
+  const pod = buildPodSpec({
+    name: 'swerl-sbx-abc',
+    namespace: 'swerl',
+    image: 'swerl-task-x:1',
+    limits: { cpus: 2, memoryBytes: 4 * 2 ** 30 },
+    labels: { 'swerl.task': 'Some/Task id!' },
+  });
   const c = pod.spec!.containers[0]!;
   test('isolation: no token, no host namespaces, no volumes, never restarted', () => {
     assert.equal(pod.spec!.automountServiceAccountToken, false);
@@ -174,10 +180,16 @@ describe('retries', () => {
     assert.equal(await withRetries('op', async () => (++n < 3 ? Promise.reject({ code: 429, message: 'slow down' }) : 'ok'), { sleep }), 'ok');
     assert.equal(n, 3);
     n = 0;
-    await assert.rejects(withRetries('create pod', async () => (++n, Promise.reject({ code: 403, message: 'forbidden' })), { sleep }), /create pod failed \(HTTP 403\): forbidden/);
+    await assert.rejects(
+      withRetries('create pod', async () => (++n, Promise.reject({ code: 403, message: 'forbidden' })), { sleep }),
+      /create pod failed \(HTTP 403\): forbidden/,
+    );
     assert.equal(n, 1);
     n = 0;
-    await assert.rejects(withRetries('op', async () => (++n, Promise.reject({ code: 503, message: 'down' })), { sleep, attempts: 4, maxMs: 100 }), /HTTP 503/);
+    await assert.rejects(
+      withRetries('op', async () => (++n, Promise.reject({ code: 503, message: 'down' })), { sleep, attempts: 4, maxMs: 100 }),
+      /HTTP 503/,
+    );
     assert.equal(n, 4);
     assert.ok(sleeps.every((s) => s <= 10_000));
   });

@@ -400,8 +400,7 @@ export class K8sSandbox implements Sandbox {
     readonly limits: SandboxLimits,
     private readonly retry?: RetryOptions,
   ) {
-    this.transport = (command, stdout, stderr, stdin, onStatus) =>
-      exec.exec(namespace, id, CONTAINER_NAME, command, stdout, stderr, stdin, false, onStatus);
+    this.transport = (command, stdout, stderr, stdin, onStatus) => exec.exec(namespace, id, CONTAINER_NAME, command, stdout, stderr, stdin, false, onStatus);
   }
 
   /** Polls the pod until Running; a pod that fails, or an image that cannot be pulled, is a clear error. */
@@ -417,7 +416,7 @@ export class K8sSandbox implements Sandbox {
         const image = pod.spec?.containers?.[0]?.image ?? '?';
         throw new SandboxUnavailableError(
           `pod ${this.id}: image ${JSON.stringify(image)} is not on the node and could not be pulled (${waiting.reason}: ${waiting.message ?? ''}); ` +
-            'load it (swerl cluster load, on swerl\'s local cluster) or push it to a registry the nodes pull from',
+            "load it (swerl cluster load, on swerl's local cluster) or push it to a registry the nodes pull from",
         );
       }
       if (waiting && /CreateContainerConfigError|CreateContainerError/.test(waiting.reason ?? '')) {
@@ -470,7 +469,10 @@ export class K8sSandbox implements Sandbox {
     const t0 = Date.now();
     let r: RawExec;
     try {
-      r = await runOverTransport(this.transport, argv, timeoutS + KILL_AFTER_S + HOST_GRACE_S, { maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT, tailBytes: opts.tailBytes ?? 0 });
+      r = await runOverTransport(this.transport, argv, timeoutS + KILL_AFTER_S + HOST_GRACE_S, {
+        maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT,
+        tailBytes: opts.tailBytes ?? 0,
+      });
     } catch (e) {
       await this.checkAlive(`exec: ${(e as Error).message}`);
       throw new SandboxUnavailableError(`sandbox ${this.id}: exec: ${(e as Error).message}`);
@@ -486,7 +488,11 @@ export class K8sSandbox implements Sandbox {
 
   /** The container's memory cgroup's oom_kill counter (v1 memory.oom_control, v2 memory.events): true when it grew. */
   private async checkOom(): Promise<boolean> {
-    const r = await runOverTransport(this.transport, ['sh', '-c', 'cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null'], 30).catch(() => undefined);
+    const r = await runOverTransport(
+      this.transport,
+      ['sh', '-c', 'cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null'],
+      30,
+    ).catch(() => undefined);
     const m = r && /oom_kill (\d+)/.exec(r.stdout.text());
     if (!m) return false;
     const n = Number(m[1]);
@@ -531,16 +537,14 @@ export class K8sSandbox implements Sandbox {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    await withRetries(
-      `deleting pod ${this.id}`,
-      () => this.core.deleteNamespacedPod({ name: this.id, namespace: this.namespace, gracePeriodSeconds: 0 }),
-      this.retry,
-    ).catch((e: Error) => {
-      // left to the next sweep, never the episode's failure
-      if (/HTTP 404/.test(e.message)) return;
-      pendingPodDeletions.add(`${this.namespace}/${this.id}`);
-      console.warn(`[sandbox] deleting pod ${this.id} failed (${e.message}); the sweep retries`);
-    });
+    await withRetries(`deleting pod ${this.id}`, () => this.core.deleteNamespacedPod({ name: this.id, namespace: this.namespace, gracePeriodSeconds: 0 }), this.retry).catch(
+      (e: Error) => {
+        // left to the next sweep, never the episode's failure
+        if (/HTTP 404/.test(e.message)) return;
+        pendingPodDeletions.add(`${this.namespace}/${this.id}`);
+        console.warn(`[sandbox] deleting pod ${this.id} failed (${e.message}); the sweep retries`);
+      },
+    );
   }
 }
 

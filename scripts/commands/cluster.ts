@@ -90,7 +90,10 @@ export async function prepareLocalClusterImages(tasksFile: string, taskIds: stri
   const { buildImages, imageExists, taskImageName } = await import('../../activities/images.ts');
   const { tasks } = await loadTasks(tasksFile);
   const chosen = taskIds.length ? tasks.filter((t) => taskIds.includes(t.instance_id)) : tasks;
-  await buildImages(chosen.filter((t) => !t.image), { concurrency: 2 });
+  await buildImages(
+    chosen.filter((t) => !t.image),
+    { concurrency: 2 },
+  );
   const images: string[] = [];
   for (const image of await Promise.all(chosen.map((t) => taskImageName(t)))) {
     // a record naming an image Docker lacks: its episodes fail as infrastructure, naming it
@@ -124,7 +127,7 @@ export function register(program: Command): void {
 
   cluster
     .command('down')
-    .description('stop the cluster: its processes, the pods\' containers and network, the sysctls the kubelet changed restored')
+    .description("stop the cluster: its processes, the pods' containers and network, the sysctls the kubelet changed restored")
     .option(stateOpt, stateHelp)
     .option('--purge', 'also remove the state directory (certificates and loaded images)')
     .action(async (o: { stateDir?: string; purge?: boolean }) => {

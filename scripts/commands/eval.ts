@@ -216,13 +216,15 @@ export async function reportText(dir: string): Promise<string> {
 }
 
 export function register(program: Command): void {
-  const cmd = withBackendOptions(program
-    .command('eval')
-    .description('evaluate a checkpoint or any OpenAI-compatible server on SWE tasks (evaluationRun); see also `eval report` and `eval best-of-k`')
-    .option('--config <file>', 'evaluation config JSON (lib/eval/config.ts)')
-    .option('--out <dir>', 'output directory (report, predictions, trajectories, plot; embedded server state)')
-    .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else embedded)')
-    .option('--eval-id <id>', 'evaluation id (= evaluationRun workflow id)'))
+  const cmd = withBackendOptions(
+    program
+      .command('eval')
+      .description('evaluate a checkpoint or any OpenAI-compatible server on SWE tasks (evaluationRun); see also `eval report` and `eval best-of-k`')
+      .option('--config <file>', 'evaluation config JSON (lib/eval/config.ts)')
+      .option('--out <dir>', 'output directory (report, predictions, trajectories, plot; embedded server state)')
+      .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else embedded)')
+      .option('--eval-id <id>', 'evaluation id (= evaluationRun workflow id)'),
+  )
     // `eval best-of-k --config F --eval-id X`: options after a subcommand are the subcommand's, not eval's
     .enablePositionalOptions()
     .action(async (raw: { config?: string; out?: string; address?: string; evalId?: string; backend?: string; kubeconfig?: string; namespace?: string }, command: Command) => {

@@ -20,7 +20,9 @@ export function useK8sCluster(onReady: (c: TestCluster) => void, o: { images?: (
   before(async () => {
     const images = (await o.images?.()) ?? [];
     info = await clusterUp({ images, log: process.env.SWERL_TEST_VERBOSE ? (s) => console.error(`[cluster] ${s}`) : undefined });
-    console.log(`# cluster ${info.started ? 'started' : 'found running'} in ${info.seconds.toFixed(1)} s (Kubernetes ${info.version}, ${images.length} image(s) loaded or present)`);
+    console.log(
+      `# cluster ${info.started ? 'started' : 'found running'} in ${info.seconds.toFixed(1)} s (Kubernetes ${info.version}, ${images.length} image(s) loaded or present)`,
+    );
     testNamespace = o.namespace ?? `swerl-test-${process.pid}`;
     await ensureNamespace(testNamespace);
     process.env.KUBECONFIG = info.kubeconfig;
