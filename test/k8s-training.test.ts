@@ -5,8 +5,8 @@
 // infrastructure error naming it, retried, never scored); `swerl grade` and `validate-tasks` with --backend
 // kubernetes; a worker SIGKILLed mid-rollout (its pods swept at the restart, nothing lost, nothing run twice);
 // the API server restarted mid-iteration (the run completes). The training runs' agent is scripted behind our
-// own policy server: it sleeps, replays the task's gold patch through file_editor and submits, so every
-// episode is graded (reward 1).
+// own policy server: one command that sleeps and makes the task's gold edits, so every episode is graded
+// (reward 1).
 import { before, after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -30,6 +30,7 @@ import { useK8sCluster, type TestCluster } from './helpers/k8s.ts';
 import { metricValue } from './helpers/metrics.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from './helpers/scripted-agent.ts';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../policy-server/index.ts';
+import { defaultLoadModel } from '../policy-server/models.ts';
 import { writeModel } from '../lib/presets.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { formatToolCall } from '../lib/toolcall.ts';
@@ -73,41 +74,70 @@ after(async () => {
 });
 
 /**
- * A scripted agent behind our policy server: in each episode (its task found in the prompt) `sleep S`, the gold
- * patch's file_editor calls, then `finish`. `sleep` keeps the rollouts in their pods long enough to break things.
+ * One shell command that makes the gold patch's file_editor edits (test/helpers/scripted-agent.ts) with
+ * file_editor's rules (create adds the final newline, str_replace needs one occurrence, insert goes after a line):
+ * the tiny policy's 4,096 positions hold the SWE prompt and one such turn, not an observation per edit.
+ */
+function applyEditsCommand(patch: string): string {
+  const edits = JSON.stringify(editCallsFromPatch(patch).map((c) => c.args));
+  const py = [
+    'import json, os',
+    "for a in json.load(open('/tmp/edits.json')):",
+    "    p, c = a['path'], a['command']",
+    "    if c == 'create':",
+    "        os.makedirs(os.path.dirname(p), exist_ok=True); t = a['file_text']",
+    "        open(p, 'w').write(t if t == '' or t.endswith('\\n') else t + '\\n'); continue",
+    '    s = open(p).read()',
+    "    if c == 'str_replace':",
+    "        assert s.count(a['old_str']) == 1, p; s = s.replace(a['old_str'], a.get('new_str', ''), 1)",
+    '    else:',
+    "        nl = s.endswith('\\n'); ls = s.split('\\n')[:-1] if nl else s.split('\\n'); n = a['new_str']",
+    "        ls[a['insert_line']:a['insert_line']] = (n[:-1] if n.endswith('\\n') else n).split('\\n'); s = '\\n'.join(ls) + ('\\n' if nl or not ls else '')",
+    "    open(p, 'w').write(s)",
+    "print('applied')",
+  ].join('\n');
+  return `cat > /tmp/edits.json <<'SWERL_EDITS'\n${edits}\nSWERL_EDITS\npython3 - <<'SWERL_PY'\n${py}\nSWERL_PY`;
+}
+
+/**
+ * A scripted agent behind our policy server: in each episode (its task found in the prompt) one command, `sleep S`
+ * and the gold patch's edits. `sleep` keeps the rollouts in their pods long enough to break things. Anything else
+ * it is asked (the probe that verifies every weight sync) the checkpoint it loaded answers.
  */
 async function scriptedPolicy(dir: string, sleepS: number): Promise<PolicyServer> {
   await writeModel(dir, 'tiny', 1);
   const tok = await loadTokenizer(dir);
-  const scripts = new Map(
-    tasks.map((x) => [x.problem_statement.slice(0, 200), [{ name: 'execute_bash', args: { cmd: `sleep ${sleepS}; echo slept` } }, ...editCallsFromPatch(x.patch), FINISH]]),
-  );
-  const model: ServableModel = {
+  const scripts = new Map(tasks.map((x) => [x.problem_statement.slice(0, 200), [{ name: 'execute_bash', args: { cmd: `sleep ${sleepS}\n${applyEditsCommand(x.patch)}` } }]]));
+  const scripted = (real: ServableModel): ServableModel => ({
+    config: real.config,
     async generate(promptIds, opts) {
       const prompt = tok.decode(Array.from(promptIds), { skipSpecial: false });
+      const calls = [...scripts].find(([statement]) => prompt.includes(statement))?.[1];
+      if (!calls) return real.generate(promptIds, opts);
       const turn = prompt.split('<|im_start|>assistant').length - 2;
-      const calls = [...scripts].find(([statement]) => prompt.includes(statement))?.[1] ?? [FINISH];
-      const ids = Int32Array.from([...tok.encode(`Let me act.\n${formatToolCall(calls[Math.min(turn, calls.length - 1)]!)}`), tok.imEnd]);
+      const ids = Int32Array.from([...tok.encode(formatToolCall(calls[Math.min(Math.max(turn, 0), calls.length - 1)]!)), tok.imEnd]);
       // rollouts ask for the top-1 log-prob: the scripted token is its own top 1
       const k = opts.topLogprobs ?? 0;
       const top = k > 0 ? { topIds: Int32Array.from({ length: ids.length * k }, (_, i) => ids[Math.floor(i / k)]!), topLogprobs: new Float32Array(ids.length * k).fill(-1) } : {};
       return { ids, logprobs: new Float32Array(ids.length).fill(-1), finishReason: 'stop' as const, ...top };
     },
-    close() {},
-  };
-  return startPolicyServer({ learner: model, loadModel: async () => model, checkpoint: null });
+    close: () => real.close(),
+  });
+  return startPolicyServer({ learner: scripted(await defaultLoadModel(dir)), loadModel: async (d) => scripted(await defaultLoadModel(d)), checkpoint: null });
 }
 
-/** configs/swe.json on the cluster with the scripted agent: one iteration, 2 tasks × 2 samples, room for the gold edits. */
+/** configs/swe.json on the cluster with the scripted agent: one iteration, 2 tasks × 2 samples, one step. */
 function sweConfig(runId: string, policy: PolicyServer): TrainingConfigInput & { store: { url: string } } {
   const config = JSON.parse(readFileSync(join(ROOT, 'configs/swe.json'), 'utf8')) as TrainingConfigInput & {
     env: Record<string, unknown>;
     episode: Record<string, unknown>;
     algorithm: Record<string, unknown>;
   };
-  config.env = { ...config.env, tasksFile: TASKS_FILE, backend: 'kubernetes', maxSteps: 20 };
-  config.episode = { ...config.episode, maxSteps: 20, responseBudget: 16_384, maxTokensPerTurn: 4096 };
-  config.algorithm = { ...config.algorithm, lMax: 16_384 };
+  config.env = { ...config.env, tasksFile: TASKS_FILE, backend: 'kubernetes', maxSteps: 1 };
+  // the prompt (about 2,900 tokens) and the one turn fill the tiny policy's 4,096 positions: the episode ends at
+  // max_steps after it and is graded all the same (gradeUnsubmitted)
+  config.episode = { ...config.episode, maxSteps: 1, responseBudget: 1024, maxTokensPerTurn: 1024 };
+  config.algorithm = { ...config.algorithm, lMax: 1024 };
   return { ...config, runId, policy: { baseUrl: policy.url, model: 'policy' }, store: { url: fileStoreUrl(join(t.dir, `store-${runId}`)) } };
 }
 
@@ -129,8 +159,8 @@ async function checkSweRun(runId: string, storeUrl: string): Promise<{ trajector
   for (const tr of trajectories) {
     assert.ok(known.has(tr.taskId));
     assert.equal(tr.checkpoint, 0);
-    // the gold patch, submitted and graded in a pod
-    assert.equal(tr.end, 'submitted', `${tr.taskId}#${tr.sample}`);
+    // the gold patch, graded in a pod
+    assert.equal(tr.end, 'max_steps', `${tr.taskId}#${tr.sample}`);
     assert.equal((tr.info as { reason?: string }).reason, 'passed', `${tr.taskId}#${tr.sample}: ${JSON.stringify(tr.info).slice(0, 300)}`);
     assert.equal(tr.reward, 1);
   }
