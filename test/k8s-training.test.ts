@@ -28,12 +28,11 @@ import { kubeConfigOf, startComponent, stopComponent } from '../services/k8s-clu
 import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
 import { useK8sCluster, type TestCluster } from './helpers/k8s.ts';
 import { metricValue } from './helpers/metrics.ts';
-import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from './helpers/scripted-agent.ts';
+import { editCallsFromPatch, FINISH, scriptedServable, startScriptedModel, type ScriptTurn } from './helpers/scripted-agent.ts';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../policy-server/index.ts';
 import { defaultLoadModel } from '../policy-server/models.ts';
 import { writeModel } from '../lib/presets.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
-import { formatToolCall } from '../lib/toolcall.ts';
 import { seedTable } from './helpers/eval.ts';
 import { ROOT, spawnWorker, startTestTemporal, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
@@ -108,21 +107,13 @@ async function scriptedPolicy(dir: string, sleepS: number): Promise<PolicyServer
   await writeModel(dir, 'tiny', 1);
   const tok = await loadTokenizer(dir);
   const scripts = new Map(tasks.map((x) => [x.problem_statement.slice(0, 200), [{ name: 'execute_bash', args: { cmd: `sleep ${sleepS}\n${applyEditsCommand(x.patch)}` } }]]));
-  const scripted = (real: ServableModel): ServableModel => ({
-    config: real.config,
-    async generate(promptIds, opts) {
-      const prompt = tok.decode(Array.from(promptIds), { skipSpecial: false });
+  const scripted = (real: ServableModel): ServableModel =>
+    scriptedServable(real, tok, (prompt) => {
       const calls = [...scripts].find(([statement]) => prompt.includes(statement))?.[1];
-      if (!calls) return real.generate(promptIds, opts);
+      if (!calls) return null;
       const turn = prompt.split('<|im_start|>assistant').length - 2;
-      const ids = Int32Array.from([...tok.encode(formatToolCall(calls[Math.min(Math.max(turn, 0), calls.length - 1)]!)), tok.imEnd]);
-      // rollouts ask for the top-1 log-prob: the scripted token is its own top 1
-      const k = opts.topLogprobs ?? 0;
-      const top = k > 0 ? { topIds: Int32Array.from({ length: ids.length * k }, (_, i) => ids[Math.floor(i / k)]!), topLogprobs: new Float32Array(ids.length * k).fill(-1) } : {};
-      return { ids, logprobs: new Float32Array(ids.length).fill(-1), finishReason: 'stop' as const, ...top };
-    },
-    close: () => real.close(),
-  });
+      return calls[Math.min(Math.max(turn, 0), calls.length - 1)]!;
+    });
   return startPolicyServer({ learner: scripted(await defaultLoadModel(dir)), loadModel: async (d) => scripted(await defaultLoadModel(d)), checkpoint: null });
 }
 

@@ -6,6 +6,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parsePatch } from '../../lib/swe/similarity.ts';
 import { formatToolCall, type ToolCall } from '../../lib/toolcall.ts';
+import type { ServableModel } from '../../policy-server/index.ts';
 
 const esc = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
@@ -22,7 +23,10 @@ export function editCallsFromPatch(patch: string): ToolCall[] {
     h += f.hunks.length;
     const isNew = new RegExp(`^diff --git a/${esc(f.oldPath)} b/.*\\nnew file mode`, 'm').test(patch);
     if (isNew) {
-      calls.push({ name: 'file_editor', args: { command: 'create', path, file_text: f.hunks.flatMap((x) => x.filter((l) => l.startsWith('+')).map((l) => l.slice(1))).join('\n') } });
+      calls.push({
+        name: 'file_editor',
+        args: { command: 'create', path, file_text: f.hunks.flatMap((x) => x.filter((l) => l.startsWith('+')).map((l) => l.slice(1))).join('\n') },
+      });
       continue;
     }
     // bottom-up, so that line numbers of the hunks above stay valid for `insert`
@@ -101,12 +105,26 @@ export async function startScriptedModel(opts: {
           res.end(JSON.stringify({ object: 'list', data: [{ id: 'scripted', object: 'model', max_model_len: SCRIPTED_CONTEXT_WINDOW }] }));
           return;
         }
-        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { seed?: number; max_tokens?: number; messages: { content: string | null }[]; tools?: unknown[]; stop?: string[] };
+        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
+          seed?: number;
+          max_tokens?: number;
+          messages: { content: string | null }[];
+          tools?: unknown[];
+          stop?: string[];
+        };
         const promptTokens = Math.ceil(body.messages.reduce((s, m) => s + (m.content?.length ?? 0), 0) / 4);
         if (req.url === '/v1/chat/completions' && body.seed === undefined && body.max_tokens === 1) {
           // a request outside any episode (the evaluation's first check counts a prompt): one token back
           res.writeHead(200, { 'content-type': 'application/json' });
-          res.end(JSON.stringify({ id: `chatcmpl-${n++}`, object: 'chat.completion', model: 'scripted', choices: [{ index: 0, message: { role: 'assistant', content: 'I' }, finish_reason: 'length' }], usage: { prompt_tokens: promptTokens, completion_tokens: 1, total_tokens: promptTokens + 1 } }));
+          res.end(
+            JSON.stringify({
+              id: `chatcmpl-${n++}`,
+              object: 'chat.completion',
+              model: 'scripted',
+              choices: [{ index: 0, message: { role: 'assistant', content: 'I' }, finish_reason: 'length' }],
+              usage: { prompt_tokens: promptTokens, completion_tokens: 1, total_tokens: promptTokens + 1 },
+            }),
+          );
           return;
         }
         const ctx = body.seed === undefined ? undefined : opts.identify(body.seed);
@@ -171,5 +189,29 @@ export async function startScriptedModel(opts: {
         server.closeAllConnections();
         server.close(() => r());
       }),
+  };
+}
+
+/**
+ * A policy-server model that plays a scripted turn where `turnFor` finds one in the prompt's text, and lets the
+ * real checkpoint `real` answer everything else (the probe that verifies every weight sync among it). The scripted
+ * tokens get log-prob -1 and are their own top 1 (rollouts ask for the top-1 log-prob).
+ */
+export function scriptedServable(
+  real: ServableModel,
+  tok: { decode(ids: number[], o: { skipSpecial: boolean }): string; encode(text: string): number[]; imEnd: number },
+  turnFor: (prompt: string) => ToolCall | null,
+): ServableModel {
+  return {
+    config: real.config,
+    async generate(promptIds, opts) {
+      const call = turnFor(tok.decode(Array.from(promptIds), { skipSpecial: false }));
+      if (!call) return real.generate(promptIds, opts);
+      const ids = Int32Array.from([...tok.encode(formatToolCall(call)), tok.imEnd]);
+      const k = opts.topLogprobs ?? 0;
+      const top = k > 0 ? { topIds: Int32Array.from({ length: ids.length * k }, (_, i) => ids[Math.floor(i / k)]!), topLogprobs: new Float32Array(ids.length * k).fill(-1) } : {};
+      return { ids, logprobs: new Float32Array(ids.length).fill(-1), finishReason: 'stop' as const, ...top };
+    },
+    close: () => real.close(),
   };
 }
