@@ -452,7 +452,7 @@ export class BatchDecoder {
       const fail = (c: Call) => (err: unknown) => { for (const p of c.pending) p.fail(err); };
       if (group.length === 1) await this.#add(group).catch(fail(group[0]));
       // a merged admission that fails is retried call by call, so an error reaches only the call it belongs to
-      else await this.#add(group).catch(async () => { for (const c of group) await this.#add([c]).catch(fail(c)); });
+      else await this.#add(group).catch(async () => { for (const c of group) if (!c.aborted) await this.#add([c]).catch(fail(c)); });
     }
   }
 
