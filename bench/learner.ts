@@ -120,34 +120,39 @@ async function batchedDecode(dir: string, sh: Shape, threads: number): Promise<{
  */
 async function serverStreams(dir: string, sh: Shape, threads: number): Promise<{ streams: number; single: number; batched: number }[]> {
   const l = await Learner.load(dir, { threads });
-  const rate = async (batching: boolean, n: number) => {
-    const server = await startPolicyServer({ learner: l, modelName: 'bench', batching });
-    try {
-      const ask = async (i: number) => {
-        const prompt = Array.from({ length: 16 }, (_, k) => (i * 131 + k * 17) % sh.config.vocab_size);
-        const res = await fetch(`${server.url}/v1/completions`, {
-          method: 'POST',
-          body: JSON.stringify({ prompt, max_tokens: sh.gen, temperature: 1, seed: 1000 + i, logprobs: 0 }),
-        });
-        if (res.status !== 200) throw new Error(`policy server: ${res.status} ${await res.text()}`);
-        return ((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens;
-      };
-      await ask(0); // warm-up
-      // rounds of n streams for at least minSeconds (a shared machine's load comes and goes)
-      const t0 = performance.now();
-      let tokens = 0;
-      do tokens += (await Promise.all(Array.from({ length: n }, (_, i) => ask(i)))).reduce((a, b) => a + b, 0);
-      while ((performance.now() - t0) / 1000 < sh.minSeconds);
-      return tokens / ((performance.now() - t0) / 1000);
-    } finally {
-      await server.close();
-    }
+  const servers = { single: await startPolicyServer({ learner: l, modelName: 'bench', batching: false }), batched: await startPolicyServer({ learner: l, modelName: 'bench' }) };
+  /** one round: n concurrent streams; tokens and seconds */
+  const round = async (url: string, n: number) => {
+    const ask = async (i: number) => {
+      const prompt = Array.from({ length: 16 }, (_, k) => (i * 131 + k * 17) % sh.config.vocab_size);
+      const res = await fetch(`${url}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt, max_tokens: sh.gen, temperature: 1, seed: 1000 + i, logprobs: 0 }) });
+      if (res.status !== 200) throw new Error(`policy server: ${res.status} ${await res.text()}`);
+      return ((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens;
+    };
+    const t0 = performance.now();
+    const tokens = (await Promise.all(Array.from({ length: n }, (_, i) => ask(i)))).reduce((a, b) => a + b, 0);
+    return { tokens, seconds: (performance.now() - t0) / 1000 };
   };
   try {
+    await round(servers.single.url, 1); // warm-up
+    await round(servers.batched.url, 1);
     const out = [];
-    for (const streams of [1, 8, 16]) out.push({ streams, single: await rate(false, streams), batched: await rate(true, streams) });
+    for (const streams of [1, 8, 16]) {
+      // rounds alternate between the two servers until each ran minSeconds, so both see the same load on a shared machine
+      const sum = { single: { tokens: 0, seconds: 0 }, batched: { tokens: 0, seconds: 0 } };
+      while (sum.single.seconds < sh.minSeconds || sum.batched.seconds < sh.minSeconds) {
+        for (const k of ['single', 'batched'] as const) {
+          const r = await round(servers[k].url, streams);
+          sum[k].tokens += r.tokens;
+          sum[k].seconds += r.seconds;
+        }
+      }
+      out.push({ streams, single: sum.single.tokens / sum.single.seconds, batched: sum.batched.tokens / sum.batched.seconds });
+    }
     return out;
   } finally {
+    await servers.single.close();
+    await servers.batched.close();
     l.close();
   }
 }
