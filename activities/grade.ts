@@ -1,38 +1,46 @@
 // Reward (DESIGN §3, DeepSWE, today's SWE-bench rules; lib/swe/grading.ts): in a fresh container of the
-// task image apply the patch, put back everything that configures or extends the test runner and the
-// tests themselves to base + test_patch (lib/swe/runner-guard.ts), run test_cmd with a 5-minute limit,
-// and read the statuses from a channel the agent's code does not write in the normal course:
+// task image apply the patch, put back everything that configures or extends the test runner, the tests
+// and their support files to base + test_patch (lib/swe/runner-guard.ts), add canary tests to the listed
+// test files (lib/swe/canaries.ts), run test_cmd with a 5-minute limit, and read the statuses from a
+// channel the agent's code does not write in the normal course:
 //   pytest      our results plugin (activities/swerl_pytest_results.py) under a per-run random module
-//               name outside /testbed, loaded with `-p` before any conftest or test module, writing to
-//               a file outside /testbed; cross-checked with the exit status, the number of tests that
-//               started and an audit of reporting hooks and of pytest's own reporting functions;
+//               name, loaded with `-p` before any conftest or test module, writing to a file descriptor
+//               whose file the shell unlinked. Before any repository code runs it removes every file the
+//               grader put in the container (test_patch's copy, the plugin, its configuration), compiles
+//               the listed test files and their support modules fresh, and snapshots what runs tests and
+//               makes reports. Each test of those files is checked before its call (the function called
+//               is the one compiled from the file on disk, no trace/profile function, the core of pytest
+//               and unittest unchanged) and its call goes through the plugin's wrapper, which records
+//               whether the test's own call raised. The grader believes the run only when all of that,
+//               the reports, the canaries, the -rA log, the exit status, the number of tests that started,
+//               the hooks that could change reports and the snapshots agree (lib/swe/pytest-results.ts);
 //   other runners (unittest, Django, sympy): the log (lib/swe/testlog.ts), cross-checked with the exit
 //               status as SWE-bench does. Their output is written by the same process as the code under
-//               test, so only the restored runner files stand between the agent and the verdict there.
-// Residual risk, stated plainly: the code under test runs in the test process. Code written to defeat
-// this grader in particular (find our plugin's module, rewrite its file at exit, patch pytest and then
-// our audit) can still pass; closing that needs process isolation between the tests and the reporter,
-// which a runner that imports the code under test cannot give. The audit makes the generic in-process
-// hacks (a hook registered from patched code, pytest's report functions replaced, fake report classes,
-// printed PASSED lines, deselection, forced exit codes, a results file rewritten or deleted) score 0.
+//               test, so only the restored runner and test files stand between the agent and the verdict there.
+// Residual risk, stated plainly (README "Left open"): the code under test runs in the test process.
+// Code written against this grader in particular (find the plugin in memory and patch its checks, or
+// forge its records and the log together) can still pass; closing that needs process isolation between
+// the tests and the reporter, which a runner that imports the code under test cannot give.
 // A run that cannot happen (sandbox, image, the channel never came up) throws GradingError: infrastructure.
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Sandbox, SandboxBackend, SandboxLimits } from '../lib/sandbox.ts';
 import { filesInPatch, type SweTask } from '../lib/swe/task.ts';
-import { logFormatOf, parseTestLog } from '../lib/swe/testlog.ts';
+import { logFormatOf, parsePytestLog, parseTestLog } from '../lib/swe/testlog.ts';
 import { GRADER_VERSION, GradingError, judgeTests, listedTests, type GradeReason, type GradeResult, type ResultChannel, type TestOutcome } from '../lib/swe/grading.ts';
-import { pathsToRestore } from '../lib/swe/runner-guard.ts';
-import { pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
+import { filesOfTestIds, pathsToRestore, testTreeImports } from '../lib/swe/runner-guard.ts';
+import { integrityContradictions, pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
+import { canariesFor, type Canary, type CanaryFile } from '../lib/swe/canaries.ts';
 import { ensureTaskImage } from './images.ts';
 import { gradingSeconds } from './metrics.ts';
 import { shq } from './sandbox/common.ts';
 
 export { GRADER_VERSION, GradingError, type GradeReason, type GradeResult, type TestOutcome } from '../lib/swe/grading.ts';
-
 export const GRADE_TIMEOUT_S = 300;
 const LOG_TAIL_CHARS = 4000;
 const PLUGIN_SOURCE = readFileSync(new URL('./swerl_pytest_results.py', import.meta.url), 'utf8');
+/** the descriptor the test process inherits for the plugin's records */
+const RESULTS_FD = 9;
 
 export interface GradeInput {
   task: SweTask;
@@ -43,6 +51,11 @@ export interface GradeInput {
   limits?: Partial<SandboxLimits>;
   /** receives the whole test log (the result keeps its tail), e.g. to write the harness's test_output.txt */
   onLog?: (log: string) => void | Promise<void>;
+  /**
+   * The in-process integrity checks (canaries, the plugin's code checks, call wrapper and snapshots);
+   * default true. Off only to measure what they cost (bench/grade.ts): a grading without them is no reward.
+   */
+  integrity?: boolean;
 }
 
 /** Whether test_cmd runs pytest (then the plugin channel is used). */
@@ -67,11 +80,15 @@ const PROBE = [
 interface Prep {
   names: Set<string>;
   siteDirs: string[];
+  /** every file of the base commit → its blob id */
+  baseBlobs: Map<string, string>;
   baseFiles: Set<string>;
   applied: boolean;
   applyLog: string;
   touched: string[];
   packageInits: Set<string>;
+  /** the asked-for files as base + test_patch has them (absent: no such file, or test_patch does not apply) */
+  testSources: Map<string, string>;
 }
 
 /** `git apply --numstat -z`: "A\tD\tpath\0" or, for a rename, "A\tD\t\0old\0new\0". */
@@ -93,6 +110,18 @@ export function parseNumstatZ(out: string): string[] {
   return [...new Set(paths)];
 }
 
+/** `git ls-tree -r -z HEAD`: "mode type oid\tpath\0" → path → blob id. */
+export function parseLsTreeZ(out: string): Map<string, string> {
+  const m = new Map<string, string>();
+  for (const e of out.split('\0')) {
+    const tab = e.indexOf('\t');
+    if (tab < 0) continue;
+    const [, type, oid] = e.slice(0, tab).replace(/^\n+/, '').split(' ');
+    if (type === 'blob' && oid) m.set(e.slice(tab + 1), oid);
+  }
+  return m;
+}
+
 function sections(out: string, marker: string): Map<string, string> {
   const m = new Map<string, string>();
   const parts = out.split(`\n${marker} `);
@@ -103,12 +132,23 @@ function sections(out: string, marker: string): Map<string, string> {
   return m;
 }
 
-/** Before the patch: interpreters probed, the base file list; then the patch applied and what it touched. */
-async function prepare(sb: Sandbox, work: string, marker: string, hasPatch: boolean): Promise<Prep> {
+/**
+ * Before the patch: interpreters probed, the base file list, the `wanted` files as base + test_patch has
+ * them (through a scratch index: the work tree is not touched); then the patch applied and what it touched.
+ */
+async function prepare(sb: Sandbox, work: string, marker: string, hasPatch: boolean, wanted: readonly string[]): Promise<Prep> {
+  const idx = `GIT_INDEX_FILE=${work}/index`;
   const script = [
     'cd /testbed',
     `for py in python3 python; do command -v "$py" >/dev/null 2>&1 || continue; (cd / && "$py" -I -c ${shq(PROBE)}) 2>/dev/null | sed 's/^/@probe /'; done`,
-    `printf '\\n${marker} base\\n'; git ls-tree -r -z --name-only HEAD`,
+    `printf '\\n${marker} base\\n'; git ls-tree -r -z HEAD`,
+    wanted.length
+      ? [
+          `if ${idx} git read-tree HEAD && ${idx} git apply --cached --whitespace=nowarn ${work}/test.diff 2>/dev/null; then`,
+          `  for f in ${wanted.map(shq).join(' ')}; do if ${idx} git cat-file -e ":$f" 2>/dev/null; then printf '\\n${marker} file %s\\n' "$f"; ${idx} git show ":$f"; fi; done`,
+          `fi; rm -f ${work}/index`,
+        ].join('\n')
+      : '',
     hasPatch
       ? [
           `printf '\\n${marker} apply\\n'`,
@@ -138,30 +178,78 @@ async function prepare(sb: Sandbox, work: string, marker: string, hasPatch: bool
   }
   const z = (t: string | undefined) => (t ?? '').split('\0').map((x) => x.replace(/^\n+|\n+$/g, '')).filter((x) => x !== '');
   const apply = s.get('apply') ?? 'applied\n';
+  const baseBlobs = parseLsTreeZ(s.get('base') ?? '');
+  const testSources = new Map<string, string>();
+  for (const [k, v] of s) if (k.startsWith('file ')) testSources.set(k.slice(5), v);
   return {
     names,
     siteDirs,
-    baseFiles: new Set(z(s.get('base'))),
+    baseBlobs,
+    baseFiles: new Set(baseBlobs.keys()),
     applied: apply.startsWith('applied'),
     applyLog: apply.replace(/^(applied|failed)\n?/, ''),
     touched: parseNumstatZ(s.get('touched') ?? ''),
     packageInits: new Set(z(s.get('inits')).map((p) => p.replace(/^\.\//, ''))),
+    testSources,
   };
+}
+
+/** The results plugin's configuration (activities/swerl_pytest_results.py reads it at load, then removes it). */
+interface PluginConfig {
+  fd: number;
+  /** the grader's directory in the container: removed at load */
+  workdir: string;
+  /** other files of the grader: removed at load (.pth files) */
+  remove: string[];
+  /** what the grader appended to PYTEST_ADDOPTS: removed from the environment at load */
+  addopts: string;
+  testbed: string;
+  /** absolute paths compiled fresh at load: the listed test files and their test-support modules */
+  files: string[];
+  /** the listed test files among them */
+  testFiles: string[];
+  /** repository paths the patch changed and the grader did not restore */
+  touched: string[];
+  /** repository .py files as the base commit has them (path → blob id): code met outside `files` is checked against them */
+  blobs: Record<string, string>;
+  checks: boolean;
+}
+
+/**
+ * The shell of the test run: the results descriptor is opened on a file that is unlinked at once (the
+ * test process holds it, nothing names it), test_cmd runs in a subshell with the plugin in PYTEST_ADDOPTS
+ * (and `extraArgs`, e.g. canary ids when test_cmd names test ids), and the records are kept afterwards.
+ */
+export function testRunScript(o: { testCmd: string; addopts: string; resultsTmp: string; resultsOut: string; fd: number }): string {
+  const addopts = o.addopts;
+  return [
+    `exec ${o.fd}>${shq(o.resultsTmp)} && rm -f ${shq(o.resultsTmp)}`,
+    `export PYTEST_ADDOPTS="\${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }"${shq(addopts)}`,
+    `(\n${o.testCmd}\n)`,
+    'rc=$?',
+    `mkdir -p ${shq(o.resultsOut.slice(0, o.resultsOut.lastIndexOf('/')))} && cat /proc/self/fd/${o.fd} > ${shq(o.resultsOut)}`,
+    'exit $rc',
+  ].join('\n');
 }
 
 /** Runs the task's tests in a fresh sandbox with `patch` (may be empty) + test_patch, graded by today's SWE-bench rules. */
 export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
   const { task, patch, backend } = input;
   const timeoutS = input.timeoutS ?? GRADE_TIMEOUT_S;
+  const integrity = input.integrity ?? true;
   const t0 = Date.now();
   const nonce = randomBytes(8).toString('hex');
   const work = `/opt/swerl-grade-${nonce}`;
   const module = `swerl_results_${nonce}`;
-  const results = `${work}/results.jsonl`;
+  const resultsTmp = `${work}/results`;
+  const resultsOut = `/opt/swerl-results-${nonce}/results.jsonl`;
   const marker = `@@swerl-${nonce}`;
   const hasPatch = patch.trim() !== '';
   const pytest = runsPytest(task.test_cmd);
+  const listed = [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS];
+  const listedFiles = filesOfTestIds(listed);
   let image = '';
+  let canaries: Canary[] = [];
   const base = {
     instanceId: task.instance_id,
     patchExists: hasPatch,
@@ -188,6 +276,7 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       logTail: log.slice(-LOG_TAIL_CHARS),
       image,
     };
+    if (canaries.length) r.canaries = canaries.map((c) => ({ ...c, status: fields.statuses?.get(c.id) ?? 'MISSING' }));
     if (detail) r.detail = detail;
     gradingSeconds.observe({ reason: r.reason }, r.durationS);
     return r;
@@ -201,32 +290,75 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
     throw new GradingError(task.instance_id, `sandbox could not start: ${(e as Error).message}`);
   }
   try {
-    const files = [
-      { path: 'test.diff', content: task.test_patch },
-      { path: `${module}.py`, content: PLUGIN_SOURCE.replace('"__SWERL_RESULTS_PATH__"', JSON.stringify(results)) },
-    ];
+    const files = [{ path: 'test.diff', content: task.test_patch }];
     if (hasPatch) files.push({ path: 'patch.diff', content: patch.endsWith('\n') ? patch : patch + '\n' });
     await sb.copyIn(files, work);
-    const prep = await prepare(sb, work, marker, hasPatch);
+    const prep = await prepare(sb, work, marker, hasPatch, pytest ? listedFiles : []);
     if (!prep.applied) return result({ reason: 'patch_apply_failed', patchApplied: false, channel: 'none' }, prep.applyLog, 'git apply (and patch --fuzz=5) refused the patch');
 
     const testPatchFiles = filesInPatch(task.test_patch);
+    const repoFiles = new Set([...prep.baseFiles, ...prep.touched, ...testPatchFiles]);
+    const testImports = testTreeImports(prep.testSources, repoFiles);
     const restore = pathsToRestore({
       touched: prep.touched,
       baseFiles: prep.baseFiles,
       packageDirsAfterPatch: new Set([...prep.packageInits].map((p) => p.split('/').slice(0, -1).join('/'))),
       testPatchFiles,
-      testIds: [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS],
+      testIds: listed,
       testCmd: task.test_cmd,
       externalModules: prep.names,
+      testImports,
+      goldFiles: filesInPatch(task.patch),
     });
     const restored = [...restore.keys()];
     const toRestore = [...new Set([...restored, ...testPatchFiles])];
+    const restoredSet = new Set(toRestore);
+    const patchedPaths = prep.touched.filter((p) => !restoredSet.has(p));
+
+    // the canaries, and the plugin's configuration (pytest runs only)
+    const canaryFiles: CanaryFile[] = [];
+    if (pytest && integrity) {
+      for (const [path, source] of prep.testSources) {
+        const c = await canariesFor(path, source, task.PASS_TO_PASS, task.FAIL_TO_PASS);
+        if (c) canaryFiles.push(c);
+      }
+      canaries = canaryFiles.flatMap((c) => c.canaries);
+    }
+    const pth = pytest ? prep.siteDirs.map((d) => `${d}/${module}.pth`) : [];
+    // canaries run however test_cmd selects tests: where it names test ids, their ids are added
+    const addopts = [`-p ${module}`, ...(/::/.test(task.test_cmd) ? canaries.map((c) => shq(c.id)) : [])].join(' ');
+    const abs = (p: string) => `/testbed/${p}`;
+    const checkedFiles = [...prep.testSources.keys()];
+    const config: PluginConfig = {
+      fd: RESULTS_FD,
+      workdir: work,
+      remove: pth,
+      addopts,
+      testbed: '/testbed',
+      files: [...new Set([...checkedFiles, ...testImports, ...testPatchFiles.filter((f) => f.endsWith('.py'))])].map(abs),
+      testFiles: checkedFiles.map(abs),
+      touched: patchedPaths,
+      blobs: Object.fromEntries([...prep.baseBlobs].filter(([p]) => p.endsWith('.py') && !restoredSet.has(p) && !patchedPaths.includes(p))),
+      checks: integrity,
+    };
+    if (pytest) {
+      await sb.copyIn(
+        [
+          { path: `${module}.py`, content: PLUGIN_SOURCE.replace('"__SWERL_CONFIG_PATH__"', JSON.stringify(`${work}/config.json`)) },
+          { path: 'config.json', content: JSON.stringify(config) },
+          ...canaryFiles.map((c, i) => ({ path: `canary/${i}`, content: c.content })),
+        ],
+        work,
+      );
+    }
     const setup = [
       'set -e',
       'restore() { rm -rf -- "$1"; if git cat-file -e "HEAD:$1" 2>/dev/null; then git checkout -q HEAD -- "$1"; fi; }',
       ...toRestore.map((f) => `restore ${shq(f)}`),
       `git apply --whitespace=nowarn ${work}/test.diff`,
+      ...canaryFiles.map((c, i) => `cat ${work}/canary/${i} > ${shq(c.path)}`),
+      // nothing of test_patch, the patch or the canaries stays beside the plugin
+      `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,
       ...(pytest ? prep.siteDirs.map((d) => `mkdir -p ${shq(d)} && printf '%s\\n' ${shq(work)} > ${shq(`${d}/${module}.pth`)}`) : []),
     ].join('\n');
     const tp = await sb.exec(setup, 120);
@@ -234,7 +366,7 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       return result({ reason: 'test_patch_apply_failed', patchApplied: true, channel: 'none', restored }, tp.stdout + tp.stderr, `restoring the tests and applying test_patch failed (exit ${tp.exit})`);
     }
 
-    const cmd = pytest ? `export PYTEST_ADDOPTS="\${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-p ${module}"\n${task.test_cmd}` : task.test_cmd;
+    const cmd = pytest ? testRunScript({ testCmd: task.test_cmd, addopts, resultsTmp, resultsOut, fd: RESULTS_FD }) : task.test_cmd;
     const run = await sb.exec(cmd, timeoutS, { maxOutputBytes: 16 << 20 });
     const log = run.stdout + (run.stderr ? `\n${run.stderr}` : '');
     await input.onLog?.(log);
@@ -255,7 +387,7 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
 
     let text = '';
     try {
-      text = await sb.readFile(results);
+      text = await sb.readFile(resultsOut);
     } catch (e) {
       if ((e as Error).name === 'SandboxDeadError') throw e;
     }
@@ -264,12 +396,13 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
     // a run past the limit scores 0 (DESIGN §3) whatever it reported so far
     if (run.timedOut) return result({ ...fields, reason: 'timeout' }, log, timeoutDetail);
     // the plugin loads before any repository code: without its start record the channel never came up,
-    // unless it said it loaded (then the run removed or emptied its file: the agent's doing)
-    if (!pr.start && log.includes(`[swerl-grade] ${module} loaded`)) return result({ ...fields, reason: 'runner_tampered' }, log, 'the results file was removed or emptied during the run');
+    // unless it said it loaded (then the run emptied its records: the agent's doing)
+    if (!pr.start && log.includes('[swerl-grade] results plugin loaded')) return result({ ...fields, reason: 'runner_tampered' }, log, 'the results were emptied during the run');
     if (!pr.start) throw new GradingError(task.instance_id, `the results plugin never started (exit ${run.exit}): ${log.slice(-500)}`);
-    const restoredSet = new Set(toRestore);
-    const patchedFiles = new Set(prep.touched.filter((p) => !restoredSet.has(p)).map((p) => `/testbed/${p}`));
-    const contradictions = pluginRunContradictions({ run: pr, exitCode, patchedFiles });
+    const contradictions = [
+      ...pluginRunContradictions({ run: pr, exitCode, patchedFiles: new Set(patchedPaths.map(abs)) }),
+      ...integrityContradictions({ run: pr, listed, canaries, patched: new Set(patchedPaths), log: integrity ? parsePytestLog(log) : undefined }),
+    ];
     if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictions.join('; '));
     if (!pr.finish) return result({ ...fields, reason: 'tests_failed' }, log, `the pytest session never finished (exit ${run.exit})`);
     return result({ ...fields, reason: 'tests_failed' }, log, pr.finish.exitstatus > 1 ? `pytest exit status ${pr.finish.exitstatus}` : undefined);

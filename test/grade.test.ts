@@ -5,6 +5,7 @@ import { gradePatch, GradingError, GRADER_VERSION } from '../activities/grade.ts
 import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import Docker from 'dockerode';
+import { readFileSync } from 'node:fs';
 import { imagesFor, requireDocker, sharedTask, testBackend } from './helpers/docker.ts';
 import { metricValue } from './helpers/metrics.ts';
 
@@ -101,6 +102,47 @@ describe('gradePatch', () => {
     } finally {
       await sb.stop();
       await new Docker().getImage(`${image}:latest`).remove({ force: true }).catch(() => undefined);
+    }
+  });
+
+  test('a gold fix whose tests use wrappers, mocks, fixtures, marks, skips, mixins and generated tests: no contradiction, the canaries as expected', async () => {
+    // test/fixtures/grading/test_swerl_quirks.py added by test_patch to a toolz task, every test in it listed
+    const toolz = await sharedTask('pytoolz__toolz-1b23ada');
+    await imagesFor([toolz]);
+    const path = 'toolz/tests/test_swerl_quirks.py';
+    const text = readFileSync(new URL('./fixtures/grading/test_swerl_quirks.py', import.meta.url), 'utf8');
+    const lines = text.split('\n').slice(0, -1);
+    const add = ['diff --git a/' + path + ' b/' + path, 'new file mode 100644', '--- /dev/null', `+++ b/${path}`, `@@ -0,0 +1,${lines.length} @@`, ...lines.map((l) => `+${l}`), ''].join('\n');
+    const ids = [
+      'test_wrapped_by_file_decorator',
+      'test_wrapped_without_wraps',
+      'test_mock_patch',
+      'test_parametrized[a]',
+      'test_parametrized[b]',
+      'test_fixture',
+      'test_marked_by_assignment',
+      'test_generated',
+      'TestCaseQuirks::test_from_mixin',
+      'TestCaseQuirks::test_own_helper',
+      'TestCaseQuirks::test_skipped',
+      'TestCaseQuirks::test_skipif_false',
+      'TestCaseQuirks::test_expected_failure',
+      'TestCaseQuirks::test_subtests',
+      'TestCaseQuirks::test_last',
+      'TestPlainClass::test_method',
+      'TestPlainClass::TestNested::test_nested',
+      'test_async_unsupported',
+    ].map((n) => `${path}::${n}`);
+    const quirks: SweTask = { ...toolz, test_patch: toolz.test_patch + add, PASS_TO_PASS: [...toolz.PASS_TO_PASS, ...ids], test_cmd: `${toolz.test_cmd} ${path}` };
+    const g = await gradePatch({ task: quirks, patch: toolz.patch, backend });
+    const off = Object.entries({ ...g.tests.FAIL_TO_PASS, ...g.tests.PASS_TO_PASS }).filter(([, v]) => v !== 'PASSED');
+    assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''} ${JSON.stringify(off)}\n${g.logTail}`);
+    const want: Record<string, string> = { test_skipped: 'SKIPPED', test_expected_failure: 'XFAIL', test_marked_by_assignment: 'XFAIL', test_async_unsupported: 'SKIPPED' };
+    for (const id of ids) assert.equal(g.tests.PASS_TO_PASS[id], want[id.split('::').at(-1)!] ?? 'PASSED', id);
+    assert.ok(g.canaries && g.canaries.some((c) => c.source.startsWith(path)), JSON.stringify(g.canaries));
+    for (const c of g.canaries!) {
+      const src = g.tests.PASS_TO_PASS[c.source] ?? g.tests.FAIL_TO_PASS[c.source];
+      if (src === 'PASSED') assert.equal(c.status, c.expect === 'pass' ? 'PASSED' : 'FAILED', JSON.stringify(c));
     }
   });
 
