@@ -14,9 +14,12 @@
 //               whether the test's own call raised. The grader believes the run only when all of that,
 //               the reports, the canaries, the -rA log, the exit status, the number of tests that started,
 //               the hooks that could change reports and the snapshots agree (lib/swe/pytest-results.ts);
-//   other runners (unittest, Django, sympy): the log (lib/swe/testlog.ts), cross-checked with the exit
-//               status as SWE-bench does. Their output is written by the same process as the code under
-//               test, so only the restored runner and test files stand between the agent and the verdict there.
+//   unittest, Django's runner: the log (lib/swe/testlog.ts), cross-checked with the exit status as SWE-bench
+//               does, and the same plugin, imported at start-up by its .pth file in the test process only:
+//               it wraps unittest.TestCase._callTestMethod and makes the same checks and records, which
+//               the log must agree with;
+//   sympy (and anything else): the log and the exit status alone; only the restored runner, test and
+//               test-support files stand between the agent and the verdict there.
 // Residual risk, stated plainly (README "Left open"): the code under test runs in the test process.
 // Code written against this grader in particular (find the plugin in memory and patch its checks, or
 // forge its records and the log together) can still pass; closing that needs process isolation between
@@ -28,7 +31,7 @@ import type { Sandbox, SandboxBackend, SandboxLimits } from '../lib/sandbox.ts';
 import { filesInPatch, type SweTask } from '../lib/swe/task.ts';
 import { logFormatOf, parsePytestLog, parseTestLog } from '../lib/swe/testlog.ts';
 import { GRADER_VERSION, GradingError, judgeTests, listedTests, type GradeReason, type GradeResult, type ResultChannel, type TestOutcome } from '../lib/swe/grading.ts';
-import { filesOfTestIds, pathsToRestore, testTreeImports } from '../lib/swe/runner-guard.ts';
+import { filesOfTestIds, filesOfUnittestIds, pathsToRestore, testTreeImports } from '../lib/swe/runner-guard.ts';
 import { integrityContradictions, pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
 import { canariesFor, type Canary, type CanaryFile } from '../lib/swe/canaries.ts';
 import { ensureTaskImage } from './images.ts';
@@ -61,6 +64,57 @@ export interface GradeInput {
 /** Whether test_cmd runs pytest (then the plugin channel is used). */
 export function runsPytest(testCmd: string): boolean {
   return /(^|[\s;&|(/])(py\.test|pytest)(\s|$|;)/.test(testCmd);
+}
+
+/**
+ * The Python process of a unittest-style test_cmd that runs the tests: `python -m MODULE` or a script
+ * (Django's tests/runtests.py); undefined when it cannot be told (then the run is read from the log alone).
+ */
+export function testProcessOf(testCmd: string): { module: string } | { script: string } | undefined {
+  const m = /(?:^|[\s;&|(/])python[\d.]*\s+(?:-[A-Za-z]+(?:\s+[^-\s]\S*)?\s+)*?-m\s+([\w.]+)/.exec(testCmd);
+  if (m) return { module: m[1]! };
+  const s = /(?:^|\s)(\S*runtests\.py)(?=\s|$)/.exec(testCmd) ?? /(?:^|[\s;&|(/])python[\d.]*\s+(?:-[A-Za-z]+\s+)*(\S+\.py)(?=\s|$)/.exec(testCmd);
+  return s ? { script: s[1]! } : undefined;
+}
+
+/** The .pth line that imports the plugin at start-up in the test process only (unittest-style runs). */
+export function startupLine(module: string, proc: { module: string } | { script: string }): string {
+  const load = `__import__(${JSON.stringify(module)})`;
+  if ('module' in proc) {
+    // (site execs the line in a function: no comprehension can see its names)
+    return `import sys; _a = getattr(sys, 'orig_argv', None); (('\\0-m\\0' + ${JSON.stringify(proc.module)} + '\\0') in ('\\0' + '\\0'.join(_a) + '\\0') if _a else sys.argv[:1] == ['-m']) and ${load}`;
+  }
+  const base = proc.script.split('/').at(-1)!;
+  return `import sys, os; os.path.basename((sys.argv or [''])[0]) == ${JSON.stringify(base)} and ${load}`;
+}
+
+/** Files a unittest id may name, under the roots unittest and Django's runner import from (prepare keeps those that exist). */
+function unittestIdCandidates(ids: readonly string[]): string[] {
+  const out = new Set<string>();
+  for (const id of ids) {
+    const m = /^\w+ \(([\w.]+)\)/.exec(id);
+    if (!m) continue;
+    const parts = m[1]!.split('.');
+    for (let n = 1; n < parts.length; n++) for (const r of ['', 'src/', 'tests/']) out.add(`${r}${parts.slice(0, n).join('/')}.py`);
+  }
+  return [...out];
+}
+
+/** A unittest id (`name (module.Class)` or `name (module.Class.name)`) as file::Class::name, given its file. */
+function unittestAsNodeId(id: string, file: string): string | undefined {
+  const m = /^(\w+) \(([\w.]+)\)/.exec(id);
+  if (!m) return undefined;
+  const parts = m[2]!.split('.');
+  const stem = file.replace(/\.py$/, '').split('/');
+  // the dotted module is the file's path, from some root on
+  for (let k = 0; k < stem.length; k++) {
+    const mod = stem.slice(k);
+    if (mod.every((p, i) => parts[i] === p)) {
+      const rest = parts.slice(mod.length);
+      if (rest.length === 1 || (rest.length === 2 && rest[1] === m[1])) return `${file}::${rest[0]}::${m[1]}`;
+    }
+  }
+  return undefined;
 }
 
 /** Prints one JSON line per interpreter: its top-level module names from outside /testbed and its site directories. */
@@ -213,6 +267,8 @@ interface PluginConfig {
   /** repository .py files as the base commit has them (path → blob id): code met outside `files` is checked against them */
   blobs: Record<string, string>;
   checks: boolean;
+  /** pytest (loaded with -p) or unittest (imported at start-up by the .pth file in the test process) */
+  runner: 'pytest' | 'unittest';
 }
 
 /**
@@ -224,12 +280,22 @@ export function testRunScript(o: { testCmd: string; addopts: string; resultsTmp:
   const addopts = o.addopts;
   return [
     `exec ${o.fd}>${shq(o.resultsTmp)} && rm -f ${shq(o.resultsTmp)}`,
-    `export PYTEST_ADDOPTS="\${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }"${shq(addopts)}`,
+    ...(addopts ? [`export PYTEST_ADDOPTS="\${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }"${shq(addopts)}`] : []),
     `(\n${o.testCmd}\n)`,
     'rc=$?',
     `mkdir -p ${shq(o.resultsOut.slice(0, o.resultsOut.lastIndexOf('/')))} && cat /proc/self/fd/${o.fd} > ${shq(o.resultsOut)}`,
     'exit $rc',
   ].join('\n');
+}
+
+/** The records the run left ('' when there are none: the caller decides whether that is the agent's doing). */
+async function readResults(sb: Sandbox, path: string): Promise<string> {
+  try {
+    return await sb.readFile(path);
+  } catch (e) {
+    if ((e as Error).name === 'SandboxDeadError') throw e;
+    return '';
+  }
 }
 
 /** Runs the task's tests in a fresh sandbox with `patch` (may be empty) + test_patch, graded by today's SWE-bench rules. */
@@ -246,8 +312,13 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
   const marker = `@@swerl-${nonce}`;
   const hasPatch = patch.trim() !== '';
   const pytest = runsPytest(task.test_cmd);
+  const format = logFormatOf(task.test_cmd);
+  // unittest and Django's runner: the same checks, loaded at interpreter start-up in the test process
+  const proc = !pytest && (format === 'unittest' || format === 'django') ? testProcessOf(task.test_cmd) : undefined;
+  const unittest = integrity && proc !== undefined;
+  const plugin = pytest || unittest;
   const listed = [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS];
-  const listedFiles = filesOfTestIds(listed);
+  const listedFiles = pytest ? filesOfTestIds(listed) : unittest ? unittestIdCandidates(listed) : [];
   let image = '';
   let canaries: Canary[] = [];
   const base = {
@@ -293,7 +364,12 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
     const files = [{ path: 'test.diff', content: task.test_patch }];
     if (hasPatch) files.push({ path: 'patch.diff', content: patch.endsWith('\n') ? patch : patch + '\n' });
     await sb.copyIn(files, work);
-    const prep = await prepare(sb, work, marker, hasPatch, pytest ? listedFiles : []);
+    const prep = await prepare(sb, work, marker, hasPatch, listedFiles);
+    if (unittest) {
+      // of the candidate files, those the ids name
+      const named = new Set(filesOfUnittestIds(listed, new Set(prep.testSources.keys())));
+      for (const f of [...prep.testSources.keys()]) if (!named.has(f)) prep.testSources.delete(f);
+    }
     if (!prep.applied) return result({ reason: 'patch_apply_failed', patchApplied: false, channel: 'none' }, prep.applyLog, 'git apply (and patch --fuzz=5) refused the patch');
 
     const testPatchFiles = filesInPatch(task.test_patch);
@@ -315,18 +391,37 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
     const restoredSet = new Set(toRestore);
     const patchedPaths = prep.touched.filter((p) => !restoredSet.has(p));
 
-    // the canaries, and the plugin's configuration (pytest runs only)
+    // the canaries, and the plugin's configuration
     const canaryFiles: CanaryFile[] = [];
-    if (pytest && integrity) {
+    if (plugin && integrity) {
       for (const [path, source] of prep.testSources) {
-        const c = await canariesFor(path, source, task.PASS_TO_PASS, task.FAIL_TO_PASS);
-        if (c) canaryFiles.push(c);
+        if (pytest) {
+          const c = await canariesFor(path, source, task.PASS_TO_PASS, task.FAIL_TO_PASS);
+          if (c) canaryFiles.push(c);
+          continue;
+        }
+        // unittest ids as file::Class::name; a test test_cmd names by itself is not a source (its canary would not run)
+        const asNode = new Map<string, string>();
+        for (const id of listed) {
+          const n = unittestAsNodeId(id, path);
+          if (n && !new RegExp(`\\.${n.split('::').at(-1)}\\b`).test(task.test_cmd)) asNode.set(n, id);
+        }
+        const pick = (ids: readonly string[]) => ids.map((i) => unittestAsNodeId(i, path)).filter((n): n is string => !!n && asNode.has(n));
+        const c = await canariesFor(path, source, pick(task.PASS_TO_PASS), pick(task.FAIL_TO_PASS));
+        if (!c) continue;
+        c.canaries = c.canaries.map((x) => {
+          const src = asNode.get(x.source)!;
+          const [from, to] = [x.source.split('::').at(-1)!, x.id.split('::').at(-1)!];
+          const id = src.replace(new RegExp(`^${from} \\((.*?)(\\.${from})?\\)$`), (_a, inner: string, tail?: string) => `${to} (${inner}${tail ? `.${to}` : ''})`);
+          return { ...x, id, source: src };
+        });
+        canaryFiles.push(c);
       }
       canaries = canaryFiles.flatMap((c) => c.canaries);
     }
-    const pth = pytest ? prep.siteDirs.map((d) => `${d}/${module}.pth`) : [];
-    // canaries run however test_cmd selects tests: where it names test ids, their ids are added
-    const addopts = [`-p ${module}`, ...(/::/.test(task.test_cmd) ? canaries.map((c) => shq(c.id)) : [])].join(' ');
+    const pth = plugin ? prep.siteDirs.map((d) => `${d}/${module}.pth`) : [];
+    // canaries run however test_cmd selects tests: where it names pytest ids, their ids are added
+    const addopts = pytest ? [`-p ${module}`, ...(/::/.test(task.test_cmd) ? canaries.map((c) => shq(c.id)) : [])].join(' ') : '';
     const abs = (p: string) => `/testbed/${p}`;
     const checkedFiles = [...prep.testSources.keys()];
     const config: PluginConfig = {
@@ -340,8 +435,9 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       touched: patchedPaths,
       blobs: Object.fromEntries([...prep.baseBlobs].filter(([p]) => p.endsWith('.py') && !restoredSet.has(p) && !patchedPaths.includes(p))),
       checks: integrity,
+      runner: pytest ? 'pytest' : 'unittest',
     };
-    if (pytest) {
+    if (plugin) {
       await sb.copyIn(
         [
           { path: `${module}.py`, content: PLUGIN_SOURCE.replace('"__SWERL_CONFIG_PATH__"', JSON.stringify(`${work}/config.json`)) },
@@ -359,14 +455,16 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       ...canaryFiles.map((c, i) => `cat ${work}/canary/${i} > ${shq(c.path)}`),
       // nothing of test_patch, the patch or the canaries stays beside the plugin
       `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,
-      ...(pytest ? prep.siteDirs.map((d) => `mkdir -p ${shq(d)} && printf '%s\\n' ${shq(work)} > ${shq(`${d}/${module}.pth`)}`) : []),
+      ...(plugin
+        ? prep.siteDirs.map((d) => `mkdir -p ${shq(d)} && printf '%s\\n' ${[work, ...(unittest ? [startupLine(module, proc!)] : [])].map(shq).join(' ')} > ${shq(`${d}/${module}.pth`)}`)
+        : []),
     ].join('\n');
     const tp = await sb.exec(setup, 120);
     if (tp.exit !== 0) {
       return result({ reason: 'test_patch_apply_failed', patchApplied: true, channel: 'none', restored }, tp.stdout + tp.stderr, `restoring the tests and applying test_patch failed (exit ${tp.exit})`);
     }
 
-    const cmd = pytest ? testRunScript({ testCmd: task.test_cmd, addopts, resultsTmp, resultsOut, fd: RESULTS_FD }) : task.test_cmd;
+    const cmd = plugin ? testRunScript({ testCmd: task.test_cmd, addopts, resultsTmp, resultsOut, fd: RESULTS_FD }) : task.test_cmd;
     const run = await sb.exec(cmd, timeoutS, { maxOutputBytes: 16 << 20 });
     const log = run.stdout + (run.stderr ? `\n${run.stderr}` : '');
     await input.onLog?.(log);
@@ -375,23 +473,26 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
 
     if (!pytest) {
       if (!run.timedOut && (run.exit === 126 || run.exit === 127)) throw new GradingError(task.instance_id, `test_cmd could not start (exit ${run.exit}): ${log.slice(-300)}`);
-      const statuses = parseTestLog(log, logFormatOf(task.test_cmd));
+      const statuses = parseTestLog(log, format);
       const fields = { patchApplied: true, statuses, channel: 'log' as const, restored, exitCode };
       if (run.timedOut) return result({ ...fields, reason: 'timeout' }, log, timeoutDetail);
       const anyFailed = [...statuses.values()].some((s) => s === 'FAILED' || s === 'ERROR');
       if (run.exit !== 0 && statuses.size > 0 && !anyFailed) {
         return result({ ...fields, reason: 'runner_tampered' }, log, `exit status ${run.exit} but the log reports no failure`);
       }
+      if (!unittest) return result({ ...fields, reason: 'tests_failed' }, log);
+      const pr = readPluginRecords(await readResults(sb, resultsOut));
+      if (!pr.start && log.includes('[swerl-grade] results plugin loaded')) return result({ ...fields, reason: 'runner_tampered' }, log, 'the results were emptied during the run');
+      // the test process was not recognised (an unusual test_cmd): the log alone, as before
+      if (!pr.start) return result({ ...fields, reason: 'tests_failed' }, log, 'the integrity checks did not load in the test process');
+      const repoFiles = new Set([...prep.baseFiles, ...testPatchFiles]);
+      const fileOf = (id: string) => filesOfUnittestIds([id], repoFiles)[0];
+      const contradictions = integrityContradictions({ run: pr, listed, canaries, patched: new Set(patchedPaths), log: statuses, unittest: { fileOf } });
+      if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictions.join('; '));
       return result({ ...fields, reason: 'tests_failed' }, log);
     }
 
-    let text = '';
-    try {
-      text = await sb.readFile(resultsOut);
-    } catch (e) {
-      if ((e as Error).name === 'SandboxDeadError') throw e;
-    }
-    const pr = readPluginRecords(text);
+    const pr = readPluginRecords(await readResults(sb, resultsOut));
     const fields = { patchApplied: true, statuses: pr.statuses, channel: 'pytest-plugin' as const, restored, exitCode };
     // a run past the limit scores 0 (DESIGN §3) whatever it reported so far
     if (run.timedOut) return result({ ...fields, reason: 'timeout' }, log, timeoutDetail);

@@ -1,22 +1,23 @@
-# The grader's pytest results channel (activities/grade.ts, DESIGN section 3 "Test integrity"). Copied
-# into the grading container outside /testbed under a per-run random module name, put on sys.path by
-# a .pth file and loaded with `-p` before any conftest, entry-point plugin or test module, so it runs
-# before the code under test. At import it reads its configuration, then removes every file of the
-# grader (itself, its configuration, the .pth files, its directory) and takes its references: the
-# listed test files and the test-support modules they import, compiled fresh (plain and through
-# pytest's assertion rewrite), and snapshots of the classes and functions that run tests and make
-# reports (code objects, class dicts, descriptors, defaults, closures). During the run:
-#   - before each test of a checked file is called: the function pytest calls, and every test
-#     function reachable from it through wrappers, must be compiled from its file on disk (bytecode,
-#     constants, names, lines against the fresh compile); code from anywhere else must come from a
-#     file that existed unchanged before the run (and, under /testbed, that the patch did not
-#     change); the test's own function (by name) must be among them; skip/xfail attributes only where
-#     the source decorates; no trace or profile function but those set before any repository code;
-#     the snapshotted core of pytest and unittest unchanged;
-#   - the call itself goes through a wrapper put in place of the test function (item.obj): it
-#     records whether the test's own call returned or raised (and what), read by nothing the code
-#     under test could have replaced;
-#   - reports as pytest made them, and at the end the snapshot compared again.
+# The grader's results channel and test-integrity checks (activities/grade.ts, DESIGN section 3 "Test
+# integrity"). Copied into the grading container outside /testbed under a per-run random module name and
+# put on sys.path by a .pth file. For pytest it is loaded with `-p` before any conftest, entry-point plugin
+# or test module; for unittest and Django's runner (unittest's TestCase machinery) the .pth file imports it
+# at interpreter start-up, and it acts in the test process only (recognised by its command line). Either
+# way it runs before the code under test. At load it reads its configuration, removes every file of the
+# grader (itself, its configuration, the .pth files, its directory) and takes its references: the listed
+# test files and the test-support modules they import, compiled fresh (through pytest's assertion rewrite
+# where pytest would), and snapshots of the classes and functions that run tests and make reports (code
+# objects, class dicts, descriptors, defaults, closures). During the run:
+#   - before each test of a checked file is called: the function called, and every test function held by
+#     the trustworthy wrappers it calls through, must be compiled from its file (bytecode, constants,
+#     names, lines against the fresh compile); code from anywhere else must come from a file that existed
+#     unchanged before the run (under /testbed: one the patch did not change, as the base commit has it);
+#     the test's own function (by name) must be among them; skip/xfail attributes only where the source
+#     decorates; unittest's checks not overridden by untrustworthy code; no trace or profile function but
+#     those set before any repository code; the snapshotted core of the runner unchanged;
+#   - the call goes through a wrapper (pytest: in place of item.obj; unittest: TestCase._callTestMethod)
+#     that records whether the test's own call returned or raised, and what;
+#   - pytest's reports as it made them, and at the end the snapshot compared again.
 # Records go, one JSON object a line, to a file descriptor the shell opened on a file it then unlinked.
 # Python 3.5+ and pytest 4+: no f-strings, no annotations. The grader substitutes CONFIG_PATH.
 import hashlib
@@ -26,8 +27,6 @@ import sys
 import time
 import types
 
-import pytest
-
 CONFIG_PATH = "__SWERL_CONFIG_PATH__"
 
 # ---------------------------------------------------------------------------------------------------
@@ -35,6 +34,7 @@ CONFIG_PATH = "__SWERL_CONFIG_PATH__"
 
 with open(CONFIG_PATH) as _f:
     _cfg = json.load(_f)
+_RUNNER = _cfg.get("runner", "pytest")
 
 
 def _remove_grader_files():
@@ -66,6 +66,9 @@ def _remove_grader_files():
 
 _remove_grader_files()
 
+_PYTEST = _RUNNER == "pytest"
+if _PYTEST:
+    import pytest
 try:
     import fcntl as _fcntl
 
@@ -119,15 +122,17 @@ except Exception:  # pragma: no cover
 import unittest as _unittest  # loaded now so that its classes are snapshotted before the code under test runs
 
 _SkipTest = _unittest.SkipTest
-from _pytest import outcomes as _outcomes
+_Skipped = _XFailed = _Exit = _rewrite_asserts = None
+if _PYTEST:
+    from _pytest import outcomes as _outcomes
 
-_Skipped = _outcomes.Skipped
-_XFailed = _getattr(_outcomes, "XFailed", None)
-_Exit = _getattr(_outcomes, "Exit", None)
-try:
-    from _pytest.assertion.rewrite import rewrite_asserts as _rewrite_asserts
-except Exception:  # pragma: no cover
-    _rewrite_asserts = None
+    _Skipped = _outcomes.Skipped
+    _XFailed = _getattr(_outcomes, "XFailed", None)
+    _Exit = _getattr(_outcomes, "Exit", None)
+    try:
+        from _pytest.assertion.rewrite import rewrite_asserts as _rewrite_asserts
+    except Exception:  # pragma: no cover
+        _rewrite_asserts = None
 try:
     import inspect as _inspect
 
@@ -274,6 +279,8 @@ class _Source(object):
 
 def _early_config():
     # the Config that is importing us (for the assertion rewrite's ini settings), if it is on the stack
+    if not _PYTEST:
+        return None
     try:
         from _pytest.config import Config
 
@@ -303,7 +310,7 @@ _t = time.time()
 for _p in _cfg.get("files", []) if _CHECKS else []:
     try:
         with open(_p, "rb") as _f:
-            _SOURCES[_realpath(_p)] = _Source(_p, _f.read(), _rewritten_by_pytest(_p))
+            _SOURCES[_realpath(_p)] = _Source(_p, _f.read(), _PYTEST and _rewritten_by_pytest(_p))
     except (IOError, OSError):
         pass
 _PRECOMPILE_S = time.time() - _t
@@ -324,7 +331,7 @@ def _lazy_source(rp):
             blob = _sha1(b"blob " + str(_len(data)).encode() + b"\0" + data).hexdigest()
             # a repository file the patch did not change, as the base commit has it
             if rel not in _TOUCHED and _BLOBS.get(rel) == blob:
-                src = _Source(rp, data, _rewritten_by_pytest(rp))
+                src = _Source(rp, data, _PYTEST and _rewritten_by_pytest(rp))
         elif st.st_ctime < _T0:
             # outside /testbed: a file that was there, unchanged, before the run began
             src = _Source(rp, data, False)
@@ -431,17 +438,15 @@ def _mark_attrs(f):
 
 
 _TESTCASE = _unittest.TestCase
-# what decides whether a TestCase's checks fail: overridden below unittest.TestCase only by trustworthy code
-_CASE_MACHINERY = set(
-    ["failureException", "run", "debug", "__call__", "subTest", "doCleanups", "_callTestMethod", "_callSetUp",
-     "_callTearDown", "_callCleanup", "_addSkip", "_feedErrorsToResult", "_formatMessage", "_getAssertEqualityFunc",
-     "_baseAssertEqual", "_truncateMessage", "addTypeEqualityFunc"]
-)
+# unittest's checks and what decides whether they fail: below unittest.TestCase overridden only by trustworthy code
+_CASE_CHECKS = set(
+    k for k in _TESTCASE.__dict__ if k.startswith("assert") or k.startswith("fail")
+) | set(["failureException", "_getAssertEqualityFunc", "_baseAssertEqual", "addTypeEqualityFunc"])
 
 
 def _case_overrides(inst):
-    """Checks of a TestCase instance (assert*, fail*, the machinery that runs them) that its class, a base
-    class below unittest.TestCase, or the instance itself replaces with code that is not trustworthy."""
+    """unittest's checks (assert*, fail*, failureException, the equality functions) that a TestCase's
+    class, a base class below unittest.TestCase, or the instance itself replaces with untrustworthy code."""
     bad = []
     spaces = [("instance", _getattr(inst, "__dict__", {}))]
     for c in _type(inst).__mro__:
@@ -450,7 +455,7 @@ def _case_overrides(inst):
         spaces.append((c.__name__, c.__dict__))
     for where, ns in spaces:
         for k in list(ns.keys()):
-            if not (k.startswith("assert") or k.startswith("fail") or k in _CASE_MACHINERY):
+            if k not in _CASE_CHECKS:
                 continue
             v = ns[k]
             if k == "failureException":
@@ -464,13 +469,13 @@ def _case_overrides(inst):
     return bad
 
 
-def _check_callable(item, called):
-    """Reasons the function pytest is about to call is not the test on disk (empty: it is)."""
+def _check_called(nodeid, name, files, called):
+    """Reasons the function about to be called for test `name` is not the test on disk (empty: it is).
+    `files`: the checked files its code may come from (its module's and the test-support modules')."""
     if _func_of(called) is None:
-        return ["%s: calls a %s, which is not a Python function" % (item.nodeid, _type(called).__name__)]
+        return ["%s: calls a %s, which is not a Python function" % (nodeid, _type(called).__name__)]
     bad = []
-    name = _getattr(item, "originalname", None) or item.name.split("[")[0]
-    own = any(name in _SOURCES[p].names for p in _item_files(item))
+    own = any(name in _SOURCES[p].names for p in files)
     reached = False
     for i, (f, why) in enumerate(_walk(called)):
         code = f.__code__
@@ -482,21 +487,21 @@ def _check_callable(item, called):
             reached = True
         bad.extend(_mark_attrs(f))
     entry = _func_of(called)
-    skipped = _getattr(entry, "__unittest_skip__", False) and any(name in _SOURCES[p].decorated for p in _item_files(item))
+    skipped = _getattr(entry, "__unittest_skip__", False) and any(name in _SOURCES[p].decorated for p in files)
     if own and not reached and not skipped:
         # (a test its source decorates with unittest.skip is replaced by unittest's skip_wrapper, verified above)
-        bad.append("%s: the test's own function %s is not what is called" % (item.nodeid, name))
+        bad.append("%s: the test's own function %s is not what is called" % (nodeid, name))
     inst = _getattr(called, "__self__", None)
     if inst is not None and _isinstance(inst, _TESTCASE):
         bad.extend(_case_overrides(inst))
     return bad
 
 
-def _item_files(item):
-    """The checked files an item's code may come from: its module's and the test-support modules'."""
+def _files_for(path):
+    """The checked files a test's code may come from: its module's (`path`) and the test-support modules'."""
     out = []
     try:
-        p = _rp(str(_getattr(item, "path", None) or item.fspath))
+        p = _rp(path)
         if p in _SOURCES:
             out.append(p)
     except Exception:
@@ -511,10 +516,9 @@ def _item_files(item):
 _MODULE_FILES = set(_realpath(p) for p in _cfg.get("testFiles", []))
 
 
-def _class_marks(item):
+def _class_marks(cls):
     """Skip attributes on the test's class that its source does not put there."""
     bad = []
-    cls = _getattr(item, "cls", None)
     if cls is None:
         return bad
     for c in _getattr(cls, "__mro__", ()):
@@ -532,6 +536,8 @@ def _class_marks(item):
 # snapshots of what runs tests and makes reports
 
 def _runner_dir():
+    if not _PYTEST:
+        return os.path.dirname(os.path.abspath(_unittest.__file__))
     import _pytest
 
     return os.path.dirname(os.path.abspath(_pytest.__file__))
@@ -706,6 +712,8 @@ def _trusted_addition(name, v):
 _WATCHES = []
 _CORE_WATCHES = []
 for _m in _SNAP_MODULES:
+    if not _PYTEST and (_m == "pytest" or _m.startswith("_pytest") or _m.startswith("pluggy")):
+        continue
     _mod = sys.modules.get(_m)
     if _mod is None and not _m.startswith("pluggy.") and _m != "_pytest.compat":
         try:
@@ -767,72 +775,15 @@ if _getattr(sys, "monitoring", None) is not None:
 
 
 
-# a second, out-of-band sign that the channel came up: if the records are gone afterwards, the run
-# removed them (the agent's doing, scored 0), it did not fail to start (infrastructure)
-sys.stderr.write("[swerl-grade] results plugin loaded\n")
-sys.stderr.flush()
-
-_write({
-    "event": "start",
-    "pid": os.getpid(),
-    "python": sys.version.split()[0],
-    "pytest": _getattr(pytest, "__version__", "?"),
-    "runner_dir": _runner_dir(),
-    # modules loaded from /testbed before this plugin: they ran before the snapshots
-    "preloaded": sorted(
-        n for n, m in list(sys.modules.items())
-        if (_getattr(m, "__file__", None) or "").startswith(_TESTBED)
-    ),
-    "checked_files": sorted(p[_len(_TESTBED):] if p.startswith(_TESTBED) else p for p, s in _SOURCES.items() if s.ok),
-    "precompile_s": round(_PRECOMPILE_S, 4),
-    "checks": _CHECKS,
-})
-
 _SELF_MODULE = sys.modules[__name__]
-_config = None
 _counts = {"logstart": 0, "deselected": 0}
 _tampered = []
-_items = {}
-
-
-def _is_controller(config):
-    # pytest-xdist workers report to the controller, which records them
-    return not hasattr(config, "workerinput") and not hasattr(config, "slaveinput")
-
-
-def pytest_configure(config):
-    global _config
-    if _config is None and _is_controller(config):
-        _config = config
-
-
-def pytest_runtest_logstart(nodeid, location):
-    _counts["logstart"] += 1
-
-
-def pytest_deselected(items):
-    _counts["deselected"] += len(items)
-
-
-def _nodeid(nodeid):
-    # the id as `-rA` prints it (relative to the invocation directory), which is what SWE-bench lists
-    try:
-        return _config.cwd_relative_nodeid(nodeid)
-    except Exception:
-        return nodeid
-
-
-def _checked(item):
-    try:
-        return _rp(str(_getattr(item, "path", None) or item.fspath)) in _SOURCES
-    except Exception:
-        return False
 
 
 def _classify(e):
     if _XFailed is not None and _isinstance(e, _XFailed):
         return "xfail"
-    if _isinstance(e, _Skipped) or _isinstance(e, _SkipTest):
+    if (_Skipped is not None and _isinstance(e, _Skipped)) or _isinstance(e, _SkipTest):
         return "skip"
     if _Exit is not None and _isinstance(e, _Exit):
         return "exit"
@@ -855,7 +806,9 @@ def _raised_in(e):
     return last
 
 
-def _make_wrapper(rec, target):
+def _recording(rec, target):
+    """`target` behind a function that records whether its call returned or raised (and what)."""
+
     def swerl_test_call(*args, **kwargs):
         __tracebackhide__ = True
         rec["called"] = True
@@ -882,167 +835,286 @@ def _make_wrapper(rec, target):
     return swerl_test_call
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item, nextitem):
-    if _config is None or not _CHECKS or not _checked(item):
-        yield
-        return
-    rec = {"event": "item", "nodeid": _nodeid(item.nodeid), "called": False}
-    _items[_id(item)] = (item, rec)
+def _before_call(rec, nodeid, name, path, called):
+    """The checks made just before a test is called, into its record."""
     try:
-        bad = _class_marks(item)
-        obj = _getattr(item, "obj", None)
-        if obj is not None:
-            for f, _why in _walk(obj):
-                bad.extend(_mark_attrs(f))
-        if bad:
-            rec["mismatch"] = bad
-    except Exception as e:
-        rec.setdefault("mismatch", []).append("checking %s failed: %r" % (item.nodeid, e))
-    try:
-        yield
-    finally:
-        _items.pop(_id(item), None)
-        _write(rec)
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_call(item):
-    entry = _items.get(_id(item))
-    if entry is None or entry[0] is not item:
-        yield
-        return
-    rec = entry[1]
-    original = None
-    try:
-        original = item.obj
-        bad = _check_callable(item, original)
+        bad = _check_called(nodeid, name, _files_for(path), called)
         changed = _changed(core_only=True)
         if changed:
             bad.append("replaced before the call: " + ", ".join(changed))
         if bad:
             rec.setdefault("mismatch", []).extend(bad)
-        rec["verified"] = not rec.get("mismatch")
-        if _iscoroutinefunction is not None and (_iscoroutinefunction(original) or _iscoroutinefunction(_func_of(original))):
-            rec["unwrapped"] = "async"
-        else:
-            item.obj = _make_wrapper(rec, original)
     except Exception as e:
-        rec["verified"] = False
-        rec.setdefault("mismatch", []).append("checking %s failed: %r" % (item.nodeid, e))
-    try:
-        yield
-    finally:
-        if original is not None:
-            try:
-                item.obj = original
-            except Exception:
-                pass
+        rec.setdefault("mismatch", []).append("checking %s failed: %r" % (nodeid, e))
+    rec["verified"] = not rec.get("mismatch")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_logreport(report):
-    if _config is None:
-        return
-    rec = {
-        "event": "test",
-        "nodeid": _nodeid(report.nodeid),
-        "when": report.when,
-        "outcome": report.outcome,
-        "xfail": hasattr(report, "wasxfail"),
-    }
-    if _TestReport is not None and type(report) is not _TestReport:
-        rec["foreign_report"] = type(report).__module__ + "." + type(report).__name__
-    _write(rec)
-
-
-_TestReport = _getattr(sys.modules.get("_pytest.reports"), "TestReport", None)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collectreport(report):
-    if _config is not None and report.failed:
-        _write({"event": "collect", "nodeid": _nodeid(report.nodeid), "outcome": report.outcome})
-
-
-def _impl_file(impl):
-    fn = getattr(impl, "function", None)
-    code = getattr(fn, "__code__", None)
-    if code is not None:
-        return os.path.abspath(code.co_filename)
-    mod = getattr(impl, "plugin", None)
-    return os.path.abspath(getattr(mod, "__file__", "") or "?")
-
-
-# hooks through which a plugin can change which tests run or what their reports say (not those that only
-# print, or set the exit status, which is cross-checked with the records)
-_AUDITED_HOOKS = [
-    "pytest_runtest_makereport",
-    "pytest_runtest_logreport",
-    "pytest_report_teststatus",
-    "pytest_runtest_protocol",
-    "pytest_runtest_setup",
-    "pytest_runtest_call",
-    "pytest_runtest_teardown",
-    "pytest_pyfunc_call",
-    "pytest_runtestloop",
-    "pytest_collection_modifyitems",
-    "pytest_collection",
-    "pytest_collect_file",
-    "pytest_pycollect_makeitem",
-    "pytest_deselected",
-    "pytest_make_collect_report",
-    "pytest_collectreport",
-]
-
-
-def _audit(config):
-    impls = []
-    pm = config.pluginmanager
-    for name in _AUDITED_HOOKS:
-        caller = getattr(pm.hook, name, None)
-        if caller is None:
-            continue
-        try:
-            found = caller.get_hookimpls()
-        except Exception:
-            continue
-        for impl in found:
-            if _getattr(impl, "plugin", None) is _SELF_MODULE:
-                continue  # ours: checked with the snapshots
-            f = _impl_file(impl)
-            impls.append({"hook": name, "plugin": str(getattr(impl, "plugin_name", "?")), "file": f, "exists": os.path.isfile(f)})
-    plugins = []
-    for name, plugin in pm.list_name_plugin():
-        f = getattr(plugin, "__file__", None)
-        if f:
-            plugins.append({"name": str(name), "file": os.path.abspath(f)})
-    return {"hookimpls": impls, "plugins": plugins}
-
-
-@pytest.hookimpl(hookwrapper=True, trylast=True)
-def pytest_sessionfinish(session, exitstatus):
-    yield
-    if _config is None:
-        return
+def _finish_changes():
     changed = _changed() if _CHECKS else []
     for c in changed:
         if c not in _tampered:
             _tampered.append(c)
-    status = getattr(session, "exitstatus", exitstatus)
-    _write({
-        "event": "finish",
-        "exitstatus": int(status),
-        "testscollected": int(getattr(session, "testscollected", -1)),
-        "testsfailed": int(getattr(session, "testsfailed", -1)),
-        "logstart": _counts["logstart"],
-        "deselected": _counts["deselected"],
-        "shouldstop": bool(getattr(session, "shouldstop", False)),
-        "shouldfail": bool(getattr(session, "shouldfail", False)),
-        "changed": _tampered,
-        "audit": _audit(_config),
-    })
+    return _tampered
 
+
+# ---------------------------------------------------------------------------------------------------
+# pytest
+
+if _PYTEST:
+    _config = None
+    _items = {}
+    _TestReport = _getattr(sys.modules.get("_pytest.reports"), "TestReport", None)
+
+    def _is_controller(config):
+        # pytest-xdist workers report to the controller, which records them
+        return not hasattr(config, "workerinput") and not hasattr(config, "slaveinput")
+
+    def pytest_configure(config):
+        global _config
+        if _config is None and _is_controller(config):
+            _config = config
+
+    def pytest_runtest_logstart(nodeid, location):
+        _counts["logstart"] += 1
+
+    def pytest_deselected(items):
+        _counts["deselected"] += len(items)
+
+    def _nodeid(nodeid):
+        # the id as `-rA` prints it (relative to the invocation directory), which is what SWE-bench lists
+        try:
+            return _config.cwd_relative_nodeid(nodeid)
+        except Exception:
+            return nodeid
+
+    def _item_path(item):
+        return str(_getattr(item, "path", None) or item.fspath)
+
+    def _checked(item):
+        try:
+            return _rp(_item_path(item)) in _SOURCES
+        except Exception:
+            return False
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(item, nextitem):
+        if _config is None or not _CHECKS or not _checked(item):
+            yield
+            return
+        rec = {"event": "item", "nodeid": _nodeid(item.nodeid), "called": False}
+        _items[_id(item)] = (item, rec)
+        try:
+            # skip marks act at setup, before the call: checked now
+            bad = _class_marks(_getattr(item, "cls", None))
+            obj = _getattr(item, "obj", None)
+            if obj is not None:
+                for f, _why in _walk(obj):
+                    bad.extend(_mark_attrs(f))
+            if bad:
+                rec["mismatch"] = bad
+        except Exception as e:
+            rec.setdefault("mismatch", []).append("checking %s failed: %r" % (item.nodeid, e))
+        try:
+            yield
+        finally:
+            _items.pop(_id(item), None)
+            _write(rec)
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_call(item):
+        entry = _items.get(_id(item))
+        if entry is None or entry[0] is not item:
+            yield
+            return
+        rec = entry[1]
+        original = None
+        try:
+            original = item.obj
+            name = _getattr(item, "originalname", None) or item.name.split("[")[0]
+            _before_call(rec, item.nodeid, name, _item_path(item), original)
+            if _iscoroutinefunction is not None and (_iscoroutinefunction(original) or _iscoroutinefunction(_func_of(original))):
+                rec["unwrapped"] = "async"
+            else:
+                item.obj = _recording(rec, original)
+        except Exception as e:
+            rec["verified"] = False
+            rec.setdefault("mismatch", []).append("checking %s failed: %r" % (item.nodeid, e))
+        try:
+            yield
+        finally:
+            if original is not None:
+                try:
+                    item.obj = original
+                except Exception:
+                    pass
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(report):
+        if _config is None:
+            return
+        rec = {
+            "event": "test",
+            "nodeid": _nodeid(report.nodeid),
+            "when": report.when,
+            "outcome": report.outcome,
+            "xfail": hasattr(report, "wasxfail"),
+        }
+        if _TestReport is not None and type(report) is not _TestReport:
+            rec["foreign_report"] = type(report).__module__ + "." + type(report).__name__
+        _write(rec)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collectreport(report):
+        if _config is not None and report.failed:
+            _write({"event": "collect", "nodeid": _nodeid(report.nodeid), "outcome": report.outcome})
+
+    def _impl_file(impl):
+        fn = getattr(impl, "function", None)
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            return os.path.abspath(code.co_filename)
+        mod = getattr(impl, "plugin", None)
+        return os.path.abspath(getattr(mod, "__file__", "") or "?")
+
+    # hooks through which a plugin can change which tests run or what their reports say (not those that only
+    # print, or set the exit status, which is cross-checked with the records)
+    _AUDITED_HOOKS = [
+        "pytest_runtest_makereport",
+        "pytest_runtest_logreport",
+        "pytest_report_teststatus",
+        "pytest_runtest_protocol",
+        "pytest_runtest_setup",
+        "pytest_runtest_call",
+        "pytest_runtest_teardown",
+        "pytest_pyfunc_call",
+        "pytest_runtestloop",
+        "pytest_collection_modifyitems",
+        "pytest_collection",
+        "pytest_collect_file",
+        "pytest_pycollect_makeitem",
+        "pytest_deselected",
+        "pytest_make_collect_report",
+        "pytest_collectreport",
+    ]
+
+    def _audit(config):
+        impls = []
+        pm = config.pluginmanager
+        for name in _AUDITED_HOOKS:
+            caller = getattr(pm.hook, name, None)
+            if caller is None:
+                continue
+            try:
+                found = caller.get_hookimpls()
+            except Exception:
+                continue
+            for impl in found:
+                if _getattr(impl, "plugin", None) is _SELF_MODULE:
+                    continue  # ours: checked with the snapshots
+                f = _impl_file(impl)
+                impls.append({"hook": name, "plugin": str(getattr(impl, "plugin_name", "?")), "file": f, "exists": os.path.isfile(f)})
+        plugins = []
+        for name, plugin in pm.list_name_plugin():
+            f = getattr(plugin, "__file__", None)
+            if f:
+                plugins.append({"name": str(name), "file": os.path.abspath(f)})
+        return {"hookimpls": impls, "plugins": plugins}
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_sessionfinish(session, exitstatus):
+        yield
+        if _config is None:
+            return
+        status = getattr(session, "exitstatus", exitstatus)
+        _write({
+            "event": "finish",
+            "exitstatus": int(status),
+            "testscollected": int(getattr(session, "testscollected", -1)),
+            "testsfailed": int(getattr(session, "testsfailed", -1)),
+            "logstart": _counts["logstart"],
+            "deselected": _counts["deselected"],
+            "shouldstop": bool(getattr(session, "shouldstop", False)),
+            "shouldfail": bool(getattr(session, "shouldfail", False)),
+            "changed": _finish_changes(),
+            "audit": _audit(_config),
+        })
+
+
+# ---------------------------------------------------------------------------------------------------
+# unittest (python -m unittest, Django's runner): every TestCase's test method is called through
+# TestCase._callTestMethod (Python 3.8+), which the plugin wraps before the code under test is imported
+
+_UNITTEST_HOOKED = False
+if not _PYTEST and _CHECKS:
+    _orig_call_test_method = _TESTCASE.__dict__.get("_callTestMethod")
+
+    def _unittest_call(self, method):
+        __tracebackhide__ = True
+        cls = _type(self)
+        mod = sys.modules.get(cls.__module__)
+        path = _getattr(mod, "__file__", None) or ""
+        if not path or _rp(path) not in _SOURCES:
+            return _orig_call_test_method(self, method)
+        name = _getattr(self, "_testMethodName", "")
+        rec = {"event": "item", "nodeid": str(self), "id": self.id(), "called": False}
+        rec["legacy"] = "%s (%s.%s)" % (name, cls.__module__, cls.__qualname__)
+        try:
+            doc = self.shortDescription()
+            if doc:
+                rec["doc"] = doc
+        except Exception:
+            pass
+        try:
+            bad = _class_marks(cls)
+            if bad:
+                rec["mismatch"] = bad
+        except Exception:
+            pass
+        _before_call(rec, rec["id"], name, path, method)
+        try:
+            return _orig_call_test_method(self, _recording(rec, method))
+        finally:
+            _write(rec)
+
+    if _orig_call_test_method is not None:
+        _TESTCASE._callTestMethod = _unittest_call
+        _UNITTEST_HOOKED = True
+        # the snapshot of unittest.case must hold the wrapper, not the original
+        for _w in _WATCHES:
+            if _w.owner is _TESTCASE:
+                _w.__init__(_w.label, _TESTCASE.__dict__, _TESTCASE, list(_TESTCASE.__dict__.items()))
+
+    import atexit as _atexit
+
+    def _unittest_finish():
+        _write({"event": "finish", "exitstatus": -1, "testscollected": -1, "testsfailed": -1, "logstart": -1, "deselected": -1,
+                "shouldstop": False, "shouldfail": False, "changed": _finish_changes(), "audit": {"hookimpls": [], "plugins": []}})
+
+    _atexit.register(_unittest_finish)
+
+
+# a second, out-of-band sign that the channel came up: if the records are gone afterwards, the run
+# removed them (the agent's doing, scored 0), it did not fail to start (infrastructure)
+sys.stderr.write("[swerl-grade] results plugin loaded\n")
+sys.stderr.flush()
+
+_write({
+    "event": "start",
+    "pid": os.getpid(),
+    "python": sys.version.split()[0],
+    "pytest": _getattr(sys.modules.get("pytest"), "__version__", "?"),
+    "runner_dir": _runner_dir(),
+    # modules loaded from /testbed before this plugin: they ran before the snapshots
+    "preloaded": sorted(
+        n for n, m in list(sys.modules.items())
+        if (_getattr(m, "__file__", None) or "").startswith(_TESTBED)
+    ),
+    "checked_files": sorted(p[_len(_TESTBED):] if p.startswith(_TESTBED) else p for p, s in _SOURCES.items() if s.ok),
+    "precompile_s": round(_PRECOMPILE_S, 4),
+    "checks": _CHECKS,
+    "runner": _RUNNER,
+    "unittest_hooked": _UNITTEST_HOOKED,
+})
 
 # our own functions, checked like pytest's (defined last so every hook is in it)
 _SELF = dict((k, _fingerprint(v)) for k, v in list(globals().items()) if _isinstance(v, _FunctionType))

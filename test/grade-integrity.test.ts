@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { filesOfUnittestIds, isTestSupportPath, pathsToRestore, pythonImports, testTreeImports, type RestoreInput } from '../lib/swe/runner-guard.ts';
 import { integrityContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
 import { canariesFor } from '../lib/swe/canaries.ts';
-import { parseLsTreeZ, testRunScript } from '../activities/grade.ts';
+import { parseLsTreeZ, startupLine, testProcessOf, testRunScript } from '../activities/grade.ts';
 import { pythonParser } from '../lib/swe/python-outline.ts';
 
 test('test-support paths: anything under test/, tests/, testing/', () => {
@@ -241,4 +241,34 @@ test('integrity: canaries must come back as their source says', () => {
   assert.match(check([...a, ...c1, ...phases('t.py::c2', 'failed'), item('t.py::c2', { raised: null })]), /canary t\.py::c2 is FAILED, must be FAILED/);
   // the source failed (the patch broke it): its canaries say nothing
   assert.equal(check([...phases('t.py::a', 'failed'), item('t.py::a', { raised: 'fail' }), ...phases('t.py::c1', 'failed'), item('t.py::c1', { raised: 'fail' }), ...phases('t.py::c2', 'passed'), item('t.py::c2')]), '');
+});
+
+test('unittest-style runs: the test process, and the start-up line that loads the plugin there only', () => {
+  assert.deepEqual(testProcessOf('PYTHONPATH=src python3 -m unittest -v tests.test_ttl'), { module: 'unittest' });
+  assert.deepEqual(testProcessOf('python -W ignore -m unittest discover'), { module: 'unittest' });
+  assert.deepEqual(testProcessOf('./tests/runtests.py --verbosity 2 --settings=test_sqlite admin_views.tests'), { script: './tests/runtests.py' });
+  assert.deepEqual(testProcessOf('python3 tests/run_all.py -v'), { script: 'tests/run_all.py' });
+  assert.equal(testProcessOf('make check'), undefined);
+  const line = startupLine('swerl_results_ab', { module: 'unittest' });
+  assert.match(line, /^import sys; /);
+  assert.ok(!/ for /.test(line), 'no comprehension: site execs the line inside a function');
+  assert.match(line, /and __import__\("swerl_results_ab"\)$/);
+  assert.match(startupLine('m', { script: './tests/runtests.py' }), /os\.path\.basename\(\(sys\.argv or \[''\]\)\[0\]\) == "runtests\.py" and __import__\("m"\)$/);
+});
+
+test('integrity, unittest runs: statuses from the log, records found by any printed name', () => {
+  const ustart = start.replace('"checked_files":["t.py"]', '"checked_files":["tests/test_x.py"]');
+  const uitem = (o: object) => rec({ event: 'item', nodeid: 'test_a (tests.test_x.C.test_a)', legacy: 'test_a (tests.test_x.C)', id: 'tests.test_x.C.test_a', called: true, verified: true, raised: null, ...o });
+  const fileOf = (id: string) => (id.includes('tests.test_x') ? 'tests/test_x.py' : undefined);
+  const check = (lines: string[], log: [string, string][], listed = ['test_a (tests.test_x.C)']) =>
+    integrityContradictions({ run: readPluginRecords([ustart, ...lines].join('\n')), listed, canaries: [], patched: new Set(), log: new Map(log) as Map<string, never>, unittest: { fileOf } }).join('; ');
+  assert.equal(check([uitem({})], [['test_a (tests.test_x.C)', 'PASSED']]), '');
+  assert.equal(check([uitem({})], [['test_a (tests.test_x.C.test_a)', 'PASSED']], ['test_a (tests.test_x.C.test_a)']), '');
+  assert.match(check([uitem({ raised: 'fail', exc: 'builtins.AssertionError' })], [['test_a (tests.test_x.C)', 'PASSED']]), /reported passed, but the test's own call raised builtins\.AssertionError/);
+  assert.match(check([], [['test_a (tests.test_x.C)', 'PASSED']]), /no record of the test's own call/);
+  // a failing test without a record (it never reached its call): nothing to believe or disbelieve
+  assert.equal(check([], [['test_a (tests.test_x.C)', 'ERROR']]), '');
+  assert.equal(check([uitem({ raised: 'fail' })], [['test_a (tests.test_x.C)', 'XFAIL']]), '');
+  const fin = rec({ event: 'finish', exitstatus: -1, testscollected: -1, testsfailed: -1, logstart: -1, deselected: -1, shouldstop: false, shouldfail: false, changed: ['unittest.case:TestCase.assertEqual'], audit: { hookimpls: [], plugins: [] } });
+  assert.match(check([uitem({}), fin], [['test_a (tests.test_x.C)', 'PASSED']]), /replaced during the run: unittest\.case:TestCase\.assertEqual/);
 });

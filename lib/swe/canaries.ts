@@ -221,6 +221,13 @@ export async function canariesFor(path: string, source: string, passToPass: read
         const inv = src.invert!;
         text = text.slice(0, rel(inv.start)) + inv.text + text.slice(rel(inv.end));
       }
+      // a docstring stays with its source (unittest prints it as the test's description)
+      const first = src.node.childForFieldName('body')?.namedChildren[0];
+      if (first?.type === 'expression_statement' && first.namedChildren[0]?.type === 'string' && (src.node.childForFieldName('body')?.namedChildren.length ?? 0) > 1) {
+        const from = source.lastIndexOf('\n', first.startIndex - 1) + 1;
+        const to = source.indexOf('\n', first.endIndex);
+        text = text.slice(0, rel(from)) + text.slice(rel(to < 0 ? first.endIndex : to + 1));
+      }
       text = text.slice(0, rel(nameNode.startIndex)) + name + text.slice(rel(nameNode.endIndex));
       inserts.push({ at: insertionPoint(source, src.block), text: `\n${text}\n` });
       for (const id of src.ids) canaries.push({ id: id.slice(0, id.length - src.name.length) + name, source: id, expect });

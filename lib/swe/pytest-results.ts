@@ -14,6 +14,8 @@ const Start = z
     preloaded: z.array(z.string()),
     checked_files: z.array(z.string()).optional(),
     checks: z.boolean().optional(),
+    runner: z.string().optional(),
+    unittest_hooked: z.boolean().optional(),
   })
   .loose();
 /** What the plugin saw of one test of a checked file: the checks before its call, and the call itself. */
@@ -35,6 +37,9 @@ const Item = z
     trace: z.array(z.string()).optional(),
     /** not wrapped (an async test, run by the runner's own means) */
     unwrapped: z.string().optional(),
+    /** unittest runs: the test's other printed names (`name (module.Class)`, its docstring's first line) */
+    legacy: z.string().optional(),
+    doc: z.string().optional(),
   })
   .loose();
 const Test = z
@@ -127,6 +132,8 @@ export function readPluginRecords(text: string): PluginRun {
         break;
       case 'item':
         run.items.set(rec.nodeid, rec);
+        // unittest prints a test as `name (module.Class[.name])` or by its docstring: every name finds the record
+        for (const alias of [rec.legacy, rec.doc]) if (alias && !run.items.has(alias)) run.items.set(alias, rec);
         break;
       case 'finish':
         run.finish = rec;
@@ -196,18 +203,24 @@ export interface IntegrityInput {
   canaries: readonly Canary[];
   /** repository paths the patch changed and the grader did not restore */
   patched: ReadonlySet<string>;
-  /** statuses the test log (-rA) reports, when it was read */
+  /** statuses the test log reports, when it was read (pytest: cross-checked with the plugin's) */
   log?: ReadonlyMap<string, TestStatus>;
+  /**
+   * unittest/Django runs: the statuses are the log's (no reports in the records); `fileOf` names the file
+   * of a test id (a test of a checked file must have its record).
+   */
+  unittest?: { fileOf: (id: string) => string | undefined };
 }
 
 /**
  * Reasons to disbelieve a run's verdict on the tests it depends on (empty: believable), from what the
  * plugin saw of each listed test and canary:
  *   - the function called was not the test on disk (mismatch), or a trace/profile function was set;
- *   - a call reported as passed that the plugin's wrapper saw raise, or never saw run;
+ *   - a test reported passed whose call the plugin's wrapper saw raise, or never saw run;
  *   - a skip or xfail raised from a file the patch changed;
  *   - a canary that did not come back as its source test says it must (or did not come back);
- *   - the -rA log and the plugin disagree on a test's status.
+ *   - pytest: the -rA log and the plugin disagree on a test's status;
+ *   - unittest: the runner's snapshot changed by the end of the run.
  * A test of a file the plugin checked must have its record.
  */
 export function integrityContradictions(input: IntegrityInput): string[] {
@@ -215,23 +228,27 @@ export function integrityContradictions(input: IntegrityInput): string[] {
   const out: string[] = [];
   const checked = new Set(run.start?.checked_files ?? []);
   if (run.start?.checks === false) return out;
-  const fileOf = (id: string) => id.split('::')[0]!;
+  const ut = input.unittest;
+  const statuses: ReadonlyMap<string, TestOutcome> = ut ? (input.log ?? new Map()) : run.statuses;
+  const fileOf = ut ? ut.fileOf : (id: string) => id.split('::')[0];
   const ids = [...new Set([...input.listed, ...input.canaries.map((c) => c.id)])];
   for (const id of ids) {
     const item = run.items.get(id);
-    const call = run.calls.get(id);
-    const reported = run.statuses.has(id);
+    const status = statuses.get(id);
+    const reportedPass = ut ? status === 'PASSED' || status === 'XPASS' : run.calls.get(id)?.outcome === 'passed';
     if (!item) {
-      if (reported && checked.has(fileOf(id))) out.push(`${id}: no record of the test's own call`);
+      const f = fileOf(id);
+      if (status !== undefined && f !== undefined && checked.has(f) && (!ut || reportedPass)) out.push(`${id}: no record of the test's own call`);
       continue;
     }
     if (item.mismatch?.length) out.push(`${id}: ${item.mismatch.join('; ')}`);
     if (item.trace?.length) out.push(`${id}: called with ${item.trace.join(', ')} set`);
-    if (call && call.outcome === 'passed') {
+    if (reportedPass) {
       const ranThrough = item.called && item.raised === null;
       const asyncOk = item.unwrapped === 'async' && item.verified === true;
       if (!ranThrough && !asyncOk) {
-        out.push(item.called ? `${id}: reported ${call.xfail ? 'XPASS' : 'passed'}, but the test's own call raised ${item.exc ?? item.raised}` : `${id}: reported passed, but the test's own function never ran`);
+        const what = status === 'XPASS' || (!ut && run.calls.get(id)?.xfail) ? 'XPASS' : 'passed';
+        out.push(item.called ? `${id}: reported ${what}, but the test's own call raised ${item.exc ?? item.raised}` : `${id}: reported ${what}, but the test's own function never ran`);
       }
     }
     if ((item.raised === 'skip' || item.raised === 'xfail') && item.raised_in && input.patched.has(item.raised_in)) {
@@ -239,8 +256,8 @@ export function integrityContradictions(input: IntegrityInput): string[] {
     }
   }
   for (const c of input.canaries) {
-    const src = run.statuses.get(c.source);
-    const got = run.statuses.get(c.id);
+    const src = statuses.get(c.source);
+    const got = statuses.get(c.id);
     if (src === undefined) continue;
     if (got === undefined) {
       out.push(`canary ${c.id} did not come back (its source ${c.source} is ${src})`);
@@ -253,7 +270,7 @@ export function integrityContradictions(input: IntegrityInput): string[] {
       out.push(`canary ${c.id} is ${got}, must be ${want} (${c.source} passed)`);
     }
   }
-  if (input.log) {
+  if (input.log && !ut) {
     for (const id of ids) {
       const l = input.log.get(id);
       if (l === undefined) continue;
@@ -261,5 +278,6 @@ export function integrityContradictions(input: IntegrityInput): string[] {
       if (p !== l) out.push(`${id}: the log reports ${l}, the plugin ${p ?? 'nothing'}`);
     }
   }
+  if (ut && run.finish?.changed.length) out.push(`replaced during the run: ${run.finish.changed.join(', ')}`);
   return out;
 }
