@@ -32,8 +32,8 @@ interface Mutant {
   holds?: { name: string; edits: Record<string, [string, string][]> };
 }
 
-const NO_CODE_CHECK: [string, string] = ['def _check_callable(item, called):\n', 'def _check_callable(item, called):\n    return []\n'];
-const NO_CANARIES: [string, string] = ['    if (pytest && integrity) {\n      for (const [path, source] of prep.testSources) {', '    if (pytest && integrity && false) {\n      for (const [path, source] of prep.testSources) {'];
+const NO_CODE_CHECK: [string, string] = ['def _check_called(nodeid, name, files, called):\n', 'def _check_called(nodeid, name, files, called):\n    return []\n'];
+const NO_CANARIES: [string, string] = ['    if (plugin && integrity) {\n      for (const [path, source] of prep.testSources) {', '    if (plugin && integrity && false) {\n      for (const [path, source] of prep.testSources) {'];
 const TOOLZ = 'pytoolz__toolz-1b23ada';
 
 const MUTANTS: Mutant[] = [
@@ -95,7 +95,7 @@ const MUTANTS: Mutant[] = [
   },
   {
     name: "verdicts taken from the reports, not from the plugin's call wrapper",
-    edits: { 'lib/swe/pytest-results.ts': [["    if (call && call.outcome === 'passed') {", "    if (call && call.outcome === 'never') {"]] },
+    edits: { 'lib/swe/pytest-results.ts': [['    if (reportedPass) {', '    if (reportedPass && false) {']] },
     kind: 'transient-report-outcome',
     task: TOOLZ,
   },
@@ -103,7 +103,8 @@ const MUTANTS: Mutant[] = [
     name: 'no snapshots of the runner compared',
     edits: { [PLUGIN]: [['def _changed(core_only=False):\n', 'def _changed(core_only=False):\n    return []\n']] },
     kind: 'unittest-assert-noop',
-    task: 'tkem__cachetools-bb4b37c',
+    // a task whose FAIL_TO_PASS test fails by an assertion (no-op checks win there)
+    task: 'r1chardj0n3s__parse-19689cf',
   },
   {
     name: "the grader's files (test_patch's copy) left in the container, and the function called not checked",
