@@ -79,7 +79,8 @@ export function testProcessOf(testCmd: string): { module: string } | { script: s
 
 /** The .pth line that imports the plugin at start-up in the test process only (unittest-style runs). */
 export function startupLine(module: string, proc: { module: string } | { script: string }): string {
-  const load = `__import__(${JSON.stringify(module)})`;
+  // imported, then no longer findable under its per-run name
+  const load = `__import__(${JSON.stringify(module)}) and sys.modules.pop(${JSON.stringify(module)}, None)`;
   if ('module' in proc) {
     // (site execs the line in a function: no comprehension can see its names)
     return `import sys; _a = getattr(sys, 'orig_argv', None); (('\\0-m\\0' + ${JSON.stringify(proc.module)} + '\\0') in ('\\0' + '\\0'.join(_a) + '\\0') if _a else sys.argv[:1] == ['-m']) and ${load}`;

@@ -869,6 +869,11 @@ if _PYTEST:
         # pytest-xdist workers report to the controller, which records them
         return not hasattr(config, "workerinput") and not hasattr(config, "slaveinput")
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_load_initial_conftests(early_config, parser, args):
+        # registered under its per-run name; no longer findable by that name before any conftest runs
+        sys.modules.pop(__name__, None)
+
     def pytest_configure(config):
         global _config
         if _config is None and _is_controller(config):
