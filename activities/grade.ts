@@ -41,6 +41,17 @@ import { shq } from './sandbox/common.ts';
 export { GRADER_VERSION, GradingError, type GradeReason, type GradeResult, type TestOutcome } from '../lib/swe/grading.ts';
 export const GRADE_TIMEOUT_S = 300;
 const LOG_TAIL_CHARS = 4000;
+/** a tampered run can contradict itself on every test: the first few say enough (the result crosses Temporal) */
+const DETAIL_ITEMS = 12;
+const DETAIL_CHARS = 4000;
+
+/** Contradictions as one detail string: the first DETAIL_ITEMS, then how many more. */
+export function contradictionDetail(items: readonly string[]): string {
+  const shown = items.slice(0, DETAIL_ITEMS).map((x) => (x.length > 600 ? `${x.slice(0, 600)}…` : x));
+  const more = items.length - shown.length;
+  const text = shown.join('; ') + (more > 0 ? `; … and ${more} more` : '');
+  return text.length > DETAIL_CHARS ? `${text.slice(0, DETAIL_CHARS)}…` : text;
+}
 const PLUGIN_SOURCE = readFileSync(new URL('./swerl_pytest_results.py', import.meta.url), 'utf8');
 /** the descriptor the test process inherits for the plugin's records */
 const RESULTS_FD = 9;
@@ -489,7 +500,7 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       const repoFiles = new Set([...prep.baseFiles, ...testPatchFiles]);
       const fileOf = (id: string) => filesOfUnittestIds([id], repoFiles)[0];
       const contradictions = integrityContradictions({ run: pr, listed, canaries, patched: new Set(patchedPaths), log: statuses, unittest: { fileOf } });
-      if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictions.join('; '));
+      if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictionDetail(contradictions));
       return result({ ...fields, reason: 'tests_failed' }, log);
     }
 
@@ -505,7 +516,7 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       ...pluginRunContradictions({ run: pr, exitCode, patchedFiles: new Set(patchedPaths.map(abs)) }),
       ...integrityContradictions({ run: pr, listed, canaries, patched: new Set(patchedPaths), log: integrity ? parsePytestLog(log) : undefined }),
     ];
-    if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictions.join('; '));
+    if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictionDetail(contradictions));
     if (!pr.finish) return result({ ...fields, reason: 'tests_failed' }, log, `the pytest session never finished (exit ${run.exit})`);
     return result({ ...fields, reason: 'tests_failed' }, log, pr.finish.exitstatus > 1 ? `pytest exit status ${pr.finish.exitstatus}` : undefined);
   } catch (e) {

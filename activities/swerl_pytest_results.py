@@ -219,26 +219,33 @@ class _Source(object):
         self.variants = set()
         self.ok = False
         self.tree_error = False
-        if rewrite_first and _rewrite_asserts is not None and self._add_rewritten():
+        self.rewritten = None
+        tree = None
+        if _ast is not None:
+            try:
+                tree = _ast_parse(data, filename=path)
+                self._names(tree)
+            except Exception:
+                self.tree_error = True
+        # the variant pytest will use first (the rewritten one reuses the parsed tree); the other on a mismatch
+        if rewrite_first and tree is not None and _rewrite_asserts is not None and self._add_rewritten(tree):
             self.ok = True
         elif self._add_plain():
             self.ok = True
-        if _ast is not None:
-            try:
-                assigned = set()
-                for node in _ast_walk(_ast_parse(data, filename=path)):
-                    if _isinstance(node, _FunctionDef) or _isinstance(node, _ClassDef):
-                        self.names.add(node.name)
-                        if node.decorator_list:
-                            self.decorated.add(node.name)
-                    elif _isinstance(node, _ast.Assign):
-                        for t in node.targets:
-                            if _isinstance(t, _ast.Name):
-                                assigned.add(t.id)
-                # `test_x = pytest.mark.slow(test_x)`: marked by assignment, as good as decorated
-                self.decorated.update(self.names & assigned)
-            except Exception:
-                self.tree_error = True
+
+    def _names(self, tree):
+        assigned = set()
+        for node in _ast_walk(tree):
+            if _isinstance(node, _FunctionDef) or _isinstance(node, _ClassDef):
+                self.names.add(node.name)
+                if node.decorator_list:
+                    self.decorated.add(node.name)
+            elif _isinstance(node, _ast.Assign):
+                for t in node.targets:
+                    if _isinstance(t, _ast.Name):
+                        assigned.add(t.id)
+        # `test_x = pytest.mark.slow(test_x)`: marked by assignment, as good as decorated
+        self.decorated.update(self.names & assigned)
 
     def _add_plain(self):
         self.variants.add("plain")
@@ -248,12 +255,15 @@ class _Source(object):
         except Exception:
             return False
 
-    def _add_rewritten(self):
+    def _add_rewritten(self, tree=None):
         self.variants.add("rewritten")
         try:
-            tree = _ast_parse(self.data, filename=self.path)
+            if tree is None:
+                tree = _ast_parse(self.data, filename=self.path)
             _call_rewrite(tree, self.data, self.path)
-            _index_code(_compile(tree, self.path, "exec", dont_inherit=True), self.index)
+            code = _compile(tree, self.path, "exec", dont_inherit=True)
+            _index_code(code, self.index)
+            self.rewritten = code
             return True
         except Exception:
             return False
@@ -306,14 +316,53 @@ def _call_rewrite(tree, data, path):
 
 
 _SOURCES = {}
-_t = time.time()
+_cpu = time.process_time
+_COST = {"precompile": 0.0, "snapshot": 0.0, "calls": 0.0, "finish": 0.0}
+_t = _cpu()
 for _p in _cfg.get("files", []) if _CHECKS else []:
     try:
         with open(_p, "rb") as _f:
             _SOURCES[_realpath(_p)] = _Source(_p, _f.read(), _PYTEST and _rewritten_by_pytest(_p))
     except (IOError, OSError):
         pass
-_PRECOMPILE_S = time.time() - _t
+
+
+class _Trace(object):
+    def __call__(self, *a):
+        pass
+
+
+class _State(object):
+    trace = _Trace()
+
+
+def _prime_pytest_cache(path, src):
+    """Hand pytest the module code compiled here: what its assertion rewrite would compile from the same
+    bytes, path and configuration, so it loads it from its pyc cache instead of rewriting the file again.
+    (Written with pytest's own cache functions; pytest checks the source's mtime and size, so a file
+    changed afterwards is rewritten by pytest as usual, and then compared with this compile.)"""
+    if src.rewritten is None or _rw_config is None:
+        return False
+    try:
+        from pathlib import Path
+        from _pytest.assertion import rewrite as _rw
+
+        fn = Path(path)
+        cache_dir = _rw.get_cache_dir(fn)
+        if not _rw.try_makedirs(cache_dir):
+            return False
+        return bool(_rw._write_pyc(_State(), src.rewritten, _stat(path), cache_dir / (fn.name[:-3] + _rw.PYC_TAIL)))
+    except Exception:
+        return False
+
+
+_PRIMED = 0
+if _PYTEST:
+    for _p in _cfg.get("testFiles", []) if _CHECKS else []:
+        _s = _SOURCES.get(_realpath(_p))
+        if _s is not None and _prime_pytest_cache(_p, _s):
+            _PRIMED += 1
+_COST["precompile"] = _cpu() - _t
 _LAZY = {}
 
 
@@ -497,9 +546,15 @@ def _check_called(nodeid, name, files, called):
     return bad
 
 
+_FILES_FOR = {}
+
+
 def _files_for(path):
     """The checked files a test's code may come from: its module's (`path`) and the test-support modules'."""
-    out = []
+    hit = _FILES_FOR.get(path)
+    if hit is not None:
+        return hit
+    out = _FILES_FOR[path] = []
     try:
         p = _rp(path)
         if p in _SOURCES:
@@ -636,10 +691,20 @@ def _same_fp(a, b):
     return True
 
 
+try:
+    from operator import attrgetter as _attrgetter
+
+    _get_code = _attrgetter("__code__")
+except Exception:  # pragma: no cover
+
+    def _get_code(f):
+        return f.__code__
+
+
 class _Watch(object):
     """The entries of one module's or class's namespace that the snapshot holds."""
 
-    __slots__ = ("label", "ns", "owner", "entries", "keys", "bases", "fast")
+    __slots__ = ("label", "ns", "owner", "entries", "keys", "bases", "fast", "fkeys", "fvals", "funcs", "codes")
 
     def __init__(self, label, ns, owner, values):
         self.label = label
@@ -650,8 +715,25 @@ class _Watch(object):
         self.bases = owner.__bases__ if owner is not None else None
         # the per-call check: the value and, for functions, its code object
         self.fast = [(k, fp[0], fp[1] if _len(fp) > 1 and _isinstance(fp[1], _CodeType) else None) for k, fp in self.entries]
+        # the same, compared at C speed (list equality looks at identity first; functions, classes and
+        # descriptors compare by identity, code objects by content)
+        self.fkeys = tuple(k for k, _v, _c in self.fast)
+        self.fvals = [v for _k, v, _c in self.fast]
+        self.funcs = [v for _k, v, c in self.fast if c is not None]
+        self.codes = [c for _k, _v, c in self.fast if c is not None]
+
+    def quick_same(self):
+        ns = self.ns
+        if self.owner is not None and (_len(ns) != _len(self.keys) or self.owner.__bases__ is not self.bases):
+            return False
+        try:
+            return list(map(ns.get, self.fkeys)) == self.fvals and list(map(_get_code, self.funcs)) == self.codes
+        except Exception:
+            return False
 
     def diff(self, full):
+        if not full and self.quick_same():
+            return []
         out = []
         ns = self.ns
         missing = _Watch
@@ -711,7 +793,8 @@ def _trusted_addition(name, v):
 
 _WATCHES = []
 _CORE_WATCHES = []
-for _m in _SNAP_MODULES:
+_t = _cpu()
+for _m in _SNAP_MODULES if _CHECKS else []:
     if not _PYTEST and (_m == "pytest" or _m.startswith("_pytest") or _m.startswith("pluggy")):
         continue
     _mod = sys.modules.get(_m)
@@ -728,12 +811,18 @@ for _m in _SNAP_MODULES:
             if _cm == _m and _w.label == ("%s:%s" % (_cm, _ca) if _ca else _cm):
                 _CORE_WATCHES.append(_w)
                 break
+_COST["snapshot"] = _cpu() - _t
 
 
 def _changed(core_only=False):
     out = []
-    for w in _CORE_WATCHES if core_only else _WATCHES:
-        out.extend(w.diff(not core_only))
+    if core_only:
+        for w in _CORE_WATCHES:
+            if not w.quick_same():
+                out.extend(w.diff(False))
+        return out
+    for w in _WATCHES:
+        out.extend(w.diff(True))
     if not core_only:
         for k, fp in _SELF.items():
             if not _same_fp(fp, _fingerprint(globals().get(k))):
@@ -837,6 +926,7 @@ def _recording(rec, target):
 
 def _before_call(rec, nodeid, name, path, called):
     """The checks made just before a test is called, into its record."""
+    t = _cpu()
     try:
         bad = _check_called(nodeid, name, _files_for(path), called)
         changed = _changed(core_only=True)
@@ -847,10 +937,13 @@ def _before_call(rec, nodeid, name, path, called):
     except Exception as e:
         rec.setdefault("mismatch", []).append("checking %s failed: %r" % (nodeid, e))
     rec["verified"] = not rec.get("mismatch")
+    _COST["calls"] += _cpu() - t
 
 
 def _finish_changes():
+    t = _cpu()
     changed = _changed() if _CHECKS else []
+    _COST["finish"] = _cpu() - t
     for c in changed:
         if c not in _tampered:
             _tampered.append(c)
@@ -1042,6 +1135,7 @@ if _PYTEST:
             "shouldfail": bool(getattr(session, "shouldfail", False)),
             "changed": _finish_changes(),
             "audit": _audit(_config),
+            "cost_s": dict((k, round(v, 4)) for k, v in _COST.items()),
         })
 
 
@@ -1093,7 +1187,8 @@ if not _PYTEST and _CHECKS:
 
     def _unittest_finish():
         _write({"event": "finish", "exitstatus": -1, "testscollected": -1, "testsfailed": -1, "logstart": -1, "deselected": -1,
-                "shouldstop": False, "shouldfail": False, "changed": _finish_changes(), "audit": {"hookimpls": [], "plugins": []}})
+                "shouldstop": False, "shouldfail": False, "changed": _finish_changes(), "audit": {"hookimpls": [], "plugins": []},
+                "cost_s": dict((k, round(v, 4)) for k, v in _COST.items())})
 
     _atexit.register(_unittest_finish)
 
@@ -1115,7 +1210,8 @@ _write({
         if (_getattr(m, "__file__", None) or "").startswith(_TESTBED)
     ),
     "checked_files": sorted(p[_len(_TESTBED):] if p.startswith(_TESTBED) else p for p, s in _SOURCES.items() if s.ok),
-    "precompile_s": round(_PRECOMPILE_S, 4),
+    "precompile_s": round(_COST["precompile"], 4),
+    "primed": _PRIMED,
     "checks": _CHECKS,
     "runner": _RUNNER,
     "unittest_hooked": _UNITTEST_HOOKED,

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { filesOfUnittestIds, isTestSupportPath, pathsToRestore, pythonImports, testTreeImports, type RestoreInput } from '../lib/swe/runner-guard.ts';
 import { integrityContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
 import { canariesFor } from '../lib/swe/canaries.ts';
-import { parseLsTreeZ, startupLine, testProcessOf, testRunScript } from '../activities/grade.ts';
+import { contradictionDetail, parseLsTreeZ, startupLine, testProcessOf, testRunScript } from '../activities/grade.ts';
 import { pythonParser } from '../lib/swe/python-outline.ts';
 
 test('test-support paths: anything under test/, tests/, testing/', () => {
@@ -271,4 +271,13 @@ test('integrity, unittest runs: statuses from the log, records found by any prin
   assert.equal(check([uitem({ raised: 'fail' })], [['test_a (tests.test_x.C)', 'XFAIL']]), '');
   const fin = rec({ event: 'finish', exitstatus: -1, testscollected: -1, testsfailed: -1, logstart: -1, deselected: -1, shouldstop: false, shouldfail: false, changed: ['unittest.case:TestCase.assertEqual'], audit: { hookimpls: [], plugins: [] } });
   assert.match(check([uitem({}), fin], [['test_a (tests.test_x.C)', 'PASSED']]), /replaced during the run: unittest\.case:TestCase\.assertEqual/);
+});
+
+test('a run that contradicts itself on every test: the detail names the first few and counts the rest', () => {
+  const items = Array.from({ length: 500 }, (_, i) => `t.py::test_${i}: differs ${'x'.repeat(i === 0 ? 2000 : 10)}`);
+  const d = contradictionDetail(items);
+  assert.ok(d.length <= 4001, String(d.length));
+  assert.match(d, /^t\.py::test_0: differs x+…; t\.py::test_1: /);
+  assert.match(d, /… and 488 more$/);
+  assert.equal(contradictionDetail(['a', 'b']), 'a; b');
 });

@@ -204,10 +204,12 @@ export async function canariesFor(path: string, source: string, passToPass: read
     const words = [...new Set([...source.matchAll(/def (test_\w+)/g)].flatMap((m) => m[1]!.split('_').slice(1)).filter((w) => /^[a-z][a-z0-9]*$/.test(w) && w.length > 1))];
     if (words.length < 2) words.push('basic', 'case', 'values');
     const taken = new Set([...source.matchAll(/\b(\w+)\b/g)].map((m) => m[1]!));
-    // short tests: a canary runs its source's body again, so a long test would cost its time twice
+    // cheap sources: a canary runs its source's body again (short tests), once (a test of a mixin runs in
+    // every class that inherits it, and each failing copy costs the runner a traceback)
     const short = (ts: TestDef[]) => {
+      const once = ts.filter((t) => t.ids.length === 1);
       const lines = (t: TestDef) => t.node.endPosition.row - t.node.startPosition.row;
-      const sorted = [...ts].sort((a, b) => lines(a) - lines(b));
+      const sorted = [...(once.length ? once : ts)].sort((a, b) => lines(a) - lines(b));
       return sorted.slice(0, Math.max(1, Math.ceil(sorted.length / 2)));
     };
     const passSrc = pick(short(pool));
