@@ -405,7 +405,9 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
 
     // the canaries, and the plugin's configuration
     const canaryFiles: CanaryFile[] = [];
-    if (plugin && integrity) {
+    // unittest's --failfast stops at the first failure, a must-fail canary's (pytest's -x/--maxfail is lifted by the plugin)
+    const failfast = unittest && /(^|\s)(-f|--failfast)(?=\s|$)/.test(task.test_cmd);
+    if (plugin && integrity && !failfast) {
       for (const [path, source] of prep.testSources) {
         if (pytest) {
           const c = await canariesFor(path, source, task.PASS_TO_PASS, task.FAIL_TO_PASS);

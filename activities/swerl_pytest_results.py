@@ -967,10 +967,19 @@ if _PYTEST:
         # registered under its per-run name; no longer findable by that name before any conftest runs
         sys.modules.pop(__name__, None)
 
+    _maxfail = [0]
+
     def pytest_configure(config):
         global _config
         if _config is None and _is_controller(config):
             _config = config
+            # a canary must fail: under -x / --maxfail the run would stop there and leave tests unrun
+            try:
+                if _CHECKS and int(config.getoption("maxfail") or 0) > 0:
+                    _maxfail[0] = int(config.getoption("maxfail"))
+                    config.option.maxfail = 0
+            except Exception:
+                pass
 
     def pytest_runtest_logstart(nodeid, location):
         _counts["logstart"] += 1
@@ -1136,6 +1145,7 @@ if _PYTEST:
             "changed": _finish_changes(),
             "audit": _audit(_config),
             "cost_s": dict((k, round(v, 4)) for k, v in _COST.items()),
+            "maxfail_lifted": _maxfail[0],
         })
 
 

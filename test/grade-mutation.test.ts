@@ -33,7 +33,7 @@ interface Mutant {
 }
 
 const NO_CODE_CHECK: [string, string] = ['def _check_called(nodeid, name, files, called):\n', 'def _check_called(nodeid, name, files, called):\n    return []\n'];
-const NO_CANARIES: [string, string] = ['    if (plugin && integrity) {\n      for (const [path, source] of prep.testSources) {', '    if (plugin && integrity && false) {\n      for (const [path, source] of prep.testSources) {'];
+const NO_CANARIES: [string, string] = ['    if (plugin && integrity && !failfast) {', '    if (plugin && integrity && !failfast && false) {'];
 const TOOLZ = 'pytoolz__toolz-1b23ada';
 
 const MUTANTS: Mutant[] = [

@@ -32,7 +32,12 @@ describe('gradePatch', () => {
     assert.equal(g.patchApplied, true);
     assert.equal(g.channel, 'pytest-plugin');
     assert.equal(g.graderVersion, GRADER_VERSION);
-    assert.equal(g.exitCode, 0);
+    // the must-fail canary fails, every other test passes
+    assert.equal(g.exitCode, 1);
+    assert.deepEqual(g.canaries?.map((c) => [c.expect, c.status]).sort(), [
+      ['fail', 'FAILED'],
+      ['pass', 'PASSED'],
+    ]);
     for (const id of task.FAIL_TO_PASS) assert.equal(g.tests.FAIL_TO_PASS[id], 'PASSED', id);
     for (const id of task.PASS_TO_PASS) assert.equal(g.tests.PASS_TO_PASS[id], 'PASSED', id);
     assert.ok(g.durationS > 0);
@@ -144,6 +149,13 @@ describe('gradePatch', () => {
       const src = g.tests.PASS_TO_PASS[c.source] ?? g.tests.FAIL_TO_PASS[c.source];
       if (src === 'PASSED') assert.equal(c.status, c.expect === 'pass' ? 'PASSED' : 'FAILED', JSON.stringify(c));
     }
+  });
+
+  test('test_cmd with -x: the run does not stop at the failing canary, every listed test runs', async () => {
+    const g = await gradePatch({ task: { ...task, test_cmd: `${task.test_cmd} -x` }, patch: task.patch, backend });
+    assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}\n${g.logTail}`);
+    assert.ok(g.canaries?.some((c) => c.expect === 'fail' && c.status === 'FAILED'));
+    assert.doesNotMatch(g.logTail, /stopping after \d+ failures/);
   });
 
   test('a test run past the limit → 0, timeout', async () => {
