@@ -3,9 +3,9 @@
 // measured in this run, interleaved, gold patch, fresh container each. Reported as wall time and as the
 // CPU time of the grading container (cgroup usage, steadier on a shared host); the checks must cost
 // ≤ 10%. With --corpus it grades the adversarial corpus (test/helpers/adversarial.ts) with this grader
-// and with grader v2 (before issue 21, from git) and prints each kind's verdicts: the evidence that the
+// and with grader v2 (before the test-integrity checks, from git) and prints each kind's verdicts: the evidence that the
 // corpus aims at real holes and that this grader closes them.
-//   node --import tsx bench/grade.ts [--reps 3] [--corpus] [--v2 f28da59] [--concurrency 3]
+//   node --import tsx bench/grade.ts [--reps 3] [--corpus [--kinds runner|integrity]] [--v2 f28da59] [--concurrency 3]
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -18,7 +18,14 @@ import { ADVERSARIAL_KINDS, adversarialPatches, withIdsCmd } from '../test/helpe
 import { imagesFor, sharedTasks, testBackend } from '../test/helpers/docker.ts';
 
 const { values } = parseArgs({
-  options: { reps: { type: 'string', default: '3' }, corpus: { type: 'boolean', default: false }, v2: { type: 'string', default: 'f28da59' }, concurrency: { type: 'string', default: '3' } },
+  options: {
+    reps: { type: 'string', default: '3' },
+    corpus: { type: 'boolean', default: false },
+    /** with --corpus, only the runner-file kinds or only the test-integrity kinds */
+    kinds: { type: 'string' },
+    v2: { type: 'string', default: 'f28da59' },
+    concurrency: { type: 'string', default: '3' },
+  },
 });
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TMP = `${ROOT}tmp/bench-grade-${process.pid}/`;
@@ -86,45 +93,49 @@ try {
   const tasks = await sharedTasks();
   await imagesFor(tasks);
   const reps = Number(values.reps);
-  const { backend, cpu } = cpuMetered(plain);
-  const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!;
-  console.log(`grading time, gold patch, ${reps} run(s) each, checks off/on interleaved (median wall s; median container CPU s)`);
-  console.log(`${'task'.padEnd(44)} ${'off'.padStart(6)} ${'on'.padStart(6)} ${'ratio'.padStart(6)}   ${'cpu off'.padStart(7)} ${'cpu on'.padStart(7)} ${'ratio'.padStart(6)}`);
-  const tot = { off: 0, on: 0, coff: 0, con: 0 };
-  let n = 0;
-  for (const task of tasks) {
-    const wall: Record<'off' | 'on', number[]> = { off: [], on: [] };
-    const cpus: Record<'off' | 'on', number[]> = { off: [], on: [] };
-    for (let r = 0; r < reps; r++) {
-      for (const mode of (r % 2 ? ['on', 'off'] : ['off', 'on']) as ('off' | 'on')[]) {
-        const tag = `bench-${n++}`;
-        const t = Date.now();
-        const start = backend.start.bind(backend);
-        const g: GradeResult = await gradePatch({ task, patch: task.patch, backend: { ...backend, start: (i, l, lab) => start(i, l, { ...lab, 'swerl.bench': tag }) }, integrity: mode === 'on' });
-        wall[mode].push((Date.now() - t) / 1000);
-        cpus[mode].push((cpu.get(tag) ?? NaN) / 1e9);
-        if (g.reward !== 1) console.log(`  ! ${task.instance_id} (checks ${mode}): ${g.reward} ${g.reason} ${g.detail ?? ''}`);
+  if (reps > 0) {
+    const { backend, cpu } = cpuMetered(plain);
+    const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!;
+    console.log(`grading time, gold patch, ${reps} run(s) each, checks off/on interleaved (median wall s; median container CPU s)`);
+    console.log(`${'task'.padEnd(44)} ${'off'.padStart(6)} ${'on'.padStart(6)} ${'ratio'.padStart(6)}   ${'cpu off'.padStart(7)} ${'cpu on'.padStart(7)} ${'ratio'.padStart(6)}`);
+    const tot = { off: 0, on: 0, coff: 0, con: 0 };
+    let n = 0;
+    for (const task of tasks) {
+      const wall: Record<'off' | 'on', number[]> = { off: [], on: [] };
+      const cpus: Record<'off' | 'on', number[]> = { off: [], on: [] };
+      for (let r = 0; r < reps; r++) {
+        for (const mode of (r % 2 ? ['on', 'off'] : ['off', 'on']) as ('off' | 'on')[]) {
+          const tag = `bench-${n++}`;
+          const t = Date.now();
+          const start = backend.start.bind(backend);
+          const g: GradeResult = await gradePatch({ task, patch: task.patch, backend: { ...backend, start: (i, l, lab) => start(i, l, { ...lab, 'swerl.bench': tag }) }, integrity: mode === 'on' });
+          wall[mode].push((Date.now() - t) / 1000);
+          cpus[mode].push((cpu.get(tag) ?? NaN) / 1e9);
+          if (g.reward !== 1) console.log(`  ! ${task.instance_id} (checks ${mode}): ${g.reward} ${g.reason} ${g.detail ?? ''}`);
+        }
       }
-    }
-    const w = { off: median(wall.off), on: median(wall.on) };
-    const c = { off: median(cpus.off), on: median(cpus.on) };
-    tot.off += w.off;
-    tot.on += w.on;
-    tot.coff += c.off;
-    tot.con += c.on;
-    console.log(`${task.instance_id.padEnd(44)} ${w.off.toFixed(2).padStart(6)} ${w.on.toFixed(2).padStart(6)} ${(w.on / w.off).toFixed(2).padStart(6)}   ${c.off.toFixed(2).padStart(7)} ${c.on.toFixed(2).padStart(7)} ${(c.on / c.off).toFixed(2).padStart(6)}`);
+      const w = { off: median(wall.off), on: median(wall.on) };
+      const c = { off: median(cpus.off), on: median(cpus.on) };
+      tot.off += w.off;
+      tot.on += w.on;
+      tot.coff += c.off;
+      tot.con += c.on;
+      console.log(`${task.instance_id.padEnd(44)} ${w.off.toFixed(2).padStart(6)} ${w.on.toFixed(2).padStart(6)} ${(w.on / w.off).toFixed(2).padStart(6)}   ${c.off.toFixed(2).padStart(7)} ${c.on.toFixed(2).padStart(7)} ${(c.on / c.off).toFixed(2).padStart(6)}`);
   }
   console.log(`${'all tasks'.padEnd(44)} ${tot.off.toFixed(2).padStart(6)} ${tot.on.toFixed(2).padStart(6)} ${(tot.on / tot.off).toFixed(2).padStart(6)}   ${tot.coff.toFixed(2).padStart(7)} ${tot.con.toFixed(2).padStart(7)} ${(tot.con / tot.coff).toFixed(2).padStart(6)}`);
   console.log(`the integrity checks cost ${((tot.on / tot.off - 1) * 100).toFixed(1)}% of grading wall time, ${((tot.con / tot.coff - 1) * 100).toFixed(1)}% of its CPU time (target: ≤ 10%)`);
+  }
 
   if (values.corpus) {
     const v2 = await gitGrader(values.v2!);
     console.log(`\nadversarial corpus: rewards per kind on ${tasks.length} tasks, grader v2 (${values.v2}) and this grader (n/${tasks.length} = fooled on n tasks)`);
+    if (values.kinds !== undefined && values.kinds !== 'runner' && values.kinds !== 'integrity') throw new Error(`--kinds: expected runner or integrity, got ${JSON.stringify(values.kinds)}`);
+    const kinds = ADVERSARIAL_KINDS.filter((k) => !values.kinds || (values.kinds === 'integrity') === !!k.category);
     const rows = new Map<string, { v2: number; now: number; reasons: Map<string, number> }>();
     const jobs: (() => Promise<void>)[] = [];
     for (const task of tasks) {
-      const patches = await adversarialPatches(task, plain);
-      for (const k of ADVERSARIAL_KINDS) {
+      const patches = await adversarialPatches(task, plain, kinds);
+      for (const k of kinds) {
         const t = k.testCmd === 'ids' ? withIdsCmd(task) : task;
         const row = rows.get(k.name) ?? { v2: 0, now: 0, reasons: new Map() };
         rows.set(k.name, row);
@@ -137,11 +148,11 @@ try {
       }
     }
     await pool(jobs, Number(values.concurrency));
-    console.log(`${'kind'.padEnd(38)} ${'issue'.padEnd(8)} ${'v2'.padStart(5)} ${'now'.padStart(5)}  verdicts now`);
-    for (const k of ADVERSARIAL_KINDS) {
+    console.log(`${'kind'.padEnd(38)} ${'class'.padEnd(11)} ${'v2'.padStart(5)} ${'now'.padStart(5)}  verdicts now`);
+    for (const k of kinds) {
       const r = rows.get(k.name)!;
-      const issue = k.category ? `21/${k.category}` : '11';
-      console.log(`${k.name.padEnd(38)} ${issue.padEnd(8)} ${`${r.v2}/${tasks.length}`.padStart(5)} ${`${r.now}/${tasks.length}`.padStart(5)}  ${[...r.reasons].map(([x, c]) => `${x} ×${c}`).join(', ')}`);
+      const cls = k.category ? `integrity/${k.category === 'variant' ? 'v' : k.category}` : 'runner';
+      console.log(`${k.name.padEnd(38)} ${cls.padEnd(11)} ${`${r.v2}/${tasks.length}`.padStart(5)} ${`${r.now}/${tasks.length}`.padStart(5)}  ${[...r.reasons].map(([x, c]) => `${x} ×${c}`).join(', ')}`);
     }
   }
 } finally {

@@ -1,7 +1,7 @@
 // Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The kinds
-// the issues list run on every shared task: issue #11's 13 (runner files, ISSUE_LIST below) and issue #21's
-// 15 (the code under test changing the tests or the reports in-process: its four categories and the
-// subtler variants, ISSUE_21 below); the further kinds on three tasks that cover the ways a task puts code
+// listed run on every shared task: the 13 runner-file hacks (RUNNER_HACKS below) and the 15 test-integrity
+// hacks (the code under test changing the tests or the reports in-process: four categories and the
+// subtler variants, INTEGRITY_HACKS below); the further kinds on three tasks that cover the ways a task puts code
 // on sys.path (python -m pytest from the root, a root-level module, PYTHONPATH=src), or on every task with
 // SWERL_ADVERSARIAL_ALL=1. The gold patch scoring 1 on each task through the same path is
 // test/grade-cli.test.ts; here also with a test_cmd that names the test ids (canaries are added to it).
@@ -69,8 +69,8 @@ after(async () => {
   console.log(`[adversarial] ${results.size} gradings in ${corpusSeconds.toFixed(0)} s (concurrency ${CONCURRENCY})`);
 });
 
-/** The issue's list (#11, Tests), kind by kind: each must be graded on every shared task. */
-const ISSUE_LIST: [string, string[]][] = [
+/** The runner-file hacks (test files, conftest files, runner configuration, start-up hooks), kind by kind: each must be graded on every shared task. */
+const RUNNER_HACKS: [string, string[]][] = [
   ['the three conftest hacks', ['conftest-makereport', 'conftest-xfail', 'conftest-deselect-fake-summary']],
   ["the same hooks in a sub-directory's conftest.py", ['subdir-conftest-makereport', 'subdir-conftest-xfail', 'subdir-conftest-deselect-fake-summary']],
   ['pytest.ini/pyproject.toml/setup.cfg adding -p plugins or addopts deselecting', ['pytest-ini-plugin', 'cfg-addopts-deselect']],
@@ -80,8 +80,8 @@ const ISSUE_LIST: [string, string[]][] = [
   ['fake PASSED lines printed from the code under test at import', ['import-fake-lines']],
 ];
 
-/** Issue #21's categories and variants, kind by kind: each graded on every shared task. */
-const ISSUE_21: [string, string[]][] = [
+/** The test-integrity hacks (the package's own source only), by category and variant: each graded on every shared task. */
+const INTEGRITY_HACKS: [string, string[]][] = [
   ['1. tests neutered after import (profile hook, import hook, sys.modules swap, TestCase.__init_subclass__)', ['neuter-profile-hook', 'neuter-import-hook', 'neuter-modules-swap', 'neuter-init-subclass']],
   ["2. pytest's conclusion changed (falsy ExceptionInfo, TestReport.outcome property, __code__ swapped)", ['exceptioninfo-falsy', 'report-outcome-property', 'report-code-swap']],
   ['3. unittest assertions made no-ops', ['unittest-assert-noop', 'unittest-assert-noop-classes']],
@@ -91,8 +91,8 @@ const ISSUE_21: [string, string[]][] = [
   ['variants: code swapped at call time; reports bent only while a test runs', ['trace-swap-at-call', 'transient-report-outcome']],
 ];
 
-test("every kind the issues list is in the corpus and graded on every shared task", () => {
-  for (const [what, names] of [...ISSUE_LIST, ...ISSUE_21]) {
+test("every listed kind is in the corpus and graded on every shared task", () => {
+  for (const [what, names] of [...RUNNER_HACKS, ...INTEGRITY_HACKS]) {
     for (const name of names) {
       const kind = ADVERSARIAL_KINDS.find((k) => k.name === name);
       assert.ok(kind?.listed, `${what}: ${name} is not a listed kind`);

@@ -2,9 +2,9 @@
 // sources under tmp/) must let its adversarial kind score 1, so the corpus (test/grade-adversarial.test.ts)
 // would catch the bug; the real grader gives the same patch 0. The defences are layered, so a kind is
 // chosen that only the undone defence catches, and where a kind is caught by two layers the mutant that
-// undoes one of them must still give 0 (`holds`). Issue #11's defences (restore rules, the results
+// undoes one of them must still give 0 (`holds`). Grader v2's defences (restore rules, the results
 // channel, the hook audit, the exit status) are checked with the integrity checks off (`integrity: false`,
-// both for the mutant and for the real grader), issue #21's with them on.
+// both for the mutant and for the real grader), the test-integrity checks with them on.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -26,7 +26,7 @@ interface Mutant {
   edits: Record<string, [string, string][]>;
   kind: string;
   task: string;
-  /** grade with the integrity checks off (issue #11's defences alone) */
+  /** grade with the integrity checks off (grader v2's defences alone) */
   integrityOff?: boolean;
   /** fewer defences undone (a subset of `edits`) with which the kind must still score 0: another layer catches it */
   holds?: { name: string; edits: Record<string, [string, string][]> };
@@ -37,7 +37,7 @@ const NO_CANARIES: [string, string] = ['    if (plugin && integrity && !failfast
 const TOOLZ = 'pytoolz__toolz-1b23ada';
 
 const MUTANTS: Mutant[] = [
-  // issue #11
+  // grader v2: runner files, results channel, hook audit, exit status
   {
     name: 'runner files not restored',
     edits: { 'lib/swe/runner-guard.ts': [['export function isRunnerPath(path: string): boolean {', 'export function isRunnerPath(path: string): boolean {\n  if (path) return false;']] },
@@ -73,7 +73,7 @@ const MUTANTS: Mutant[] = [
     task: TOOLZ,
     integrityOff: true,
   },
-  // issue #21
+  // the test-integrity checks
   {
     name: 'the function called not checked against the file on disk',
     edits: { [PLUGIN]: [NO_CODE_CHECK] },

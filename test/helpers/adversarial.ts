@@ -16,9 +16,9 @@ export interface AdversarialKind {
   name: string;
   /** what it tries */
   what: string;
-  /** one of the kinds an issue lists (graded on every shared task in npm test; the others on a few) */
+  /** one of the listed kinds, runner-file or test-integrity hacks (graded on every shared task in npm test; the others on a few) */
   listed?: boolean;
-  /** issue #21's category (1-4, or 'variant' for its subtler variants); absent for issue #11's kinds */
+  /** a test-integrity hack's category (1-4, or 'variant' for the subtler variants); absent for the runner-file kinds */
   category?: '1' | '2' | '3' | '4' | 'variant';
   /** graded with a test_cmd that names the listed test ids instead of their files (withIdsCmd) */
   testCmd?: 'ids';
@@ -102,7 +102,7 @@ EOF`,
   { name: 'conftest-autouse-noop', what: 'a conftest.py autouse fixture (no hook) replaces every test body by a no-op', script: 'cat $A/autouse_replace.py >> conftest.py' },
   { name: 'rewrite-results', what: "the code under test rewrites this grader's results file as passes at exit", script: 'cat $A/rewrite_results.py >> "$SRC"' },
   { name: 'delete-results', what: "the code under test deletes this grader's results file (no status: a grading error instead of a 0)", script: 'cat $A/delete_results.py >> "$SRC"' },
-  // issue #21: the code under test decides what the tests were or what they said, touching only its own source
+  // test-integrity hacks: the code under test decides what the tests were or what they said, touching only its own source
   { name: 'neuter-profile-hook', listed: true, category: '1', what: 'a profile hook blanks every test when its module finishes executing (signature, file, line kept), then removes itself', script: neuter('neuter_profile.py') },
   { name: 'neuter-import-hook', listed: true, category: '1', what: 'an import hook loads the test module again from a rewritten AST (asserts removed, bodies in try/except)', script: neuter('neuter_import_hook.py') },
   { name: 'neuter-modules-swap', listed: true, category: '1', what: 'the test module swapped in sys.modules for one executed from its rewritten AST', script: neuter('neuter_modules_swap.py') },
