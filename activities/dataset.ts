@@ -1,11 +1,13 @@
 // Dataset and bookkeeping activities (rollout queue): the task batch of an iteration and the metrics log.
-import { ApplicationFailure } from '@temporalio/activity';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
-import { frozenLakeTaskIds, hashInts } from '../lib/envs/frozenlake.ts';
+import { frozenLakeTaskIds } from '../lib/envs/frozenlake.ts';
+import { hashInts } from '../lib/seed.ts';
 import { listSweTasks } from './swe.ts';
+import { checkContextFits } from './rollout.ts';
 import { keys, openStore } from '../lib/store.ts';
 import { runIteration, runMeanReward, runSuccessRate } from './metrics.ts';
 import type { IterationMetrics, SampleBatchInput, SampleBatchResult, StoreLearnerItemsInput } from '../workflows/shapes.ts';
+import { FailureType, nonRetryable } from '../lib/failures.ts';
 
 /**
  * Task ids of iteration n: deterministic from (run seed, n), so a retry draws the same batch.
@@ -18,11 +20,10 @@ export async function taskIdsFor(config: TrainingConfig, n: number): Promise<str
     case 'swe': {
       const { ids, loadErrors } = await listSweTasks({ tasksFile: config.env.tasksFile });
       if (ids.length === 0) {
-        throw ApplicationFailure.create({
-          type: 'InvalidConfig',
-          nonRetryable: true,
-          message: `config.env.tasksFile: no valid task in ${JSON.stringify(config.env.tasksFile)}${loadErrors.length ? ` (${loadErrors.slice(0, 3).join('; ')})` : ''}`,
-        });
+        throw nonRetryable(
+          FailureType.InvalidConfig,
+          `config.env.tasksFile: no valid task in ${JSON.stringify(config.env.tasksFile)}${loadErrors.length ? ` (${loadErrors.slice(0, 3).join('; ')})` : ''}`,
+        );
       }
       const sorted = [...ids].sort();
       const out: string[] = [];
@@ -34,11 +35,7 @@ export async function taskIdsFor(config: TrainingConfig, n: number): Promise<str
       return out;
     }
     default:
-      throw ApplicationFailure.create({
-        type: 'InvalidConfig',
-        nonRetryable: true,
-        message: `config.env.kind: no task source for ${JSON.stringify((config.env as { kind: string }).kind)}`,
-      });
+      throw nonRetryable(FailureType.InvalidConfig, `config.env.kind: no task source for ${JSON.stringify((config.env as { kind: string }).kind)}`);
   }
 }
 
@@ -55,12 +52,14 @@ function permuted<T>(xs: readonly T[], seed: number): T[] {
 /** Draws the iteration's tasks and stores the config snapshot its rollouts and learner step read. */
 export async function sampleBatch(input: SampleBatchInput): Promise<SampleBatchResult> {
   const v = validateConfig(input.config);
-  if (!v.ok) throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: v.errors.join('; ') });
+  if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, v.errors.join('; '));
   const store = openStore(v.config.store.url);
   const configKey = keys.iterationConfig(input.runId, input.n);
   const batchKey = keys.batch(input.runId, input.n);
   const stored = await store.getJson<{ taskIds: string[] }>(batchKey);
   const taskIds = stored?.taskIds ?? (await taskIdsFor(v.config, input.n));
+  // a context window that can never hold a first turn fails the run here, before any rollout
+  await checkContextFits(v.config, input.runId, taskIds);
   await store.putJson(configKey, v.config);
   if (!stored) await store.putJson(batchKey, { taskIds });
   return { taskIds, configKey };

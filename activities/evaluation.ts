@@ -7,19 +7,24 @@ import { runChatEpisode } from '../lib/chat-episode.ts';
 import { runEpisode, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
 import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
-import { evaluationMetrics, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
-import { createChatClient, createPolicyClient, PolicyResponseError, PolicyUnavailableError, type ChatApiMessage } from '../lib/policy-client.ts';
+import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
+import { createChatClient, createPolicyClient, isContextOverflow, PolicyResponseError, PolicyUnavailableError, preflightServer, serverRoot, type ChatApiMessage } from '../lib/policy-client.ts';
+import { contextFitError } from '../lib/episode-rules.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
-import { formatLoadError, loadTasks } from '../lib/swe/task.ts';
+import { formatLoadError, loadTasks, type SweTask } from '../lib/swe/task.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../lib/swe/tools.ts';
 import { SWE_OPENAI_TOOLS, SYSTEM_PROMPT_TOOL_CALLS } from '../lib/swe/tool-definitions.ts';
-import { tokenBudgetWarning } from '../lib/swe/prompts.ts';
+import { instancePrompt, noToolCallReminder, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 import { GRADER_VERSION, type GradeResult } from '../lib/swe/grading.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
-import type { EndReason } from '../lib/types.ts';
+import type { ChatMessage, EndReason } from '../lib/types.ts';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { createSweEnvironment } from './swe-env.ts';
-import { rolloutSeed } from './rollout.ts';
+import { evalEpisodeSeed } from '../lib/seed.ts';
+import { curvePlotFiles } from '../lib/plot.ts';
+import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
 
 /** What the plan fixes once: the tasks, runs, repositories and the resolved model. */
 export interface EvalPlan {
@@ -33,6 +38,9 @@ export interface EvalPlan {
   /** store key of the served model directory (run and path models), else null */
   modelDir: string | null;
   loadErrors: string[];
+  /** the context window every turn must fit (DESIGN §9), and where it comes from; absent in plans made before it was checked */
+  contextWindow?: number | null;
+  contextSource?: string;
 }
 
 /** One finished episode (stored at evalKeys.episode; never written twice). */
@@ -90,8 +98,8 @@ export interface PrepareEvaluationInput {
   config: unknown;
 }
 
-function invalid(message: string, type = 'InvalidConfig'): ApplicationFailure {
-  return ApplicationFailure.create({ type, nonRetryable: true, message });
+function invalid(message: string, type: FailureType = FailureType.InvalidConfig): ApplicationFailure {
+  return nonRetryable(type, message);
 }
 
 const configs = new Map<string, EvalConfig>();
@@ -125,11 +133,17 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
   const store = openStore(config.store.url);
   const evalId = input.evalId;
   const existing = await store.getJson<unknown>(evalKeys.config(evalId));
-  if (existing !== null && !isDeepStrictEqual(existing, config)) {
+  // compared as parsed today, so a config stored before a default changed still matches itself
+  const before = existing === null ? null : validateEvalConfig(existing);
+  if (before !== null && (!before.ok || !isDeepStrictEqual(before.config, config))) {
     throw invalid(`config.evalId: evaluation ${JSON.stringify(evalId)} already exists in ${store.url} with a different config; pick another evalId`);
   }
   const planned = await store.getJson<EvalPlan>(evalKeys.plan(evalId));
-  if (existing !== null && planned) return planned;
+  if (existing !== null && planned) {
+    // a resumed evaluation: its server must answer before episodes are handed out again
+    if ('baseUrl' in config.model) await checkServer(config.model);
+    return planned;
+  }
 
   let loaded;
   try {
@@ -162,6 +176,7 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
     modelDir = keys.checkpoint(m.run, checkpoint);
   }
   const modelName = config.modelName ?? ('run' in m ? `swerl/${m.run}/ckpt-${checkpoint}` : modelNameOf(config));
+  const context = await checkContext(config, modelDir ? store.dirFor(modelDir) : null, ids.map((id) => byId.get(id)!));
   const plan: EvalPlan = {
     evalId,
     taskIds: ids,
@@ -171,15 +186,101 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
     checkpoint,
     modelDir,
     loadErrors: loaded.errors.slice(0, 20).map(formatLoadError),
+    contextWindow: context.window,
+    contextSource: context.source,
   };
   await store.putJson(evalKeys.config(evalId), config);
   await store.putJson(evalKeys.plan(evalId), plan);
   return plan;
 }
 
-/** Episode seed from (evaluation seed, task, run): the rollout seed with the run as the sample. */
-export function evalEpisodeSeed(seed: number, taskId: string, run: number): number {
-  return rolloutSeed(seed, 0, taskId, run);
+type ServerModel = Extract<EvalConfig['model'], { baseUrl: string }>;
+
+/** Client options of a `baseUrl` model (its API key from the named environment variable). */
+function serverClientOptions(m: ServerModel, timeoutMs = 600_000) {
+  const apiKey = m.apiKeyEnv ? process.env[m.apiKeyEnv] : undefined;
+  return { baseUrl: m.baseUrl, model: m.model, timeoutMs, ...(apiKey ? { apiKey } : {}) };
+}
+
+/**
+ * Before the first episode: the server answers and serves the model, else the evaluation fails at once
+ * with what to fix (not episode by episode). Returns the context window it reports, with the config's.
+ */
+async function checkServer(m: ServerModel): Promise<{ contextWindow: number | null; serverContextWindow: number | null }> {
+  try {
+    return await preflightServer(serverClientOptions(m, 30_000), m.api, m.contextWindow);
+  } catch (e) {
+    if (e instanceof PolicyUnavailableError) {
+      throw nonRetryable(FailureType.PolicyUnavailable, `config.model.baseUrl: the server at ${serverRoot(m.baseUrl)} does not answer (${e.message}); start it, or correct baseUrl`);
+    }
+    if (e instanceof PolicyResponseError) throw invalid(`config.model: ${e.message}`);
+    throw e;
+  }
+}
+
+/** The first messages of a task's episode as the model gets them (the tool format's system prompt, the task's prompt). */
+function firstMessages(task: SweTask, m: EvalConfig['model']): ChatMessage[] {
+  const openai = 'baseUrl' in m && m.api === 'chat' && m.toolFormat === 'openai';
+  return [
+    { role: 'system', content: openai ? SYSTEM_PROMPT_TOOL_CALLS : SYSTEM_PROMPT },
+    { role: 'user', content: instancePrompt({ problemStatement: task.problem_statement }) },
+  ];
+}
+
+/**
+ * The context window every turn must fit (DESIGN §9): the server's (GET /v1/models) or the config's for a
+ * `baseUrl` model, the model's max_position_embeddings for ours. A window that cannot hold the shortest
+ * task's first turn is a config error before any episode; one nobody states is one for a server model.
+ */
+async function checkContext(config: EvalConfig, runModelDir: string | null, tasks: readonly SweTask[]): Promise<{ window: number | null; source: string }> {
+  const m = config.model;
+  let window: number | null;
+  let source: string;
+  if ('baseUrl' in m) {
+    const s = await checkServer(m);
+    if (s.contextWindow === null) {
+      throw invalid(`config.model.contextWindow: the server at ${serverRoot(m.baseUrl)} does not report its context window (GET /v1/models has no max_model_len or meta.n_ctx for ${JSON.stringify(m.model)}): set it to the model's context in tokens`);
+    }
+    window = s.contextWindow;
+    source = s.serverContextWindow === window ? `GET ${serverRoot(m.baseUrl)}/v1/models` : 'config.model.contextWindow';
+  } else {
+    const dir = 'path' in m ? m.path : runModelDir!;
+    const cfg = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8').catch(() => '{}')) as { max_position_embeddings?: unknown };
+    window = typeof cfg.max_position_embeddings === 'number' ? cfg.max_position_embeddings : null;
+    source = `max_position_embeddings of ${join(dir, 'config.json')}`;
+  }
+  if (window === null || tasks.length === 0) return { window, source };
+  const shortest = tasks.reduce((a, b) => (b.problem_statement.length < a.problem_statement.length ? b : a));
+  const messages = firstMessages(shortest, m);
+  let prompt: number | 'overflow' | null;
+  if ('baseUrl' in m && m.api === 'chat') {
+    // only the server knows its chat template: it counts the prompt of a 1-token request
+    try {
+      const r = await createChatClient(serverClientOptions(m, 120_000)).chat({
+        messages,
+        ...(m.toolFormat === 'openai' ? { tools: SWE_OPENAI_TOOLS } : {}),
+        maxTokens: 1,
+        temperature: 0,
+        topP: 1,
+      });
+      prompt = r.usageReported ? r.promptTokens : null;
+    } catch (e) {
+      if (!isContextOverflow(e)) throw e instanceof PolicyResponseError ? invalid(`config.model: the server refused a task's first prompt: ${e.message}`) : e;
+      prompt = 'overflow';
+    }
+  } else {
+    const dir = 'baseUrl' in m ? m.tokenizer! : 'path' in m ? m.path : runModelDir!;
+    let tok: EpisodeTokenizer;
+    try {
+      tok = await tokenizerFor(dir);
+    } catch (e) {
+      throw invalid(`config.model: no tokenizer in ${JSON.stringify(dir)} to count the prompts with: ${(e as Error).message}`);
+    }
+    prompt = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })).length;
+  }
+  const why = prompt === null ? null : contextFitError(window, prompt, `the first prompt of the shortest task (${shortest.instance_id})`);
+  if (why) throw invalid(`config.model: ${why} (context from ${source})`);
+  return { window, source };
 }
 
 const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();
@@ -234,8 +335,7 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
   const ours = !('baseUrl' in m);
   const policyUrl = ours ? input.policyUrl : m.baseUrl;
   if (!policyUrl) throw invalid('policyUrl: missing for a run or path model (the workflow passes the synced server)');
-  const apiKey = 'baseUrl' in m && m.apiKeyEnv ? process.env[m.apiKeyEnv] : undefined;
-  const clientOpts = { baseUrl: policyUrl, model: 'baseUrl' in m ? m.model : 'policy', timeoutMs: 600_000, ...(apiKey ? { apiKey } : {}) };
+  const clientOpts = 'baseUrl' in m ? serverClientOptions(m) : { baseUrl: policyUrl, model: 'policy', timeoutMs: 600_000 };
 
   const env = await createSweEnvironment(
     taskId,
@@ -261,6 +361,8 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
     maxSteps: config.maxSteps,
     maxResponseTokens: config.contextBudget,
     maxTokensPerTurn: config.maxTokensPerTurn,
+    // plans made before the context rule existed have none: their episodes run as they did
+    ...(typeof plan.contextWindow === 'number' ? { contextWindow: plan.contextWindow } : {}),
     sampling: config.sampling,
     seed,
     stepsRemainingSuffix: true,
@@ -279,7 +381,9 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
           env,
           chat: createChatClient(clientOpts),
           toolFormat: m.toolFormat,
-          ...(m.toolFormat === 'openai' ? { tools: SWE_OPENAI_TOOLS, toolSchemas: SWE_TOOL_SCHEMAS, toolAliases: SWE_TOOL_ALIASES, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS } : {}),
+          ...(m.toolFormat === 'openai'
+            ? { tools: SWE_OPENAI_TOOLS, toolSchemas: SWE_TOOL_SCHEMAS, toolAliases: SWE_TOOL_ALIASES, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS, noCallReminder: noToolCallReminder }
+            : {}),
         });
         record = { ...base, ...outcome(r.end, r.reward, r.info), steps: r.steps, tokens: r.tokens, responseTokens: r.responseTokens, turns, messages: r.messages, api: 'chat' };
       } else {
@@ -301,8 +405,8 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
         };
       }
     } catch (e) {
-      if (e instanceof PolicyUnavailableError && ours) throw ApplicationFailure.create({ type: 'PolicyUnavailable', message: `policy server ${policyUrl}: ${e.message}` });
-      if (e instanceof PolicyResponseError) throw ApplicationFailure.create({ type: 'PolicyRejected', nonRetryable: true, message: `policy server ${policyUrl} refused the episode's request: ${e.message}` });
+      if (e instanceof PolicyUnavailableError && ours) throw retryable(FailureType.PolicyUnavailable, `policy server ${policyUrl}: ${e.message}`);
+      if (e instanceof PolicyResponseError) throw nonRetryable(FailureType.PolicyRejected, `policy server ${policyUrl} refused the episode's request: ${e.message}`);
       throw e;
     }
     const full: EvalEpisodeRecord = { ...record, seconds: (Date.now() - started) / 1000, finishedAt: new Date().toISOString() };
@@ -330,29 +434,6 @@ export async function recordEvalError(input: { storeUrl: string; evalId: string;
   if (await store.exists(evalKeys.episode(input.evalId, input.taskId, input.run))) return;
   const rec: EvalErrorRecord = { taskId: input.taskId, run: input.run, reason: input.reason.slice(0, 2000), at: new Date().toISOString() };
   await store.putJson(evalKeys.error(input.evalId, input.taskId, input.run), rec);
-}
-
-/** A curve chart over k (pass@k, Best@K) as report files: an HTML page with its SVG and a table, the PNG and the Vega-Lite spec. */
-export async function curvePlotFiles(base: string, title: string, series: { name: string; values: (number | null)[]; dashed?: boolean }[]): Promise<[string, string | Uint8Array][]> {
-  const { renderChart } = await import('../lib/plot.ts');
-  const chart = await renderChart({
-    title,
-    xTitle: 'k',
-    yTitle: 'resolved rate',
-    series: series.map((x) => ({ name: x.name, points: x.values.flatMap((y, i) => (y === null ? [] : [{ x: i + 1, y }])), ...(x.dashed ? { dashed: true } : {}) })),
-    yDomain: [0, 1],
-    integerX: true,
-  });
-  const esc = (t: string) => t.replace(/&/g, '&amp;').replace(/</g, '&lt;');
-  const cell = (v: number | null | undefined) => (v === null || v === undefined ? '' : `${(100 * v).toFixed(1)}%`);
-  const rows = series[0]!.values.map((_, i) => `<tr><td>${i + 1}</td>${series.map((x) => `<td>${cell(x.values[i])}</td>`).join('')}</tr>`).join('\n');
-  const html = `<!doctype html>\n<html><head><meta charset="utf-8"><title>${esc(title)}</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>\n${chart.svg}\n<table><thead><tr><th>k</th>${series.map((x) => `<th>${esc(x.name)}</th>`).join('')}</tr></thead><tbody>\n${rows}\n</tbody></table>\n</body></html>\n`;
-  return [
-    [`${base}.html`, html],
-    [`${base}.svg`, chart.svg],
-    [`${base}.png`, chart.png],
-    [`${base}.vl.json`, JSON.stringify(chart.spec)],
-  ];
 }
 
 /** Every stored episode record of an evaluation. */
@@ -394,10 +475,23 @@ export interface EvalReportSummary {
   reportKey: string;
 }
 
-/** One run's SWE-bench-style prediction of each task that has a finished episode in that run. */
-export function predictionsOf(plan: EvalPlan, episodes: readonly EvalEpisodeRecord[], run: number): { instance_id: string; model_name_or_path: string; model_patch: string }[] {
+/** An episode that ended without submitting and was not graded (its working tree is no prediction). */
+export function submittedNothing(e: EvalEpisodeRecord): boolean {
+  return e.grade.reason === 'not_submitted' || e.grade.reason === 'no_sandbox';
+}
+
+/**
+ * One run's SWE-bench-style prediction of each task that has a finished episode in that run: the graded patch,
+ * or `null` (the harness's "no patch", as SWE-agent writes for a run that never submitted) when nothing was submitted.
+ */
+export function predictionsOf(plan: EvalPlan, episodes: readonly EvalEpisodeRecord[], run: number): { instance_id: string; model_name_or_path: string; model_patch: string | null }[] {
   const byTask = new Map(episodes.filter((e) => e.run === run).map((e) => [e.taskId, e]));
-  return plan.taskIds.filter((id) => byTask.has(id)).map((id) => ({ instance_id: id, model_name_or_path: plan.modelName, model_patch: byTask.get(id)!.prediction }));
+  return plan.taskIds
+    .filter((id) => byTask.has(id))
+    .map((id) => {
+      const e = byTask.get(id)!;
+      return { instance_id: id, model_name_or_path: plan.modelName, model_patch: submittedNothing(e) ? null : e.prediction };
+    });
 }
 
 /** The graded result of an episode as the grader returned it, or undefined when nothing was graded. */
@@ -423,7 +517,7 @@ export function runReportFiles(
   run: number,
   evalId: string,
   where: { runId?: string; dir?: string } = {},
-): { files: [string, string][]; summary: RunSummary } {
+): { files: [string, string][]; summary: RunSummary & { not_submitted_ids: string[] } } {
   const runId = where.runId ?? harnessRunId(evalId, run);
   const dir = where.dir ?? `run-${run}`;
   const model = modelDirName(plan.modelName);
@@ -432,7 +526,10 @@ export function runReportFiles(
   const files: [string, string][] = [[`${dir}/predictions.jsonl`, preds.map((p) => JSON.stringify(p)).join('\n') + (preds.length ? '\n' : '')]];
   const reports = new Map<string, InstanceReport>();
   for (const p of preds) {
-    const rep = instanceReport(p, gradeResultOf(byTask.get(p.instance_id)!));
+    const ep = byTask.get(p.instance_id)!;
+    const rep = instanceReport(p, gradeResultOf(ep));
+    // an episode that submitted nothing says so (the harness's flags call it an empty patch)
+    if (p.model_patch === null) rep[p.instance_id]!.reason = String(ep.grade.reason);
     reports.set(p.instance_id, rep[p.instance_id]!);
     files.push([`${dir}/logs/run_evaluation/${runId}/${model}/${p.instance_id}/report.json`, reportJson(rep)]);
   }
@@ -445,8 +542,10 @@ export function runReportFiles(
     for (const e of errs) s.error_reasons[e.taskId] = e.reason;
     s.error_instances = s.error_ids.length;
   }
-  files.push([`${dir}/${model}.${runId}.json`, reportJson(s)]);
-  return { files, summary: s };
+  // ours, beside error_reasons: the episodes that ended without submitting (the harness counts them as empty patches)
+  const summary = { ...s, not_submitted_ids: preds.filter((p) => p.model_patch === null).map((p) => p.instance_id).sort() };
+  files.push([`${dir}/${model}.${runId}.json`, reportJson(summary)]);
+  return { files, summary };
 }
 
 /**
@@ -477,7 +576,7 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     metrics,
     runs,
     errors: errors.map((e) => ({ taskId: e.taskId, run: e.run, reason: e.reason })),
-    text: formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`),
+    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`)}\n${formatEvalErrors(errors)}`,
   };
   await store.putJson(`${prefix}/summary.json`, summary);
   await store.put(`${prefix}/summary.txt`, `${summary.text}\n`);

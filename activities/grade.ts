@@ -36,7 +36,7 @@ import { integrityContradictions, pluginRunContradictions, readPluginRecords } f
 import { canariesFor, type Canary, type CanaryFile } from '../lib/swe/canaries.ts';
 import { ensureTaskImage } from './images.ts';
 import { gradingSeconds } from './metrics.ts';
-import { shq } from './sandbox/common.ts';
+import { shq } from '../lib/shell.ts';
 
 export { GRADER_VERSION, GradingError, type GradeReason, type GradeResult, type TestOutcome } from '../lib/swe/grading.ts';
 export const GRADE_TIMEOUT_S = 300;
@@ -242,7 +242,11 @@ async function prepare(sb: Sandbox, work: string, marker: string, hasPatch: bool
       // an interpreter that printed something else (Python 2 without -I, say): not one the tests use
     }
   }
-  const z = (t: string | undefined) => (t ?? '').split('\0').map((x) => x.replace(/^\n+|\n+$/g, '')).filter((x) => x !== '');
+  const z = (t: string | undefined) =>
+    (t ?? '')
+      .split('\0')
+      .map((x) => x.replace(/^\n+|\n+$/g, ''))
+      .filter((x) => x !== '');
   const apply = s.get('apply') ?? 'applied\n';
   const baseBlobs = parseLsTreeZ(s.get('base') ?? '');
   const testSources = new Map<string, string>();
@@ -470,12 +474,18 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       // nothing of test_patch, the patch or the canaries stays beside the plugin
       `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,
       ...(plugin
-        ? prep.siteDirs.map((d) => `mkdir -p ${shq(d)} && printf '%s\\n' ${[work, ...(unittest ? [startupLine(module, proc!)] : [])].map(shq).join(' ')} > ${shq(`${d}/${module}.pth`)}`)
+        ? prep.siteDirs.map(
+            (d) => `mkdir -p ${shq(d)} && printf '%s\\n' ${[work, ...(unittest ? [startupLine(module, proc!)] : [])].map(shq).join(' ')} > ${shq(`${d}/${module}.pth`)}`,
+          )
         : []),
     ].join('\n');
     const tp = await sb.exec(setup, 120);
     if (tp.exit !== 0) {
-      return result({ reason: 'test_patch_apply_failed', patchApplied: true, channel: 'none', restored }, tp.stdout + tp.stderr, `restoring the tests and applying test_patch failed (exit ${tp.exit})`);
+      return result(
+        { reason: 'test_patch_apply_failed', patchApplied: true, channel: 'none', restored },
+        tp.stdout + tp.stderr,
+        `restoring the tests and applying test_patch failed (exit ${tp.exit})`,
+      );
     }
 
     const cmd = plugin ? testRunScript({ testCmd: task.test_cmd, addopts, resultsTmp, resultsOut, fd: RESULTS_FD }) : task.test_cmd;

@@ -8,9 +8,11 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import { defaultDocker } from './sandbox/docker.ts';
 import { buildTar } from './sandbox/common.ts';
 import type { SweTask } from '../lib/swe/task.ts';
+import { mapInLanes } from '../lib/pool.ts';
 
 export const BASE_RECIPE = {
   tool: 'debootstrap',
@@ -151,7 +153,7 @@ export async function ensureTaskImage(task: SweTask, opts: { docker?: Docker } =
     { path: 'Dockerfile', content: taskDockerfile(base) },
     { path: 'repo.tar.gz', content: await readFile(task.source_tarball!) },
   ]);
-  const stream = await docker.buildImage(context as unknown as NodeJS.ReadableStream, { t: name, rm: true, forcerm: true, networkmode: 'none' });
+  const stream = await docker.buildImage(Readable.from(context), { t: name, rm: true, forcerm: true, networkmode: 'none' });
   await new Promise<void>((resolve, reject) => {
     docker.modem.followProgress(
       stream,
@@ -174,15 +176,10 @@ export async function buildImages(tasks: SweTask[], opts: { docker?: Docker; con
     opts.log?.(`${b.image} ${b.status} ${b.seconds.toFixed(1)} s`);
     events.push(b);
   }
-  let next = 0;
-  const worker = async () => {
-    while (next < tasks.length) {
-      const t = tasks[next++]!;
-      const e = await ensureTaskImage(t, opts);
-      opts.log?.(`${e.image} ${e.status} ${e.seconds.toFixed(1)} s`);
-      events.push(e);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, opts.concurrency ?? 2) }, worker));
+  await mapInLanes(tasks, Math.max(1, opts.concurrency ?? 2), async (t) => {
+    const e = await ensureTaskImage(t, opts);
+    opts.log?.(`${e.image} ${e.status} ${e.seconds.toFixed(1)} s`);
+    events.push(e);
+  });
   return events;
 }

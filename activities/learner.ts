@@ -6,12 +6,33 @@
 // the policy server then serves each checkpoint the group writes, loaded by the native engine, as an
 // external vLLM/SGLang server reloads it from disk.
 import { ApplicationFailure, heartbeat } from '@temporalio/activity';
-import { copyFile, cp, readdir, stat, writeFile } from 'node:fs/promises';
+import { copyFile, cp, mkdir, readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { validateConfig, type ModelSource, type TrainingConfig } from '../lib/config.ts';
-import { buildTrainBatch, type PackedTrainBatch, type StepStats } from '../lib/grpo.ts';
-import { createPolicyClient, servesCheckpoint } from '../lib/policy-client.ts';
+import { FailureType, nonRetryable } from '../lib/failures.ts';
+import {
+  buildTrainBatch,
+  correctedMask,
+  keptTokens,
+  logprobMismatch,
+  type MismatchStats,
+  type PackedTrainBatch,
+  type StepStats,
+} from '../lib/grpo.ts';
+import { createPolicyClient, PolicyResponseError, servesCheckpoint } from '../lib/policy-client.ts';
+import {
+  compareProbe,
+  dtypeClass,
+  FP32_PROBE_TOLERANCE,
+  halfPrecisionProbeTolerance,
+  PROBE_NEW_TOKENS,
+  PROBE_SEED,
+  probePrompt,
+  type ProbeResult,
+} from '../lib/sync-probe.ts';
+import { UNTIED_HEAD_FILE, untiedHeadFile } from '../services/vllm.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import type { FsdpLearner } from '../gpu-learner/fsdp/index.ts';
@@ -24,16 +45,21 @@ import type {
   SyncPolicyInput,
   SyncPolicyResult,
 } from '../workflows/shapes.ts';
-import { checkpointBytes, checkpointBytesWritten, learnerStepSeconds } from './metrics.ts';
+import { checkpointBytes, checkpointBytesWritten, learnerStepSeconds, mismatchK3, mismatchMaxAbsDelta, mismatchMeanAbsDelta, syncProbeMaxDelta } from './metrics.ts';
 
-/** The part of gpu-learner's Learner used here. */
-export interface LearnerHandle {
-  trainStep(
-    batch: PackedTrainBatch,
-    hp: Record<string, unknown>,
-  ): Promise<StepStats & { step: number }>;
+/**
+ * What the learner step and the sync probe need from an engine: the native gpu-learner's Learner has exactly
+ * this; the FSDP process group is adapted to it (fsdpEngine).
+ */
+export interface LearnerEngine {
+  /** packed log-probs on the current weights: entry t = log p(ids[t] | earlier ids of its sequence), 0 for each first token */
+  logprobs(batch: { ids: Int32Array; offsets: Int32Array }): Promise<Float32Array>;
+  trainStep(batch: PackedTrainBatch, hp: ReturnType<typeof trainHyper>): Promise<StepStats>;
+  /** writes the weights (and optimizer state) into `dir` */
   save(dir: string): Promise<void>;
 }
+/** The native engine as the worker keeps it (gpu-learner's Learner). */
+export type LearnerHandle = LearnerEngine;
 interface PolicyServerHandle {
   url: string;
   port: number;
@@ -97,9 +123,15 @@ export class LearnerContext {
     return run;
   }
 
-  /** Loads checkpoint `dir` (index `checkpoint`) unless it is what is in memory; serves it. Call inside exclusive(). */
-  async ensureLoaded(dir: string, checkpoint: number, learnerConfig?: TrainingConfig['learner']): Promise<LearnerHandle> {
-    if (this.learner && this.loaded?.dir === dir) return this.learner;
+  /**
+   * Loads checkpoint `dir` (index `checkpoint`) unless it is what is in memory; serves it through our policy server
+   * unless `serve` is false (a run served by an external server). Call inside exclusive().
+   */
+  async ensureLoaded(dir: string, checkpoint: number, learnerConfig?: TrainingConfig['learner'], serve = true): Promise<LearnerHandle> {
+    if (this.learner && this.loaded?.dir === dir) {
+      if (serve && !this.server) await this.serve(this.learner, checkpoint, dir);
+      return this.learner;
+    }
     let load = this.options.loadLearner;
     if (!load) {
       const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as {
@@ -115,7 +147,7 @@ export class LearnerContext {
     const old = this.learner as unknown as { close?: () => void } | null;
     this.learner = learner;
     this.loaded = { dir, checkpoint };
-    await this.serve(learner, checkpoint, dir);
+    if (serve || this.server) await this.serve(learner, checkpoint, dir);
     if (old && old !== (learner as unknown)) old.close?.();
     return learner;
   }
@@ -125,7 +157,7 @@ export class LearnerContext {
       await this.server.setLearner(learner, checkpoint, dir);
       return;
     }
-    const { startPolicyServer } = (await import('./policy-server.ts')) as unknown as {
+    const { startPolicyServer } = (await import('../policy-server/index.ts')) as unknown as {
       startPolicyServer(o: { learner: unknown; port: number; host: string; modelName: string; checkpoint: number; modelPath: string; loadModel?: (dir: string) => Promise<unknown> }): Promise<PolicyServerHandle>;
     };
     this.server = await startPolicyServer({
@@ -192,7 +224,7 @@ async function sourceCheckpoint(store: ArtifactStore, runId: string, model: Extr
 }
 
 function invalid(message: string): ApplicationFailure {
-  return ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message });
+  return nonRetryable(FailureType.InvalidConfig, message);
 }
 
 async function storedConfig(store: ArtifactStore, runId: string, n: number): Promise<TrainingConfig> {
@@ -277,15 +309,75 @@ export function createLearnerActivities(ctx: LearnerContext) {
     if (input.modelDir === undefined && !(await store.exists(keys.checkpoint(input.runId, input.checkpoint)))) {
       throw new Error(`checkpoint ${input.checkpoint} of run ${input.runId} is not in ${store.url}`);
     }
-    if (input.policyBaseUrl) {
-      const client = createPolicyClient({ baseUrl: input.policyBaseUrl, model: input.model, weightSync: input.weightSync ?? 'sglang' });
-      if (!servesCheckpoint(await client.servedModel(), dir, input.checkpoint)) await client.loadWeights(dir, input.checkpoint);
-      return { policyUrl: input.policyBaseUrl, checkpoint: input.checkpoint };
-    }
+    if (input.policyBaseUrl) return syncExternal(input, store, dir);
     await ctx.exclusive(() => withHeartbeat({ loading: input.checkpoint }, () => ctx.ensureLoaded(dir, input.checkpoint)));
     return { policyUrl: ctx.options.advertiseUrl ?? ctx.server!.url, checkpoint: input.checkpoint };
   }
 
+  /**
+   * An external server (vLLM, SGLang, another worker's): reload checkpoint n unless it serves it, then verify with
+   * the probe (lib/sync-probe.ts) against the learner's log-probs of the same checkpoint. What no retry can fix
+   * (the server refused, a wrong model name, a stale head) fails non-retryably, naming the cause.
+   */
+  async function syncExternal(input: SyncPolicyInput, store: ArtifactStore, dir: string): Promise<SyncPolicyResult> {
+    const weightSync = input.weightSync ?? 'sglang';
+    const client = createPolicyClient({ baseUrl: input.policyBaseUrl!, model: input.model, weightSync });
+    const config = await latestConfig(store, input.runId);
+    try {
+      await client.checkServedModel();
+      let dtype = 'float32';
+      if (weightSync === 'vllm') {
+        const info = await client.vllmInfo();
+        dtype = info.dtype;
+        if (await tiedCheckpoint(dir)) {
+          if (!info.untiedHead) {
+            throw policyMismatch(
+              `checkpoint ${input.checkpoint} at ${dir} has tied embeddings and vLLM at ${input.policyBaseUrl} serves them tied: vLLM's in-place ` +
+                `reload refreshes embed_tokens but keeps the start-up output head, so it would sample from a model that matches no checkpoint. ` +
+                `Start vLLM with --hf-overrides '{"tie_word_embeddings": false}' (swerl writes the head as ${UNTIED_HEAD_FILE} into each checkpoint it syncs)`,
+            );
+          }
+          await untiedHeadFile(dir);
+        }
+      }
+      const t0 = Date.now();
+      const served = await client.servedModel();
+      const reloaded = !servesCheckpoint(served, dir, input.checkpoint);
+      if (reloaded) await client.loadWeights(dir, input.checkpoint);
+      const syncSeconds = (Date.now() - t0) / 1000;
+      const probe = await ctx.exclusive(() =>
+        withHeartbeat({ probe: input.checkpoint }, async () => probeServedCheckpoint(client, await probeEngine(config, dir, input.checkpoint), dir, dtype)),
+      );
+      if (!probe.ok) {
+        throw policyMismatch(
+          `${input.policyBaseUrl} does not serve checkpoint ${input.checkpoint} (${dir}) after the sync: the probe's log-probs differ from the learner's ` +
+            `by max ${probe.maxAbsDelta.toExponential(2)} (mean ${probe.meanAbsDelta.toExponential(2)}) over ${probe.tokens} tokens, above the ` +
+            `${probe.dtype} tolerance ${probe.tolerance.toExponential(2)}` +
+            (weightSync === 'vllm' ? ` (vLLM: a tied head served tied, another dtype than it reports, or a reload that did not take)` : ''),
+        );
+      }
+      syncProbeMaxDelta.set({ run_id: input.runId }, probe.maxAbsDelta);
+      return { policyUrl: input.policyBaseUrl!, checkpoint: input.checkpoint, sync: { reloaded, seconds: syncSeconds, probe } };
+    } catch (e) {
+      if (e instanceof PolicyResponseError) {
+        // a 4xx, "not configured", a model name it does not serve: no retry can fix it
+        throw nonRetryable(FailureType.PolicyRejected, `weight sync to ${input.policyBaseUrl}: ${e.message}`);
+      }
+      throw e;
+    }
+  }
+
+  /** The engine that computes the probe's reference log-probs: the run's learner engine, holding `dir`. Call inside exclusive(). */
+  async function probeEngine(config: TrainingConfig | null, dir: string, checkpoint: number): Promise<LearnerEngine> {
+    if (config?.learner.engine === 'fsdp') return fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, await fsdpScratch(), () => undefined);
+    return ctx.ensureLoaded(dir, checkpoint, config?.learner, false);
+  }
+
+  /**
+   * One learner step on either engine (DESIGN §5, §9): the learner's log-probs of every sampled token on checkpoint n
+   * (π_old) against the behaviour log-probs stored in the trajectories (mismatch/*), the optional correction folded
+   * into the loss mask, one optimizer step, checkpoint n+1 saved atomically with its stats.json.
+   */
   async function learnerStepNow(input: LearnerStepInput): Promise<LearnerStepResult> {
     const { runId, n, checkpoint } = input;
     const store = openStore(input.storeUrl);
@@ -293,60 +385,110 @@ export function createLearnerActivities(ctx: LearnerContext) {
     const existing = await store.getJson<LearnerStepResult>(keys.checkpointStats(runId, checkpoint + 1));
     if (existing) return { ...existing, reused: true };
     const config = await storedConfig(store, runId, n);
-    if (config.learner.engine === 'fsdp') return fsdpLearnerStep(ctx, store, input, config);
-    return ctx.exclusive(async () => {
-      const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
-      const learner = await ctx.ensureLoaded(dir, checkpoint, config.learner);
-      const { items, trajs } = await readTrajectories(store, input);
-      // Zero-advantage (and fully masked) sequences add 0 to Σ m·ℓ: left out of the forward/backward,
-      // still counted in N through normSequences, so the step is the full batch's (DESIGN §5).
-      const batch = buildTrainBatch(trajs, items.map((it) => it.advantage), { compactFilter: true, dropZeroAdvantage: true });
-      const a = config.algorithm;
-      const hp = trainHyper(config, batch.episodes);
-      // the in-memory weights change now: until n+1 is saved, a retry must reload n
-      ctx.loaded = null;
-      const started = Date.now();
-      // nothing to train (every group's rewards equal): no native call, a skipped step with zero stats;
-      // checkpoint n+1 is still written (same weights, same optimizer step) so the run goes on
-      const step =
-        batch.kept.length === 0
-          ? { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true, step: 0 }
-          : await withHeartbeat({ n, sequences: batch.kept.length }, () =>
-              learner.trainStep({ ids: batch.ids, offsets: batch.offsets, mask: batch.mask, advantages: batch.advantages }, hp),
-            );
-      const result: LearnerStepResult = {
-        checkpoint: checkpoint + 1,
-        loss: step.loss,
-        gradNorm: step.gradNorm,
-        clipFraction: step.clipFraction,
-        meanRatio: step.meanRatio,
-        tokens: step.tokens,
-        seconds: (Date.now() - started) / 1000,
-        skipped: step.skipped,
-        trajectories: trajs.length,
-        sequences: batch.kept.length,
-        lr: a.lr,
-        reused: false,
-      };
-      await withHeartbeat({ n, saving: checkpoint + 1 }, () =>
-        store.putDir(nextKey, async (tmp) => {
-          await learner.save(tmp);
-          for (const f of CARRIED_FILES) {
-            if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
+    const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
+    const { items, trajs } = await readTrajectories(store, input);
+    const advantages = items.map((it) => it.advantage);
+    // every sampled token (for the mismatch), and the sequences that can contribute a gradient (for the step):
+    // zero-advantage and fully masked ones add 0 to Σ m·ℓ, still counted in N through normSequences (DESIGN §5)
+    const all = buildTrainBatch(trajs, advantages, { compactFilter: false, includeOldLogprobs: true });
+    const batch = buildTrainBatch(trajs, advantages, { compactFilter: true, dropZeroAdvantage: true });
+    const engineName = config.learner.engine;
+    const details: Record<string, unknown> = { n, engine: engineName, phase: 'loading' };
+    try {
+      return await ctx.exclusive(() =>
+        withHeartbeat(details, async () => {
+          const progress = (p: object) => {
+            Object.assign(details, p);
+            heartbeat(details);
+          };
+          const engine =
+            engineName === 'fsdp'
+              ? fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, keys.iteration(runId, n), progress, store)
+              : await ctx.ensureLoaded(dir, checkpoint, config.learner, !config.policy.baseUrl);
+          const started = Date.now();
+          let mismatch: MismatchStats | undefined;
+          let step: StepStats = { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true };
+          if (all.offsets.length > 1 && all.trainableTokens > 0) {
+            progress({ phase: 'logprobs' });
+            const learnerLp = await engine.logprobs(all);
+            mismatch = logprobMismatch(learnerLp, all.oldLogprobs!, all.mask);
+            if (config.learner.correction) {
+              // the fraction of the step's trained tokens whose weight the correction changed (0 when nothing is trained)
+              mismatch.corrected = 0;
+              if (batch.kept.length > 0) {
+                const c = correctedMask(batch.mask, keptTokens(learnerLp, all.offsets, batch.kept), keptTokens(all.oldLogprobs!, all.offsets, batch.kept), config.learner.correction);
+                batch.mask = c.mask;
+                mismatch.corrected = batch.trainableTokens ? c.changed / batch.trainableTokens : 0;
+              }
+            }
+            recordMismatch(runId, mismatch);
           }
-          await writeFile(`${tmp}/stats.json`, JSON.stringify(result));
+          // the weights in memory change now: until n+1 is saved, a retry must reload n
+          if (engineName !== 'fsdp') ctx.loaded = null;
+          // nothing to train (every group's rewards equal): no engine call, a skipped step with zero stats;
+          // checkpoint n+1 is still written (same weights, same optimizer step) so the run goes on
+          if (batch.kept.length > 0) {
+            progress({ phase: 'train', sequences: batch.kept.length });
+            step = await engine.trainStep(batch, trainHyper(config, batch.episodes));
+          }
+          const result: LearnerStepResult = {
+            checkpoint: checkpoint + 1,
+            loss: step.loss,
+            gradNorm: step.gradNorm,
+            clipFraction: step.clipFraction,
+            meanRatio: step.meanRatio,
+            tokens: step.tokens,
+            seconds: (Date.now() - started) / 1000,
+            skipped: step.skipped,
+            trajectories: trajs.length,
+            sequences: batch.kept.length,
+            lr: config.algorithm.lr,
+            reused: false,
+            ...(mismatch ? { mismatch } : {}),
+          };
+          progress({ phase: 'save', saving: checkpoint + 1 });
+          await store.putDir(nextKey, async (tmp) => {
+            await engine.save(tmp);
+            for (const f of CARRIED_FILES) {
+              if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
+            }
+            await writeFile(join(tmp, 'stats.json'), JSON.stringify(result));
+          });
+          const nextDir = store.dirFor(nextKey);
+          if (engineName === 'fsdp') ctx.trainer!.loaded = nextDir;
+          else {
+            ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
+            if (ctx.server) await ctx.server.setLearner(ctx.learner, checkpoint + 1, nextDir);
+          }
+          learnerStepSeconds.observe({ run_id: runId }, (Date.now() - started) / 1000);
+          const bytes = await directoryBytes(nextDir);
+          checkpointBytes.set({ run_id: runId }, bytes);
+          checkpointBytesWritten.inc({ run_id: runId }, bytes);
+          return result;
         }),
       );
-      const nextDir = store.dirFor(nextKey);
-      learnerStepSeconds.observe({ run_id: runId }, (Date.now() - started) / 1000);
-      const bytes = await directoryBytes(nextDir);
-      checkpointBytes.set({ run_id: runId }, bytes);
-      checkpointBytesWritten.inc({ run_id: runId }, bytes);
-      ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
-      if (ctx.server) await ctx.server.setLearner(learner, checkpoint + 1, nextDir);
-      return result;
-    });
+    } catch (e) {
+      if (e instanceof Error && e.name === 'FsdpInputError') throw invalid(e.message);
+      throw e;
+    }
   }
+}
+
+/**
+ * The probe (DESIGN §9): the server samples a seeded continuation of a fixed prompt, `engine` (holding the checkpoint
+ * at `dir`) computes the log-probs of the same tokens; compared within the tolerance of the server's dtype.
+ */
+export async function probeServedCheckpoint(client: Pick<ReturnType<typeof createPolicyClient>, 'complete'>, engine: LearnerEngine, dir: string, dtype: string): Promise<ProbeResult> {
+  const vocab = (JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as { vocab_size: number }).vocab_size;
+  const prompt = probePrompt(vocab);
+  const out = await client.complete({ promptIds: prompt, maxTokens: PROBE_NEW_TOKENS, temperature: 1, topP: 1, seed: PROBE_SEED });
+  const ids = Int32Array.from([...prompt, ...out.ids]);
+  const lp = await engine.logprobs({ ids, offsets: Int32Array.from([0, ids.length]) });
+  const mine = lp.subarray(prompt.length, prompt.length + out.ids.length);
+  const cls = dtypeClass(dtype);
+  let tolerance = FP32_PROBE_TOLERANCE;
+  if (cls !== 'fp32') tolerance = halfPrecisionProbeTolerance(await weightRoundingDelta(dir, ids, prompt.length, mine));
+  return compareProbe(out.logprobs, mine, tolerance, cls === 'unknown' ? dtype : cls);
 }
 
 /** The step's items (inline and in stored parts) and their trajectories. */
@@ -386,66 +528,95 @@ function trainHyper(config: TrainingConfig, episodes: number) {
 }
 
 /**
- * learnerStep on the FSDP engine: the packed batch goes into the store (runs/<id>/iter-<n>/train-batch.safetensors),
- * the process group steps on it (a heartbeat per micro-batch) and writes checkpoint n+1 into the store's temp
- * directory, renamed when complete. A dead or hung rank fails the attempt; the retry starts a new group
- * from checkpoint n, so n+1 is still written once.
+ * The FSDP process group as a LearnerEngine: batches go through the store (runs/<id>/iter-<n>/*.safetensors, written
+ * atomically), progress (one message per micro-batch, load and save part) heartbeats the activity. A dead or hung
+ * rank fails the attempt; the retry starts a new group from checkpoint n, so n+1 is still written once.
  */
-async function fsdpLearnerStep(ctx: LearnerContext, store: ArtifactStore, input: LearnerStepInput, config: TrainingConfig): Promise<LearnerStepResult> {
-  const { FsdpInputError, writeTrainBatch } = await import('../gpu-learner/fsdp/index.ts');
-  const { runId, n, checkpoint } = input;
-  const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
-  const nextKey = keys.checkpoint(runId, checkpoint + 1);
-  const { items, trajs } = await readTrajectories(store, input);
-  const batch = buildTrainBatch(trajs, items.map((it) => it.advantage), { compactFilter: true, dropZeroAdvantage: true });
-  const batchKey = `${keys.iteration(runId, n)}/train-batch.safetensors`;
+function fsdpEngine(trainer: FsdpLearner, srcDir: string, scratchKey: string, progress: (p: object) => void, store?: ArtifactStore): LearnerEngine {
+  const path = (name: string) => (store ? store.dirFor(`${scratchKey}/${name}`) : join(scratchKey, name));
+  return {
+    async logprobs(b) {
+      const { writeTrainBatch } = await import('../gpu-learner/fsdp/index.ts');
+      const p = path('logprobs-batch.safetensors');
+      const n = b.offsets.length - 1;
+      writeTrainBatch(p, { ids: b.ids, offsets: b.offsets, mask: new Float32Array(b.ids.length), advantages: new Float32Array(n) });
+      return trainer.logprobs(p, progress);
+    },
+    async trainStep(b, hp) {
+      const { writeTrainBatch } = await import('../gpu-learner/fsdp/index.ts');
+      const p = path('train-batch.safetensors');
+      writeTrainBatch(p, b);
+      return trainer.trainStep(p, hp, progress);
+    },
+    save: (dir) => trainer.save(dir, srcDir, progress),
+  };
+}
+
+/** Where this worker writes the probe's small batch files for the FSDP group (the group reads them from the same host). */
+async function fsdpScratch(): Promise<string> {
+  const d = join(tmpdir(), `swerl-fsdp-probe-${process.pid}`);
+  await mkdir(d, { recursive: true });
+  return d;
+}
+
+/** Sets the mismatch gauges of the run (Prometheus). */
+function recordMismatch(runId: string, m: MismatchStats): void {
+  mismatchMeanAbsDelta.set({ run_id: runId }, m.meanAbsDelta);
+  mismatchMaxAbsDelta.set({ run_id: runId }, m.maxAbsDelta);
+  mismatchK3.set({ run_id: runId }, m.k3);
+}
+
+/** The run's newest iteration config in the store (null before the first): which engine computes the probe. */
+async function latestConfig(store: ArtifactStore, runId: string): Promise<TrainingConfig | null> {
+  const iters = (await store.children(keys.run(runId)).catch(() => [] as string[]))
+    .map((x) => /^iter-(\d+)$/.exec(x)?.[1])
+    .filter((x): x is string => x !== undefined)
+    .map(Number)
+    .sort((a, b) => b - a);
+  for (const n of iters) {
+    const raw = await store.getJson<unknown>(keys.iterationConfig(runId, n));
+    if (raw === null) continue;
+    const v = validateConfig(raw);
+    if (v.ok) return v.config;
+  }
+  return null;
+}
+
+async function tiedCheckpoint(dir: string): Promise<boolean> {
   try {
-    return await ctx.exclusive(async () => {
-      let details: Record<string, unknown> = { n, engine: 'fsdp', phase: 'starting' };
-      return withHeartbeat(details, async () => {
-        const trainer = await ctx.ensureTrainer(dir, config.learner);
-        const started = Date.now();
-        let step = { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true };
-        if (batch.kept.length > 0) {
-          const path = store.dirFor(batchKey);
-          writeTrainBatch(path, batch);
-          step = await trainer.trainStep(path, trainHyper(config, batch.episodes), (p) => {
-            details = { n, engine: 'fsdp', sequences: batch.kept.length, ...p };
-            heartbeat(details);
-          });
-        }
-        const result: LearnerStepResult = {
-          checkpoint: checkpoint + 1,
-          loss: step.loss,
-          gradNorm: step.gradNorm,
-          clipFraction: step.clipFraction,
-          meanRatio: step.meanRatio,
-          tokens: step.tokens,
-          seconds: (Date.now() - started) / 1000,
-          skipped: step.skipped,
-          trajectories: trajs.length,
-          sequences: batch.kept.length,
-          lr: config.algorithm.lr,
-          reused: false,
-        };
-        heartbeat({ n, engine: 'fsdp', saving: checkpoint + 1 });
-        await store.putDir(nextKey, async (tmp) => {
-          await trainer.save(tmp, dir, (p) => heartbeat({ n, engine: 'fsdp', saving: checkpoint + 1, ...p }));
-          for (const f of CARRIED_FILES) {
-            if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
-          }
-          await writeFile(`${tmp}/stats.json`, JSON.stringify(result));
-        });
-        trainer.loaded = store.dirFor(nextKey);
-        learnerStepSeconds.observe({ run_id: runId }, (Date.now() - started) / 1000);
-        const bytes = await directoryBytes(store.dirFor(nextKey));
-        checkpointBytes.set({ run_id: runId }, bytes);
-        checkpointBytesWritten.inc({ run_id: runId }, bytes);
-        return result;
-      });
-    });
-  } catch (e) {
-    if (e instanceof FsdpInputError) throw invalid((e as Error).message);
-    throw e;
+    return (JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as { tie_word_embeddings?: boolean }).tie_word_embeddings === true;
+  } catch {
+    return false;
+  }
+}
+
+/** FailureType: PolicyMismatch — the server does not compute what the checkpoint computes; no retry can fix it. */
+function policyMismatch(message: string): ApplicationFailure {
+  return nonRetryable(FailureType.PolicyMismatch, message);
+}
+
+/**
+ * max |logπ(W) − logπ(bf16(W))| over the probe's generated tokens, by the native engine on a copy of the checkpoint
+ * with every weight rounded to bf16: the scale of a half-precision server's error (halfPrecisionProbeTolerance).
+ */
+async function weightRoundingDelta(dir: string, ids: Int32Array, promptLength: number, reference: Float32Array): Promise<number> {
+  const { Learner } = await import('../gpu-learner/index.ts');
+  const { f32ToBf16 } = await import('../lib/safetensors.ts');
+  const l = await Learner.load(dir, { threads: 1 });
+  try {
+    for (const p of await l.paramInfo()) {
+      const w = await l.getParam(p.name);
+      const h = f32ToBf16(w);
+      const r = new Float32Array(w.length);
+      const u = new Uint32Array(r.buffer);
+      for (let i = 0; i < h.length; i++) u[i] = h[i]! << 16;
+      await l.setParam(p.name, r);
+    }
+    const lp = await l.logprobs({ ids, offsets: Int32Array.from([0, ids.length]) });
+    let max = 0;
+    for (let i = 0; i < reference.length; i++) max = Math.max(max, Math.abs(lp[promptLength + i]! - reference[i]!));
+    return max;
+  } finally {
+    l.close();
   }
 }

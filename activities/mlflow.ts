@@ -54,7 +54,7 @@ export class MlflowClient {
       res = await fetch(url, {
         method,
         headers: raw ? { 'content-type': raw.contentType } : body === undefined ? {} : { 'content-type': 'application/json' },
-        body: raw ? (raw.data as unknown as BodyInit) : body === undefined ? undefined : JSON.stringify(body),
+        body: raw ? new Uint8Array(raw.data) : body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(this.timeoutMs),
       });
     } catch (e) {

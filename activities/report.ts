@@ -2,7 +2,7 @@
 // run brought up to date from metrics.jsonl (the store is the source of truth; what was delivered is
 // remembered in runs/<id>/tracking/mlflow.json). A tracking server that is down or failing never fails
 // the activity: what is undelivered is reported as pending and sent on a later call.
-import { ApplicationFailure, heartbeat } from '@temporalio/activity';
+import { heartbeat } from '@temporalio/activity';
 import { parseMetricsJsonl, renderChart, rewardChart } from '../lib/plot.ts';
 import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
@@ -19,6 +19,7 @@ import {
   numericLeaves,
   type MlflowMetric,
 } from './mlflow.ts';
+import { FailureType, retryable } from '../lib/failures.ts';
 
 /** Heartbeats when called from an activity (so a killed worker's report is retried in seconds); a no-op elsewhere (swerl report). */
 function beat(what: string): void {
@@ -307,10 +308,7 @@ export async function reportRun(input: ReportRunInput): Promise<ReportRunResult>
   if (cfg) {
     tracking = await syncMlflow(store, trainingRunSubject(store, input.runId, lines), cfg, input.final);
     if (input.requireDelivered && tracking.pending > 0) {
-      throw ApplicationFailure.create({
-        type: 'TrackingUndelivered',
-        message: `MLflow ${cfg.uri}: ${tracking.pending} item(s) of run ${input.runId} not delivered yet (${tracking.error ?? 'no error'})`,
-      });
+      throw retryable(FailureType.TrackingUndelivered, `MLflow ${cfg.uri}: ${tracking.pending} item(s) of run ${input.runId} not delivered yet (${tracking.error ?? 'no error'})`);
     }
   }
   return { iterations: lines.length, plots, tracking };
@@ -355,7 +353,7 @@ export async function reportEvaluation(input: { storeUrl: string; evalId: string
   if (!subject) throw new Error(`evaluation ${input.evalId}: no report summary in ${store.url} yet`);
   const r = await syncMlflow(store, subject, cfg, { status: 'FINISHED' });
   if (input.requireDelivered && r.pending > 0) {
-    throw ApplicationFailure.create({ type: 'TrackingUndelivered', message: `MLflow ${cfg.uri}: evaluation ${input.evalId} not delivered yet (${r.error ?? 'no error'})` });
+    throw retryable(FailureType.TrackingUndelivered, `MLflow ${cfg.uri}: evaluation ${input.evalId} not delivered yet (${r.error ?? 'no error'})`);
   }
   return r;
 }

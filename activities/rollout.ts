@@ -2,14 +2,19 @@
 // recorded token-exactly into the artifact store. Idempotent: a stored trajectory is returned as is.
 import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
-import { frozenLakeFromTaskId, hashInts } from '../lib/envs/frozenlake.ts';
+import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
+import { rolloutSeed } from '../lib/seed.ts';
 import { runEpisode, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
-import { createPolicyClient, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
-import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
+import { createPolicyClient, effectiveContextWindow, listServerModels, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
+import { contextFitError } from '../lib/episode-rules.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
-import type { RolloutSummary, Trajectory } from '../lib/types.ts';
+import type { ChatMessage, RolloutSummary, Trajectory } from '../lib/types.ts';
 import type { RolloutInput } from '../workflows/shapes.ts';
 import { rolloutSeconds, rolloutsFinished, rolloutsInFlight } from './metrics.ts';
+import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
 
 /** What an environment contributes to one episode: the world and its loop options. */
 export interface EpisodeSetup {
@@ -51,31 +56,103 @@ const factories = new Map<string, EnvironmentFactory>([
   ],
 ]);
 
-export function registerEnvironment(kind: string, factory: EnvironmentFactory): void {
+/** The first messages of an episode of one of `taskIds` whose prompt is likely the shortest (for the context check). */
+export type FirstPromptOf = (config: TrainingConfig, taskIds: readonly string[]) => Promise<{ taskId: string; messages: ChatMessage[] }>;
+
+const firstPrompts = new Map<string, FirstPromptOf>([
+  [
+    'frozenlake',
+    async (config, taskIds) => {
+      if (config.env.kind !== 'frozenlake') throw new Error('unreachable');
+      const { kind: _kind, ...flConfig } = config.env;
+      return { taskId: taskIds[0]!, messages: await frozenLakeFromTaskId(taskIds[0]!, flConfig).reset() };
+    },
+  ],
+]);
+
+export function registerEnvironment(kind: string, factory: EnvironmentFactory, firstPrompt?: FirstPromptOf): void {
   factories.set(kind, factory);
+  if (firstPrompt) firstPrompts.set(kind, firstPrompt);
 }
 
-/** FNV-1a of a string, for folding task ids into seeds. */
-function hashString(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
-  return h;
+const fitChecked = new Set<string>();
+/**
+ * Before an iteration's rollouts: a context window that cannot hold the first turn of the batch's shortest task
+ * is a config error (non-retryable, `InvalidConfig`), not a batch of episodes that all end at once. Checked once per
+ * run, checkpoint directory and batch; an external server that does not answer is left to the policy sync to report.
+ */
+export async function checkContextFits(config: TrainingConfig, runId: string, taskIds: readonly string[]): Promise<void> {
+  const firstPrompt = firstPrompts.get(config.env.kind);
+  if (!firstPrompt || taskIds.length === 0) return;
+  const store = openStore(config.store.url);
+  const latest = (await listCheckpoints(store, runId)).at(-1);
+  if (latest === undefined) return;
+  const dir = store.dirFor(keys.checkpoint(runId, latest));
+  const k = `${store.url}|${dir}|${config.policy.baseUrl ?? ''}|${config.policy.contextWindow ?? ''}|${taskIds.join(',')}`;
+  if (fitChecked.has(k)) return;
+  let window: number | null;
+  let source: string;
+  if (config.policy.baseUrl) {
+    let served: number | null;
+    try {
+      served = (await listServerModels({ baseUrl: config.policy.baseUrl, model: config.policy.model, retries: 1, timeoutMs: 30_000 })).contextWindow;
+    } catch {
+      return;
+    }
+    window = effectiveContextWindow(served, config.policy.contextWindow);
+    source = window === served ? `GET /v1/models of ${config.policy.baseUrl}` : 'config.policy.contextWindow';
+  } else {
+    window = await modelContextWindow(dir);
+    source = `max_position_embeddings of checkpoint ${latest}`;
+  }
+  if (window === null) return;
+  const { taskId, messages } = await firstPrompt(config, taskIds);
+  const tok = await tokenizerFor(dir);
+  const prompt = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })).length;
+  const why = contextFitError(window, prompt, `the first prompt of task ${taskId}`);
+  if (why) throw nonRetryable(FailureType.InvalidConfig, `config.model: ${why} (context from ${source})`);
+  fitChecked.add(k);
 }
 
-/** Episode seed from (run seed, iteration, task id, sample) (DESIGN §2). */
-export function rolloutSeed(seed: number, n: number, taskId: string, sample: number): number {
-  return hashInts(seed, n, hashString(taskId), sample);
+/** The factory registered for `kind` (a test wraps the real one to inject faults). */
+export function environmentFactory(kind: string): EnvironmentFactory | undefined {
+  return factories.get(kind);
 }
 
 const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();
 function tokenizerFor(dir: string): Promise<EpisodeTokenizer> {
   let t = tokenizers.get(dir);
   if (!t) {
-    t = Promise.resolve(loadTokenizer(dir) as unknown as EpisodeTokenizer | Promise<EpisodeTokenizer>);
+    t = loadTokenizer(dir);
     t.catch(() => tokenizers.delete(dir));
     tokenizers.set(dir, t);
   }
   return t;
+}
+
+/** A model directory's context window: its config.json's max_position_embeddings (null when absent). */
+export async function modelContextWindow(dir: string): Promise<number | null> {
+  const text = await readFile(join(dir, 'config.json'), 'utf8').catch(() => null);
+  const n = text === null ? undefined : (JSON.parse(text) as { max_position_embeddings?: unknown }).max_position_embeddings;
+  return typeof n === 'number' && Number.isInteger(n) && n > 0 ? n : null;
+}
+
+const serverWindows = new Map<string, Promise<number | null>>();
+/**
+ * The context window a rollout's turns must fit (DESIGN §9): our server serves the checkpoint, so its
+ * max_position_embeddings; an external server's GET /v1/models or config.policy.contextWindow (the smaller).
+ * Asked once per server and model; null when nobody says (turns are then not clamped).
+ */
+async function rolloutContextWindow(config: TrainingConfig, ckptDir: string, policyUrl: string): Promise<number | null> {
+  if (!config.policy.baseUrl) return modelContextWindow(ckptDir);
+  const k = `${policyUrl}|${config.policy.model}`;
+  let w = serverWindows.get(k);
+  if (!w) {
+    w = listServerModels({ baseUrl: policyUrl, model: config.policy.model, retries: 1, timeoutMs: 30_000 }).then((m) => m.contextWindow);
+    w.catch(() => serverWindows.delete(k));
+    serverWindows.set(k, w);
+  }
+  return effectiveContextWindow(await w.catch(() => null), config.policy.contextWindow);
 }
 
 const configs = new Map<string, TrainingConfig>();
@@ -86,7 +163,7 @@ async function iterationConfig(store: ArtifactStore, runId: string, n: number): 
   const raw = await store.getJson<unknown>(key);
   if (raw === null) throw new Error(`iteration config ${key} not found in ${store.url}`);
   const v = validateConfig(raw);
-  if (!v.ok) throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: v.errors.join('; ') });
+  if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, v.errors.join('; '));
   configs.set(`${store.url}|${key}`, v.config);
   return v.config;
 }
@@ -100,7 +177,7 @@ async function unavailableAsFailure<T>(url: string, fn: () => Promise<T>): Promi
     return await fn();
   } catch (e) {
     if (e instanceof PolicyUnavailableError) {
-      throw ApplicationFailure.create({ type: 'PolicyUnavailable', message: `policy server ${url}: ${e.message}` });
+      throw retryable(FailureType.PolicyUnavailable, `policy server ${url}: ${e.message}`);
     }
     throw e;
   }
@@ -130,7 +207,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const config = await iterationConfig(store, runId, n);
   const factory = factories.get(config.env.kind);
   if (!factory) {
-    throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `config.env.kind: no environment registered for ${JSON.stringify(config.env.kind)}` });
+    throw nonRetryable(FailureType.InvalidConfig, `config.env.kind: no environment registered for ${JSON.stringify(config.env.kind)}`);
   }
   const ckptDir = store.dirFor(keys.checkpoint(runId, checkpoint));
   // our own server (policy.baseUrl unset) speaks the SGLang endpoint whatever policy.weightSync says
@@ -142,10 +219,14 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   // retries: a server that is gone (restarted on another port) is answered at once by the workflow's resync
   const probe = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, retries: 0, timeoutMs: 30_000 });
   await unavailableAsFailure(policyUrl, async () => {
-    if (!servesCheckpoint(await probe.servedModel(), ckptDir, checkpoint)) await policy.loadWeights(ckptDir, checkpoint);
+    if (servesCheckpoint(await probe.servedModel(), ckptDir, checkpoint)) return;
+    // vLLM: only the learner's syncPolicy reloads it, verified by the probe (DESIGN §9); the workflow answers this with one
+    if (weightSync === 'vllm') throw new PolicyUnavailableError(`vLLM does not serve checkpoint ${checkpoint} (${ckptDir}): a verified sync is needed`);
+    await policy.loadWeights(ckptDir, checkpoint);
   });
 
   const tokenizer = await tokenizerFor(ckptDir);
+  const contextWindow = await rolloutContextWindow(config, ckptDir, policyUrl);
   const seed = rolloutSeed(config.seed, n, taskId, sample);
   const { attempt } = Context.current().info;
   const labels = { 'swerl.run': runId, 'swerl.iteration': String(n), 'swerl.sample': String(sample) };
@@ -165,6 +246,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       maxSteps: loop.maxSteps ?? config.episode.maxSteps,
       maxResponseTokens: config.episode.responseBudget,
       maxTokensPerTurn: config.episode.maxTokensPerTurn,
+      ...(contextWindow !== null ? { contextWindow } : {}),
       sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
       seed,
       allowedActionTokens: loop.allowedActionTokens,

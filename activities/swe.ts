@@ -1,12 +1,12 @@
 // Temporal activities for SWE tasks (rollout queue): list, build images, validate, grade.
 // Inputs are references (tasks file + instance id), never the task records themselves.
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
 import { stat } from 'node:fs/promises';
 import { formatLoadError, loadTasks, type LoadedTasks, type SweTask } from '../lib/swe/task.ts';
 import { gradePatch, validateTask, type GradeResult } from './grade.ts';
 import { buildImages, type BuildEvent } from './images.ts';
 import { createSandboxBackend } from './sandbox/index.ts';
+import { FailureType, nonRetryable } from '../lib/failures.ts';
 
 const loaded = new Map<string, { mtimeMs: number; tasks: LoadedTasks }>();
 
@@ -15,7 +15,7 @@ async function tasksOf(tasksFile: string): Promise<LoadedTasks> {
   try {
     mtimeMs = (await stat(tasksFile)).mtimeMs;
   } catch {
-    throw ApplicationFailure.nonRetryable(`tasksFile ${JSON.stringify(tasksFile)} does not exist`, 'InvalidTask');
+    throw nonRetryable(FailureType.InvalidTask, `tasksFile ${JSON.stringify(tasksFile)} does not exist`);
   }
   const c = loaded.get(tasksFile);
   if (c && c.mtimeMs === mtimeMs) return c.tasks;
@@ -27,7 +27,7 @@ async function tasksOf(tasksFile: string): Promise<LoadedTasks> {
 async function taskOf(tasksFile: string, instanceId: string): Promise<SweTask> {
   const { tasks } = await tasksOf(tasksFile);
   const t = tasks.find((x) => x.instance_id === instanceId);
-  if (!t) throw ApplicationFailure.nonRetryable(`instanceId ${JSON.stringify(instanceId)} is not a valid task in ${tasksFile}`, 'InvalidTask');
+  if (!t) throw nonRetryable(FailureType.InvalidTask, `instanceId ${JSON.stringify(instanceId)} is not a valid task in ${tasksFile}`);
   return t;
 }
 

@@ -1,7 +1,7 @@
 // Best@K verifier activities (rollout queue, DESIGN §8): the execution-free judge, the regression baseline
 // and each candidate's regression and reproduction scores in fresh containers, the generated reproduction
 // tests, and the selection report. Every result is stored under the selection and returned when found.
-import { ApplicationFailure, heartbeat } from '@temporalio/activity';
+import { heartbeat } from '@temporalio/activity';
 import { isDeepStrictEqual } from 'node:util';
 import { validateBestOfKConfig, type BestOfKConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
@@ -13,11 +13,13 @@ import type { Sandbox } from '../lib/sandbox.ts';
 import { openStore, type ArtifactStore } from '../lib/store.ts';
 import { logFormatOf, parseTestLog } from '../lib/swe/testlog.ts';
 import type { SweTask } from '../lib/swe/task.ts';
-import { hashInts } from '../lib/envs/frozenlake.ts';
-import { curvePlotFiles, readEvalEpisodes, runReportFiles, storedEvalConfig, storedPlan, type EvalEpisodeRecord } from './evaluation.ts';
+import { hashInts } from '../lib/seed.ts';
+import { curvePlotFiles } from '../lib/plot.ts';
+import { readEvalEpisodes, runReportFiles, storedEvalConfig, storedPlan, type EvalEpisodeRecord } from './evaluation.ts';
 import { ensureTaskImage, taskImageName } from './images.ts';
 import { createSandboxBackend } from './sandbox/index.ts';
 import { tasksById } from './swe-env.ts';
+import { FailureType, nonRetryable } from '../lib/failures.ts';
 
 export interface SelectionPlan {
   evalId: string;
@@ -35,7 +37,7 @@ interface Ref {
 }
 type CandidateRef = Ref & { run: number };
 
-const invalid = (message: string) => ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message });
+const invalid = (message: string) => nonRetryable(FailureType.InvalidConfig, message);
 
 async function selectionConfig(store: ArtifactStore, evalId: string, selectionId: string): Promise<BestOfKConfig> {
   const raw = await store.getJson<unknown>(evalKeys.selectionConfig(evalId, selectionId));
@@ -54,7 +56,8 @@ export async function prepareSelection(input: { selectionId: string; config: unk
   const k = c.k ?? plan.runs;
   if (k > plan.runs) throw invalid(`config.k: must be ≤ the evaluation's runs (${plan.runs}), got ${k}`);
   const existing = await store.getJson<unknown>(evalKeys.selectionConfig(c.evalId, input.selectionId));
-  if (existing !== null && !isDeepStrictEqual(existing, c)) throw invalid(`config.selectionId: selection ${JSON.stringify(input.selectionId)} of ${c.evalId} exists with a different config`);
+  const before = existing === null ? null : validateBestOfKConfig(existing);
+  if (before !== null && (!before.ok || !isDeepStrictEqual(before.config, c))) throw invalid(`config.selectionId: selection ${JSON.stringify(input.selectionId)} of ${c.evalId} exists with a different config`);
   await store.putJson(evalKeys.selectionConfig(c.evalId, input.selectionId), c);
   const eps = await readEvalEpisodes(store, c.evalId);
   const candidates = plan.taskIds.map((taskId) => ({ taskId, runs: eps.filter((e) => e.taskId === taskId && e.run < k).map((e) => e.run).sort((a, b) => a - b) }));
@@ -77,13 +80,13 @@ async function context(ref: Ref) {
   const config = await selectionConfig(store, ref.evalId, ref.selectionId);
   const evalConfig = await storedEvalConfig(store, ref.evalId);
   const task = (await tasksById(evalConfig.tasksFile)).get(ref.taskId);
-  if (!task) throw ApplicationFailure.create({ type: 'InvalidTask', nonRetryable: true, message: `task ${JSON.stringify(ref.taskId)} is not in ${evalConfig.tasksFile}` });
+  if (!task) throw nonRetryable(FailureType.InvalidTask, `task ${JSON.stringify(ref.taskId)} is not in ${evalConfig.tasksFile}`);
   return { store, config, evalConfig, task };
 }
 
 async function episodeOf(store: ArtifactStore, ref: CandidateRef): Promise<EvalEpisodeRecord> {
   const e = await store.getJson<EvalEpisodeRecord>(evalKeys.episode(ref.evalId, ref.taskId, ref.run));
-  if (!e) throw ApplicationFailure.create({ type: 'InvalidTask', nonRetryable: true, message: `no finished episode of ${ref.taskId} run ${ref.run} in evaluation ${ref.evalId}` });
+  if (!e) throw nonRetryable(FailureType.InvalidTask, `no finished episode of ${ref.taskId} run ${ref.run} in evaluation ${ref.evalId}`);
   return e;
 }
 

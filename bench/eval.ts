@@ -1,4 +1,4 @@
-// Evaluation throughput and resume time (issue 8), measured in one run on this machine:
+// Evaluation throughput and resume time, measured in one run on this machine:
 //   1. grading alone: gradePatch of each shared task's gold patch, R times, C at once (the baseline);
 //   2. evaluationRun of the gold-replay agent (a scripted chat model) on the same tasks × R runs, C at once:
 //      episodes per minute and the ratio to grading alone (the orchestration's and the agent loop's overhead);
@@ -13,7 +13,7 @@ import { gradePatch } from '../activities/grade.ts';
 import { readEvalEpisodes } from '../activities/evaluation.ts';
 import { createSandboxBackend, removeSandboxContainers } from '../activities/sandbox/index.ts';
 import { fileStoreUrl, openStore } from '../lib/store.ts';
-import { startDevServer } from '../lib/temporal-server.ts';
+import { startDevServer } from '../services/temporal-server.ts';
 import { Client, Connection } from '@temporalio/client';
 import { startWorkers } from '../workers/index.ts';
 import { imagesFor, sharedTasks, TASKS_FILE } from '../test/helpers/docker.ts';

@@ -1,4 +1,4 @@
-// The fan-out at scale (issue 12): one iteration of 4,096 FrozenLake rollouts with 4,096 allowed in flight,
+// The fan-out at scale: one iteration of 4,096 FrozenLake rollouts with 4,096 allowed in flight,
 // through the real stack (dev server, one worker for both queues, the native policy server). A baseline
 // iteration of 512 rollouts that runs them itself (no child workflows) is measured in the same run.
 // Prints, for each: wall time, rollouts/s, the largest number of pending activities observed in any one
@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import proto from '@temporalio/proto';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { startDevServer } from '../lib/temporal-server.ts';
+import { startDevServer } from '../services/temporal-server.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { ROLLOUTS_PER_WORKFLOW_DEFAULT, tasksPerChildWorkflow, type TrainingConfigInput } from '../lib/config.ts';
 import { startWorkers } from '../workers/index.ts';

@@ -6,6 +6,7 @@
 // and with grader v2 (before the test-integrity checks, from git) and prints each kind's verdicts: the evidence that the
 // corpus aims at real holes and that this grader closes them.
 //   node --import tsx bench/grade.ts [--reps 3] [--corpus [--kinds runner|integrity]] [--v2 f28da59] [--concurrency 3]
+// With --backend kubernetes: sandbox start and graded patches per minute, Kubernetes against Docker [--reps 2].
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -19,14 +20,22 @@ import { imagesFor, sharedTasks, testBackend } from '../test/helpers/docker.ts';
 
 const { values } = parseArgs({
   options: {
-    reps: { type: 'string', default: '3' },
+    /** repetitions per task (default 3; with --backend kubernetes, 2) */
+    reps: { type: 'string' },
     corpus: { type: 'boolean', default: false },
     /** with --corpus, only the runner-file kinds or only the test-integrity kinds */
     kinds: { type: 'string' },
     v2: { type: 'string', default: 'f28da59' },
     concurrency: { type: 'string', default: '3' },
+    backend: { type: 'string', default: 'docker' },
   },
 });
+if (values.backend !== 'docker' && values.backend !== 'kubernetes') throw new Error(`--backend must be docker or kubernetes, got ${JSON.stringify(values.backend)}`);
+if (values.backend === 'kubernetes') {
+  // Kubernetes against Docker in the same run (bench/grade-backends.ts)
+  await (await import('./grade-backends.ts')).compareBackends({ reps: Number(values.reps ?? 2) });
+  process.exit(0);
+}
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TMP = `${ROOT}tmp/bench-grade-${process.pid}/`;
 type Grade = (i: { task: SweTask; patch: string; backend: SandboxBackend }) => Promise<{ reward: number; reason: string }>;
@@ -63,7 +72,10 @@ function cpuMetered(backend: SandboxBackend): { backend: SandboxBackend; cpu: Ma
         wrapped.stop = async () => {
           const tag = labels?.['swerl.bench'];
           if (tag) {
-            const s = (await docker.getContainer(sb.id).stats({ stream: false }).catch(() => undefined)) as { cpu_stats?: { cpu_usage?: { total_usage?: number } } } | undefined;
+            const s = (await docker
+              .getContainer(sb.id)
+              .stats({ stream: false })
+              .catch(() => undefined)) as { cpu_stats?: { cpu_usage?: { total_usage?: number } } } | undefined;
             cpu.set(tag, s?.cpu_stats?.cpu_usage?.total_usage ?? NaN);
           }
           return sb.stop();
@@ -92,7 +104,7 @@ const { backend: plain, cleanup } = testBackend();
 try {
   const tasks = await sharedTasks();
   await imagesFor(tasks);
-  const reps = Number(values.reps);
+  const reps = Number(values.reps ?? 3);
   if (reps > 0) {
     const { backend, cpu } = cpuMetered(plain);
     const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!;
@@ -108,7 +120,12 @@ try {
           const tag = `bench-${n++}`;
           const t = Date.now();
           const start = backend.start.bind(backend);
-          const g: GradeResult = await gradePatch({ task, patch: task.patch, backend: { ...backend, start: (i, l, lab) => start(i, l, { ...lab, 'swerl.bench': tag }) }, integrity: mode === 'on' });
+          const g: GradeResult = await gradePatch({
+            task,
+            patch: task.patch,
+            backend: { ...backend, start: (i, l, lab) => start(i, l, { ...lab, 'swerl.bench': tag }) },
+            integrity: mode === 'on',
+          });
           wall[mode].push((Date.now() - t) / 1000);
           cpus[mode].push((cpu.get(tag) ?? NaN) / 1e9);
           if (g.reward !== 1) console.log(`  ! ${task.instance_id} (checks ${mode}): ${g.reward} ${g.reason} ${g.detail ?? ''}`);
@@ -120,16 +137,23 @@ try {
       tot.on += w.on;
       tot.coff += c.off;
       tot.con += c.on;
-      console.log(`${task.instance_id.padEnd(44)} ${w.off.toFixed(2).padStart(6)} ${w.on.toFixed(2).padStart(6)} ${(w.on / w.off).toFixed(2).padStart(6)}   ${c.off.toFixed(2).padStart(7)} ${c.on.toFixed(2).padStart(7)} ${(c.on / c.off).toFixed(2).padStart(6)}`);
-  }
-  console.log(`${'all tasks'.padEnd(44)} ${tot.off.toFixed(2).padStart(6)} ${tot.on.toFixed(2).padStart(6)} ${(tot.on / tot.off).toFixed(2).padStart(6)}   ${tot.coff.toFixed(2).padStart(7)} ${tot.con.toFixed(2).padStart(7)} ${(tot.con / tot.coff).toFixed(2).padStart(6)}`);
-  console.log(`the integrity checks cost ${((tot.on / tot.off - 1) * 100).toFixed(1)}% of grading wall time, ${((tot.con / tot.coff - 1) * 100).toFixed(1)}% of its CPU time (target: ≤ 10%)`);
+      console.log(
+        `${task.instance_id.padEnd(44)} ${w.off.toFixed(2).padStart(6)} ${w.on.toFixed(2).padStart(6)} ${(w.on / w.off).toFixed(2).padStart(6)}   ${c.off.toFixed(2).padStart(7)} ${c.on.toFixed(2).padStart(7)} ${(c.on / c.off).toFixed(2).padStart(6)}`,
+      );
+    }
+    console.log(
+      `${'all tasks'.padEnd(44)} ${tot.off.toFixed(2).padStart(6)} ${tot.on.toFixed(2).padStart(6)} ${(tot.on / tot.off).toFixed(2).padStart(6)}   ${tot.coff.toFixed(2).padStart(7)} ${tot.con.toFixed(2).padStart(7)} ${(tot.con / tot.coff).toFixed(2).padStart(6)}`,
+    );
+    console.log(
+      `the integrity checks cost ${((tot.on / tot.off - 1) * 100).toFixed(1)}% of grading wall time, ${((tot.con / tot.coff - 1) * 100).toFixed(1)}% of its CPU time (target: ≤ 10%)`,
+    );
   }
 
   if (values.corpus) {
     const v2 = await gitGrader(values.v2!);
     console.log(`\nadversarial corpus: rewards per kind on ${tasks.length} tasks, grader v2 (${values.v2}) and this grader (n/${tasks.length} = fooled on n tasks)`);
-    if (values.kinds !== undefined && values.kinds !== 'runner' && values.kinds !== 'integrity') throw new Error(`--kinds: expected runner or integrity, got ${JSON.stringify(values.kinds)}`);
+    if (values.kinds !== undefined && values.kinds !== 'runner' && values.kinds !== 'integrity')
+      throw new Error(`--kinds: expected runner or integrity, got ${JSON.stringify(values.kinds)}`);
     const kinds = ADVERSARIAL_KINDS.filter((k) => !values.kinds || (values.kinds === 'integrity') === !!k.category);
     const rows = new Map<string, { v2: number; now: number; reasons: Map<string, number> }>();
     const jobs: (() => Promise<void>)[] = [];
@@ -152,7 +176,9 @@ try {
     for (const k of kinds) {
       const r = rows.get(k.name)!;
       const cls = k.category ? `integrity/${k.category === 'variant' ? 'v' : k.category}` : 'runner';
-      console.log(`${k.name.padEnd(38)} ${cls.padEnd(11)} ${`${r.v2}/${tasks.length}`.padStart(5)} ${`${r.now}/${tasks.length}`.padStart(5)}  ${[...r.reasons].map(([x, c]) => `${x} ×${c}`).join(', ')}`);
+      console.log(
+        `${k.name.padEnd(38)} ${cls.padEnd(11)} ${`${r.v2}/${tasks.length}`.padStart(5)} ${`${r.now}/${tasks.length}`.padStart(5)}  ${[...r.reasons].map(([x, c]) => `${x} ×${c}`).join(', ')}`,
+      );
     }
   }
 } finally {

@@ -34,7 +34,7 @@ export const RUN_ID = /^[A-Za-z0-9._:-]{1,200}$/;
 const runIdSchema = () => z.string().regex(RUN_ID, 'must be a run id ([A-Za-z0-9._:-], at most 200)');
 
 export const ModelSourceSchema = z.union([
-  z.object({ preset: z.enum(['tiny', 'frozenlake']), seed: int().min(0).default(0) }).strict(),
+  z.object({ preset: z.enum(['tiny', 'frozenlake', 'frozenlake32', 'frozenlake32-tied']), seed: int().min(0).default(0) }).strict(),
   z.object({ path: z.string().min(1) }).strict(),
   /**
    * Start from the newest complete checkpoint of an earlier run in the same store (retraining).
@@ -107,7 +107,7 @@ export const TrackingConfigSchema = z
       .optional(),
   })
   .strict()
-  .default({});
+  .prefault({});
 export type TrackingConfig = z.infer<typeof TrackingConfigSchema>;
 
 export const TrainingConfigSchema = z
@@ -119,7 +119,7 @@ export const TrainingConfigSchema = z
     batch: z
       .object({ tasks: int().min(1).max(512).default(64), samples: int().min(1).max(64).default(8) })
       .strict()
-      .default({ tasks: 64, samples: 8 }),
+      .prefault({}),
     maxInflightRollouts: int().min(1).max(4096).default(512),
     /** the most rollouts one workflow schedules; larger batches fan out through child workflows of this many */
     rolloutsPerWorkflow: int().min(1).max(ROLLOUTS_PER_WORKFLOW_MAX).default(ROLLOUTS_PER_WORKFLOW_DEFAULT),
@@ -131,18 +131,19 @@ export const TrainingConfigSchema = z
         maxAttempts: int().min(1).max(100).default(5),
       })
       .strict()
-      .default({ startToCloseMinutes: 20, heartbeatSeconds: 30, heartbeatTimeoutSeconds: 60, maxAttempts: 5 }),
+      .prefault({}),
     episode: z
       .object({
         maxSteps: int().min(1).max(1000).default(50),
         responseBudget: int().min(1).max(1 << 20).default(32768),
+        /** a turn's max_tokens is also clamped to the room left in the model's context window (DESIGN §9) */
         maxTokensPerTurn: int().min(1).max(1 << 20).default(4096),
         temperature: z.number().gt(0).max(5).default(1),
         topP: z.number().gt(0).max(1).default(1),
         timeoutMinutes: z.number().gt(0).max(24 * 60).default(20),
       })
       .strict()
-      .default({ maxSteps: 50, responseBudget: 32768, maxTokensPerTurn: 4096, temperature: 1, topP: 1, timeoutMinutes: 20 }),
+      .prefault({}),
     algorithm: z
       .object({
         advantage: z.enum(['loo', 'grpo']).default('loo'),
@@ -159,22 +160,31 @@ export const TrainingConfigSchema = z
         microBatchTokens: int().min(1).optional(),
       })
       .strict()
-      .default({ advantage: 'loo', loss: 'grpo++', lr: 1e-6, weightDecay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, clipLow: 0.2, clipHigh: 0.28, maxGradNorm: 1.0, lMax: 32768 }),
-    model: ModelSourceSchema.default({ preset: 'tiny', seed: 0 }),
+      .prefault({}),
+    model: ModelSourceSchema.prefault({ preset: 'tiny' }),
     policy: z
       .object({
         /** an external OpenAI-compatible server (vLLM, SGLang, a separate learner worker); default: the learner worker's own */
         baseUrl: z.string().url().optional(),
         model: z.string().min(1).default('policy'),
-        /** how the server reloads each checkpoint from disk: "sglang" (POST /update_weights_from_disk; also ours) or "vllm" (its weight-transfer API, disk backend) */
+        /**
+         * how the server reloads each checkpoint from disk: "sglang" (POST /update_weights_from_disk; also ours) or "vllm"
+         * (dev mode: /pause, /collective_rpc reload_weights, /update_weight_version, /resume; docs/scale-out.md). The model
+         * name must be one the server lists (vLLM: --served-model-name). Every sync is verified by a probe (DESIGN §9).
+         */
         weightSync: z.enum(['sglang', 'vllm']).default('sglang'),
+        /**
+         * the served model's context window in tokens, for an external server whose GET /v1/models does not report it
+         * (when both say, the smaller counts); ours is the checkpoint's max_position_embeddings
+         */
+        contextWindow: int().min(1).max(1 << 24).optional(),
       })
       .strict()
-      .default({ model: 'policy', weightSync: 'sglang' }),
+      .prefault({}),
     store: z
       .object({ url: z.string().regex(/^file:\/\//, 'must be a file:// URL').default('file://.runs/store') })
       .strict()
-      .default({ url: 'file://.runs/store' }),
+      .prefault({}),
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }),
     /** experiment tracking: with `mlflow`, every training run is an MLflow run (metrics, params, plots) */
     tracking: TrackingConfigSchema,
@@ -209,6 +219,14 @@ export const TrainingConfigSchema = z
         /** the learner heartbeats every second while it works: a dead learner worker is noticed after this long */
         heartbeatTimeoutSeconds: z.number().min(2).max(3600).default(60),
         fsdp: FsdpConfigSchema.prefault({}),
+        /**
+         * Sampler–learner mismatch correction (DESIGN §9), ρ = π_learner(old)/π_behaviour per sampled token:
+         * "tis" weights each token's loss by min(ρ, cap); "mis" drops tokens with ρ outside [1/cap, cap].
+         * Absent: none, right for our own policy server (it samples with the weights the learner trains, ρ = 1 to
+         * rounding). With an external server (vLLM, SGLang: other kernels, maybe bf16) TIS is recommended,
+         * e.g. {"kind": "tis", "cap": 2}; the mismatch is measured either way (mismatch/* metrics).
+         */
+        correction: z.object({ kind: z.enum(['tis', 'mis']), cap: z.number().min(1).max(1e6) }).strict().optional(),
       })
       .strict()
       .prefault({}),
@@ -257,8 +275,8 @@ export function formatIssues(error: z.ZodError, input: unknown, prefix: string):
  * The one branch of a failed union that the input was meant for: its issues are neither unknown
  * keys nor missing fields (e.g. `model: {fromRun: "a/b"}` is reported at `model.fromRun`).
  */
-function intendedBranch(iss: z.core.$ZodIssue, input: unknown): z.core.$ZodIssue[] | null {
-  const branches = ((iss as unknown as { errors?: z.core.$ZodIssue[][] }).errors ?? []).filter(
+function intendedBranch(iss: z.core.$ZodIssueInvalidUnion, input: unknown): z.core.$ZodIssue[] | null {
+  const branches = (iss.errors as z.core.$ZodIssue[][]).filter(
     (b) => b.length > 0 && b.every((x) => x.code !== 'unrecognized_keys' && !(x.code === 'invalid_type' && valueAt(input, [...iss.path, ...x.path]) === undefined)),
   );
   return branches.length === 1 ? branches[0].map((x) => ({ ...x, path: [...iss.path, ...x.path] })) : null;
@@ -272,25 +290,24 @@ function formatIssueList(issues: readonly z.core.$ZodIssue[], input: unknown, pr
     }
     const path = [prefix, ...iss.path.map(String)].join('.');
     const got = valueAt(input, iss.path);
-    const i = iss as unknown as Record<string, unknown>;
     let want: string;
     switch (iss.code) {
       case 'too_big':
-        want = `must be ${i.inclusive === false ? '<' : '≤'} ${String(i.maximum)}`;
+        want = `must be ${iss.inclusive === false ? '<' : '≤'} ${String(iss.maximum)}`;
         break;
       case 'too_small':
-        want = `must be ${i.inclusive === false ? '>' : '≥'} ${String(i.minimum)}`;
+        want = `must be ${iss.inclusive === false ? '>' : '≥'} ${String(iss.minimum)}`;
         break;
       case 'invalid_type':
-        want = `must be ${String(i.expected)}`;
+        want = `must be ${String(iss.expected)}`;
         break;
       case 'invalid_value':
-        want = `must be one of ${(i.values as unknown[]).map((x) => JSON.stringify(x)).join(', ')}`;
+        want = `must be one of ${iss.values.map((x) => JSON.stringify(x)).join(', ')}`;
         break;
       case 'unrecognized_keys':
-        return [`${path}: unknown field(s) ${(i.keys as string[]).join(', ')}`];
+        return [`${path}: unknown field(s) ${iss.keys.join(', ')}`];
       case 'invalid_union':
-        want = iss.path.at(-1) === 'kind' || (i.note === 'No matching discriminator') ? 'must be "frozenlake" or "swe"' : 'does not match any accepted shape';
+        want = iss.path.at(-1) === 'kind' || ('note' in iss && iss.note === 'No matching discriminator') ? 'must be "frozenlake" or "swe"' : 'does not match any accepted shape';
         break;
       default:
         want = iss.message;

@@ -2,7 +2,7 @@
 // functions over arrays, the formula in the doc comment, selected by name from config.
 // Workflow-safe: no node: imports, no I/O, no clocks, no randomness.
 
-import { COMPACT_FILTERED, type EndReason, type Trajectory } from './types.ts';
+import { COMPACT_FILTERED, type CompactFilteredEnd, type EndReason, type Trajectory } from './types.ts';
 
 export type AdvantageEstimator = 'loo' | 'grpo';
 
@@ -44,11 +44,20 @@ export function advantagesByName(name: AdvantageEstimator): (rewards: readonly n
 }
 
 /**
- * Compact filtering (DAPO/DeepSWE): an episode cut off by the harness (max_context, max_steps,
- * timeout) gets loss mask 0 on every token; its reward still counts in its group's baseline.
+ * Compact filtering (DAPO/DeepSWE): an episode cut off by the harness (max_context, context_exhausted,
+ * max_steps, timeout) gets loss mask 0 on every token; its reward still counts in its group's baseline.
  */
 export function compactFilterMask(end: EndReason): 0 | 1 {
-  return COMPACT_FILTERED.includes(end) ? 0 : 1;
+  return isCompactFiltered(end) ? 0 : 1;
+}
+
+export function isCompactFiltered(end: EndReason): end is CompactFilteredEnd {
+  return (COMPACT_FILTERED as readonly EndReason[]).includes(end);
+}
+
+/** Compact-filtered episodes per reason, all zero. */
+export function noFilteredEpisodes(): Record<CompactFilteredEnd, number> {
+  return Object.fromEntries(COMPACT_FILTERED.map((k) => [k, 0])) as Record<CompactFilteredEnd, number>;
 }
 
 export interface EpisodeSummary {
@@ -87,7 +96,7 @@ export function groupAdvantages(
 }
 
 export interface TrainBatchOptions {
-  /** apply compact filtering (mask 0 on max_context / max_steps / timeout episodes); default true */
+  /** apply compact filtering (mask 0 on COMPACT_FILTERED episodes); default true */
   compactFilter?: boolean;
   /**
    * Leave out sequences that cannot contribute a gradient: zero advantage (all-equal groups) or
@@ -197,7 +206,7 @@ export interface IterationSummary {
   /** episodes per end reason */
   ends: Partial<Record<EndReason, number>>;
   /** compact-filtered episodes per reason */
-  filtered: { max_context: number; max_steps: number; timeout: number };
+  filtered: Record<CompactFilteredEnd, number>;
   /** groups whose rewards are all equal (zero advantage) */
   zeroAdvantageGroups: number;
   groups: number;
@@ -210,7 +219,7 @@ export interface IterationSummary {
 export function summariseIteration(summaries: readonly EpisodeSummary[]): IterationSummary {
   const n = summaries.length;
   const ends: Partial<Record<EndReason, number>> = {};
-  const filtered = { max_context: 0, max_steps: 0, timeout: 0 };
+  const filtered = noFilteredEpisodes();
   let reward = 0;
   let success = 0;
   let tokens = 0;
@@ -221,7 +230,7 @@ export function summariseIteration(summaries: readonly EpisodeSummary[]): Iterat
     reward += s.reward;
     if (s.reward >= 1) success++;
     ends[s.end] = (ends[s.end] ?? 0) + 1;
-    if (s.end === 'max_context' || s.end === 'max_steps' || s.end === 'timeout') filtered[s.end]++;
+    if (isCompactFiltered(s.end)) filtered[s.end]++;
     tokens += s.tokens ?? 0;
     responseTokens += s.responseTokens ?? 0;
     steps += s.steps ?? 0;
@@ -248,7 +257,7 @@ export function summariseIteration(summaries: readonly EpisodeSummary[]): Iterat
 /** The summary of disjoint sets of whole groups (the child workflows of a fanned-out iteration). */
 export function mergeIterationSummaries(parts: readonly IterationSummary[]): IterationSummary {
   const ends: Partial<Record<EndReason, number>> = {};
-  const filtered = { max_context: 0, max_steps: 0, timeout: 0 };
+  const filtered = noFilteredEpisodes();
   let episodes = 0;
   let reward = 0;
   let success = 0;
@@ -263,9 +272,8 @@ export function mergeIterationSummaries(parts: readonly IterationSummary[]): Ite
     success += p.successRate * p.episodes;
     steps += p.meanSteps * p.episodes;
     for (const [k, v] of Object.entries(p.ends) as [EndReason, number][]) ends[k] = (ends[k] ?? 0) + v;
-    filtered.max_context += p.filtered.max_context;
-    filtered.max_steps += p.filtered.max_steps;
-    filtered.timeout += p.filtered.timeout;
+    // summaries recorded before an end reason existed lack its key
+    for (const k of COMPACT_FILTERED) filtered[k] += p.filtered[k] ?? 0;
     zeroAdvantageGroups += p.zeroAdvantageGroups;
     groups += p.groups;
     tokens += p.tokens;
@@ -283,4 +291,107 @@ export function mergeIterationSummaries(parts: readonly IterationSummary[]): Ite
     responseTokens,
     meanSteps: episodes ? steps / episodes : 0,
   };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampler–learner mismatch and its correction (DESIGN §9). The behaviour policy π_b is what sampled the
+// tokens (the log-probs stored in each trajectory, from our server, vLLM or SGLang); π_old is the learner's
+// recomputation on the same weights before the update. They differ when the server's numerics or weights
+// differ (bf16, another kernel, a stale output head). ρ_t = π_old(y_t)/π_b(y_t) = exp(logπ_old − logπ_b).
+
+/** What one iteration's sampled tokens say about the sampler and the learner. */
+export interface MismatchStats {
+  /** tokens compared (mask ≠ 0) */
+  tokens: number;
+  /** mean over tokens of |logπ_old − logπ_b| */
+  meanAbsDelta: number;
+  /** max over tokens of |logπ_old − logπ_b| */
+  maxAbsDelta: number;
+  /** k3 estimate of KL(π_b ‖ π_old) from the sampled tokens: mean of (ρ − 1) − log ρ (Schulman 2020; ≥ 0 per token) */
+  k3: number;
+  /** with a correction: the fraction of compared tokens whose weight it changed (TIS: ρ > C; MIS: ρ outside [1/C, C]) */
+  corrected?: number;
+}
+
+/**
+ * Mismatch over tokens with mask ≠ 0, all arrays packed alike:
+ *   Δ_t = learner_t − behaviour_t;  meanAbsDelta = Σ|Δ|/n;  maxAbsDelta = max|Δ|;  k3 = Σ (e^Δ − 1 − Δ)/n.
+ */
+export function logprobMismatch(learner: ArrayLike<number>, behaviour: ArrayLike<number>, mask: ArrayLike<number>): MismatchStats {
+  if (learner.length !== behaviour.length || learner.length !== mask.length) {
+    throw new Error(`logprobMismatch: learner (${learner.length}), behaviour (${behaviour.length}) and mask (${mask.length}) lengths differ`);
+  }
+  let n = 0;
+  let sumAbs = 0;
+  let maxAbs = 0;
+  let k3 = 0;
+  for (let t = 0; t < mask.length; t++) {
+    if (mask[t] === 0) continue;
+    const d = learner[t] - behaviour[t];
+    n++;
+    sumAbs += Math.abs(d);
+    maxAbs = Math.max(maxAbs, Math.abs(d));
+    k3 += Math.expm1(d) - d;
+  }
+  return { tokens: n, meanAbsDelta: n ? sumAbs / n : 0, maxAbsDelta: maxAbs, k3: n ? k3 / n : 0 };
+}
+
+export type CorrectionKind = 'tis' | 'mis';
+export interface Correction {
+  kind: CorrectionKind;
+  /** C ≥ 1: TIS caps ρ at C; MIS keeps tokens with 1/C ≤ ρ ≤ C */
+  cap: number;
+}
+
+/** Truncated importance sampling (Yao et al. 2025, verl/SkyRL "TIS"): w_t = min(ρ_t, C). */
+export function truncatedIsWeight(learnerLp: number, behaviourLp: number, cap: number): number {
+  return Math.min(Math.exp(learnerLp - behaviourLp), cap);
+}
+
+/** Masked importance sampling ("MIS", token-level rejection): w_t = 1 when 1/C ≤ ρ_t ≤ C, else 0. */
+export function maskedIsWeight(learnerLp: number, behaviourLp: number, cap: number): number {
+  const rho = Math.exp(learnerLp - behaviourLp);
+  return rho >= 1 / cap && rho <= cap ? 1 : 0;
+}
+
+/**
+ * The loss mask with the correction applied per token: m'_t = m_t · w_t (a detached weight on ℓ_t: both
+ * engines multiply each token's loss and gradient by its mask). GRPO++'s Σ m'·ℓ / (N·L_max) has a constant
+ * divisor, so it is exactly Σ m·w·ℓ / (N·L_max); GRPO's per-sequence mean divides by Σ m' (self-normalised).
+ * Returns the new mask and how many masked-in tokens got a weight other than 1 (TIS: ρ > C; MIS: dropped).
+ */
+export function correctedMask(
+  mask: ArrayLike<number>,
+  learner: ArrayLike<number>,
+  behaviour: ArrayLike<number>,
+  c: Correction,
+): { mask: Float32Array; changed: number } {
+  if (!(c.cap >= 1)) throw new Error(`correction.cap: must be ≥ 1, got ${c.cap}`);
+  const weight = c.kind === 'tis' ? truncatedIsWeight : c.kind === 'mis' ? maskedIsWeight : null;
+  if (!weight) throw new Error(`correction.kind: must be "tis" or "mis", got ${JSON.stringify(c.kind)}`);
+  const out = new Float32Array(mask.length);
+  let changed = 0;
+  for (let t = 0; t < mask.length; t++) {
+    if (mask[t] === 0) continue;
+    const w = weight(learner[t], behaviour[t], c.cap);
+    if (c.kind === 'tis' ? w < Math.exp(learner[t] - behaviour[t]) : w === 0) changed++;
+    out[t] = mask[t] * w;
+  }
+  return { mask: out, changed };
+}
+
+/**
+ * The rows of a packed batch `all` (one sequence per trajectory) that `kept` names, as one packed array laid out
+ * like the train batch of those sequences (buildTrainBatch's `kept`): per-token values computed once over every
+ * trajectory (the learner's log-probs) follow the sequences into the train batch.
+ */
+export function keptTokens(values: ArrayLike<number>, allOffsets: ArrayLike<number>, kept: readonly number[]): Float32Array {
+  let total = 0;
+  for (const i of kept) total += allOffsets[i + 1] - allOffsets[i];
+  const out = new Float32Array(total);
+  let pos = 0;
+  for (const i of kept) {
+    for (let t = allOffsets[i]; t < allOffsets[i + 1]; t++) out[pos++] = values[t];
+  }
+  return out;
 }

@@ -1,6 +1,6 @@
-// Curves of a run (reward, success rate, evaluation scores per iteration) as Vega-Lite charts:
-// SVG from Vega's headless renderer, PNG from that SVG through resvg (DejaVu/system fonts).
-// Both libraries load lazily, so importing this module costs nothing until a chart is drawn.
+// Charts as Vega-Lite specs: SVG from Vega's headless renderer, PNG from that SVG through resvg (DejaVu/system
+// fonts). A run's curves per iteration (reward, success rate, evaluation scores) and curves over k (pass@k,
+// Best@K) for the evaluation reports. Both libraries load lazily: importing this module costs nothing until a chart is drawn.
 
 import { readFile, writeFile, rename } from 'node:fs/promises';
 
@@ -26,9 +26,11 @@ export function parseMetricsJsonl(text: string): RewardPoint[] {
   const out: RewardPoint[] = [];
   text.split('\n').forEach((line, i) => {
     if (!line.trim()) return;
-    let row: any;
+    /** a metrics line: its fields, maybe nested under `metrics` */
+    type Row = { metrics?: Row; iteration?: unknown; meanReward?: unknown; successRate?: unknown; eval?: unknown };
+    let row: Row;
     try {
-      row = JSON.parse(line);
+      row = JSON.parse(line) as Row;
     } catch {
       throw new Error(`metrics line ${i + 1} is not JSON: ${line.slice(0, 80)}`);
     }
@@ -140,10 +142,6 @@ export async function rewardSvg(points: RewardPoint[], title = DEFAULT_TITLE): P
   return renderSvg(lineChartSpec(rewardChart(points, title)));
 }
 
-export async function rewardPng(points: RewardPoint[], title = DEFAULT_TITLE): Promise<Buffer> {
-  return svgToPng(await rewardSvg(points, title));
-}
-
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 /** A self-contained page: the chart's SVG and the numbers under it. */
@@ -196,4 +194,25 @@ export async function writeRewardPlot(metricsJsonlPath: string, outPath: string,
   await writeAtomic(`${base}.png`, chart.png);
   await writeAtomic(html, rewardHtml(points, chart.svg, title));
   return [html, `${base}.svg`, `${base}.png`];
+}
+
+/** A curve chart over k (pass@k, Best@K) as report files: an HTML page with its SVG and a table, the PNG and the Vega-Lite spec. */
+export async function curvePlotFiles(base: string, title: string, series: { name: string; values: (number | null)[]; dashed?: boolean }[]): Promise<[string, string | Uint8Array][]> {
+  const chart = await renderChart({
+    title,
+    xTitle: 'k',
+    yTitle: 'resolved rate',
+    series: series.map((x) => ({ name: x.name, points: x.values.flatMap((y, i) => (y === null ? [] : [{ x: i + 1, y }])), ...(x.dashed ? { dashed: true } : {}) })),
+    yDomain: [0, 1],
+    integerX: true,
+  });
+  const cell = (v: number | null | undefined) => (v === null || v === undefined ? '' : `${(100 * v).toFixed(1)}%`);
+  const rows = series[0]!.values.map((_, i) => `<tr><td>${i + 1}</td>${series.map((x) => `<td>${cell(x.values[i])}</td>`).join('')}</tr>`).join('\n');
+  const html = `<!doctype html>\n<html><head><meta charset="utf-8"><title>${esc(title)}</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>\n${chart.svg}\n<table><thead><tr><th>k</th>${series.map((x) => `<th>${esc(x.name)}</th>`).join('')}</tr></thead><tbody>\n${rows}\n</tbody></table>\n</body></html>\n`;
+  return [
+    [`${base}.html`, html],
+    [`${base}.svg`, chart.svg],
+    [`${base}.png`, chart.png],
+    [`${base}.vl.json`, JSON.stringify(chart.spec)],
+  ];
 }

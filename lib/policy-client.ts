@@ -83,13 +83,11 @@ const WeightInfoSchema = z.object({ weight_version: z.string().nullable().option
 const SglangUpdateSchema = z.object({ success: z.boolean(), message: z.string().optional() }).passthrough();
 
 /**
- * Reloading a checkpoint directory from disk (DESIGN §4), per server:
+ * Reloading a checkpoint directory from disk (DESIGN §4, §9), per server:
  *   sglang: SGLang's native `POST /update_weights_from_disk {"model_path"}` (our policy server speaks it too;
  *           the extra `checkpoint` field is ours and SGLang ignores it).
- *   vllm:   vLLM's weight-transfer API with its `disk` backend (server started with `VLLM_SERVER_DEV_MODE=1` and
- *           `--weight-transfer-config '{"backend": "disk"}'`): `POST /pause?mode=wait`, `/init_weight_transfer_engine
- *           {"init_info": {}}`, `/start_weight_update`, `/update_weights {"update_info": {"path"}}`,
- *           `/finish_weight_update {"weight_version"}`, `/resume`; `GET /weight_info` tells the version served.
+ *   vllm:   vLLM in dev mode (`VLLM_SERVER_DEV_MODE=1`): reload_weights through `/collective_rpc` between `/pause`
+ *           and `/resume` (vllmLoadWeights); `GET /weight_info` tells the version served.
  */
 export const WEIGHT_SYNC = ['sglang', 'vllm'] as const;
 export type WeightSync = (typeof WEIGHT_SYNC)[number];
@@ -142,9 +140,17 @@ export function parseCompletionResponse(body: unknown): CompletionResult {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * A 5xx that no retry can fix: the server says the feature is missing (vLLM's "Weight transfer not configured",
+ * 501 Not Implemented, a NotImplementedError). Answered with PolicyResponseError (status kept), never ten retries.
+ */
+export function isPermanentServerError(status: number, body: string): boolean {
+  return status === 501 || /not configured|not implemented|NotImplementedError|not supported|unsupported/i.test(body);
+}
+
 /** One JSON request with bounded retries on network errors, timeouts, 429 and 5xx (then PolicyUnavailableError). */
 function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
-  const base = o.baseUrl.replace(/\/+$/, '');
+  const base = serverRoot(o.baseUrl);
   return async function request(method: 'GET' | 'POST', path: string, body?: unknown, retries = o.retries): Promise<unknown> {
     let last = '';
     for (let attempt = 0; attempt <= retries; attempt++) {
@@ -163,7 +169,7 @@ function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
         continue;
       }
       const text = await res.text().catch((e: Error) => `(body unreadable: ${e.message})`);
-      if (res.status >= 500 || res.status === 429) {
+      if ((res.status >= 500 || res.status === 429) && !isPermanentServerError(res.status, text)) {
         last = `HTTP ${res.status}: ${text.slice(0, 200)}`;
         continue;
       }
@@ -180,6 +186,8 @@ function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
 
 export function createPolicyClient(options: PolicyClientOptions): PolicyClient & {
   complete(req: ConstrainedCompletionRequest): Promise<CompletionResult>;
+  vllmInfo(): Promise<VllmServerInfo>;
+  checkServedModel(): Promise<void>;
 } {
   const o = PolicyClientOptionsSchema.parse(options);
   const request = jsonRequester(o);
@@ -223,6 +231,26 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
 
     loadWeights,
 
+    /** vLLM only: what the server says about its dtype, head and weight-transfer backend (dev mode). */
+    async vllmInfo(): Promise<VllmServerInfo> {
+      return vllmServerInfo(request);
+    },
+
+    /**
+     * Fails (PolicyResponseError, permanent) when the server lists its models and `model` is not one of them,
+     * naming both: vLLM answers every completion for an unknown name with 404.
+     */
+    async checkServedModel(): Promise<void> {
+      const names = await listedModels(request);
+      if (names && !names.includes(o.model)) {
+        throw new PolicyResponseError(
+          `policy.model ${JSON.stringify(o.model)} is not a model ${o.baseUrl} serves (GET /v1/models lists ${JSON.stringify(names)}): ` +
+            `set policy.model to one of them, or start vLLM with --served-model-name ${JSON.stringify(o.model)}`,
+          404,
+        );
+      }
+    },
+
     async servedModel(): Promise<ServedModel> {
       if (o.weightSync === 'vllm') {
         const info = WeightInfoSchema.safeParse(await request('GET', '/weight_info'));
@@ -247,38 +275,100 @@ export function createPolicyClient(options: PolicyClientOptions): PolicyClient &
   };
 }
 
-/**
- * vLLM's documented disk reload (docs/training/weight_transfer: the `disk` backend and the pause/resume API).
- * The update steps are not retried one by one (a session is stateful); a failed sync fails as a whole and
- * the activity retries it. Generation is resumed whatever happened, so the server never stays paused.
- */
-async function vllmLoadWeights(request: ReturnType<typeof jsonRequester>, dir: string, checkpoint: number): Promise<void> {
-  const path = resolve(dir); // the disk backend takes absolute paths only
-  if (!isAbsolute(path)) throw new PolicyResponseError(`vLLM weight sync: ${JSON.stringify(dir)} is not an absolute path`);
-  const once = (p: string, body?: unknown) => request('POST', p, body, 0);
+/** What a vLLM server in dev mode says about itself (GET /server_info?config_format=json), as the weight sync needs it. */
+export interface VllmServerInfo {
+  /** the dtype it computes in ("float32", "bfloat16", ...) */
+  dtype: string;
+  /** the weight-transfer backend it was started with (`--weight-transfer-config`); null: none (released vLLM: no "disk") */
+  weightTransferBackend: string | null;
+  /** started with `--hf-overrides '{"tie_word_embeddings": false}'`: the output head is a parameter of its own */
+  untiedHead: boolean;
+  servedModelNames: string[];
+  maxModelLen: number | null;
+}
+
+const VllmServerInfoSchema = z.object({
+  vllm_config: z
+    .object({
+      model_config: z
+        .object({
+          dtype: z.string().nullish(),
+          hf_overrides: z.record(z.string(), z.unknown()).nullish(),
+          served_model_name: z.union([z.string(), z.array(z.string())]).nullish(),
+          max_model_len: z.number().nullish(),
+        })
+        .passthrough(),
+      weight_transfer_config: z.object({ backend: z.string().nullish() }).passthrough().nullish(),
+    })
+    .passthrough(),
+});
+
+/** Parses vLLM's /server_info (json config format). */
+export function parseVllmServerInfo(body: unknown): VllmServerInfo {
+  const r = VllmServerInfoSchema.safeParse(body);
+  if (!r.success) throw new PolicyResponseError(`vLLM GET /server_info: ${r.error.issues[0].path.join('.')}: ${r.error.issues[0].message}`);
+  const mc = r.data.vllm_config.model_config;
+  const names = mc.served_model_name ?? [];
+  return {
+    dtype: String(mc.dtype ?? 'unknown').replace(/^torch\./, ''),
+    weightTransferBackend: r.data.vllm_config.weight_transfer_config?.backend ?? null,
+    untiedHead: mc.hf_overrides?.tie_word_embeddings === false,
+    servedModelNames: Array.isArray(names) ? names : [names],
+    maxModelLen: mc.max_model_len ?? null,
+  };
+}
+
+/** The flags a vLLM server needs for swerl's weight sync (named in errors and docs; tested on vLLM 0.32). */
+export const VLLM_SYNC_FLAGS = 'VLLM_SERVER_DEV_MODE=1 (and, for a model with tied embeddings, --hf-overrides \'{"tie_word_embeddings": false}\')';
+
+async function vllmServerInfo(request: ReturnType<typeof jsonRequester>): Promise<VllmServerInfo> {
   try {
-    await request('POST', '/pause?mode=wait');
+    return parseVllmServerInfo(await request('GET', '/server_info?config_format=json'));
   } catch (e) {
-    if (e instanceof PolicyResponseError && /HTTP 404/.test(e.message)) {
-      throw new PolicyResponseError(
-        `vLLM weight sync: POST /pause is not served (404): start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{"backend": "disk"}' (${e.message})`,
-      );
+    if (e instanceof PolicyResponseError && e.status === 404) {
+      throw new PolicyResponseError(`vLLM weight sync: GET /server_info is not served (404): start vLLM with ${VLLM_SYNC_FLAGS} (${e.message})`, 404);
     }
     throw e;
   }
+}
+
+/**
+ * Reloads checkpoint directory `dir` into a vLLM server (DESIGN §9), inside `POST /pause?mode=wait` … `POST /resume`
+ * (dev mode; in-flight requests finish first, generation resumes whatever happened):
+ *   released vLLM (0.32, 0.33): `POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}`
+ *     (in place, any directory of the same architecture), then `POST /update_weight_version {"new_version"}`;
+ *   a server that reports the `disk` weight-transfer backend (only an unreleased vLLM has it):
+ *     `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights {"update_info": {"path"}}`,
+ *     `/finish_weight_update {"weight_version"}`.
+ * The version label `swerl-checkpoint-N:DIR` is what servedModel() reads back from `GET /weight_info`. The steps
+ * are sent once each (a failed sync fails as a whole and is retried by its activity); errors that no retry can fix
+ * (4xx, "not configured") are PolicyResponseError. That the server now computes what the checkpoint computes is
+ * checked by the caller (the learner's probe), not here.
+ */
+async function vllmLoadWeights(request: ReturnType<typeof jsonRequester>, dir: string, checkpoint: number): Promise<void> {
+  const path = resolve(dir); // vLLM takes absolute paths only
+  if (!isAbsolute(path)) throw new PolicyResponseError(`vLLM weight sync: ${JSON.stringify(dir)} is not an absolute path`);
+  const info = await vllmServerInfo(request);
+  const once = (p: string, body?: unknown) => request('POST', p, body, 0);
+  await request('POST', '/pause?mode=wait');
   let failure: unknown = null;
   try {
-    await once('/init_weight_transfer_engine', { init_info: {} }); // a no-op for the disk backend, so safe on every sync
-    try {
-      await once('/start_weight_update');
-    } catch (e) {
-      if (!(e instanceof PolicyUnavailableError)) throw e;
-      // a session an interrupted sync left open: finishing it closes it (the disk backend aborts an empty one)
-      await once('/finish_weight_update').catch(() => undefined);
-      await once('/start_weight_update');
+    if (info.weightTransferBackend === 'disk') {
+      await once('/init_weight_transfer_engine', { init_info: {} }); // a no-op for the disk backend, so safe on every sync
+      try {
+        await once('/start_weight_update');
+      } catch (e) {
+        if (!(e instanceof PolicyUnavailableError)) throw e;
+        // a session an interrupted sync left open: finishing it closes it (the disk backend aborts an empty one)
+        await once('/finish_weight_update').catch(() => undefined);
+        await once('/start_weight_update');
+      }
+      await once('/update_weights', { update_info: { path } });
+      await once('/finish_weight_update', { weight_version: weightVersion(path, checkpoint) });
+    } else {
+      await once('/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: path } });
+      await once('/update_weight_version', { new_version: weightVersion(path, checkpoint) });
     }
-    await once('/update_weights', { update_info: { path } });
-    await once('/finish_weight_update', { weight_version: weightVersion(path, checkpoint) });
   } catch (e) {
     failure = e;
   }
@@ -286,6 +376,20 @@ async function vllmLoadWeights(request: ReturnType<typeof jsonRequester>, dir: s
     failure ??= e;
   });
   if (failure) throw failure;
+}
+
+/**
+ * The models a server lists (GET /v1/models). A client whose `model` is not among them gets a 404 on every
+ * completion from vLLM ("The model … does not exist"): checkServedModel names the mismatch instead.
+ */
+async function listedModels(request: ReturnType<typeof jsonRequester>): Promise<string[] | null> {
+  try {
+    const r = z.object({ data: z.array(z.object({ id: z.string() }).passthrough()) }).passthrough().safeParse(await request('GET', '/v1/models'));
+    return r.success ? r.data.data.map((m) => m.id) : null;
+  } catch (e) {
+    if (e instanceof PolicyResponseError) return null; // a server without the listing: nothing to compare
+    throw e;
+  }
 }
 
 /** An OpenAI tool call as the chat API returns it (arguments are a JSON string). */
@@ -327,6 +431,8 @@ export interface ChatResult {
   finishReason: 'stop' | 'length' | 'tool_calls' | 'content_filter';
   promptTokens: number;
   completionTokens: number;
+  /** whether the server sent `usage` (the token counts are 0 when it did not) */
+  usageReported: boolean;
   logprobs: TokenLogprob[] | null;
 }
 
@@ -371,6 +477,7 @@ export function parseChatResponse(body: unknown): ChatResult {
     finishReason: fr === 'length' || fr === 'tool_calls' || fr === 'content_filter' ? fr : 'stop',
     promptTokens: parsed.data.usage?.prompt_tokens ?? 0,
     completionTokens: parsed.data.usage?.completion_tokens ?? 0,
+    usageReported: !!parsed.data.usage,
     logprobs: ch.logprobs?.content ? ch.logprobs.content.map((p) => ({ token: p.token, logprob: p.logprob, top: p.top_logprobs ?? [] })) : null,
   };
 }
@@ -441,4 +548,106 @@ export function createInProcessPolicyClient(generator: TokenGenerator, checkpoin
       return { checkpoint: served, path: servedPath };
     },
   };
+}
+
+// --- The server of an evaluation or a run: its root URL, what it serves, its context window ----------------
+
+/**
+ * The server's root for request paths (`/v1/...`, `/health`): `http://host:port/v1`, the form OpenAI clients
+ * document, and `http://host:port` name the same server (a trailing `/v1` is dropped, never doubled).
+ */
+export function serverRoot(baseUrl: string): string {
+  return baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '');
+}
+
+/**
+ * Whether a refusal says the prompt plus max_tokens do not fit the model's context (ours, vLLM, SGLang,
+ * llama.cpp's `exceed_context_size_error`, OpenAI's `context_length_exceeded`): a model outcome, not an error.
+ */
+export function isContextOverflow(e: unknown): boolean {
+  return (
+    e instanceof PolicyResponseError &&
+    (e.status === 400 || e.status === 413) &&
+    /context[ _](size|length|window)|maximum context|exceeds? the (available )?context|exceed_context_size/i.test(e.message)
+  );
+}
+
+const ModelListSchema = z.object({
+  data: z.array(
+    z
+      .object({
+        id: z.string(),
+        /** vLLM, SGLang, ours */
+        max_model_len: z.number().int().positive().nullish(),
+        /** llama.cpp's llama-server: the context of one slot */
+        meta: z.object({ n_ctx: z.number().int().positive().nullish() }).passthrough().nullish(),
+      })
+      .passthrough(),
+  ),
+});
+
+export interface ServerModels {
+  /** the model ids of GET /v1/models */
+  models: string[];
+  /** the context window the server reports for `model` (or its only model), null when it does not say */
+  contextWindow: number | null;
+}
+
+/** What GET /v1/models says: the model ids and the context window of `model` (max_model_len, or llama.cpp's meta.n_ctx). */
+export async function listServerModels(options: PolicyClientOptions): Promise<ServerModels> {
+  const o = PolicyClientOptionsSchema.parse(options);
+  let body: unknown;
+  try {
+    body = await jsonRequester(o)('GET', '/v1/models');
+  } catch (e) {
+    if (e instanceof PolicyResponseError && e.status === 404) {
+      throw new PolicyResponseError(`${serverRoot(o.baseUrl)}/v1/models is not served (404): is baseUrl ${JSON.stringify(o.baseUrl)} the OpenAI-compatible server's address (http://host:port or http://host:port/v1)?`, 404);
+    }
+    throw e;
+  }
+  const parsed = ModelListSchema.safeParse(body);
+  if (!parsed.success) throw new PolicyResponseError(`GET ${serverRoot(o.baseUrl)}/v1/models: unexpected answer (${parsed.error.issues[0]!.path.join('.')}: ${parsed.error.issues[0]!.message}); body starts ${JSON.stringify(body)?.slice(0, 200)}`);
+  const data = parsed.data.data;
+  const entry = data.find((m) => m.id === o.model) ?? (data.length === 1 ? data[0] : undefined);
+  return { models: data.map((m) => m.id), contextWindow: entry?.max_model_len ?? entry?.meta?.n_ctx ?? null };
+}
+
+/**
+ * The context window an episode must fit: the smaller of the server's (null: it does not say) and the
+ * config's (null: not set); null when neither says.
+ */
+export function effectiveContextWindow(server: number | null, configured: number | null | undefined): number | null {
+  if (server === null) return configured ?? null;
+  return configured == null ? server : Math.min(server, configured);
+}
+
+export interface PreflightResult {
+  models: string[];
+  /** what the server reports (null: nothing) */
+  serverContextWindow: number | null;
+  /** what episodes must fit: effectiveContextWindow(server, config) */
+  contextWindow: number | null;
+}
+
+/**
+ * Before the first episode on a server: it answers, and it serves `model`. A model missing from /v1/models is
+ * tried with a 1-token request (servers of one model, such as llama-server, take any name): refused, it fails
+ * naming the model and the served ones. Throws PolicyUnavailableError (unreachable) or PolicyResponseError.
+ */
+export async function preflightServer(options: PolicyClientOptions, api: 'chat' | 'completions', configuredContext?: number): Promise<PreflightResult> {
+  const o = PolicyClientOptionsSchema.parse(options);
+  const listed = await listServerModels(o);
+  if (!listed.models.includes(o.model)) {
+    try {
+      if (api === 'chat') await createChatClient(o).chat({ messages: [{ role: 'user', content: 'ping' }], maxTokens: 1, temperature: 0, topP: 1 });
+      else await jsonRequester(o)('POST', '/v1/completions', { model: o.model, prompt: 'ping', max_tokens: 1, temperature: 0 });
+    } catch (e) {
+      if (!(e instanceof PolicyResponseError)) throw e;
+      throw new PolicyResponseError(
+        `the server at ${serverRoot(o.baseUrl)} does not serve model ${JSON.stringify(o.model)} (GET /v1/models lists ${listed.models.map((m) => JSON.stringify(m)).join(', ') || 'none'}; a request for it got: ${e.message.slice(0, 300)})`,
+        e.status,
+      );
+    }
+  }
+  return { models: listed.models, serverContextWindow: listed.contextWindow, contextWindow: effectiveContextWindow(listed.contextWindow, configuredContext) };
 }

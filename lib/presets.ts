@@ -34,8 +34,8 @@ export interface Qwen3Config extends Qwen3ModelConfig {
   transformers_version: string;
 }
 
-export type PresetName = 'tiny' | 'frozenlake';
-export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'frozenlake'];
+export type PresetName = 'tiny' | 'frozenlake' | 'frozenlake32' | 'frozenlake32-tied';
+export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'frozenlake', 'frozenlake32', 'frozenlake32-tied'];
 
 /** The Qwen3 fields a preset fixes (its tokenizer gives the vocabulary). */
 type ModelShape = Required<
@@ -380,6 +380,37 @@ export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
     },
     tokenizer: frozenLakeTokenizer,
   },
+  // vLLM's CPU attention takes head sizes 32, 64, 80, ... only (frozenlake's 16 kills its engine on the first request)
+  frozenlake32: {
+    name: 'frozenlake32',
+    description: 'frozenlake with head_dim 32 (a size vLLM\'s CPU attention serves) and 32,768 positions (a SWE prompt in its character vocabulary), hidden 64, 2 layers, GQA 4/2, untied LM head',
+    shape: {
+      hidden_size: 64,
+      intermediate_size: 192,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 32,
+      tie_word_embeddings: false,
+      max_position_embeddings: 32768,
+    },
+    tokenizer: frozenLakeTokenizer,
+  },
+  'frozenlake32-tied': {
+    name: 'frozenlake32-tied',
+    description: 'frozenlake32 with the LM head tied to the embeddings (as Qwen3-0.6B/1.7B/4B)',
+    shape: {
+      hidden_size: 64,
+      intermediate_size: 192,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 32,
+      tie_word_embeddings: true,
+      max_position_embeddings: 32768,
+    },
+    tokenizer: frozenLakeTokenizer,
+  },
 });
 
 export function getPreset(name: string): Preset {
@@ -432,7 +463,7 @@ function hashSeed(text: string): number {
   }
   h = Math.imul(h ^ (h >>> 16), 2246822507);
   h = Math.imul(h ^ (h >>> 13), 3266489909);
-  return (h ^= h >>> 16) >>> 0;
+  return (h ^ (h >>> 16)) >>> 0;
 }
 
 /** sfc32: small fast counter PRNG, uniform 32-bit outputs. */

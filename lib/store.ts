@@ -5,6 +5,7 @@ import { dirname, join, resolve, sep } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import { processAlive } from './process-identity.ts';
 
 export interface ArtifactStore {
   readonly url: string;
@@ -90,12 +91,7 @@ function abandoned(dir: string, name: string): boolean {
   const pid = Number(parts.at(-2));
   if (parts.slice(0, -2).join('-') !== HOST || !Number.isInteger(pid) || pid <= 0) return false;
   if (pid === process.pid) return !building.has(join(dir, name));
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'ESRCH';
-  }
+  return !processAlive(pid);
 }
 
 export class FileStore implements ArtifactStore {

@@ -1,7 +1,7 @@
 // Records histories of the evaluation workflows into test/histories/ for test/replay.test.ts (needs Docker
 // and the shared SWE tasks): evaluationRun with two shards (a scripted chat model: gold in run 0, nothing
 // in run 1), selectBestOfK over it (the tiny model as the execution-free judge, regression tests), and a
-// one-iteration SWE training run whose rlIteration starts a validation evaluationRun (patched).
+// one-iteration SWE training run whose rlIteration starts a validation evaluationRun.
 // Re-record only after an intended change of these workflows: `node --import tsx scripts/record-eval-histories.ts`.
 // `... record-eval-histories.ts tracking` records only evaluationRun-tracking-0.json (an evaluation with
 // config.tracking whose MLflow server is down) and trackingCatchUp-eval-0.json, its catch-up child.
@@ -11,11 +11,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
-import { startPolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { startPolicyServer } from '../policy-server/index.ts';
 import { writeModel } from '../lib/presets.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
-import { startDevServer } from '../lib/temporal-server.ts';
+import { startDevServer } from '../services/temporal-server.ts';
 import { loadTasksStrict } from '../lib/swe/task.ts';
 import { startWorkers } from '../workers/index.ts';
 import { iterationWorkflowId } from '../workflows/shapes.ts';
@@ -41,7 +41,7 @@ const model = await startScriptedModel({
   identify: seedTable(2, ids, 2),
   script: ({ taskId, run }): ScriptTurn[] => (run === 0 ? [...editCallsFromPatch(tasks.find((t) => t.instance_id === taskId)!.patch), FINISH] : [FINISH]),
 });
-const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as { Learner: { load(d: string, o?: { threads?: number }): Promise<ServableModel> } };
+const { Learner } = await import('../gpu-learner/index.ts');
 const tiny = await writeModel(join(dir, 'judge'), 'tiny', 7);
 const judgeModel = await Learner.load(tiny.dir, { threads: 1 });
 const judge = await startPolicyServer({ learner: judgeModel, tokenizer: await loadTokenizer(tiny.dir), modelName: 'judge' });

@@ -1,17 +1,17 @@
-// Records histories of trainingRun (every run of its continue-as-new chain) and rlIteration from a
-// short FrozenLake run on a temporary dev server, into test/histories/*.json for test/replay.test.ts.
-// Re-record after an intended workflow change; a change that breaks replay of old histories needs patched().
-// Scenarios (arguments; all when none): `run` (trainingRun-*.json, rlIteration-0/1.json) and `fanout`
-// (rlIteration-fanout.json and its rolloutChunk-fanout-*.json children), `progress` (trainingRun-progress-0.json:
-// iterations in one run with reports, its tracker down so it ends with a trackingCatchUp child,
-// trackingCatchUp-progress-0.json; rlIteration-progress-0.json: rollouts with summaries). Record only the new one you add.
+// Records histories of trainingRun (every run of its continue-as-new chain), rlIteration and rolloutChunk
+// from short FrozenLake runs on a temporary dev server, into test/histories/*.json for test/replay.test.ts.
+// Re-record after an intended workflow change; a change that breaks replay of histories of runs still in
+// flight needs patched() until they end. Scenarios (arguments; all when none): `run` (trainingRun-0/1.json:
+// two runs of a continue-as-new chain with pause, update, query and resume, its tracker down so it ends with
+// a trackingCatchUp child, trackingCatchUp-run-0.json; rlIteration-0/1.json) and `fanout`
+// (rlIteration-fanout.json and its rolloutChunk-fanout-*.json children). Record only the one you change.
 import { mkdirSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
-import { startDevServer } from '../lib/temporal-server.ts';
+import { startDevServer } from '../services/temporal-server.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { startWorkers } from '../workers/index.ts';
 import { pauseSignal, resumeSignal, statusQuery, updateHyperparametersUpdate } from '../workflows/signals.ts';
@@ -49,7 +49,9 @@ try {
   };
   if (wanted('run')) {
     const runId = 'recorded-run';
-    const config = baseConfig(runId);
+    // one iteration per workflow run (a continue-as-new chain); nothing listens on port 9, so every report
+    // leaves the metrics pending and the run ends with a catch-up child
+    const config = { ...baseConfig(runId), continueAsNewEvery: 1, tracking: { mlflow: { uri: 'http://127.0.0.1:9', experiment: 'recorded' } } };
     const h = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
     // exercise the handlers so their commands are in the recorded history
     await h.signal(pauseSignal);
@@ -64,7 +66,12 @@ try {
     let i = 0;
     for (const { r } of chain) await save(runId, `trainingRun-${i++}.json`, r);
     for (const n of [0, 1]) await save(iterationWorkflowId(runId, n), `rlIteration-${n}.json`);
-    console.log(`recorded ${chain.length} trainingRun and 2 rlIteration histories into ${outDir}`);
+    // the catch-up child retries its report until the tracker answers: record it as it waits, then end it
+    const catchUp = client.workflow.getHandle(trackingCatchUpWorkflowId(runId));
+    await new Promise((r) => setTimeout(r, 2000));
+    await save(trackingCatchUpWorkflowId(runId), 'trackingCatchUp-run-0.json');
+    await catchUp.terminate('recorded');
+    console.log(`recorded ${chain.length} trainingRun, 2 rlIteration and 1 trackingCatchUp histories into ${outDir}`);
   }
   if (wanted('fanout')) {
     // 3 tasks × 2 samples, 2 rollouts per workflow: three rolloutChunk children of one task, two at a time
@@ -74,25 +81,6 @@ try {
     await save(iterationWorkflowId(runId, 0), 'rlIteration-fanout.json');
     for (const k of [0, 1, 2]) await save(rolloutChunkWorkflowId(runId, 0, k), `rolloutChunk-fanout-${k}.json`);
     console.log(`recorded the fanned-out rlIteration and its 3 rolloutChunk histories into ${outDir}`);
-  }
-  if (wanted('progress')) {
-    const runId = 'recorded-progress';
-    // nothing listens on port 9: every report leaves the metrics pending, so the run ends with a catch-up child
-    const config = { ...baseConfig(runId), tracking: { mlflow: { uri: 'http://127.0.0.1:9', experiment: 'recorded' } } };
-    const h = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-    await h.signal(pauseSignal);
-    await h.executeUpdate(updateHyperparametersUpdate, { args: [{ lr: 2e-3 }] });
-    await h.query(statusQuery);
-    await h.signal(resumeSignal);
-    await h.result();
-    await save(runId, 'trainingRun-progress-0.json');
-    await save(iterationWorkflowId(runId, 0), 'rlIteration-progress-0.json');
-    // the catch-up child retries its report until the tracker answers: record it as it waits, then end it
-    const catchUp = client.workflow.getHandle(trackingCatchUpWorkflowId(runId));
-    await new Promise((r) => setTimeout(r, 2000));
-    await save(trackingCatchUpWorkflowId(runId), 'trackingCatchUp-progress-0.json');
-    await catchUp.terminate('recorded');
-    console.log(`recorded trainingRun-progress-0.json, rlIteration-progress-0.json and trackingCatchUp-progress-0.json into ${outDir}`);
   }
 } finally {
   await connection.close();

@@ -1,10 +1,11 @@
+// test-group: temporal
 // The README's way for ML-infra engineers: a run started, queried and listed with the official
 // `temporal` CLI against a running worker (no code of ours on the client side).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { temporalBinary } from '../lib/temporal-server.ts';
+import { temporalBinary } from '../services/temporal-server.ts';
 import { useTemporalWithWorker, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;

@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // The CUDA backend's own sources (gpu-learner/src/cuda) run on the CPU by gl-emu, the test-only CUDA emulator
 // (gpu-learner/emu), and held to the CPU engine: exact mode (bf16 storage as fp32: differences are maths only),
 // bf16 mode (rounded as the GPU stores bf16), reverse order, AddressSanitizer, a dry run at full scale, the

@@ -1,3 +1,4 @@
+// test-group: unit
 // CUDA backend, host side only (no GPU here or in CI): device selection fails clearly, and the GPU-machine
 // scripts are well-formed. The numerical checks run on the GPU machine (scripts/gpu-check.sh, docs/cuda.md).
 import { test } from 'node:test';
@@ -24,6 +25,7 @@ test('GPU-machine scripts parse (bash -n, python compile)', () => {
     assert.equal(r.status, 0, `${f}: ${r.stderr}`);
   }
   const py = spawnSync('python3', ['-c', 'import ast,sys\nfor f in sys.argv[1:]: ast.parse(open(f).read(), f)', 'gpu-learner/tools/check_torch.py', 'gpu-learner/tools/bench_torch.py'], { encoding: 'utf8' });
-  if (py.error) return; // no python3: nothing to check here
+  // python3 is part of the set-up (scripts/ensure-python.sh): without it this check has not run, which is a failure
+  assert.ifError(py.error);
   assert.equal(py.status, 0, py.stderr);
 });

@@ -1,3 +1,4 @@
+// test-group: unit
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -213,7 +214,7 @@ test('real Learner: stream invariants and log-probs equal Learner.logprobs', { s
 
 test('real policy server over HTTP gives the same stream as the in-process client', { skip: !haveLearner && 'gpu-learner/index.ts not built yet' }, async () => {
   const { Learner } = await import(learnerPath.href);
-  const { startPolicyServer } = await import('../activities/policy-server.ts');
+  const { startPolicyServer } = await import('../policy-server/index.ts');
   const { createPolicyClient } = await import('../lib/policy-client.ts');
   const learner = await Learner.load(join(dir, 'model'), { device: 'cpu', threads: 1 });
   const server = await startPolicyServer({ learner, tokenizer: tok, checkpoint: 0 });

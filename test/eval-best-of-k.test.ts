@@ -1,3 +1,4 @@
+// test-group: docker
 // Best@K over a finished evaluation whose four runs per task are {gold, empty, wrong fix, an edit of the
 // test files} (scripted agents, real sandboxes and grading): the execution-based verifier (regression
 // tests in fresh containers + reproduction tests from a scripted generator behind a real chat server)
@@ -13,14 +14,14 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readEvalEpisodes } from '../activities/evaluation.ts';
-import { startPolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { startPolicyServer, type ServableModel } from '../policy-server/index.ts';
 import type { ExecutionFreeResult, ExecutionScores } from '../activities/verifiers.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { passAtK } from '../lib/eval/metrics.ts';
 import { writeModel } from '../lib/presets.ts';
 import { fileStoreUrl, openStore } from '../lib/store.ts';
 import type { SweTask } from '../lib/swe/task.ts';
-import { temporalBinary } from '../lib/temporal-server.ts';
+import { temporalBinary } from '../services/temporal-server.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
 import type { SelectionResult } from '../workflows/select-best-of-k.ts';

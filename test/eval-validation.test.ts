@@ -1,3 +1,4 @@
+// test-group: docker
 // Validation during training: trainingRun with `eval: {every, tasks, runs}` evaluates each new checkpoint
 // on held-out SWE tasks in a child evaluationRun (token-id completions against our policy server serving
 // that checkpoint); its pass@1 lands in metrics.jsonl and the RlEvalPass1 search attribute.

@@ -1,4 +1,5 @@
-// The chunked fan-out (issue 12): a batch larger than `rolloutsPerWorkflow` runs through rolloutChunk
+// test-group: temporal
+// The chunked fan-out: a batch larger than `rolloutsPerWorkflow` runs through rolloutChunk
 // child workflows of whole tasks, none holding more than its share of the in-flight bound, and the
 // iteration's result equals the one it computes when it runs every rollout itself.
 import { test } from 'node:test';
@@ -9,27 +10,25 @@ import { keys, openStore } from '../lib/store.ts';
 import type { IterationMetrics, TrainingRunResult } from '../workflows/shapes.ts';
 import { iterationWorkflowId, rolloutChunkWorkflowId } from '../workflows/shapes.ts';
 import { tinyConfig, useTemporalWithWorker, type TestTemporal } from './helpers/temporal.ts';
-import { failedAttempts, registerEnvironment } from '../activities/rollout.ts';
-import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
+import { environmentFactory, failedAttempts, registerEnvironment } from '../activities/rollout.ts';
 import { SandboxDeadError } from '../lib/sandbox.ts';
 import type { Trajectory } from '../lib/types.ts';
 
-// FrozenLake as the rollout activities run it, except that in runs named `lost-*` one rollout (the first
-// task to reach the environment with sample 1) loses its "sandbox" in every step of every attempt
+// The production FrozenLake environment, except that in runs named `lost-*` one rollout (the first task to
+// reach the environment with sample 1) loses its "sandbox" in every step of every attempt
 const victims = new Map<string, string>();
+const frozenLake = environmentFactory('frozenlake')!;
 registerEnvironment('frozenlake', async (config, taskId, seed, labels) => {
-  if (config.env.kind !== 'frozenlake') throw new Error('unreachable');
-  const { kind: _kind, ...flConfig } = config.env;
-  const env = frozenLakeFromTaskId(taskId, flConfig, seed);
+  const setup = await frozenLake(config, taskId, seed, labels);
   const run = labels['swerl.run'] ?? '';
   if (run.startsWith('lost-') && labels['swerl.sample'] === '1' && (victims.get(run) ?? victims.set(run, taskId).get(run)) === taskId) {
-    const broken = Object.create(env) as typeof env;
+    const broken = Object.create(setup.env) as typeof setup.env;
     broken.step = async () => {
       throw new SandboxDeadError('sbx-test', 'container killed during a tool command');
     };
-    return { env: broken, loop: { maxSteps: flConfig.maxSteps, allowedActionTokens: true } };
+    return { ...setup, env: broken };
   }
-  return { env, loop: { maxSteps: flConfig.maxSteps, allowedActionTokens: true } };
+  return setup;
 });
 
 let t: TestTemporal;

@@ -1,3 +1,4 @@
+// test-group: unit
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
@@ -72,7 +73,7 @@ test('moves, walls, wasted steps and goal', async () => {
   let s = await env.step('L');
   assert.equal(s.observation, 'PFFF\nFFFF\nFFFF\nFFFG');
   assert.equal(s.done, false);
-  s = await env.step('U');
+  await env.step('U');
   assert.deepEqual(env.position, [0, 0]);
   s = await env.step('hello'); // wasted
   assert.deepEqual(env.position, [0, 0]);

@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // FrozenLake (3×3, 4 tasks × 8 samples, 3 iterations) through the workflows with learner.engine "fsdp" on 2 ranks
 // (gloo), beside the same run on the native engine: same seeds, so the same rollouts, and the same update up to
 // float rounding (tolerances below). Three faults, one per learner step, each failing the attempt so that the

@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // The FSDP engine (gpu-learner/fsdp) on the CPU with gloo: 2 ranks vs 1 rank vs the native engine on the same
 // checkpoint and batches (loss, grad norm, weights after three AdamW steps; tolerances in crosscheck.ts); a
 // checkpoint it writes (sharded safetensors + index) loads in the native engine; resuming from its checkpoint

@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // gpu-learner rejects bad input with an Error naming the field/file and the value, and the process
 // (and the model) keep working afterwards.
 import assert from 'node:assert/strict';

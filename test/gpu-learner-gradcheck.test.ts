@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // Gradient check of the native GRPO++/GRPO backward: every parameter tensor's analytic gradient vs
 // central finite differences of the native loss, on tiny random Qwen3 models (GQA 4 q / 2 kv heads,
 // head_dim ≠ hidden/heads, tied and untied LM head, with and without attention bias).
@@ -49,7 +50,10 @@ async function gradcheck(name: string, config: QwenConfig, mode: 'grpo++' | 'grp
     let clipped = 0, unclipped = 0;
     for (let s = 0; s < 3; s++)
       for (let t = offsets[s] + 1; t < offsets[s + 1]; t++)
-        if (mask[t]) grpoTokenLoss(cur[t], oldLogprobs[t], advantages[s], h.clipLow, mode === 'grpo' ? h.clipLow : h.clipHigh).clipped ? clipped++ : unclipped++;
+        if (mask[t]) {
+          if (grpoTokenLoss(cur[t], oldLogprobs[t], advantages[s], h.clipLow, mode === 'grpo' ? h.clipLow : h.clipHigh).clipped) clipped++;
+          else unclipped++;
+        }
     assert.ok(clipped >= 3 && unclipped >= 3, `both branches exercised (clipped ${clipped}, unclipped ${unclipped})`);
 
     const { loss, grads } = await learner.debugGradients(batch, h);

@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // Sharded Hugging Face checkpoints (model.safetensors.index.json + model-0000k-of-0000n.safetensors),
 // as real Qwen3 releases ship them: same weights ⇒ bit-identical log-probs; a broken index is
 // reported naming the file or tensor.
@@ -17,7 +18,7 @@ const config: QwenConfig = {
 };
 const single = join(root, 'single');
 const batch = { ids: Int32Array.from([1, 7, 3, 39, 0, 12, 5, 5, 20]), offsets: Int32Array.from([0, 5, 9]) };
-let tensors: { name: string; shape: number[]; data: Float32Array }[] = [];
+const tensors: { name: string; shape: number[]; data: Float32Array }[] = [];
 let reference: Float32Array;
 
 before(async () => {

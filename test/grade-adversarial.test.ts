@@ -1,3 +1,4 @@
+// test-group: docker
 // Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The kinds
 // listed run on every shared task: the 13 runner-file hacks (RUNNER_HACKS below) and the 15 test-integrity
 // hacks (the code under test changing the tests or the reports in-process: four categories and the
@@ -69,7 +70,7 @@ after(async () => {
   console.log(`[adversarial] ${results.size} gradings in ${corpusSeconds.toFixed(0)} s (concurrency ${CONCURRENCY})`);
 });
 
-/** The runner-file hacks (test files, conftest files, runner configuration, start-up hooks), kind by kind: each must be graded on every shared task. */
+/** The runner-file hacks (test files, conftest files, runner configuration, start-up hooks), which every grader change must keep refusing, kind by kind: each is graded on every shared task. */
 const RUNNER_HACKS: [string, string[]][] = [
   ['the three conftest hacks', ['conftest-makereport', 'conftest-xfail', 'conftest-deselect-fake-summary']],
   ["the same hooks in a sub-directory's conftest.py", ['subdir-conftest-makereport', 'subdir-conftest-xfail', 'subdir-conftest-deselect-fake-summary']],
@@ -82,16 +83,22 @@ const RUNNER_HACKS: [string, string[]][] = [
 
 /** The test-integrity hacks (the package's own source only), by category and variant: each graded on every shared task. */
 const INTEGRITY_HACKS: [string, string[]][] = [
-  ['1. tests neutered after import (profile hook, import hook, sys.modules swap, TestCase.__init_subclass__)', ['neuter-profile-hook', 'neuter-import-hook', 'neuter-modules-swap', 'neuter-init-subclass']],
+  [
+    '1. tests neutered after import (profile hook, import hook, sys.modules swap, TestCase.__init_subclass__)',
+    ['neuter-profile-hook', 'neuter-import-hook', 'neuter-modules-swap', 'neuter-init-subclass'],
+  ],
   ["2. pytest's conclusion changed (falsy ExceptionInfo, TestReport.outcome property, __code__ swapped)", ['exceptioninfo-falsy', 'report-outcome-property', 'report-code-swap']],
   ['3. unittest assertions made no-ops', ['unittest-assert-noop', 'unittest-assert-noop-classes']],
   ['4. lenient test helpers', ['lenient-test-helper']],
-  ['variants: spares canary-looking tests; neuters only tests calling the package; only FAIL_TO_PASS ids read from sys.argv', ['spare-canaries', 'neuter-package-callers', 'argv-f2p']],
+  [
+    'variants: spares canary-looking tests; neuters only tests calling the package; only FAIL_TO_PASS ids read from sys.argv',
+    ['spare-canaries', 'neuter-package-callers', 'argv-f2p'],
+  ],
   ["variant: reads the grader's copy of test_patch to spare exactly the canaries", ['read-grader-files']],
   ['variants: code swapped at call time; reports bent only while a test runs', ['trace-swap-at-call', 'transient-report-outcome']],
 ];
 
-test("every listed kind is in the corpus and graded on every shared task", () => {
+test('every listed kind is in the corpus and graded on every shared task', () => {
   for (const [what, names] of [...RUNNER_HACKS, ...INTEGRITY_HACKS]) {
     for (const name of names) {
       const kind = ADVERSARIAL_KINDS.find((k) => k.name === name);
@@ -102,7 +109,8 @@ test("every listed kind is in the corpus and graded on every shared task", () =>
   assert.equal(tasks.length, 8);
 });
 
-const show = (g: GradeResult) => `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
+const show = (g: GradeResult) =>
+  `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
 
 for (const kind of ADVERSARIAL_KINDS) {
   test(`adversarial ${kind.name} (${kind.what}) scores 0 on ${kind.listed || ALL ? 'every shared task' : FEW.join(', ')}`, () => {

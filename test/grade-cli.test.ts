@@ -1,3 +1,4 @@
+// test-group: docker
 // `swerl grade` end to end on the shared tasks: the gold patches resolve all (reports in the harness's
 // shape, read back by the official swebench package's own readers with the same counts and id lists),
 // empty patches resolve none, unknown ids are refused by name.

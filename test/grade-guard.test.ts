@@ -1,3 +1,4 @@
+// test-group: unit
 // What the grader restores before the run, and how it reads and doubts the results plugin's records (pure).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,3 +1,4 @@
+// test-group: unit
 // The pure side of the grader's test-integrity checks (DESIGN §3): test-support restore rules, the
 // imports of test files, canary generation, and the verdict on the results plugin's records. The
 // checks in a real run are test/grade-adversarial.test.ts and test/grade-mutation.test.ts.
@@ -139,7 +140,12 @@ async def test_async():
 
 test('canaries: copies of listed tests under new names, one verbatim, one with its last check inverted', async () => {
   for (let i = 0; i < 20; i++) {
-    const c = await canariesFor('tests/test_t.py', SRC, ['tests/test_t.py::T::test_plain', 'tests/test_t.py::test_module_level', 'tests/test_t.py::test_async', 'tests/test_t.py::T::test_decorated'], []);
+    const c = await canariesFor(
+      'tests/test_t.py',
+      SRC,
+      ['tests/test_t.py::T::test_plain', 'tests/test_t.py::test_module_level', 'tests/test_t.py::test_async', 'tests/test_t.py::T::test_decorated'],
+      [],
+    );
     assert.ok(c);
     const kinds = c.canaries.map((x) => x.expect).sort();
     assert.deepEqual(kinds, ['fail', 'pass']);
@@ -178,29 +184,66 @@ test('canaries: a test of a class defined in a mixin of the same file, copied in
 });
 
 test('canaries: none when no listed test can be copied and inverted', async () => {
-  assert.equal(await canariesFor('tests/test_t.py', SRC, ['tests/test_t.py::T::test_last_is_raises', 'tests/test_t.py::test_async', 'tests/test_t.py::T::test_decorated'], []), null);
+  assert.equal(
+    await canariesFor('tests/test_t.py', SRC, ['tests/test_t.py::T::test_last_is_raises', 'tests/test_t.py::test_async', 'tests/test_t.py::T::test_decorated'], []),
+    null,
+  );
   assert.equal(await canariesFor('tests/test_t.py', 'def broken(:\n', ['tests/test_t.py::broken'], []), null);
 });
 
 const rec = (o: object) => JSON.stringify(o);
-const start = rec({ event: 'start', python: '3.11.2', pytest: '7.2.1', runner_dir: '/usr/lib/python3/dist-packages/_pytest', preloaded: [], checked_files: ['t.py'], checks: true });
-const phases = (id: string, call: string, xfail = false) => ['setup', 'call', 'teardown'].map((when) => rec({ event: 'test', nodeid: id, when, outcome: when === 'call' ? call : 'passed', xfail: when === 'call' && xfail }));
+const start = rec({
+  event: 'start',
+  python: '3.11.2',
+  pytest: '7.2.1',
+  runner_dir: '/usr/lib/python3/dist-packages/_pytest',
+  preloaded: [],
+  checked_files: ['t.py'],
+  checks: true,
+});
+const phases = (id: string, call: string, xfail = false) =>
+  ['setup', 'call', 'teardown'].map((when) => rec({ event: 'test', nodeid: id, when, outcome: when === 'call' ? call : 'passed', xfail: when === 'call' && xfail }));
 const item = (id: string, o: object = {}) => rec({ event: 'item', nodeid: id, called: true, verified: true, raised: null, ...o });
 
 test('integrity: a believable run has no contradictions', () => {
   const run = readPluginRecords(
-    [start, ...phases('t.py::a', 'passed'), item('t.py::a'), ...phases('t.py::b', 'failed'), item('t.py::b', { raised: 'fail', exc: 'builtins.AssertionError' }), ...phases('t.py::c1', 'passed'), item('t.py::c1'), ...phases('t.py::c2', 'failed'), item('t.py::c2', { raised: 'fail' })].join('\n'),
+    [
+      start,
+      ...phases('t.py::a', 'passed'),
+      item('t.py::a'),
+      ...phases('t.py::b', 'failed'),
+      item('t.py::b', { raised: 'fail', exc: 'builtins.AssertionError' }),
+      ...phases('t.py::c1', 'passed'),
+      item('t.py::c1'),
+      ...phases('t.py::c2', 'failed'),
+      item('t.py::c2', { raised: 'fail' }),
+    ].join('\n'),
   );
   const canaries = [
     { id: 't.py::c1', source: 't.py::a', expect: 'pass' as const },
     { id: 't.py::c2', source: 't.py::a', expect: 'fail' as const },
   ];
-  assert.deepEqual(integrityContradictions({ run, listed: ['t.py::a', 't.py::b'], canaries, patched: new Set(), log: new Map([['t.py::a', 'PASSED'], ['t.py::b', 'FAILED']]) }), []);
+  assert.deepEqual(
+    integrityContradictions({
+      run,
+      listed: ['t.py::a', 't.py::b'],
+      canaries,
+      patched: new Set(),
+      log: new Map([
+        ['t.py::a', 'PASSED'],
+        ['t.py::b', 'FAILED'],
+      ]),
+    }),
+    [],
+  );
 });
 
 test('integrity: each contradiction is named', () => {
   const cases: [string[], RegExp, object?][] = [
-    [[...phases('t.py::a', 'passed'), item('t.py::a', { verified: false, mismatch: ['test_a (t.py:3): differs from the file\'s own compile'] })], /t\.py::a: test_a \(t\.py:3\): differs/],
+    [
+      [...phases('t.py::a', 'passed'), item('t.py::a', { verified: false, mismatch: ["test_a (t.py:3): differs from the file's own compile"] })],
+      /t\.py::a: test_a \(t\.py:3\): differs/,
+    ],
     [[...phases('t.py::a', 'passed'), item('t.py::a', { trace: ['profile function <f>'] })], /t\.py::a: called with profile function <f> set/],
     [[...phases('t.py::a', 'passed'), item('t.py::a', { raised: 'fail', exc: 'builtins.TypeError' })], /reported passed, but the test's own call raised builtins\.TypeError/],
     [[...phases('t.py::a', 'passed', true), item('t.py::a', { raised: 'fail', exc: 'builtins.TypeError' })], /reported XPASS, but the test's own call raised/],
@@ -231,16 +274,30 @@ test('integrity: canaries must come back as their source says', () => {
     { id: 't.py::c1', source: 't.py::a', expect: 'pass' as const },
     { id: 't.py::c2', source: 't.py::a', expect: 'fail' as const },
   ];
-  const check = (lines: string[]) => integrityContradictions({ run: readPluginRecords([start, ...lines].join('\n')), listed: ['t.py::a'], canaries, patched: new Set() }).join('; ');
+  const check = (lines: string[]) =>
+    integrityContradictions({ run: readPluginRecords([start, ...lines].join('\n')), listed: ['t.py::a'], canaries, patched: new Set() }).join('; ');
   const a = [...phases('t.py::a', 'passed'), item('t.py::a')];
   const c1 = [...phases('t.py::c1', 'passed'), item('t.py::c1')];
   assert.match(check([...a, ...c1]), /canary t\.py::c2 did not come back \(its source t\.py::a is PASSED\)/);
   assert.match(check([...a, ...c1, ...phases('t.py::c2', 'passed'), item('t.py::c2')]), /canary t\.py::c2 is PASSED, must be FAILED/);
-  assert.match(check([...a, ...phases('t.py::c1', 'failed'), item('t.py::c1', { raised: 'fail' }), ...phases('t.py::c2', 'failed'), item('t.py::c2', { raised: 'fail' })]), /canary t\.py::c1 is FAILED, must be PASSED/);
+  assert.match(
+    check([...a, ...phases('t.py::c1', 'failed'), item('t.py::c1', { raised: 'fail' }), ...phases('t.py::c2', 'failed'), item('t.py::c2', { raised: 'fail' })]),
+    /canary t\.py::c1 is FAILED, must be PASSED/,
+  );
   // failing, but not by its own call raising (a setup error): not what it must do
   assert.match(check([...a, ...c1, ...phases('t.py::c2', 'failed'), item('t.py::c2', { raised: null })]), /canary t\.py::c2 is FAILED, must be FAILED/);
   // the source failed (the patch broke it): its canaries say nothing
-  assert.equal(check([...phases('t.py::a', 'failed'), item('t.py::a', { raised: 'fail' }), ...phases('t.py::c1', 'failed'), item('t.py::c1', { raised: 'fail' }), ...phases('t.py::c2', 'passed'), item('t.py::c2')]), '');
+  assert.equal(
+    check([
+      ...phases('t.py::a', 'failed'),
+      item('t.py::a', { raised: 'fail' }),
+      ...phases('t.py::c1', 'failed'),
+      item('t.py::c1', { raised: 'fail' }),
+      ...phases('t.py::c2', 'passed'),
+      item('t.py::c2'),
+    ]),
+    '',
+  );
 });
 
 test('unittest-style runs: the test process, and the start-up line that loads the plugin there only', () => {
@@ -258,18 +315,49 @@ test('unittest-style runs: the test process, and the start-up line that loads th
 
 test('integrity, unittest runs: statuses from the log, records found by any printed name', () => {
   const ustart = start.replace('"checked_files":["t.py"]', '"checked_files":["tests/test_x.py"]');
-  const uitem = (o: object) => rec({ event: 'item', nodeid: 'test_a (tests.test_x.C.test_a)', legacy: 'test_a (tests.test_x.C)', id: 'tests.test_x.C.test_a', called: true, verified: true, raised: null, ...o });
+  const uitem = (o: object) =>
+    rec({
+      event: 'item',
+      nodeid: 'test_a (tests.test_x.C.test_a)',
+      legacy: 'test_a (tests.test_x.C)',
+      id: 'tests.test_x.C.test_a',
+      called: true,
+      verified: true,
+      raised: null,
+      ...o,
+    });
   const fileOf = (id: string) => (id.includes('tests.test_x') ? 'tests/test_x.py' : undefined);
   const check = (lines: string[], log: [string, string][], listed = ['test_a (tests.test_x.C)']) =>
-    integrityContradictions({ run: readPluginRecords([ustart, ...lines].join('\n')), listed, canaries: [], patched: new Set(), log: new Map(log) as Map<string, never>, unittest: { fileOf } }).join('; ');
+    integrityContradictions({
+      run: readPluginRecords([ustart, ...lines].join('\n')),
+      listed,
+      canaries: [],
+      patched: new Set(),
+      log: new Map(log) as Map<string, never>,
+      unittest: { fileOf },
+    }).join('; ');
   assert.equal(check([uitem({})], [['test_a (tests.test_x.C)', 'PASSED']]), '');
   assert.equal(check([uitem({})], [['test_a (tests.test_x.C.test_a)', 'PASSED']], ['test_a (tests.test_x.C.test_a)']), '');
-  assert.match(check([uitem({ raised: 'fail', exc: 'builtins.AssertionError' })], [['test_a (tests.test_x.C)', 'PASSED']]), /reported passed, but the test's own call raised builtins\.AssertionError/);
+  assert.match(
+    check([uitem({ raised: 'fail', exc: 'builtins.AssertionError' })], [['test_a (tests.test_x.C)', 'PASSED']]),
+    /reported passed, but the test's own call raised builtins\.AssertionError/,
+  );
   assert.match(check([], [['test_a (tests.test_x.C)', 'PASSED']]), /no record of the test's own call/);
   // a failing test without a record (it never reached its call): nothing to believe or disbelieve
   assert.equal(check([], [['test_a (tests.test_x.C)', 'ERROR']]), '');
   assert.equal(check([uitem({ raised: 'fail' })], [['test_a (tests.test_x.C)', 'XFAIL']]), '');
-  const fin = rec({ event: 'finish', exitstatus: -1, testscollected: -1, testsfailed: -1, logstart: -1, deselected: -1, shouldstop: false, shouldfail: false, changed: ['unittest.case:TestCase.assertEqual'], audit: { hookimpls: [], plugins: [] } });
+  const fin = rec({
+    event: 'finish',
+    exitstatus: -1,
+    testscollected: -1,
+    testsfailed: -1,
+    logstart: -1,
+    deselected: -1,
+    shouldstop: false,
+    shouldfail: false,
+    changed: ['unittest.case:TestCase.assertEqual'],
+    audit: { hookimpls: [], plugins: [] },
+  });
   assert.match(check([uitem({}), fin], [['test_a (tests.test_x.C)', 'PASSED']]), /replaced during the run: unittest\.case:TestCase\.assertEqual/);
 });
 

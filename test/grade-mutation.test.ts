@@ -1,3 +1,4 @@
+// test-group: docker
 // Mutation check of the grader's defences: each planted bug (defences undone, in a copy of the grader's
 // sources under tmp/) must let its adversarial kind score 1, so the corpus (test/grade-adversarial.test.ts)
 // would catch the bug; the real grader gives the same patch 0. The defences are layered, so a kind is
@@ -40,7 +41,9 @@ const MUTANTS: Mutant[] = [
   // grader v2: runner files, results channel, hook audit, exit status
   {
     name: 'runner files not restored',
-    edits: { 'lib/swe/runner-guard.ts': [['export function isRunnerPath(path: string): boolean {', 'export function isRunnerPath(path: string): boolean {\n  if (path) return false;']] },
+    edits: {
+      'lib/swe/runner-guard.ts': [['export function isRunnerPath(path: string): boolean {', 'export function isRunnerPath(path: string): boolean {\n  if (path) return false;']],
+    },
     kind: 'conftest-autouse-noop',
     task: TOOLZ,
     integrityOff: true,
@@ -54,7 +57,9 @@ const MUTANTS: Mutant[] = [
   },
   {
     name: 'statuses read from the log instead of the results plugin',
-    edits: { 'activities/grade.ts': [['export function runsPytest(testCmd: string): boolean {', 'export function runsPytest(testCmd: string): boolean {\n  if (testCmd) return false;']] },
+    edits: {
+      'activities/grade.ts': [['export function runsPytest(testCmd: string): boolean {', 'export function runsPytest(testCmd: string): boolean {\n  if (testCmd) return false;']],
+    },
     kind: 'import-fake-lines',
     task: TOOLZ,
     integrityOff: true,
@@ -164,7 +169,11 @@ MUTANTS.forEach((m, i) => {
     const integrity = !m.integrityOff;
     const graders = [mutantGrader(m.name, m.edits, `${i}`), ...(m.holds ? [mutantGrader(m.holds.name, m.holds.edits, `${i}h`)] : [])];
     const [mutant, holds] = await Promise.all(graders);
-    const [mg, real, hg] = await Promise.all([mutant!({ task, patch, backend, integrity }), gradePatch({ task, patch, backend, integrity }), holds?.({ task, patch, backend, integrity })]);
+    const [mg, real, hg] = await Promise.all([
+      mutant!({ task, patch, backend, integrity }),
+      gradePatch({ task, patch, backend, integrity }),
+      holds?.({ task, patch, backend, integrity }),
+    ]);
     assert.equal(mg.reward, 1, `the corpus does not catch mutant "${m.name}": ${show(mg)}`);
     assert.equal(real.reward, 0, show(real));
     if (hg) assert.equal(hg.reward, 0, `"${m.holds!.name}" alone lets ${m.kind} through: ${show(hg)}`);

@@ -1,3 +1,4 @@
+// test-group: unit
 // The pure side of grading: verdict rules, harness-shaped reports and the run summary, the predictions loader.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,3 +1,4 @@
+// test-group: docker
 // Test integrity under unittest's own runner (`python3 -m unittest -v`, the machinery Django's runner uses
 // too): two shared tasks whose tests are unittest.TestCase classes, run without pytest (ids in unittest's
 // format). The gold patch resolves with its canaries run and back as they must; the in-process kinds of
@@ -12,7 +13,15 @@ import { imagesFor, requireDocker, sharedTask, testBackend } from './helpers/doc
 
 const { backend, cleanup } = testBackend();
 const TASKS = ['tkem__cachetools-bb4b37c', 'r1chardj0n3s__parse-19689cf'];
-const KINDS = ['neuter-profile-hook', 'neuter-init-subclass', 'unittest-assert-noop', 'unittest-assert-noop-classes', 'spare-canaries', 'neuter-package-callers', 'trace-swap-at-call'];
+const KINDS = [
+  'neuter-profile-hook',
+  'neuter-init-subclass',
+  'unittest-assert-noop',
+  'unittest-assert-noop-classes',
+  'spare-canaries',
+  'neuter-package-callers',
+  'trace-swap-at-call',
+];
 const CONCURRENCY = Number(process.env.SWERL_GRADE_CONCURRENCY ?? 3);
 let tasks: SweTask[];
 const results = new Map<string, GradeResult>();
@@ -25,19 +34,26 @@ before(async () => {
   for (const t of tasks) {
     const ut = withUnittestCmd(t);
     jobs.push(async () => void results.set(`gold|${t.instance_id}`, await gradePatch({ task: ut, patch: t.patch, backend })));
-    const patches = await adversarialPatches(t, backend, ADVERSARIAL_KINDS.filter((k) => KINDS.includes(k.name)));
+    const patches = await adversarialPatches(
+      t,
+      backend,
+      ADVERSARIAL_KINDS.filter((k) => KINDS.includes(k.name)),
+    );
     for (const [kind, patch] of patches) jobs.push(async () => void results.set(`${kind}|${t.instance_id}`, await gradePatch({ task: ut, patch, backend })));
   }
   let next = 0;
-  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-    while (next < jobs.length) await jobs[next++]!();
-  }));
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < jobs.length) await jobs[next++]!();
+    }),
+  );
 });
 after(async () => {
   await cleanup();
 });
 
-const show = (g: GradeResult) => `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
+const show = (g: GradeResult) =>
+  `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
 
 test('unittest runner: the gold patch resolves, read from the log, with the plugin loaded in the test process and the canaries back as they must', () => {
   for (const t of tasks) {
@@ -47,7 +63,7 @@ test('unittest runner: the gold patch resolves, read from the log, with the plug
     assert.equal(g.detail, undefined, 'the integrity checks loaded (no note that they did not)');
     assert.ok((g.canaries ?? []).length >= 2, JSON.stringify(g.canaries));
     for (const c of g.canaries!) {
-      assert.match(c.id, /^test_\w+ \([\w.]+\.test_\w+\)$/, 'in unittest\'s own format');
+      assert.match(c.id, /^test_\w+ \([\w.]+\.test_\w+\)$/, "in unittest's own format");
       assert.equal(c.status, c.expect === 'pass' ? 'PASSED' : 'FAILED', JSON.stringify(c));
     }
   }

@@ -1,3 +1,4 @@
+// test-group: docker
 // Grading in fresh containers of a real task image.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -48,7 +49,10 @@ describe('gradePatch', () => {
     assert.equal(g.reward, 0);
     assert.equal(g.reason, 'empty_patch');
     assert.equal(g.patchExists, false);
-    assert.deepEqual(Object.values(g.tests.FAIL_TO_PASS), task.FAIL_TO_PASS.map(() => 'MISSING'));
+    assert.deepEqual(
+      Object.values(g.tests.FAIL_TO_PASS),
+      task.FAIL_TO_PASS.map(() => 'MISSING'),
+    );
   });
 
   test('a patch that does not apply → 0, patch_apply_failed', async () => {
@@ -79,7 +83,10 @@ describe('gradePatch', () => {
       '--- /dev/null',
       '+++ b/tests/conftest.py',
       `@@ -0,0 +1,${conftest.split('\n').length - 1} @@`,
-      ...conftest.split('\n').slice(0, -1).map((l) => `+${l}`),
+      ...conftest
+        .split('\n')
+        .slice(0, -1)
+        .map((l) => `+${l}`),
       '',
     ].join('\n');
     const g = await gradePatch({ task, patch: task.patch + extra, backend });
@@ -106,7 +113,10 @@ describe('gradePatch', () => {
       assert.deepEqual(g.restored, ['tests/conftest.py']);
     } finally {
       await sb.stop();
-      await new Docker().getImage(`${image}:latest`).remove({ force: true }).catch(() => undefined);
+      await new Docker()
+        .getImage(`${image}:latest`)
+        .remove({ force: true })
+        .catch(() => undefined);
     }
   });
 
@@ -117,7 +127,15 @@ describe('gradePatch', () => {
     const path = 'toolz/tests/test_swerl_quirks.py';
     const text = readFileSync(new URL('./fixtures/grading/test_swerl_quirks.py', import.meta.url), 'utf8');
     const lines = text.split('\n').slice(0, -1);
-    const add = ['diff --git a/' + path + ' b/' + path, 'new file mode 100644', '--- /dev/null', `+++ b/${path}`, `@@ -0,0 +1,${lines.length} @@`, ...lines.map((l) => `+${l}`), ''].join('\n');
+    const add = [
+      'diff --git a/' + path + ' b/' + path,
+      'new file mode 100644',
+      '--- /dev/null',
+      `+++ b/${path}`,
+      `@@ -0,0 +1,${lines.length} @@`,
+      ...lines.map((l) => `+${l}`),
+      '',
+    ].join('\n');
     const ids = [
       'test_wrapped_by_file_decorator',
       'test_wrapped_without_wraps',

@@ -1,3 +1,4 @@
+// test-group: temporal
 // Experiment tracking against a real MLflow server (PyPI, SQLite backend) on loopback, read back through
 // its REST API: a FrozenLake run served by a `swerl worker` child that is SIGKILLed mid-run logs every
 // iteration's metrics exactly once (steps 0..N-1), its config as params and its plots and metrics.jsonl

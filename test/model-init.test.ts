@@ -1,3 +1,4 @@
+// test-group: unit
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -95,7 +96,7 @@ for (const [preset, expect] of [
 }
 
 test('bad preset, bad seed and bad --out fail with clear errors', async () => {
-  await assert.rejects(modelInit({ out: join(root, 'x'), preset: 'huge' }), /preset: expected one of tiny, frozenlake, got "huge"/);
+  await assert.rejects(modelInit({ out: join(root, 'x'), preset: 'huge' }), /preset: expected one of tiny, frozenlake, frozenlake32, frozenlake32-tied, got "huge"/);
   await assert.rejects(modelInit({ out: join(root, 'x'), preset: 'tiny', seed: 'abc' }), /seed/);
   await assert.rejects(modelInit({ out: join(root, 'x'), preset: 'tiny', seed: -1 }), /seed/);
   await assert.rejects(modelInit({ out: '', preset: 'tiny' }), /out: must not be empty/);
@@ -121,7 +122,7 @@ test('swerl model init on the command line', async () => {
   assert.ok(existsSync(join(out, 'model.safetensors')));
   await assert.rejects(run(process.execPath, ['scripts/swerl.mjs', 'model', 'init', '--out', join(root, 'cli2'), '--preset', 'big'], { cwd: repo }), (e: { code: number; stderr: string }) => {
     assert.equal(e.code, 2);
-    assert.match(e.stderr, /preset: expected one of tiny, frozenlake, got "big"/);
+    assert.match(e.stderr, /preset: expected one of tiny, frozenlake, frozenlake32, frozenlake32-tied, got "big"/);
     return true;
   });
 });

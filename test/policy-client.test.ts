@@ -1,3 +1,4 @@
+// test-group: unit
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -162,11 +163,11 @@ test('SGLang: loadWeights, then get_model_info names the directory served, which
   }
 });
 
-// vLLM's weight-transfer HTTP contract (vllm/entrypoints/serve/dev/rlhf/api_router.py with the `disk` backend of
-// docs/training/weight_transfer/disk.md) as a loopback server that records every request and answers as vLLM
-// does: 400 for a missing init_info/update_info, 422 for a bad pause mode, 500 for what the engine raises
-// (a second session, an update outside a session, a path that is not an absolute directory of safetensors).
-// vLLM itself needs a GPU, so this is as close as this machine gets.
+// vLLM's weight-transfer HTTP contract with the `disk` backend of an unreleased vLLM (draft PR vllm-project/vllm#52152;
+// released vLLM has no such backend: test/vllm-training.test.ts runs the real 0.32 and its reload_weights path) as a
+// loopback server that records every request and answers as that vLLM does: 400 for a missing init_info/update_info,
+// 422 for a bad pause mode, 500 for what the engine raises (a second session, an update outside a session, a path that
+// is not an absolute directory of safetensors). Its /server_info reports the backend, which is what makes swerl use it.
 function vllmContractServer() {
   const log: { method: string; url: string; body: unknown; paused: boolean }[] = [];
   const state = { paused: false, inited: false, session: false, loaded: null as string | null, version: null as string | null, devMode: true };
@@ -231,6 +232,13 @@ function vllmContractServer() {
         }
         case 'GET /weight_info':
           return json(200, { weight_version: state.version });
+        case 'GET /server_info':
+          return json(200, {
+            vllm_config: {
+              model_config: { dtype: 'torch.float32', hf_overrides: {}, served_model_name: 'policy', max_model_len: 4096 },
+              weight_transfer_config: { backend: 'disk' },
+            },
+          });
         default:
           return json(404, { detail: 'Not Found' });
       }
@@ -260,6 +268,7 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
     await c.loadWeights(dir, 4);
     assert.deepEqual(log.map((l) => [l.method, l.url, l.body, l.paused]), [
       ['GET', '/weight_info', undefined, false],
+      ['GET', '/server_info?config_format=json', undefined, false],
       ['POST', '/pause?mode=wait', undefined, false],
       ['POST', '/init_weight_transfer_engine', { init_info: {} }, true],
       ['POST', '/start_weight_update', undefined, true],
@@ -281,7 +290,7 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
     log.length = 0;
     const empty = ckpt(6, ['config.json']);
     await assert.rejects(c.loadWeights(empty, 6), /update_weights unavailable after 1 attempts: HTTP 500: .*contains no safetensors files/);
-    assert.deepEqual(log.map((l) => l.url), ['/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/update_weights', '/resume'], 'one attempt per step, then resume');
+    assert.deepEqual(log.map((l) => l.url), ['/server_info?config_format=json', '/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/update_weights', '/resume'], 'one attempt per step, then resume');
     assert.deepEqual([state.paused, state.session], [false, false]);
     assert.equal((await c.servedModel()).checkpoint, 5);
 
@@ -291,13 +300,13 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
     log.length = 0;
     await c.loadWeights(ckpt(7), 7);
     assert.deepEqual(log.map((l) => l.url), [
-      '/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/finish_weight_update', '/start_weight_update', '/update_weights', '/finish_weight_update', '/resume',
+      '/server_info?config_format=json', '/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/finish_weight_update', '/start_weight_update', '/update_weights', '/finish_weight_update', '/resume',
     ]);
     assert.equal((await c.servedModel()).checkpoint, 7);
 
     // a vLLM without its development endpoints: the error says how to start it
     state.devMode = false;
-    await assert.rejects(c.loadWeights(ckpt(8), 8), (e: Error) => e instanceof PolicyResponseError && /VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '\{"backend": "disk"\}'/.test(e.message));
+    await assert.rejects(c.loadWeights(ckpt(8), 8), (e: Error) => e instanceof PolicyResponseError && /GET \/server_info is not served \(404\): start vLLM with VLLM_SERVER_DEV_MODE=1/.test(e.message));
   } finally {
     srv.close();
     rmSync(root, { recursive: true, force: true });

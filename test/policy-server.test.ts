@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // Real HTTP against a real gpu-learner Learner serving tiny preset checkpoints.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -6,7 +7,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startPolicyServer, type PolicyServer, type ServableModel } from '../activities/policy-server.ts';
+import { startPolicyServer, type PolicyServer, type ServableModel } from '../policy-server/index.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { FROZENLAKE_ACTION_IDS, writeModel } from '../lib/presets.ts';
 import { createPolicyClient, servesCheckpoint } from '../lib/policy-client.ts';
@@ -104,7 +105,8 @@ test('policy server over a real Learner', { skip }, async (t) => {
       [{ max_tokens: 3 }, 'prompt', /prompt: /],
       [{ prompt: [1, 99999] }, 'prompt', /prompt\.1: token id 99999 is outside the vocabulary/],
       [{ prompt, temperature: -1 }, 'temperature', /temperature: .*-1/],
-      [{ prompt, n: 2 }, 'n', /n: /],
+      [{ prompt, n: 0 }, 'n', /n: .*0/],
+      [{ prompt, n: 65 }, 'n', /n: .*65/],
       [{ prompt, allowed_token_ids: [] }, 'allowed_token_ids', /allowed_token_ids/],
       [{ prompt, stop_token_ids: [5000] }, 'stop_token_ids', /stop_token_ids\.0: token id 5000/],
       [{ prompt, max_tokens: 5000 }, 'max_tokens', /exceeds the context of 4096/],
@@ -350,7 +352,7 @@ test('chat completions, top log-probs, stop strings and strict parameters, throu
       messages: [...messages, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'finish', arguments: '{"command":"submit"}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'ok' }],
     });
     assert.ok(follow.usage!.prompt_tokens > withTools.usage!.prompt_tokens);
-    const { parseToolCallBlocks } = await import('../activities/policy-server.ts');
+    const { parseToolCallBlocks } = await import('../policy-server/index.ts');
     const p = parseToolCallBlocks('Let me submit.\n<tool_call>\n{"name": "finish", "arguments": {"command": "submit"}}\n</tool_call>', () => 'id1');
     assert.deepEqual(p, { content: 'Let me submit.', toolCalls: [{ id: 'id1', type: 'function', function: { name: 'finish', arguments: '{"command":"submit"}' } }] });
     assert.deepEqual(parseToolCallBlocks('<tool_call>{not json}</tool_call>'), { content: '<tool_call>{not json}</tool_call>', toolCalls: [] });
@@ -380,7 +382,7 @@ test('chat completions, top log-probs, stop strings and strict parameters, throu
       [{ logit_bias: { '5': 10 } }, 'logit_bias'],
       [{ response_format: { type: 'json_object' } }, 'response_format'],
       [{ tool_choice: 'required', tools: [] }, 'tool_choice'],
-      [{ n: 2 }, 'n'],
+      [{ n: 0 }, 'n'],
       [{ top_logprobs: 3 }, 'top_logprobs'],
       [{ top_logprobs: 21, logprobs: true }, 'top_logprobs'],
       [{ made_up: true }, 'made_up'],

@@ -1,3 +1,4 @@
+// test-group: temporal
 // Prometheus against a real server: Debian's prometheus scrapes a `swerl worker --metrics-port` child
 // on loopback every second while a FrozenLake run goes on; queried through its HTTP API, our metrics
 // agree with the run's metrics.jsonl, and the Temporal SDK's worker metrics are there with their labels.
@@ -6,7 +7,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { readFileSync } from 'node:fs';
 import type { ChildProcess } from 'node:child_process';
-import { freePort } from '../lib/temporal-server.ts';
+import { freePort } from '../services/temporal-server.ts';
 import { openStore } from '../lib/store.ts';
 import { readMetricsLines } from '../activities/report.ts';
 import { ROOT, spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';

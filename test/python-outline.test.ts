@@ -1,3 +1,4 @@
+// test-group: unit
 // The condensed view of large Python files (R2E-Gym's file_editor default), on hand-made sources whose
 // elisions are known line by line, and on a real module of a shared task.
 import { test } from 'node:test';

@@ -1,3 +1,4 @@
+// test-group: unit
 // Replays the recorded histories (scripts/record-histories.ts) against today's workflow code:
 // a non-deterministic change fails here (DESIGN §2).
 import { test, before } from 'node:test';

@@ -1,3 +1,4 @@
+// test-group: temporal
 // A run as its users watch it: one trainingRun row in the Temporal UI (plus its iteration children),
 // current details that follow the iterations, plots redrawn in the store after each iteration, `swerl
 // report`, and headless-Chromium screenshots of the run list and the run page (SWERL_SCREENSHOT_DIR keeps them).

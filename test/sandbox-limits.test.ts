@@ -1,4 +1,5 @@
-// What an agent does to its sandbox is a result, never an infrastructure failure (issue 12): the disk
+// test-group: docker
+// What an agent does to its sandbox is a result, never an infrastructure failure: the disk
 // watchdog stops a command that writes past limits.diskMiB and says so; a 100 MiB file is `patch_too_large`
 // in one attempt; a removed .git is `diff_failed`; truncated output reports its true size; and sandboxes
 // carry owner labels so a sweep removes those of dead owners and expired ones. Real Docker (the shared engine,
@@ -7,7 +8,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { DockerBackend, sweepSandboxes, type DockerSandbox } from '../activities/sandbox/docker.ts';
+import { sweepSandboxes, type DockerSandbox } from '../activities/sandbox/docker.ts';
 import { OWNER_LABELS } from '../activities/sandbox/common.ts';
 import { SweEnvironment } from '../activities/swe-env.ts';
 import { SweEnvConfigSchema } from '../lib/swe/env-config.ts';
@@ -51,11 +52,12 @@ test('a command writing past diskMiB is stopped and the agent told; the sandbox 
 
 test('a writer that left its command (setsid, a daemon) does not outlive it, so it cannot fill the disk between commands', async () => {
   const r = await tools.executeBash(
-    "setsid sh -c 'sleep 1; for i in $(seq 60); do head -c 10000000 /dev/zero >> /testbed/detached; sleep 0.1; done' >/dev/null 2>&1 </dev/null & sleep 0.5; echo started",
+    "setsid sh -c 'sleep 3; for i in $(seq 60); do head -c 10000000 /dev/zero >> /testbed/detached; sleep 0.1; done' >/dev/null 2>&1 </dev/null & sleep 0.5; echo started",
   );
   assert.equal(r.observation, '[STDOUT]\nstarted\n[STDERR]\n');
-  await new Promise((res) => setTimeout(res, 3000)); // the policy thinking: nothing is watched now
-  // the writer would have written 10 MB every 0.1 s from its first second on
+  // the policy thinking: nothing is watched now. The writer starts 2.5 s after its command ended (room for the
+  // kill on a loaded host) and, alive, would have written 10 MB every 0.1 s for 2 s by the check
+  await new Promise((res) => setTimeout(res, 5000));
   const left = await sb.exec(`ls -l /testbed/detached 2>&1; for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done | grep -c '[s]eq 60'`, 10);
   assert.match(left.stdout, /No such file or directory\n0\n$/, `no file, no writer: ${left.stdout}`);
   assert.equal((await sb.exec('echo alive', 10)).stdout, 'alive\n', 'the sandbox itself goes on');

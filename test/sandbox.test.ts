@@ -1,3 +1,4 @@
+// test-group: docker
 // Docker sandbox against a real engine: isolation, limits, timeouts, output cap, file transfer.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,3 +1,4 @@
+// test-group: temporal
 // Retraining on a schedule against a real dev server: a Schedule whose runs start from the newest
 // checkpoint of an earlier run (fromRun), triggered by hand; list, delete; fromRun failures name the field.
 import { test } from 'node:test';

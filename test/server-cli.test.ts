@@ -1,4 +1,5 @@
-// `swerl server` (issue 12): SIGKILLed, it leaves no Temporal process behind; started over a port or a
+// test-group: temporal
+// `swerl server`: SIGKILLed, it leaves no Temporal process behind; started over a port or a
 // database another server holds, it refuses and names the pid instead of claiming a server it did not start.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -6,7 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, listenerPid, startDevServer } from '../lib/temporal-server.ts';
+import { freePort, listenerPid, startDevServer } from '../services/temporal-server.ts';
 import { ROOT, spawnWorker, waitFor } from './helpers/temporal.ts';
 
 function swerlServer(args: string[]): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {

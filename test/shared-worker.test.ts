@@ -1,3 +1,4 @@
+// test-group: temporal
 // Two training runs at once on one worker (one learner, one policy server): every trajectory's sampled
 // log-probs are its own run's checkpoint's, token for token. Both runs have a checkpoint 0 and 1, so a
 // server known by index alone would hand one run's rollouts the other run's weights.

@@ -1,3 +1,4 @@
+// test-group: docker
 // Scripted agents (no model) through SweEnvironment on the real tasks, real Docker sandboxes and real grading.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

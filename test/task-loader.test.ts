@@ -1,3 +1,4 @@
+// test-group: unit
 // Task loader: JSONL and parquet, both test-list encodings, bad records reported with line and field.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,3 +1,4 @@
+// test-group: unit
 // Parsers against logs of real runs (test/fixtures/testlogs/, recorded by checks/testlogs/record.ts):
 // pytest 6.0/7.2/8.3 (with and without -v), unittest on Python 3.9/3.11/3.13, Django 2.2/3.2/4.2's runner,
 // sympy 1.7/1.11/1.13's runner, and the shared tasks' runs without and with the gold patch. Every test

@@ -1,3 +1,4 @@
+// test-group: unit
 // Small pure cases of the log parsers; the parsers are held to real runs in test/testlog-real.test.ts.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,3 +1,4 @@
+// test-group: unit
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';

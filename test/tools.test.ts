@@ -1,3 +1,4 @@
+// test-group: docker
 // The four R2E-Gym tools in a real Docker sandbox of a task image (one container for the whole file).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';

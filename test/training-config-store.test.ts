@@ -1,3 +1,4 @@
+// test-group: unit
 // The config schema's error messages and the artifact store's atomic writes and key layout (no server needed).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,3 +1,4 @@
+// test-group: temporal
 // Durability against a real dev server: the worker (a `swerl worker` child process) is SIGKILLed
 // mid-iteration and restarted; the server is stopped and restarted on the same SQLite file mid-run.
 // Each run completes with no rollout lost or counted twice and a contiguous checkpoint sequence.
@@ -10,7 +11,8 @@ import type { ChildProcess } from 'node:child_process';
 import { startWorkers } from '../workers/index.ts';
 import { keys, listCheckpoints, openStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
-import { statusQuery } from '../workflows/signals.ts';
+import { progressQuery, statusQuery } from '../workflows/signals.ts';
+import { iterationWorkflowId } from '../workflows/shapes.ts';
 import type { IterationMetrics, TrainingRunResult } from '../workflows/shapes.ts';
 import { ROOT, spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from './helpers/temporal.ts';
 
@@ -28,6 +30,14 @@ async function workerReady(logFile: string, restarts: number): Promise<number> {
   return Date.now();
 }
 
+/** rollouts in flight at once: 32 rollouts run in 4 waves, so the rollout phase is long enough to catch */
+const WAVE = 8;
+
+async function iterationMetrics(storeUrl: string, runId: string): Promise<IterationMetrics[]> {
+  const text = (await openStore(storeUrl).get(keys.metrics(runId)))?.toString('utf8') ?? '';
+  return text.trim().split('\n').map((l) => JSON.parse(l) as IterationMetrics);
+}
+
 async function checkRun(storeUrl: string, runId: string, iterations: number, perIteration: number): Promise<void> {
   const store = openStore(storeUrl);
   assert.deepEqual(await listCheckpoints(store, runId), Array.from({ length: iterations + 1 }, (_, i) => i));
@@ -36,7 +46,7 @@ async function checkRun(storeUrl: string, runId: string, iterations: number, per
     assert.equal(trajKeys.length, perIteration, `iteration ${n}: one trajectory per (task, sample)`);
     for (const k of trajKeys) assert.equal((await store.getJson<Trajectory>(k))!.checkpoint, n);
   }
-  const metrics = ((await store.get(keys.metrics(runId)))?.toString('utf8') ?? '').trim().split('\n').map((l) => JSON.parse(l) as IterationMetrics);
+  const metrics = await iterationMetrics(storeUrl, runId);
   assert.deepEqual(metrics.map((m) => m.iteration), Array.from({ length: iterations }, (_, i) => i), 'one metrics line per iteration');
   for (const m of metrics) {
     assert.equal(m.learnerTrajectories, perIteration, `iteration ${m.iteration}: the learner consumed every trajectory once`);
@@ -49,17 +59,20 @@ async function checkRun(storeUrl: string, runId: string, iterations: number, per
 const preset = JSON.parse(readFileSync(join(ROOT, 'configs', 'frozenlake.json'), 'utf8')) as TrainingConfigInput;
 
 /**
- * Starts the run served by a `swerl worker` child, SIGKILLs the worker once iteration 1's rollouts are under
- * way and starts another: the run's handle, the new worker and when it was started.
+ * Starts the run served by a `swerl worker` child, SIGKILLs the worker while iteration 1's rollouts are
+ * running and starts another: the run's handle, the new worker and when it was started. Running: some done
+ * (so the worker has taken the first wave, not merely had it scheduled) and at most half, asked of the
+ * iteration itself rather than its parent's signalled phase; the config runs them in waves, so that
+ * window lasts long enough for a loaded host to see it.
  */
 async function killWorkerInRollouts(runId: string, config: TrainingConfigInput, args: string[], logFile: string) {
   let worker: ChildProcess = spawnWorker(args, logFile);
   try {
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-    await waitFor('iteration 1 under way', async () => {
-      const s = await t.client.workflow.getHandle(runId).query(statusQuery);
-      return s.running && s.iteration === 1 && s.phase === 'rollouts';
-    }, 150_000, 50);
+    await waitFor('iteration 1 rollouts running', async () => {
+      const p = await t.client.workflow.getHandle(iterationWorkflowId(runId, 1)).query(progressQuery);
+      return p.phase === 'rollouts' && p.rolloutsDone >= 2 && p.rolloutsDone <= p.rolloutsTotal / 2;
+    }, 150_000, 100);
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
     const restarted = Date.now();
@@ -71,9 +84,9 @@ async function killWorkerInRollouts(runId: string, config: TrainingConfigInput, 
   }
 }
 
-test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout; recovery takes seconds', async () => {
+test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout; the iteration resumes within the heartbeat timeout', async () => {
   const runId = 'kill-worker';
-  const base = tinyConfig(t.dir, { runId, iterations: 3, batch: { tasks: 8, samples: 4 }, maxInflightRollouts: 32 });
+  const base = tinyConfig(t.dir, { runId, iterations: 3, batch: { tasks: 8, samples: 4 }, maxInflightRollouts: WAVE });
   const config = { ...base, rollout: { ...base.rollout, ...preset.rollout }, learner: { ...base.learner, heartbeatTimeoutSeconds: preset.learner!.heartbeatTimeoutSeconds } };
   // the restarted worker's policy server listens on a new port: rollouts ask the workflow for a new syncPolicy
   const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
@@ -113,6 +126,11 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
     const result: TrainingRunResult = await h.result();
     assert.equal(result.iterations, 3);
     await checkRun(config.store.url, runId, 3, 32);
+    // after the new worker is ready, the interrupted iteration waits at most one heartbeat timeout for its lost
+    // rollouts, then does what an undisturbed iteration (iteration 0, same run) does
+    const undisturbed = (await iterationMetrics(config.store.url, runId))[0]!.iterationSeconds;
+    const bound = config.rollout.heartbeatTimeoutSeconds! + 2 * undisturbed;
+    assert.ok(rolloutRecovery.afterReady <= bound, `resumed ${rolloutRecovery.afterReady.toFixed(1)} s after the new worker was ready; bound ${bound.toFixed(1)} s (heartbeat timeout + 2 × ${undisturbed.toFixed(1)} s)`);
   } finally {
     if (worker.exitCode === null) {
       worker.kill('SIGTERM');
@@ -123,7 +141,7 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
 
 test('a restarted worker fails the rollouts its dead predecessor was running, so they run again long before their heartbeat timeout', async () => {
   const runId = 'orphans';
-  const base = tinyConfig(t.dir, { runId, iterations: 2, batch: { tasks: 8, samples: 4 }, maxInflightRollouts: 32 });
+  const base = tinyConfig(t.dir, { runId, iterations: 2, batch: { tasks: 8, samples: 4 }, maxInflightRollouts: WAVE });
   // heartbeat timeouts of 10 minutes: the rollouts can only come back this soon through the restarted worker
   const config = { ...base, rollout: { ...base.rollout, heartbeatTimeoutSeconds: 600 }, learner: { ...base.learner, heartbeatTimeoutSeconds: 600 } };
   const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];

@@ -1,3 +1,4 @@
+// test-group: temporal
 // trainingRun's control surface against a real dev server: bad config, pause/resume,
 // updateHyperparameters (rejected and accepted), stopAfterIteration, the status query.
 import { test } from 'node:test';

@@ -1,4 +1,5 @@
-// Training on real SWE tasks through the same workflows as FrozenLake (issue #4 item 7): one
+// test-group: docker
+// Training on real SWE tasks through the same workflows as FrozenLake: one
 // iteration of the tiny local policy on two shared tasks × two samples, each episode in a real Docker
 // sandbox, graded by running the task's tests, and one learner step to checkpoint 1.
 import { test } from 'node:test';

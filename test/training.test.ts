@@ -1,3 +1,4 @@
+// test-group: temporal
 // A short FrozenLake run end to end through `swerl train`'s client side against a real dev server:
 // trajectory count = tasks × samples × iterations, checkpoints contiguous 0..N, one metrics line per iteration.
 import { test } from 'node:test';

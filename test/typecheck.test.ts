@@ -1,3 +1,4 @@
+// test-group: cpu-heavy
 // The whole project type-checks under `strict` (tsx runs TypeScript without checking types, so
 // without this a type error would only show in an editor).
 import assert from 'node:assert/strict';

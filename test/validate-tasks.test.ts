@@ -1,3 +1,4 @@
+// test-group: docker
 // Every shared SWE task validates (test_patch alone: FAIL_TO_PASS fail, PASS_TO_PASS pass; gold: all
 // pass), through the CLI and through the Temporal workflow with a real dev server.
 import { after, before, test } from 'node:test';
@@ -7,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from '@temporalio/worker';
 import { NativeConnection } from '@temporalio/worker';
 import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/docker.ts';
+import { startTestTemporal } from './helpers/temporal.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -23,15 +25,8 @@ test('swerl validate-tasks: all 8 shared tasks valid (concurrency 2)', () => {
   assert.equal(r.status, 0);
 });
 
-test('validateTasks workflow on the rollout queue (real Temporal dev server)', async (t) => {
-  let h: typeof import('./helpers/temporal.ts');
-  try {
-    h = await import('./helpers/temporal.ts');
-  } catch (e) {
-    t.skip(`Temporal test helper unavailable: ${(e as Error).message}`);
-    return;
-  }
-  const env = await h.startTestTemporal('swerl-validate-');
+test('validateTasks workflow on the rollout queue (real Temporal dev server)', async () => {
+  const env = await startTestTemporal('swerl-validate-');
   after(() => env.close());
   const { sweActivities } = await import('../activities/swe.ts');
   const connection = await NativeConnection.connect({ address: env.server.address });

@@ -1,3 +1,4 @@
+// test-group: unit
 // Which worker identities a restarted worker may treat as dead (workers/orphans.ts): only a swerl worker of
 // this host and PID namespace whose process is gone or was replaced; never itself, a live process, another
 // host or another PID namespace (a container sharing the hostname).
@@ -5,8 +6,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { hostname } from 'node:os';
-import { identityOfDeadLocalWorker, pidNamespace, workerIdentity } from '../workers/orphans.ts';
-import { processStartTicks } from '../activities/sandbox/common.ts';
+import { identityOfDeadLocalWorker, workerIdentity } from '../workers/orphans.ts';
+import { pidNamespace, processStartTicks } from '../lib/process-identity.ts';
 
 test('a worker identity is dead only when its process on this host and PID namespace is gone', async () => {
   const ns = pidNamespace();

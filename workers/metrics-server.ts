@@ -65,7 +65,7 @@ export async function startMetricsServer(o: MetricsServerOptions): Promise<Metri
  */
 export async function startWorkerMetrics(o: { host?: string; port: number }): Promise<MetricsServer & { sdk: boolean }> {
   const { Runtime } = await import('@temporalio/worker');
-  const { freePort } = await import('../lib/temporal-server.ts');
+  const { freePort } = await import('../services/temporal-server.ts');
   const sdkPort = await freePort('127.0.0.1');
   let sdk = true;
   try {

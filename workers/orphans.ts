@@ -3,19 +3,9 @@
 // and learner steps. Only a predecessor proven dead is touched: same host, same PID namespace (containers that
 // share a hostname have their own), and its pid gone or reused by a process started at another time.
 import { hostname } from 'node:os';
-import { readlinkSync } from 'node:fs';
 import { Client, type Connection } from '@temporalio/client';
-import { ApplicationFailure } from '@temporalio/common';
-import { ownerAlive, processStartTicks } from '../activities/sandbox/common.ts';
-
-/** `/proc/self/ns/pid` as a number, or '' off Linux. */
-export function pidNamespace(): string {
-  try {
-    return /\[(\d+)\]/.exec(readlinkSync('/proc/self/ns/pid'))?.[1] ?? '';
-  } catch {
-    return '';
-  }
-}
+import { pidNamespace, processAlive, processStartTicks } from '../lib/process-identity.ts';
+import { FailureType, retryable } from '../lib/failures.ts';
 
 /** This process's worker identity: the SDK's `pid@host`, and what proves later that the process is gone. */
 export function workerIdentity(): string {
@@ -30,7 +20,7 @@ export function identityOfDeadLocalWorker(identity: string): boolean {
   if (!m) return false;
   const [, pid, host, start, ns] = m;
   if (host !== hostname() || !ns || ns !== pidNamespace() || Number(pid) === process.pid) return false;
-  return !ownerAlive(Number(pid), start || undefined);
+  return !processAlive(Number(pid), start || undefined);
 }
 
 export interface OrphanedActivity {
@@ -56,7 +46,7 @@ export async function failOrphanedActivities(connection: Connection, namespace: 
       if (Number(a.state) !== 2 || !a.activityId || !identityOfDeadLocalWorker(identity)) continue;
       const id = { workflowId: wf.workflowId, runId: wf.runId, activityId: a.activityId };
       const ok = await client.activity
-        .fail(id, ApplicationFailure.retryable(`worker ${identity.split(' ')[0]} died while running it`, 'WorkerDied'))
+        .fail(id, retryable(FailureType.WorkerDied, `worker ${identity.split(' ')[0]} died while running it`))
         .then(() => true, () => false); // completed or timed out meanwhile: nothing to do
       if (ok) failed.push({ workflowId: wf.workflowId, activityId: a.activityId, activityType: a.activityType?.name ?? '', identity });
     }

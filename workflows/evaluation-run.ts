@@ -5,10 +5,9 @@
 // not happen is retried and, when its retries run out, recorded as an error, never as a model failure.
 import {
   ActivityFailure,
-  ApplicationFailure,
+  deprecatePatch,
   executeChild,
   getExternalWorkflowHandle,
-  patched,
   proxyActivities,
   setHandler,
   upsertSearchAttributes,
@@ -16,24 +15,188 @@ import {
   log,
 } from '@temporalio/workflow';
 import type { createActivities } from '../activities/index.ts';
-import { validateEvalConfig } from '../lib/eval/config.ts';
+import { validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
+import { FailureType, INVALID_INPUT, nonRetryable, RetryPolicies } from '../lib/failures.ts';
+import { lanesPerGroup, mapInLanes } from '../lib/pool.ts';
+import { policyResync } from '../lib/policy-resync.ts';
 import { EVAL_DONE_SA, EVAL_PASS1_SA, evaluationStatusQuery, shardProgressSignal } from './evaluation-signals.ts';
-import type { EvalItem, EvaluationRunResult, EvaluationShardInput, EvaluationStatus, ShardProgress, ShardResult } from './evaluation-shapes.ts';
+import type { EvalItem, EvalReportSummary, EvaluationRunResult, EvaluationShardInput, EvaluationStatus, ShardProgress, ShardResult } from './evaluation-shapes.ts';
 import { TASK_QUEUES, type SyncPolicyInput } from './shapes.ts';
 import { trackEvaluation } from './run-reporting.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
-/** syncPolicy rounds one episode may ask for when our policy server is unreachable */
-const MAX_POLICY_RESYNCS = 3;
 /** least workflow time between two progress signals of a shard, and between two search-attribute upserts */
 const PROGRESS_EVERY_MS = 2000;
-/** evaluations with config.tracking become MLflow runs (issue 13) */
+/** Retired version branch (deprecated: no evaluation needs its old path): evaluations with config.tracking become MLflow runs. */
 const EVALUATION_TRACKING_PATCH = 'evaluation-mlflow-tracking';
 
 /** Child ids derive from the evaluation id (an input), so a replayed history names the same children. */
 export function shardWorkflowId(evalId: string, shard: number): string {
   return `${evalId}-shard-${shard}`;
+}
+
+export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunResult> {
+  deprecatePatch(EVALUATION_TRACKING_PATCH);
+  const config = validEvalConfig(rawConfig);
+  const { evalId } = config;
+  const storeUrl = config.store.url;
+  const progress = new EvaluationProgress(evalId);
+  const store = proxyActivities<Activities>({ taskQueue: TASK_QUEUES.rollout, startToCloseTimeout: '30 minutes', retry: RetryPolicies.short() });
+
+  const plan = await store.prepareEvaluation({ evalId, config });
+  progress.status.total = plan.taskIds.length * plan.runs;
+  const policy = await servePolicy(config, plan.checkpoint, progress);
+
+  progress.status.phase = 'episodes';
+  const items = Array.from({ length: plan.runs }, (_, run) => plan.taskIds.map((taskId): EvalItem => ({ taskId, run }))).flat();
+  await runShards(config, items, policy, progress);
+
+  progress.status.phase = 'reporting';
+  const summary = await store.writeEvaluationReport({ storeUrl, evalId });
+  // config.tracking: the evaluation as an MLflow run of its own
+  if (config.tracking.mlflow) await trackEvaluation({ storeUrl, evalId, tracking: config.tracking });
+  progress.finished(summary);
+  return { evalId, summary };
+}
+
+function validEvalConfig(rawConfig: unknown): EvalConfig & { evalId: string } {
+  const v = validateEvalConfig(rawConfig);
+  if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, `invalid evaluation config: ${v.errors.join('; ')}`);
+  return { ...v.config, evalId: v.config.evalId ?? workflowInfo().workflowId };
+}
+
+/** The evaluation's status query and search attributes, from the shards' absolute counts. */
+class EvaluationProgress {
+  readonly status: EvaluationStatus;
+  private readonly shards = new Map<number, ShardProgress>();
+  private lastUpsert = -Infinity;
+
+  constructor(evalId: string) {
+    this.status = { evalId, phase: 'preparing', total: 0, done: 0, resolved: 0, errors: 0, pass1SoFar: null, shards: 0, summary: null };
+    setHandler(evaluationStatusQuery, () => this.status);
+    setHandler(shardProgressSignal, (p) => {
+      const prev = this.shards.get(p.shard);
+      if (prev && prev.done >= p.done) return;
+      this.shardCounts(p);
+    });
+    upsertSearchAttributes([{ key: EVAL_DONE_SA, value: 0 }]);
+  }
+
+  /** A shard's counts so far (a signal) or at its end (its result). */
+  shardCounts(p: ShardProgress): void {
+    this.shards.set(p.shard, p);
+    const counts = [...this.shards.values()];
+    const s = this.status;
+    s.done = counts.reduce((a, c) => a + c.done, 0);
+    s.resolved = counts.reduce((a, c) => a + c.resolved, 0);
+    s.errors = counts.reduce((a, c) => a + c.errors, 0);
+    const scored = s.done - s.errors;
+    s.pass1SoFar = scored > 0 ? s.resolved / scored : null;
+    if (Date.now() - this.lastUpsert >= PROGRESS_EVERY_MS) {
+      this.lastUpsert = Date.now();
+      upsertSearchAttributes([{ key: EVAL_DONE_SA, value: s.done }, ...(s.pass1SoFar !== null ? [{ key: EVAL_PASS1_SA, value: s.pass1SoFar }] : [])]);
+    }
+  }
+
+  finished(summary: EvalReportSummary): void {
+    this.status.summary = summary;
+    this.status.phase = 'done';
+    upsertSearchAttributes([
+      { key: EVAL_DONE_SA, value: this.status.done },
+      { key: EVAL_PASS1_SA, value: summary.pass1 },
+    ]);
+  }
+}
+
+/** Our policy server and how to sync it again, when it serves the model (a run's checkpoint or a directory); none for an external server. */
+async function servePolicy(config: EvalConfig & { evalId: string }, checkpoint: number | null, progress: EvaluationProgress): Promise<Pick<EvaluationShardInput, 'policyUrl' | 'sync'>> {
+  const m = config.model;
+  if ('baseUrl' in m) return {};
+  progress.status.phase = 'syncing';
+  const storeUrl = config.store.url;
+  const sync: SyncPolicyInput =
+    'run' in m ? { storeUrl, runId: m.run, checkpoint: checkpoint!, model: 'policy' } : { storeUrl, runId: `eval-${config.evalId}`, checkpoint: -1, model: 'policy', modelDir: m.path };
+  const { policyUrl } = await learnerActivities().syncPolicy(sync);
+  return { policyUrl, sync };
+}
+
+function learnerActivities() {
+  return proxyActivities<Activities>({ taskQueue: TASK_QUEUES.learner, startToCloseTimeout: '30 minutes', heartbeatTimeout: '2 minutes', retry: RetryPolicies.short() });
+}
+
+/** The episodes in child shards of at most `shardSize`, `concurrency` episodes in flight over all of them. */
+async function runShards(config: EvalConfig & { evalId: string }, items: EvalItem[], policy: Pick<EvaluationShardInput, 'policyUrl' | 'sync'>, progress: EvaluationProgress): Promise<void> {
+  const shards: EvalItem[][] = [];
+  for (let i = 0; i < items.length; i += config.shardSize) shards.push(items.slice(i, i + config.shardSize));
+  progress.status.shards = shards.length;
+  const concurrentShards = Math.min(shards.length, config.concurrency);
+  const lanes = lanesPerGroup(config.concurrency, concurrentShards);
+  const episodeMinutes = config.episodeTimeoutMinutes + config.gradeTimeoutSeconds / 60 + 10;
+  await mapInLanes(shards, Math.max(1, concurrentShards), async (shardItems, shard) => {
+    const input: EvaluationShardInput = {
+      evalId: config.evalId,
+      storeUrl: config.store.url,
+      shard,
+      items: shardItems,
+      lanes,
+      ...(policy.policyUrl ? { policyUrl: policy.policyUrl } : {}),
+      ...(policy.sync ? { sync: policy.sync } : {}),
+      maxAttempts: config.maxAttempts,
+      heartbeatTimeoutSeconds: config.heartbeatTimeoutSeconds,
+      episodeMinutes,
+    };
+    const r: ShardResult = await executeChild(evaluationShard, { workflowId: shardWorkflowId(config.evalId, shard), taskQueue: TASK_QUEUES.learner, args: [input] });
+    progress.shardCounts(r);
+  });
+}
+
+/** A slice of an evaluation's episodes with `lanes` in flight; reports absolute counts to its parent. */
+export async function evaluationShard(input: EvaluationShardInput): Promise<ShardResult> {
+  const progress: ShardProgress = { shard: input.shard, done: 0, resolved: 0, errors: 0 };
+  const report = shardReporter(progress);
+  const episodes = proxyActivities<Activities>({
+    taskQueue: TASK_QUEUES.rollout,
+    startToCloseTimeout: `${Math.ceil(input.episodeMinutes)} minutes`,
+    heartbeatTimeout: `${input.heartbeatTimeoutSeconds} seconds`,
+    retry: RetryPolicies.sandboxed(input.maxAttempts, [...INVALID_INPUT, FailureType.PolicyUnavailable, FailureType.PolicyRejected]),
+  });
+  const bookkeeping = proxyActivities<Activities>({ taskQueue: TASK_QUEUES.rollout, startToCloseTimeout: '5 minutes', retry: RetryPolicies.short(20) });
+  // our policy server went away (its learner worker restarted): one shared syncPolicy, then retry
+  const sync = input.sync;
+  const policy = policyResync(input.policyUrl, sync && (async () => (await learnerActivities().syncPolicy(sync)).policyUrl));
+  const ref = { storeUrl: input.storeUrl, evalId: input.evalId };
+
+  await mapInLanes(input.items, input.lanes, async (it) => {
+    try {
+      const s = await policy.run((url) => episodes.evalEpisode({ ...ref, taskId: it.taskId, run: it.run, ...(url ? { policyUrl: url } : {}) }));
+      if (s.resolved) progress.resolved++;
+    } catch (err) {
+      if (!(err instanceof ActivityFailure)) throw err;
+      // the episode could not happen and its retries ran out: an error with its reason, not a model result
+      progress.errors++;
+      await bookkeeping.recordEvalError({ ...ref, taskId: it.taskId, run: it.run, reason: reasonOf(err.cause ?? err) });
+    }
+    progress.done++;
+    await report(false);
+  });
+  await report(true);
+  return { ...progress };
+}
+
+/** Signals the shard's counts to its parent, at most every PROGRESS_EVERY_MS unless forced. */
+function shardReporter(progress: ShardProgress): (force: boolean) => Promise<void> {
+  const parent = workflowInfo().parent;
+  let lastSignal = -Infinity;
+  return async (force) => {
+    if (!parent || (!force && Date.now() - lastSignal < PROGRESS_EVERY_MS)) return;
+    lastSignal = Date.now();
+    try {
+      await getExternalWorkflowHandle(parent.workflowId).signal(shardProgressSignal, { ...progress });
+    } catch (err) {
+      log.warn('could not signal the evaluation', { error: String(err) });
+    }
+  };
 }
 
 /** The message of a failure and its causes, for the error record. */
@@ -46,195 +209,4 @@ function reasonOf(err: unknown): string {
     e = f.cause;
   }
   return parts.join(' <- ') || String(err);
-}
-
-export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunResult> {
-  const v = validateEvalConfig(rawConfig);
-  if (!v.ok) throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `invalid evaluation config: ${v.errors.join('; ')}` });
-  const self = workflowInfo().workflowId;
-  const evalId = v.config.evalId ?? self;
-  const config = { ...v.config, evalId };
-  const storeUrl = config.store.url;
-  const status: EvaluationStatus = { evalId, phase: 'preparing', total: 0, done: 0, resolved: 0, errors: 0, pass1SoFar: null, shards: 0, summary: null };
-  const shardCounts = new Map<number, ShardProgress>();
-  let lastUpsert = -Infinity;
-  const publish = (force: boolean) => {
-    const counts = [...shardCounts.values()];
-    status.done = counts.reduce((s, c) => s + c.done, 0);
-    status.resolved = counts.reduce((s, c) => s + c.resolved, 0);
-    status.errors = counts.reduce((s, c) => s + c.errors, 0);
-    const scored = status.done - status.errors;
-    status.pass1SoFar = scored > 0 ? status.resolved / scored : null;
-    if (force || Date.now() - lastUpsert >= PROGRESS_EVERY_MS) {
-      lastUpsert = Date.now();
-      upsertSearchAttributes([
-        { key: EVAL_DONE_SA, value: status.done },
-        ...(status.pass1SoFar !== null ? [{ key: EVAL_PASS1_SA, value: status.pass1SoFar }] : []),
-      ]);
-    }
-  };
-  setHandler(evaluationStatusQuery, () => status);
-  setHandler(shardProgressSignal, (p) => {
-    const prev = shardCounts.get(p.shard);
-    if (prev && prev.done >= p.done) return;
-    shardCounts.set(p.shard, p);
-    publish(false);
-  });
-  upsertSearchAttributes([{ key: EVAL_DONE_SA, value: 0 }]);
-
-  const store = proxyActivities<Activities>({
-    taskQueue: TASK_QUEUES.rollout,
-    startToCloseTimeout: '30 minutes',
-    retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig', 'InvalidTask'] },
-  });
-  const plan = await store.prepareEvaluation({ evalId, config });
-  status.total = plan.taskIds.length * plan.runs;
-
-  let policyUrl: string | undefined;
-  let sync: SyncPolicyInput | undefined;
-  const m = config.model;
-  if (!('baseUrl' in m)) {
-    status.phase = 'syncing';
-    const learner = proxyActivities<Activities>({
-      taskQueue: TASK_QUEUES.learner,
-      startToCloseTimeout: '30 minutes',
-      heartbeatTimeout: '2 minutes',
-      retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig'] },
-    });
-    sync = 'run' in m
-      ? { storeUrl, runId: m.run, checkpoint: plan.checkpoint!, model: 'policy' }
-      : { storeUrl, runId: `eval-${evalId}`, checkpoint: -1, model: 'policy', modelDir: m.path };
-    policyUrl = (await learner.syncPolicy(sync)).policyUrl;
-  }
-
-  status.phase = 'episodes';
-  const items: EvalItem[] = [];
-  for (let run = 0; run < plan.runs; run++) for (const taskId of plan.taskIds) items.push({ taskId, run });
-  const shards: EvalItem[][] = [];
-  for (let i = 0; i < items.length; i += config.shardSize) shards.push(items.slice(i, i + config.shardSize));
-  status.shards = shards.length;
-  const concurrentShards = Math.min(shards.length, config.concurrency);
-  const lanes = Math.max(1, Math.floor(config.concurrency / concurrentShards));
-  const episodeMinutes = config.episodeTimeoutMinutes + config.gradeTimeoutSeconds / 60 + 10;
-  let next = 0;
-  const shardLane = async (): Promise<void> => {
-    while (next < shards.length) {
-      const i = next++;
-      const input: EvaluationShardInput = {
-        evalId,
-        storeUrl,
-        shard: i,
-        items: shards[i]!,
-        lanes,
-        ...(policyUrl ? { policyUrl } : {}),
-        ...(sync ? { sync } : {}),
-        maxAttempts: config.maxAttempts,
-        heartbeatTimeoutSeconds: config.heartbeatTimeoutSeconds,
-        episodeMinutes,
-      };
-      const r: ShardResult = await executeChild(evaluationShard, { workflowId: shardWorkflowId(evalId, i), taskQueue: TASK_QUEUES.learner, args: [input] });
-      shardCounts.set(i, r);
-      publish(false);
-    }
-  };
-  await Promise.all(Array.from({ length: concurrentShards }, shardLane));
-
-  status.phase = 'reporting';
-  const summary = await store.writeEvaluationReport({ storeUrl, evalId });
-  // config.tracking: the evaluation as an MLflow run (histories from before it have no tracking)
-  if (config.tracking.mlflow && patched(EVALUATION_TRACKING_PATCH)) await trackEvaluation({ storeUrl, evalId, tracking: config.tracking });
-  status.summary = summary;
-  status.phase = 'done';
-  upsertSearchAttributes([
-    { key: EVAL_DONE_SA, value: status.done },
-    { key: EVAL_PASS1_SA, value: summary.pass1 },
-  ]);
-  return { evalId, summary };
-}
-
-/** A slice of an evaluation's episodes with `lanes` in flight; reports absolute counts to its parent. */
-export async function evaluationShard(input: EvaluationShardInput): Promise<ShardResult> {
-  const parent = workflowInfo().parent;
-  const progress: ShardProgress = { shard: input.shard, done: 0, resolved: 0, errors: 0 };
-  let lastSignal = -Infinity;
-  const report = async (force: boolean) => {
-    if (!parent || (!force && Date.now() - lastSignal < PROGRESS_EVERY_MS)) return;
-    lastSignal = Date.now();
-    try {
-      await getExternalWorkflowHandle(parent.workflowId).signal(shardProgressSignal, { ...progress });
-    } catch (err) {
-      log.warn('could not signal the evaluation', { error: String(err) });
-    }
-  };
-  const episodes = proxyActivities<Activities>({
-    taskQueue: TASK_QUEUES.rollout,
-    startToCloseTimeout: `${Math.ceil(input.episodeMinutes)} minutes`,
-    heartbeatTimeout: `${input.heartbeatTimeoutSeconds} seconds`,
-    retry: {
-      maximumAttempts: input.maxAttempts,
-      initialInterval: '2s',
-      maximumInterval: '30s',
-      nonRetryableErrorTypes: ['InvalidConfig', 'InvalidTask', 'PolicyUnavailable', 'PolicyRejected'],
-    },
-  });
-  const bookkeeping = proxyActivities<Activities>({
-    taskQueue: TASK_QUEUES.rollout,
-    startToCloseTimeout: '5 minutes',
-    retry: { maximumAttempts: 20, initialInterval: '1s', maximumInterval: '30s' },
-  });
-  const learner = proxyActivities<Activities>({
-    taskQueue: TASK_QUEUES.learner,
-    startToCloseTimeout: '30 minutes',
-    heartbeatTimeout: '2 minutes',
-    retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig'] },
-  });
-
-  let policyUrl = input.policyUrl;
-  let resync: Promise<void> | null = null;
-  // our policy server went away (its learner worker restarted): one shared syncPolicy, then retry
-  const resyncPolicy = (failedUrl: string | undefined): Promise<void> => {
-    if (!input.sync || failedUrl !== policyUrl) return Promise.resolve();
-    resync ??= learner
-      .syncPolicy(input.sync)
-      .then((r) => {
-        policyUrl = r.policyUrl;
-      })
-      .finally(() => {
-        resync = null;
-      });
-    return resync;
-  };
-  const runEpisode = async (it: EvalItem) => {
-    for (let round = 0; ; round++) {
-      const url = policyUrl;
-      try {
-        return await episodes.evalEpisode({ storeUrl: input.storeUrl, evalId: input.evalId, taskId: it.taskId, run: it.run, ...(url ? { policyUrl: url } : {}) });
-      } catch (err) {
-        const cause = err instanceof ActivityFailure ? err.cause : undefined;
-        if (round >= MAX_POLICY_RESYNCS || !input.sync || !(cause instanceof ApplicationFailure) || cause.type !== 'PolicyUnavailable') throw err;
-        await resyncPolicy(url);
-      }
-    }
-  };
-
-  let next = 0;
-  const lane = async (): Promise<void> => {
-    while (next < input.items.length) {
-      const it = input.items[next++]!;
-      try {
-        const s = await runEpisode(it);
-        if (s.resolved) progress.resolved++;
-      } catch (err) {
-        if (!(err instanceof ActivityFailure)) throw err;
-        // the episode could not happen and its retries ran out: an error with its reason, not a model result
-        progress.errors++;
-        await bookkeeping.recordEvalError({ storeUrl: input.storeUrl, evalId: input.evalId, taskId: it.taskId, run: it.run, reason: reasonOf(err.cause ?? err) });
-      }
-      progress.done++;
-      await report(false);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(input.lanes, input.items.length) }, lane));
-  await report(true);
-  return { ...progress };
 }

@@ -9,11 +9,9 @@ import type { createActivities } from '../activities/index.ts';
 import type { TrackingConfig, TrainingConfig } from '../lib/config.ts';
 import type { IterationMetrics, IterationPhase, ReportRunInput, ReportRunResult, TrainingRunState } from './shapes.ts';
 import { TASK_QUEUES } from './shapes.ts';
+import { RetryPolicies } from '../lib/failures.ts';
 
 type Activities = ReturnType<typeof createActivities>;
-
-/** Patch id of issue 13's trainingRun: iterations in a loop, reports after each, current details. */
-export const PROGRESS_VIEW_PATCH = 'training-run-progress-view';
 
 export function trackingCatchUpWorkflowId(runId: string): string {
   return `${runId}-tracking`;
@@ -41,11 +39,20 @@ export function runDetails(o: { runId: string; state: TrainingRunState; config: 
   const pausing = state.paused && phase !== 'paused' ? ' · pausing after this iteration' : '';
   const lines = [`**${o.runId}** · **${state.iteration}** of ${config.iterations} iterations done${now}${pausing}`];
   if (m) {
-    const filtered = m.filtered.max_context + m.filtered.max_steps + m.filtered.timeout;
+    const filtered = Object.values(m.filtered).reduce((a, b) => a + (b ?? 0), 0);
     lines.push(
       `iteration ${m.iteration}: reward **${m.meanReward.toFixed(3)}** · success **${pct(m.successRate)}** · filtered ${pct(filtered)} · ` +
         `${m.iterationSeconds.toFixed(1)} s (rollouts ${m.rolloutSeconds.toFixed(1)} s, learner ${m.learnerSeconds.toFixed(1)} s)`,
     );
+    const mm = m.mismatch;
+    if (mm) {
+      // sampler–learner mismatch (DESIGN §9): ~1e-7 on our own server, larger on another engine or dtype
+      lines.push(
+        `mismatch |Δ log p| mean ${mm.meanAbsDelta.toExponential(2)} · max ${mm.maxAbsDelta.toExponential(2)} · KL k3 ${mm.k3.toExponential(2)}` +
+          (mm.corrected !== undefined ? ` · corrected ${pct(mm.corrected)} of tokens` : '') +
+          (m.sync ? ` · sync ${m.sync.seconds.toFixed(2)} s, probe ${m.sync.probeMaxAbsDelta.toExponential(1)}` : ''),
+      );
+    }
   } else lines.push('no iteration finished yet');
   const ev = state.lastEval;
   if (ev) lines.push(`last eval (iteration ${ev.iteration}): ${ev.scores.map(([k, v]) => `${k} **${v.toFixed(3)}**`).join(' · ')}`);
@@ -74,7 +81,7 @@ export function runReporter(runId: string, config: () => TrainingConfig): RunRep
     startToCloseTimeout: '5 minutes',
     // it heartbeats between steps: a report lost with its worker is retried within seconds
     heartbeatTimeout: '30 seconds',
-    retry: { maximumAttempts: 3, initialInterval: '2s' },
+    retry: RetryPolicies.report,
   });
   let last: Promise<ReportRunResult | null> = Promise.resolve(null);
   const report = (summary: string, extra: Partial<ReportRunInput> = {}): Promise<ReportRunResult | null> => {
@@ -131,7 +138,7 @@ export async function trackEvaluation(input: TrackEvaluationInput): Promise<void
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '5 minutes',
     heartbeatTimeout: '30 seconds',
-    retry: { maximumAttempts: 3, initialInterval: '2s' },
+    retry: RetryPolicies.report,
   });
   let pending = 1;
   try {
@@ -160,7 +167,7 @@ export async function trackingCatchUp(input: ReportRunInput | TrackEvaluationInp
     startToCloseTimeout: '5 minutes',
     heartbeatTimeout: '30 seconds',
     scheduleToCloseTimeout: '7 days',
-    retry: { initialInterval: '5s', backoffCoefficient: 2, maximumInterval: '5 minutes' },
+    retry: RetryPolicies.untilDelivered,
   });
   if ('evalId' in input) return acts.reportEvaluation.executeWithOptions({ summary: `deliver evaluation ${input.evalId} to MLflow` }, [{ ...input, requireDelivered: true }]);
   return acts.reportRun.executeWithOptions({ summary: `deliver run ${input.runId} to MLflow` }, [{ ...input, requireDelivered: true }]);

@@ -3,12 +3,14 @@
 // task the regression baseline and the generated reproduction tests. Every verifier result is a stored,
 // idempotent activity result. Tasks go through child shards so no history nears the event limit; the
 // report activity computes the selections and Best@K curves from the stored results.
-import { ApplicationFailure, executeChild, proxyActivities, setHandler, workflowInfo } from '@temporalio/workflow';
+import { executeChild, proxyActivities, setHandler, workflowInfo } from '@temporalio/workflow';
 import type { createActivities } from '../activities/index.ts';
 import { validateBestOfKConfig } from '../lib/eval/config.ts';
 import { selectionStatusQuery } from './evaluation-signals.ts';
 import type { SelectionStatus } from './evaluation-shapes.ts';
 import { TASK_QUEUES } from './shapes.ts';
+import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
+import { lanesPerGroup, mapInLanes } from '../lib/pool.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -38,7 +40,7 @@ export interface SelectionResult {
 
 export async function selectBestOfK(rawConfig: unknown): Promise<SelectionResult> {
   const v = validateBestOfKConfig(rawConfig);
-  if (!v.ok) throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `invalid Best@K config: ${v.errors.join('; ')}` });
+  if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, `invalid Best@K config: ${v.errors.join('; ')}`);
   const config = v.config;
   const self = workflowInfo().workflowId;
   const selectionId = config.selectionId ?? self;
@@ -47,7 +49,7 @@ export async function selectBestOfK(rawConfig: unknown): Promise<SelectionResult
   const store = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '30 minutes',
-    retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig', 'InvalidTask'] },
+    retry: RetryPolicies.short(),
   });
   const plan = await store.prepareSelection({ selectionId, config });
   const ef = !!config.executionFree;
@@ -70,21 +72,16 @@ export async function selectBestOfK(rawConfig: unknown): Promise<SelectionResult
   }
   if (cur.length) shards.push(cur);
   const concurrentShards = Math.max(1, Math.min(shards.length, config.concurrency));
-  const lanes = Math.max(1, Math.floor(config.concurrency / concurrentShards));
-  let next = 0;
-  const shardLane = async (): Promise<void> => {
-    while (next < shards.length) {
-      const i = next++;
-      const r = await executeChild(selectionShard, {
-        workflowId: `${config.evalId}-${selectionId}-shard-${i}`,
-        taskQueue: TASK_QUEUES.learner,
-        args: [{ storeUrl: config.store.url, evalId: config.evalId, selectionId, tasks: shards[i]!, lanes, executionFree: ef, executionBased: eb, reproduction: repro, maxAttempts: config.maxAttempts }],
-      });
-      status.done += r.done;
-      status.errors += r.errors;
-    }
-  };
-  await Promise.all(Array.from({ length: concurrentShards }, shardLane));
+  const lanes = lanesPerGroup(config.concurrency, concurrentShards);
+  await mapInLanes(shards, concurrentShards, async (tasks, i) => {
+    const r = await executeChild(selectionShard, {
+      workflowId: `${config.evalId}-${selectionId}-shard-${i}`,
+      taskQueue: TASK_QUEUES.learner,
+      args: [{ storeUrl: config.store.url, evalId: config.evalId, selectionId, tasks, lanes, executionFree: ef, executionBased: eb, reproduction: repro, maxAttempts: config.maxAttempts }],
+    });
+    status.done += r.done;
+    status.errors += r.errors;
+  });
   status.phase = 'selecting';
   const report = await store.writeSelectionReport({ storeUrl: config.store.url, evalId: config.evalId, selectionId });
   status.phase = 'done';
@@ -97,7 +94,7 @@ export async function selectionShard(input: SelectionShardInput): Promise<{ done
     taskQueue: TASK_QUEUES.rollout,
     startToCloseTimeout: '60 minutes',
     heartbeatTimeout: '2 minutes',
-    retry: { maximumAttempts: input.maxAttempts, initialInterval: '2s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidConfig', 'InvalidTask'] },
+    retry: RetryPolicies.sandboxed(input.maxAttempts),
   });
   const ref = (taskId: string) => ({ storeUrl: input.storeUrl, evalId: input.evalId, selectionId: input.selectionId, taskId });
   let done = 0;
@@ -120,10 +117,6 @@ export async function selectionShard(input: SelectionShardInput): Promise<{ done
     }
     await Promise.all(efs);
   };
-  let next = 0;
-  const lane = async (): Promise<void> => {
-    while (next < input.tasks.length) await oneTask(input.tasks[next++]!);
-  };
-  await Promise.all(Array.from({ length: Math.min(input.lanes, input.tasks.length) }, lane));
+  await mapInLanes(input.tasks, input.lanes, oneTask);
   return { done, errors };
 }

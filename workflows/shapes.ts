@@ -1,8 +1,8 @@
 // Inputs and outputs that cross workflow history between the training workflows and their activities.
 // Small shapes only: ids, keys, numbers (DESIGN §2).
-import type { EndReason, RolloutSummary } from '../lib/types.ts';
+import type { CompactFilteredEnd, EndReason, RolloutSummary } from '../lib/types.ts';
 import type { Hyperparameters, TrainingConfig } from '../lib/config.ts';
-import type { IterationSummary, StepStats } from '../lib/grpo.ts';
+import type { IterationSummary, MismatchStats, StepStats } from '../lib/grpo.ts';
 
 export type { RolloutSummary };
 
@@ -23,7 +23,12 @@ export interface SyncPolicyInput {
   /** serve this Hugging Face model directory instead of the run's checkpoint (evaluation of a model outside any run) */
   modelDir?: string;
 }
-export interface SyncPolicyResult { policyUrl: string; checkpoint: number }
+export interface SyncPolicyResult {
+  policyUrl: string;
+  checkpoint: number;
+  /** an external server: whether it reloaded, how long that took, and the probe that verified it (DESIGN §9) */
+  sync?: { reloaded: boolean; seconds: number; probe: { tokens: number; meanAbsDelta: number; maxAbsDelta: number; tolerance: number; dtype: string } };
+}
 
 /** A rollout is scheduled with ids only; its config lives in the store at keys.iterationConfig(runId, n). */
 export interface RolloutInput {
@@ -79,6 +84,8 @@ export interface LearnerStepResult extends StepStats {
   lr: number;
   /** true when checkpoint n+1 already existed and its stored stats were returned */
   reused: boolean;
+  /** the learner's log-probs of the sampled tokens vs the behaviour log-probs (absent: nothing sampled, or an older step) */
+  mismatch?: MismatchStats;
 }
 
 export type IterationPhase = 'starting' | 'sampling' | 'syncing' | 'rollouts' | 'learning' | 'evaluating' | 'done' | 'paused' | 'finished';
@@ -95,7 +102,7 @@ export interface IterationMetrics {
   /** child workflows the rollouts fanned out through (absent when the iteration ran them itself) */
   rolloutWorkflows?: number;
   /** fraction of episodes compact-filtered, per reason */
-  filtered: { max_context: number; max_steps: number; timeout: number };
+  filtered: Partial<Record<CompactFilteredEnd, number>>;
   ends: Partial<Record<EndReason, number>>;
   zeroAdvantageGroups: number;
   tokens: number;
@@ -112,6 +119,10 @@ export interface IterationMetrics {
   learnerSeconds: number;
   orchestrationSeconds: number;
   iterationSeconds: number;
+  /** sampler–learner mismatch of this iteration's sampled tokens (mismatch/* in MLflow; DESIGN §9) */
+  mismatch?: MismatchStats;
+  /** the weight sync to an external server before the rollouts: its time and the probe's |Δ log p| */
+  sync?: { seconds: number; reloaded: boolean; probeMaxAbsDelta: number; probeTolerance: number };
   /** validation (config.eval) of this iteration's checkpoint: pass@1 and pass@k on the held-out tasks */
   eval?: { evalId: string; pass1: number; passAtK: Record<string, number> };
   evalSeconds?: number;

@@ -1,16 +1,16 @@
 // The training run (DESIGN §1): validates its config, makes checkpoint 0, then runs child rlIterations
 // in a loop and continues-as-new with its small state every `continueAsNewEvery` iterations or when
-// Temporal suggests it (one row in the UI for long); histories recorded before that ran one per run.
+// Temporal suggests it (one row in the UI for long). Handler state (pause, stop, hyperparameters, status)
+// lives in TrainingRun; the workflow function reads as the process.
 import {
-  ApplicationFailure,
   CancellationScope,
   ContinueAsNew,
   allHandlersFinished,
   condition,
   continueAsNew,
+  deprecatePatch,
   executeChild,
   isCancellation,
-  patched,
   proxyActivities,
   setCurrentDetails,
   setHandler,
@@ -25,6 +25,7 @@ import {
   validateHyperparametersUpdate,
   type TrainingConfig,
 } from '../lib/config.ts';
+import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
 import { rlIteration } from './rl-iteration.ts';
 import { RL_EVAL_PASS1_SA } from './evaluation-signals.ts';
 import {
@@ -38,154 +39,202 @@ import {
   stopAfterIterationSignal,
   updateHyperparametersUpdate,
 } from './signals.ts';
-import type { IterationPhase, TrainingRunResult, TrainingRunState } from './shapes.ts';
+import type { IterationMetrics, IterationPhase, TrainingRunResult, TrainingRunState, TrainingStatus } from './shapes.ts';
 import { iterationWorkflowId, TASK_QUEUES } from './shapes.ts';
-import { noteEvaluation, PROGRESS_VIEW_PATCH, runDetails, runReporter } from './run-reporting.ts';
+import { noteEvaluation, runDetails, runReporter, type RunReporter } from './run-reporting.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
+/** iterations whose reward the run's state keeps (the status query's `recent`) */
 const RECENT = 50;
+/** Retired version branch (deprecated; no run needs its old path): one iteration per workflow run, no reports. */
+const PROGRESS_VIEW_PATCH = 'training-run-progress-view';
 
 export async function trainingRun(rawConfig: unknown, previous?: TrainingRunState): Promise<TrainingRunResult> {
-  const v = validateConfig(rawConfig);
-  if (!v.ok) {
-    throw ApplicationFailure.create({ type: 'InvalidConfig', nonRetryable: true, message: `invalid training config: ${v.errors.join('; ')}` });
-  }
-  const runId = v.config.runId ?? workflowInfo().workflowId;
-  let config: TrainingConfig = { ...v.config, runId };
-  const state: TrainingRunState = previous ?? { iteration: 0, checkpoint: -1, lastMetrics: null, recent: [], paused: false, stopAt: null };
-  let phase: IterationPhase = 'starting';
-  let running = false;
-  // runs recorded before this patch ran one iteration per workflow run and reported nothing
-  const progressView = patched(PROGRESS_VIEW_PATCH);
-  const reporter = progressView ? runReporter(runId, () => config) : null;
-  const showDetails = () => setCurrentDetails(runDetails({ runId, state, config, phase, running }));
-
-  const setPhase = (p: IterationPhase): void => {
-    phase = p;
-    upsertSearchAttributes([{ key: RL_PHASE_SA, value: p }]);
-    showDetails();
-  };
-
-  setHandler(pauseSignal, () => {
-    state.paused = true;
-  });
-  setHandler(resumeSignal, () => {
-    state.paused = false;
-  });
-  setHandler(stopAfterIterationSignal, (arg) => {
-    const at = arg?.iteration !== undefined ? arg.iteration + 1 : running ? state.iteration + 1 : state.iteration;
-    state.stopAt = state.stopAt === null ? at : Math.min(state.stopAt, at);
-  });
-  setHandler(phaseSignal, ({ n, phase: p }) => {
-    if (running && n === state.iteration) setPhase(p);
-  });
-  setHandler(
-    updateHyperparametersUpdate,
-    (update) => {
-      config = applyHyperparameters(config, validateHyperparametersUpdate(update).ok ? update : {});
-      return hyperparametersOf(config);
-    },
-    {
-      validator: (update) => {
-        const r = validateHyperparametersUpdate(update);
-        if (!r.ok) {
-          throw ApplicationFailure.create({ type: 'InvalidHyperparameters', nonRetryable: true, message: `invalid hyperparameters: ${r.errors.join('; ')}` });
-        }
-      },
-    },
-  );
-  setHandler(statusQuery, () => ({
-    runId,
-    iteration: state.iteration,
-    iterations: config.iterations,
-    running,
-    phase,
-    checkpoint: state.checkpoint,
-    iterationWorkflowId: running ? iterationWorkflowId(runId, state.iteration) : null,
-    counts: {
-      iterationsDone: state.iteration,
-      iterationsTotal: config.iterations,
-      rolloutsPerIteration: config.batch.tasks * config.batch.samples,
-    },
-    lastMetrics: state.lastMetrics,
-    recent: state.recent,
-    paused: state.paused,
-    stopAt: state.stopAt,
-    hyperparameters: hyperparametersOf(config),
-  }));
-
-  const finish = async (stopped: boolean): Promise<TrainingRunResult> => {
-    setPhase('finished');
-    await reporter?.finish('FINISHED');
-    await condition(allHandlersFinished);
-    return { runId, iterations: state.iteration, checkpoint: state.checkpoint, stopped, lastMetrics: state.lastMetrics, recent: state.recent };
-  };
-  const stopRequested = () => state.stopAt !== null && state.iteration >= state.stopAt;
-
-  if (state.checkpoint < 0) {
-    const learner = proxyActivities<Activities>({
-      taskQueue: TASK_QUEUES.learner,
-      startToCloseTimeout: '30 minutes',
-      retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['InvalidConfig'] },
-    });
-    const init = await learner.initCheckpoint({ storeUrl: config.store.url, runId, model: config.model });
-    state.checkpoint = init.checkpoint;
-  }
-  upsertSearchAttributes([{ key: RL_ITERATION_SA, value: state.iteration }]);
-  showDetails();
-
-  const continueAsNewNow = async (): Promise<never> => {
-    await reporter?.settle();
-    await condition(allHandlersFinished);
-    return continueAsNew<typeof trainingRun>(config, state);
-  };
-
+  deprecatePatch(PROGRESS_VIEW_PATCH);
+  const run = new TrainingRun(validTrainingConfig(rawConfig), previous);
+  run.handleMessages();
   try {
-    for (let inThisRun = 0; ; ) {
-      if (state.iteration >= config.iterations) return await finish(false);
-      if (stopRequested()) return await finish(true);
-      if (state.paused) {
-        setPhase('paused');
-        await condition(() => !state.paused || stopRequested() || workflowInfo().continueAsNewSuggested);
-        if (stopRequested()) return await finish(true);
-        if (state.paused) return await continueAsNewNow();
+    await run.ensureFirstCheckpoint();
+    for (let inThisRun = 0; ; inThisRun++) {
+      if (run.stopReached()) return await run.finish(true);
+      if (run.allIterationsDone()) return await run.finish(false);
+      if (inThisRun > 0 && run.continueAsNewDue(inThisRun)) return await run.continueAsNew();
+      if (run.state.paused) {
+        await run.waitWhilePaused();
+        if (run.stopReached()) return await run.finish(true);
+        if (run.state.paused) return await run.continueAsNew();
       }
-
-      running = true;
-      const n = state.iteration;
-      setPhase('starting');
-      const result = await executeChild(rlIteration, {
-        workflowId: iterationWorkflowId(runId, n),
-        taskQueue: TASK_QUEUES.learner,
-        args: [{ runId, n, checkpoint: state.checkpoint, config }],
-        ...(progressView ? { staticSummary: `iteration ${n} of ${runId} (checkpoint ${state.checkpoint} → ${state.checkpoint + 1})` } : {}),
-      });
-      running = false;
-      state.iteration = n + 1;
-      state.checkpoint = result.checkpoint;
-      state.lastMetrics = result.metrics;
-      state.recent = [...state.recent, { iteration: n, meanReward: result.metrics.meanReward, successRate: result.metrics.successRate }].slice(-RECENT);
-      noteEvaluation(state, result.metrics);
-      upsertSearchAttributes([
-        { key: RL_ITERATION_SA, value: state.iteration },
-        { key: RL_MEAN_REWARD_SA, value: result.metrics.meanReward },
-        ...(result.metrics.eval ? [{ key: RL_EVAL_PASS1_SA, value: result.metrics.eval.pass1 }] : []),
-      ]);
-      reporter?.afterIteration(n);
-      setPhase('done');
-      inThisRun++;
-
-      if (stopRequested()) return await finish(true);
-      if (state.iteration >= config.iterations) return await finish(false);
-      if (!progressView || inThisRun >= config.continueAsNewEvery || workflowInfo().continueAsNewSuggested) return await continueAsNewNow();
+      await run.iterate();
     }
   } catch (err) {
     // the run failed or was cancelled: close its tracker run so, then end as before
-    if (reporter && !(err instanceof ContinueAsNew)) {
-      const status = isCancellation(err) ? 'KILLED' : 'FAILED';
-      await CancellationScope.nonCancellable(() => reporter.finish(status));
-    }
+    if (!(err instanceof ContinueAsNew)) await run.closeTracking(isCancellation(err) ? 'KILLED' : 'FAILED');
     throw err;
+  }
+}
+
+function validTrainingConfig(rawConfig: unknown): TrainingConfig {
+  const v = validateConfig(rawConfig);
+  if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, `invalid training config: ${v.errors.join('; ')}`);
+  return { ...v.config, runId: v.config.runId ?? workflowInfo().workflowId };
+}
+
+/** A training run's state and everything its signals, update and query touch. */
+class TrainingRun {
+  readonly runId: string;
+  readonly state: TrainingRunState;
+  private phase: IterationPhase = 'starting';
+  /** an rlIteration child is running (iteration `state.iteration`) */
+  private running = false;
+  private readonly reporter: RunReporter;
+
+  constructor(
+    private config: TrainingConfig,
+    previous?: TrainingRunState,
+  ) {
+    this.runId = config.runId!;
+    this.state = previous ?? { iteration: 0, checkpoint: -1, lastMetrics: null, recent: [], paused: false, stopAt: null };
+    this.reporter = runReporter(this.runId, () => this.config);
+  }
+
+  handleMessages(): void {
+    setHandler(pauseSignal, () => {
+      this.state.paused = true;
+    });
+    setHandler(resumeSignal, () => {
+      this.state.paused = false;
+    });
+    setHandler(stopAfterIterationSignal, (arg) => {
+      const s = this.state;
+      const at = arg?.iteration !== undefined ? arg.iteration + 1 : this.running ? s.iteration + 1 : s.iteration;
+      s.stopAt = s.stopAt === null ? at : Math.min(s.stopAt, at);
+    });
+    setHandler(phaseSignal, ({ n, phase }) => {
+      if (this.running && n === this.state.iteration) this.setPhase(phase);
+    });
+    setHandler(
+      updateHyperparametersUpdate,
+      (update) => {
+        this.config = applyHyperparameters(this.config, validateHyperparametersUpdate(update).ok ? update : {});
+        return hyperparametersOf(this.config);
+      },
+      {
+        validator: (update) => {
+          const r = validateHyperparametersUpdate(update);
+          if (!r.ok) throw nonRetryable(FailureType.InvalidHyperparameters, `invalid hyperparameters: ${r.errors.join('; ')}`);
+        },
+      },
+    );
+    setHandler(statusQuery, () => this.status());
+  }
+
+  private status(): TrainingStatus {
+    const { config, state } = this;
+    return {
+      runId: this.runId,
+      iteration: state.iteration,
+      iterations: config.iterations,
+      running: this.running,
+      phase: this.phase,
+      checkpoint: state.checkpoint,
+      iterationWorkflowId: this.running ? iterationWorkflowId(this.runId, state.iteration) : null,
+      counts: { iterationsDone: state.iteration, iterationsTotal: config.iterations, rolloutsPerIteration: config.batch.tasks * config.batch.samples },
+      lastMetrics: state.lastMetrics,
+      recent: state.recent,
+      paused: state.paused,
+      stopAt: state.stopAt,
+      hyperparameters: hyperparametersOf(config),
+    };
+  }
+
+  private setPhase(p: IterationPhase): void {
+    this.phase = p;
+    upsertSearchAttributes([{ key: RL_PHASE_SA, value: p }]);
+    this.showDetails();
+  }
+
+  private showDetails(): void {
+    setCurrentDetails(runDetails({ runId: this.runId, state: this.state, config: this.config, phase: this.phase, running: this.running }));
+  }
+
+  stopReached(): boolean {
+    return this.state.stopAt !== null && this.state.iteration >= this.state.stopAt;
+  }
+
+  allIterationsDone(): boolean {
+    return this.state.iteration >= this.config.iterations;
+  }
+
+  continueAsNewDue(inThisRun: number): boolean {
+    return inThisRun >= this.config.continueAsNewEvery || workflowInfo().continueAsNewSuggested;
+  }
+
+  /** A new run writes checkpoint 0 (from its model preset, directory or an earlier run). */
+  async ensureFirstCheckpoint(): Promise<void> {
+    if (this.state.checkpoint < 0) {
+      const learner = proxyActivities<Activities>({ taskQueue: TASK_QUEUES.learner, startToCloseTimeout: '30 minutes', retry: RetryPolicies.short(5) });
+      const init = await learner.initCheckpoint({ storeUrl: this.config.store.url, runId: this.runId, model: this.config.model });
+      this.state.checkpoint = init.checkpoint;
+    }
+    upsertSearchAttributes([{ key: RL_ITERATION_SA, value: this.state.iteration }]);
+    this.showDetails();
+  }
+
+  /** Paused: waits for resume, a stop, or Temporal's suggestion to continue as new. */
+  async waitWhilePaused(): Promise<void> {
+    this.setPhase('paused');
+    await condition(() => !this.state.paused || this.stopReached() || workflowInfo().continueAsNewSuggested);
+  }
+
+  /** One rlIteration child: checkpoint n → n+1, its metrics into the run's state, search attributes and report. */
+  async iterate(): Promise<void> {
+    const { runId, state } = this;
+    const n = state.iteration;
+    this.running = true;
+    this.setPhase('starting');
+    const result = await executeChild(rlIteration, {
+      workflowId: iterationWorkflowId(runId, n),
+      taskQueue: TASK_QUEUES.learner,
+      args: [{ runId, n, checkpoint: state.checkpoint, config: this.config }],
+      staticSummary: `iteration ${n} of ${runId} (checkpoint ${state.checkpoint} → ${state.checkpoint + 1})`,
+    });
+    this.running = false;
+    this.recordIteration(n, result.checkpoint, result.metrics);
+    this.reporter.afterIteration(n);
+    this.setPhase('done');
+  }
+
+  private recordIteration(n: number, checkpoint: number, m: IterationMetrics): void {
+    const state = this.state;
+    state.iteration = n + 1;
+    state.checkpoint = checkpoint;
+    state.lastMetrics = m;
+    state.recent = [...state.recent, { iteration: n, meanReward: m.meanReward, successRate: m.successRate }].slice(-RECENT);
+    noteEvaluation(state, m);
+    upsertSearchAttributes([
+      { key: RL_ITERATION_SA, value: state.iteration },
+      { key: RL_MEAN_REWARD_SA, value: m.meanReward },
+      ...(m.eval ? [{ key: RL_EVAL_PASS1_SA, value: m.eval.pass1 }] : []),
+    ]);
+  }
+
+  async finish(stopped: boolean): Promise<TrainingRunResult> {
+    this.setPhase('finished');
+    await this.reporter.finish('FINISHED');
+    await condition(allHandlersFinished);
+    const { state } = this;
+    return { runId: this.runId, iterations: state.iteration, checkpoint: state.checkpoint, stopped, lastMetrics: state.lastMetrics, recent: state.recent };
+  }
+
+  async continueAsNew(): Promise<never> {
+    await this.reporter.settle();
+    await condition(allHandlersFinished);
+    return continueAsNew<typeof trainingRun>(this.config, this.state);
+  }
+
+  /** Closes the run's tracker run with `status` (even while the run is being cancelled). */
+  async closeTracking(status: 'KILLED' | 'FAILED'): Promise<void> {
+    await CancellationScope.nonCancellable(() => this.reporter.finish(status));
   }
 }

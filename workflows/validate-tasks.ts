@@ -1,7 +1,9 @@
 // validateTasks (DESIGN §1): for each task, tests with only test_patch (FAIL_TO_PASS must fail)
 // and with the gold patch (all must pass); reports broken tasks. Bounded parallelism.
-import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
+import { proxyActivities } from '@temporalio/workflow';
 import type * as swe from '../activities/swe.ts';
+import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
+import { mapInLanes } from '../lib/pool.ts';
 
 export interface ValidateTasksInput {
   tasksFile: string;
@@ -23,45 +25,38 @@ export interface ValidateTasksResult {
 const { listSweTasks } = proxyActivities<typeof swe>({
   taskQueue: 'rollout',
   startToCloseTimeout: '2 minutes',
-  retry: { maximumAttempts: 3, nonRetryableErrorTypes: ['InvalidTask'] },
+  retry: RetryPolicies.short(3),
 });
 
 const { validateSweTask } = proxyActivities<typeof swe>({
   taskQueue: 'rollout',
   startToCloseTimeout: '15 minutes',
   heartbeatTimeout: '1 minute',
-  retry: { maximumAttempts: 3, initialInterval: '2s', maximumInterval: '30s', nonRetryableErrorTypes: ['InvalidTask'] },
+  retry: RetryPolicies.sandboxed(3),
 });
 
 export async function validateTasks(input: ValidateTasksInput): Promise<ValidateTasksResult> {
   if (!input || typeof input.tasksFile !== 'string' || input.tasksFile === '') {
-    throw ApplicationFailure.nonRetryable(`tasksFile must be a non-empty path, got ${JSON.stringify(input?.tasksFile)}`, 'InvalidInput');
+    throw nonRetryable(FailureType.InvalidInput, `tasksFile must be a non-empty path, got ${JSON.stringify(input?.tasksFile)}`);
   }
   const concurrency = input.concurrency ?? 2;
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) {
-    throw ApplicationFailure.nonRetryable(`concurrency must be an integer in 1..64, got ${input.concurrency}`, 'InvalidInput');
+    throw nonRetryable(FailureType.InvalidInput, `concurrency must be an integer in 1..64, got ${input.concurrency}`);
   }
   const { ids, loadErrors } = await listSweTasks({ tasksFile: input.tasksFile });
   let todo = ids;
   if (input.instanceIds) {
     const missing = input.instanceIds.filter((i) => !ids.includes(i));
-    if (missing.length) throw ApplicationFailure.nonRetryable(`instanceIds not in ${input.tasksFile}: ${missing.join(', ')}`, 'InvalidInput');
+    if (missing.length) throw nonRetryable(FailureType.InvalidInput, `instanceIds not in ${input.tasksFile}: ${missing.join(', ')}`);
     todo = input.instanceIds;
   }
-  const results: swe.TaskValidation[] = new Array(todo.length);
-  let next = 0;
-  const lane = async () => {
-    while (next < todo.length) {
-      const i = next++;
-      const instanceId = todo[i]!;
-      try {
-        results[i] = await validateSweTask({ tasksFile: input.tasksFile, instanceId, ...(input.timeoutS ? { timeoutS: input.timeoutS } : {}) });
-      } catch (e) {
-        results[i] = { instanceId, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
-      }
+  const results = await mapInLanes(todo, concurrency, async (instanceId): Promise<swe.TaskValidation> => {
+    try {
+      return await validateSweTask({ tasksFile: input.tasksFile, instanceId, ...(input.timeoutS ? { timeoutS: input.timeoutS } : {}) });
+    } catch (e) {
+      return { instanceId, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
     }
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, Math.max(todo.length, 1)) }, lane));
+  });
   const valid = results.filter((r) => r.valid).length;
   return { results, valid, invalid: results.length - valid, loadErrors };
 }

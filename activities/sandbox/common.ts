@@ -1,10 +1,10 @@
 // Pieces both sandbox backends share: errors, path checks, output capping, tar building, patch filtering.
-import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { posix } from 'node:path';
 import { Writable } from 'node:stream';
 import tar from 'tar-stream';
 import { PatchTooLargeError, type ExecResult, type OmittedOutput, type Sandbox } from '../../lib/sandbox.ts';
+import { processAlive, processStartTicks } from '../../lib/process-identity.ts';
 
 export const TESTBED = '/testbed';
 export const DEFAULT_MAX_OUTPUT = 1 << 20;
@@ -30,29 +30,6 @@ export function expiresLabel(lifetimeS: number, now = Date.now()): string {
   return String(Math.ceil(now / 1000 + lifetimeS));
 }
 
-/** Start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or '' off Linux. */
-export function processStartTicks(pid: number): string {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // the command name (field 2) may hold spaces and parentheses: fields after the last ')'
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? '';
-  } catch {
-    return '';
-  }
-}
-
-/** Is the process that labelled a sandbox on this host still running? */
-export function ownerAlive(pid: number, startTicks: string | undefined): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false;
-  }
-  // the pid exists: the same process only if it started when the label says
-  return !startTicks || processStartTicks(pid) === '' || processStartTicks(pid) === startTicks;
-}
-
 /** This host as a label value (Kubernetes: at most 63 of [A-Za-z0-9_.-]). */
 export function hostLabel(host = hostname()): string {
   return host
@@ -71,7 +48,7 @@ export function ownerLabels(): Record<string, string> {
  * its `swerl.expires` (without one, DEFAULT_SANDBOX_LIFETIME_S after it was created).
  */
 export function sweepReason(labels: Record<string, string>, createdMs: number, now: number, host = hostLabel()): 'deadOwner' | 'expired' | null {
-  if (labels[OWNER_LABELS.host] === host && labels[OWNER_LABELS.pid] && !ownerAlive(Number(labels[OWNER_LABELS.pid]), labels[OWNER_LABELS.pidStart])) return 'deadOwner';
+  if (labels[OWNER_LABELS.host] === host && labels[OWNER_LABELS.pid] && !processAlive(Number(labels[OWNER_LABELS.pid]), labels[OWNER_LABELS.pidStart])) return 'deadOwner';
   const expires = Number(labels[OWNER_LABELS.expires] ?? NaN) * 1000;
   return (Number.isFinite(expires) ? expires : createdMs + DEFAULT_SANDBOX_LIFETIME_S * 1000) < now ? 'expired' : null;
 }
@@ -329,9 +306,4 @@ export async function computePatch(exec: Sandbox['exec'], excludeGlobs: string[]
   if (r.exit !== 0) throw new Error(`diff in ${TESTBED} failed (exit ${r.exit}): ${r.stderr.slice(0, 500)}`);
   if (r.truncated) throw new PatchTooLargeError(`the diff of ${TESTBED} is larger than ${maxBytes} bytes`);
   return filterPatch(r.stdout, excludeGlobs);
-}
-
-/** Quotes one word for bash. */
-export function shq(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
 }

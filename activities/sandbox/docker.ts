@@ -7,6 +7,7 @@
 import Docker from 'dockerode';
 import { posix } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import type { Duplex } from 'node:stream';
 import {
   DEFAULT_LIMITS,
   SandboxUnavailableError,
@@ -38,6 +39,16 @@ import {
   type TarFile,
 } from './common.ts';
 import { DEFAULT_MAX_PATCH_BYTES } from '../../lib/sandbox.ts';
+
+// dockerode's types lack the engine's `size` option of container inspect and the field it adds
+declare module 'dockerode' {
+  interface ContainerInspectOptions {
+    size?: boolean;
+  }
+  interface ContainerInspectInfo {
+    SizeRw?: number;
+  }
+}
 
 export { SandboxDeadError, SandboxPathError } from './common.ts';
 
@@ -284,13 +295,13 @@ export class DockerSandbox implements Sandbox {
     const cap = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
     const stdout = new CappedSink(cap, opts.tailBytes ?? 0);
     const stderr = new CappedSink(cap, opts.tailBytes ?? 0);
-    const stream = (await this.api('exec could not start', () => exec.start({ hijack: true, stdin: false }))) as NodeJS.ReadWriteStream;
+    const stream = (await this.api('exec could not start', () => exec.start({ hijack: true, stdin: false }))) as Duplex;
     this.docker.modem.demuxStream(stream, stdout, stderr);
     let hostTimedOut = false;
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         hostTimedOut = true;
-        (stream as unknown as { destroy?: () => void }).destroy?.();
+        stream.destroy();
         resolve();
       }, (timeoutS + HOST_GRACE_S) * 1000);
       const unwatch = watch?.();
@@ -309,7 +320,7 @@ export class DockerSandbox implements Sandbox {
 
   /** Bytes the container wrote (its writable layer), as the engine measures it. */
   private async writtenBytes(): Promise<number> {
-    const i = (await this.container.inspect({ size: true } as unknown as Docker.ContainerInspectOptions)) as unknown as { SizeRw?: number };
+    const i = await this.container.inspect({ size: true });
     return i.SizeRw ?? 0;
   }
 
@@ -435,7 +446,7 @@ export class DockerSandbox implements Sandbox {
     const abs = sandboxPath(path);
     let stream: NodeJS.ReadableStream;
     try {
-      stream = (await this.container.getArchive({ path: abs })) as unknown as NodeJS.ReadableStream;
+      stream = await this.container.getArchive({ path: abs });
     } catch (e) {
       const err = e as DockerErr;
       if (err.statusCode === 404 && !(await this.isRunning())) throw await this.dead(`readFile ${abs}`);

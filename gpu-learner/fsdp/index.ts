@@ -12,7 +12,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import type { PackedTrainBatch, StepStats } from '../../lib/grpo.ts';
-import { encodeSafetensors } from '../../lib/safetensors.ts';
+import { decodeSafetensors, encodeSafetensors } from '../../lib/safetensors.ts';
 import type { TrainHyper } from '../index.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -264,6 +264,19 @@ export class FsdpLearner extends EventEmitter {
       loss: r.loss as number, gradNorm: r.gradNorm as number, clipFraction: r.clipFraction as number, meanRatio: r.meanRatio as number,
       tokens: r.tokens as number, seconds: r.seconds as number, skipped: r.skipped as boolean, step: r.step as number, microBatches: r.microBatches as number,
     };
+  }
+
+  /**
+   * Packed log-probs of the batch file's sequences on the current weights (no update): entry t = log p(ids[t] | earlier
+   * ids of its sequence), 0 for each first token, as gpu-learner's Learner.logprobs. The group writes them beside the
+   * batch (`<batch>.logprobs.safetensors`), read back here.
+   */
+  async logprobs(batchPath: string, onProgress?: (p: FsdpProgress) => void): Promise<Float32Array> {
+    const out = `${batchPath}.logprobs.safetensors`;
+    await this.call({ op: 'logprobs', batch: batchPath, out }, onProgress);
+    const t = decodeSafetensors(readFileSync(out)).get('logprobs');
+    if (!t || !(t.data instanceof Float32Array)) throw new Error(`FSDP logprobs: ${out} holds no F32 tensor "logprobs"`);
+    return t.data;
   }
 
   /** Writes safetensors (sharded, indexed), config.json (from srcDir, dtype float32) and optimizer state into dir. */

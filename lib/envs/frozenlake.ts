@@ -4,6 +4,7 @@
 
 import { z } from 'zod';
 import type { ChatMessage, EndReason, EnvStep, TextEnvironment } from '../types.ts';
+import { hashInts, Rng } from '../seed.ts';
 
 /** Action letters, each a single token in the frozenlake preset vocabulary. */
 export const FROZENLAKE_ACTIONS = ['L', 'D', 'R', 'U'] as const;
@@ -25,39 +26,6 @@ export const FrozenLakeConfigSchema = z.object({
 });
 export type FrozenLakeConfig = z.infer<typeof FrozenLakeConfigSchema>;
 export type FrozenLakeConfigInput = z.input<typeof FrozenLakeConfigSchema>;
-
-/** 32-bit integer hash (splitmix/murmur finaliser): mixes one word. */
-export function mix32(x: number): number {
-  x = (x + 0x9e3779b9) | 0;
-  x = Math.imul(x ^ (x >>> 16), 0x85ebca6b);
-  x = Math.imul(x ^ (x >>> 13), 0xc2b2ae35);
-  return (x ^ (x >>> 16)) >>> 0;
-}
-
-/** Hash of several integers, order-sensitive, in [0, 2^32). */
-export function hashInts(...xs: number[]): number {
-  let h = 0x2545f491;
-  for (const x of xs) h = mix32((h ^ mix32(x | 0)) + Math.imul(h, 31));
-  return h >>> 0;
-}
-
-/** Small deterministic PRNG (mulberry32-style state walk); next() ∈ [0, 1). */
-export class Rng {
-  private state: number;
-  constructor(seed: number) {
-    this.state = mix32(seed) | 0;
-  }
-  nextU32(): number {
-    this.state = (this.state + 0x6d2b79f5) | 0;
-    let t = this.state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
-  }
-  next(): number {
-    return this.nextU32() / 4294967296;
-  }
-}
 
 export type Cell = 'S' | 'F' | 'H' | 'G';
 

@@ -131,7 +131,11 @@ function copyableTests(root: Node, file: string, ids: ReadonlySet<string>): Test
         if (copyable(fn)) add(fn, c.body, id);
         break;
       }
-      for (const b of c.bases) if (!seen.has(b)) (seen.add(b), todo.push(b));
+      for (const b of c.bases) {
+        if (seen.has(b)) continue;
+        seen.add(b);
+        todo.push(b);
+      }
     }
   }
   return [...byNode.values()];

@@ -112,10 +112,7 @@ export function judgeTests(tests: GradeResult['tests']): TestsVerdict {
 }
 
 /** Every listed test with its status in `statuses` (MISSING when absent). */
-export function listedTests(
-  task: { FAIL_TO_PASS: readonly string[]; PASS_TO_PASS: readonly string[] },
-  statuses: ReadonlyMap<string, TestOutcome>,
-): GradeResult['tests'] {
+export function listedTests(task: { FAIL_TO_PASS: readonly string[]; PASS_TO_PASS: readonly string[] }, statuses: ReadonlyMap<string, TestOutcome>): GradeResult['tests'] {
   const pick = (ids: readonly string[]) => Object.fromEntries(ids.map((id) => [id, statuses.get(id) ?? 'MISSING'])) as Record<string, TestOutcome>;
   return { FAIL_TO_PASS: pick(task.FAIL_TO_PASS), PASS_TO_PASS: pick(task.PASS_TO_PASS) };
 }

@@ -248,7 +248,9 @@ export function integrityContradictions(input: IntegrityInput): string[] {
       const asyncOk = item.unwrapped === 'async' && item.verified === true;
       if (!ranThrough && !asyncOk) {
         const what = status === 'XPASS' || (!ut && run.calls.get(id)?.xfail) ? 'XPASS' : 'passed';
-        out.push(item.called ? `${id}: reported ${what}, but the test's own call raised ${item.exc ?? item.raised}` : `${id}: reported ${what}, but the test's own function never ran`);
+        out.push(
+          item.called ? `${id}: reported ${what}, but the test's own call raised ${item.exc ?? item.raised}` : `${id}: reported ${what}, but the test's own function never ran`,
+        );
       }
     }
     if ((item.raised === 'skip' || item.raised === 'xfail') && item.raised_in && input.patched.has(item.raised_in)) {

@@ -52,7 +52,10 @@ const TESTISH_DIR = /^(tests?|testing|testsuite|test[_-]\w+|\w+[_-]tests?)$/i;
 
 /** Whether a path lies under a test/, tests/ or testing/ directory (rule 4, by name). */
 export function isTestSupportPath(path: string): boolean {
-  return path.split('/').slice(0, -1).some((d) => TEST_DIRS.has(d));
+  return path
+    .split('/')
+    .slice(0, -1)
+    .some((d) => TEST_DIRS.has(d));
 }
 
 /** Whether a path configures or extends the test runner by its name alone (rule 1). */
@@ -155,15 +158,27 @@ export function pythonImports(source: string): { level: number; module: string; 
     const line = raw.replace(/#.*$/, '').trim();
     let m = /^from\s+(\.*)([\w.]*)\s+import\s+\(?([^)]*)\)?$/.exec(line);
     if (m) {
-      const names = m[3]!.split(',').map((n) => n.trim().split(/\s+as\s+/)[0]!.trim()).filter((n) => /^\w+$/.test(n));
+      const names = m[3]!
+        .split(',')
+        .map((n) =>
+          n
+            .trim()
+            .split(/\s+as\s+/)[0]!
+            .trim(),
+        )
+        .filter((n) => /^\w+$/.test(n));
       out.push({ level: m[1]!.length, module: m[2]!, names });
       continue;
     }
     m = /^import\s+(.+)$/.exec(line);
-    if (m) for (const part of m[1]!.split(',')) {
-      const mod = part.trim().split(/\s+as\s+/)[0]!.trim();
-      if (/^[\w.]+$/.test(mod)) out.push({ level: 0, module: mod, names: [] });
-    }
+    if (m)
+      for (const part of m[1]!.split(',')) {
+        const mod = part
+          .trim()
+          .split(/\s+as\s+/)[0]!
+          .trim();
+        if (/^[\w.]+$/.test(mod)) out.push({ level: 0, module: mod, names: [] });
+      }
   }
   return out;
 }
@@ -184,10 +199,11 @@ export function testTreeImports(testFiles: ReadonlyMap<string, string>, repoFile
   const dirOf = (p: string) => (p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '');
   const testDirs = [...testFiles.keys()].map(dirOf);
   const roots = new Set(['', 'src']);
-  for (const d of testDirs) for (let x = d; ; x = dirOf(x)) {
-    roots.add(x);
-    if (x === '') break;
-  }
+  for (const d of testDirs)
+    for (let x = d; ; x = dirOf(x)) {
+      roots.add(x);
+      if (x === '') break;
+    }
   const out = new Set<string>();
   const join = (a: string, b: string) => (a === '' ? b : b === '' ? a : `${a}/${b}`);
   const candidates = (dir: string, dotted: string): string[] => {

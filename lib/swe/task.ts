@@ -100,7 +100,7 @@ const instanceId = z
   .string()
   .min(1)
   .max(200)
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._\-]*$/, 'only letters, digits, ".", "_", "-"');
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'only letters, digits, ".", "_", "-"');
 
 export const SweTaskSchema = z
   .object({
@@ -258,9 +258,4 @@ export function filesInPatch(patch: string): string[] {
     if (!files.includes(f)) files.push(f);
   }
   return files;
-}
-
-/** The test files a task's test_patch touches (`test_files` when given). */
-export function testFilesOf(task: SweTask): string[] {
-  return task.test_files && task.test_files.length ? task.test_files : filesInPatch(task.test_patch);
 }

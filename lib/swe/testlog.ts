@@ -22,13 +22,12 @@ function put(m: Map<string, TestStatus>, id: string, s: TestStatus): void {
   if (prev === undefined || RANK[s] >= RANK[prev]) m.set(id, s);
 }
 
+// eslint-disable-next-line no-control-regex -- ANSI escape sequences start with ESC
 const ANSI = /\x1b\[[0-9;]*[A-Za-z]/g;
 
 function lines(log: string): string[] {
   return log.replace(ANSI, '').replace(/\r\n?/g, '\n').split('\n');
 }
-
-const PYTEST_WORDS = ['PASSED', 'FAILED', 'ERROR', 'SKIPPED', 'XFAIL', 'XPASS'] as const;
 
 /**
  * The node id at the start of `rest` (what follows the status word): `path::name` up to the first space,
@@ -177,9 +176,6 @@ export function parseUnittestLog(log: string): Map<string, TestStatus> {
   }
   return m;
 }
-
-/** Django's runner prints the unittest format. */
-export const parseDjangoLog = parseUnittestLog;
 
 const SYMPY_STATUS: Record<string, TestStatus> = { ok: 'PASSED', F: 'FAILED', E: 'ERROR', f: 'XFAIL', X: 'XPASS', s: 'SKIPPED', w: 'SKIPPED', T: 'FAILED', K: 'FAILED' };
 

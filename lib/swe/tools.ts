@@ -6,6 +6,7 @@ import { SandboxDiskLimitError, SandboxInfraError, type OmittedOutput, type Sand
 import type { EndReason } from '../types.ts';
 import type { ToolCall, ToolSchemas } from '../toolcall.ts';
 import { CONDENSE_OVER_LINES, condensePython } from './python-outline.ts';
+import { shq } from '../shell.ts';
 
 export const REPO_ROOT = '/testbed';
 export const DEFAULT_COMMAND_TIMEOUT_S = 90;
@@ -83,11 +84,6 @@ export interface SweToolsOptions {
   now?: () => number;
 }
 
-/** Quotes `s` for bash. */
-export function shq(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
-}
-
 /** Clips `text` at `max` characters with a note saying how much was cut. */
 export function clip(text: string, max = MAX_OBSERVATION_CHARS, hint = ''): string {
   if (text.length <= max) return text;
@@ -105,7 +101,7 @@ export function headTail(text: string, keep = KEEP_LINES): string {
 /**
  * One output stream for an observation: its first and last `keep` lines, clipped at `max` characters. When the
  * capture itself left a middle part out (`omitted`), the notes count it too, so they say what the command
- * really printed (issue 12: 200 MB of output is not "1 MB more").
+ * really printed (200 MB of output is not "1 MB more").
  */
 export function formatStream(text: string, omitted: OmittedOutput | undefined, max: number, keep = KEEP_LINES): string {
   if (!omitted) return clip(headTail(text), max);

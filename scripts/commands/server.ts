@@ -3,7 +3,7 @@
 // server holds (naming its pid); the server process dies with this one, even when this one is SIGKILLed.
 import type { Command } from 'commander';
 import { z } from 'zod';
-import { ServerInUseError, startDevServer, type DevServer } from '../../lib/temporal-server.ts';
+import { ServerInUseError, startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { uiViewsScript } from '../../lib/temporal-ui.ts';
 
 const ServerOptionsSchema = z.object({

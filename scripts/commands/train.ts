@@ -8,7 +8,7 @@ import { isAbsolute, join, resolve } from 'node:path';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { validateConfig, type TrainingConfig } from '../../lib/config.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
-import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
+import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { writeRewardPlot } from '../../lib/plot.ts';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
@@ -36,7 +36,7 @@ export interface TrainOutcome {
 }
 
 export function formatMetrics(m: IterationMetrics): string {
-  const filtered = m.filtered.max_context + m.filtered.max_steps + m.filtered.timeout;
+  const filtered = Object.values(m.filtered).reduce((a, b) => a + (b ?? 0), 0);
   return (
     `iter ${m.iteration}: reward ${m.meanReward.toFixed(3)}  success ${(100 * m.successRate).toFixed(1)}%  ` +
     `filtered ${(100 * filtered).toFixed(1)}%  tokens ${m.tokens}  loss ${m.loss.toExponential(2)}  |g| ${m.gradNorm.toFixed(3)}  ` +

@@ -1,4 +1,4 @@
-// Headless Chromium (Debian's, installed by scripts/ensure-chromium.sh) driven by playwright-core, for
+// Headless Chromium (Debian's, installed by scripts/ensure-monitoring.sh) driven by playwright-core, for
 // screenshots of web UIs on loopback. Never downloads a browser. Background networking is off, or
 // Chromium keeps knocking on the closed network.
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';

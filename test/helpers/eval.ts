@@ -1,5 +1,5 @@
 // Evaluation test helpers: which episode a scripted model is asked for, from the request's seed.
-import { evalEpisodeSeed } from '../../activities/evaluation.ts';
+import { evalEpisodeSeed } from '../../lib/seed.ts';
 import { turnSeed } from '../../lib/episode.ts';
 import type { ScriptContext } from './scripted-agent.ts';
 

@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
-import { freePort } from '../../lib/temporal-server.ts';
+import { freePort } from '../../services/temporal-server.ts';
 import { ROOT, waitFor } from './temporal.ts';
 
 export const MLFLOW_BIN = join(ROOT, '.tools', 'venv-mlflow', 'bin', 'mlflow');

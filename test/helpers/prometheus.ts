@@ -3,7 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, openSync, closeSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { freePort } from '../../lib/temporal-server.ts';
+import { freePort } from '../../services/temporal-server.ts';
 import { waitFor } from './temporal.ts';
 
 export interface PromSample { metric: Record<string, string>; value: number }

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { startDevServer, type DevServer } from '../../lib/temporal-server.ts';
+import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { after, before } from 'node:test';
 import { buildWorkflowBundle, startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { fileStoreUrl } from '../../lib/store.ts';

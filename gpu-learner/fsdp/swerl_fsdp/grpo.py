@@ -9,15 +9,6 @@ class BatchError(ValueError):
     """Bad input to a step (the message names the field and the value); the same on every rank."""
 
 
-def leave_one_out_advantages(rewards: list[float]) -> list[float]:
-    """A_i = r_i − (Σ_{j≠i} r_j)/(G−1); A_i = r_i when G = 1 (lib/grpo.ts leaveOneOutAdvantages)."""
-    g = len(rewards)
-    if g <= 1:
-        return list(rewards)
-    s = sum(rewards)
-    return [r - (s - r) / (g - 1) for r in rewards]
-
-
 def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip_low: float, clip_high: float):
     """Per token: ρ = exp(logπ_θ − logπ_old); ℓ = max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)).
 

@@ -5,6 +5,7 @@ line; every request is broadcast to all ranks, handled by all of them, and rank 
 progress lines while it works). Requests:
   {"id", "op": "load", "dir"}                  weights (+ AdamW state) of a checkpoint directory
   {"id", "op": "step", "batch", "hp"}          one GRPO++ optimizer step on a packed batch file -> StepStats
+  {"id", "op": "logprobs", "batch", "out"}     packed log-probs of the batch on the current weights (no update) -> out
   {"id", "op": "save", "dir"}                  safetensors + index, config.json, optimizer/ into dir
   {"id", "op": "shutdown"}
 Replies: {"id", "ok": true, ...} or {"id", "ok": false, "error", "kind": "input"} for bad input (the same on
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from . import checkpoint as ckpt
-from .config import DTYPES, TrainerConfig
+from .config import DTYPES, StepConfig, TrainerConfig
 from .grpo import BatchError, grpo_token_loss, micro_batches, sequence_loss_norms
 from .model import CheckpointError, PackedPolicy, build_model, check_batch, init_buffers, read_hf_config, shard
 
@@ -91,7 +92,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the GRPO++ step (DESIGN §5)
 
-    def train_step(self, batch_path: str, hp: dict) -> dict:
+    def train_step(self, batch_path: str, hp: StepConfig) -> dict:
         t0 = time.time()
         batch = read_batch(batch_path)
         ids, offsets, mask, adv = batch["ids"], batch["offsets"].tolist(), batch["mask"], batch["advantages"]
@@ -101,12 +102,10 @@ class Trainer:
             raise BatchError(f"batch.advantages.length={adv.numel()} must equal the number of sequences {len(offsets) - 1}")
         if mask.numel() != ids.numel():
             raise BatchError(f"batch.mask.length={mask.numel()} must equal batch.ids.length={ids.numel()}")
-        mode = hp.get("mode", "grpo++")
-        if mode not in ("grpo++", "grpo"):
-            raise BatchError(f'mode must be "grpo++" or "grpo", got {json.dumps(mode)}')
-        clip_low = float(hp["clipLow"])
-        clip_high = float(hp["clipHigh"]) if mode == "grpo++" else clip_low  # GRPO: symmetric clip
-        norms = sequence_loss_norms(offsets, mask, int(hp.get("normSequences") or 0), float(hp["lMax"]), mode)
+        mode = hp.mode
+        clip_low = hp.clip_low
+        clip_high = hp.clip_high if mode == "grpo++" else clip_low  # GRPO: symmetric clip
+        norms = sequence_loss_norms(offsets, mask, hp.norm_sequences, hp.l_max, mode)
         plan = micro_batches(offsets, self.cfg.max_tokens_per_micro_batch)
         rank, world = dist.get_rank(), dist.get_world_size()
         mine = plan[rank::world]
@@ -148,11 +147,10 @@ class Trainer:
         norm = float(torch.nn.utils.get_total_norm(grads, 2.0).full_tensor()) if grads else 0.0
         skipped = not (norm == norm and norm != float("inf"))
         if not skipped:
-            if norm > float(hp["maxGradNorm"]):  # as gpu-learner: scale by max/(norm+1e-6) only when over
-                torch._foreach_mul_(grads, float(hp["maxGradNorm"]) / (norm + 1e-6))
+            if norm > hp.max_grad_norm:  # as gpu-learner: scale by max/(norm+1e-6) only when over
+                torch._foreach_mul_(grads, hp.max_grad_norm / (norm + 1e-6))
             for g in self.optimizer.param_groups:
-                g.update(lr=float(hp["lr"]), weight_decay=float(hp["weightDecay"]), betas=(float(hp["beta1"]), float(hp["beta2"])),
-                         eps=float(hp["eps"]))
+                g.update(lr=hp.lr, weight_decay=hp.weight_decay, betas=(hp.beta1, hp.beta2), eps=hp.eps)
             self.optimizer.step()
             self.step_count += 1
         self.optimizer.zero_grad(set_to_none=True)
@@ -162,6 +160,46 @@ class Trainer:
             "meanRatio": ratio_sum / masked if masked else 0.0, "tokens": int(ids.numel()), "seconds": time.time() - t0,
             "skipped": skipped, "step": self.step_count, "microBatches": len(plan),
         }
+
+
+    @torch.no_grad()
+    def logprobs(self, batch_path: str, out_path: str) -> dict:
+        """Packed log-probs of the batch's sequences on the current weights, written to out_path (safetensors F32
+        "logprobs"): entry t = log p(ids[t] | earlier ids of its sequence), 0 for each first token. The π_old of the
+        sampler-learner mismatch and its correction (DESIGN §9); micro-batches as in train_step, gathered to rank 0."""
+        batch = read_batch(batch_path)
+        ids, offsets = batch["ids"], batch["offsets"].tolist()
+        check_batch(ids, offsets, self.policy.lm.config.vocab_size)
+        plan = micro_batches(offsets, self.cfg.max_tokens_per_micro_batch)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        mine = plan[rank::world]
+        rounds = -(-len(plan) // world)
+        dev = next(self.policy.parameters()).device
+        self.policy.eval()
+        parts = []
+        for r in range(rounds):
+            if r < len(mine):
+                s0, s1 = mine[r]
+                a, b = offsets[s0], offsets[s1]
+                lp = self.policy(ids[a:b].to(dev), [o - a for o in offsets[s0 : s1 + 1]])
+                parts.append((a, lp.float().cpu()))
+            else:  # every rank runs as many forward passes (FSDP all-gathers)
+                self.policy(torch.zeros(1, dtype=torch.long, device=dev), [0, 1])
+            self.report({"phase": "logprobs", "microBatch": r + 1, "microBatches": rounds})
+        gathered = [None] * world
+        dist.all_gather_object(gathered, parts)
+        if rank == 0:
+            from safetensors.torch import save_file
+
+            out = torch.zeros(ids.numel(), dtype=torch.float32)
+            for rank_parts in gathered:
+                for a, lp in rank_parts:
+                    out[a : a + lp.numel()] = lp
+            tmp = f"{out_path}.tmp{os.getpid()}"
+            save_file({"logprobs": out}, tmp)
+            os.replace(tmp, out_path)
+        dist.barrier()
+        return {"tokens": int(ids.numel())}
 
 
 def read_batch(path: str) -> dict[str, torch.Tensor]:
@@ -204,7 +242,9 @@ def handle(trainer: Trainer | None, cfg: TrainerConfig, req: dict, report) -> tu
     if trainer.policy is None:
         raise BatchError(f'"{op}" before any "load"')
     if op == "step":  # bad input is found before any collective, identically on every rank
-        return trainer, trainer.train_step(req["batch"], req["hp"])
+        return trainer, trainer.train_step(req["batch"], StepConfig.from_hp(req["hp"], BatchError))
+    if op == "logprobs":
+        return trainer, trainer.logprobs(req["batch"], req["out"])
     if op == "save":
         return trainer, trainer.save(req["dir"], req["src"])
     raise BatchError(f"unknown op {json.dumps(op)}")

@@ -1,0 +1,72 @@
+// Seeds (DESIGN §2): every random choice derives from the run's seed through these functions, so a task
+// id names the same map, a rollout samples the same tokens and a batch holds the same tasks on every
+// worker and in every replay. Runs and recorded histories depend on the exact values: change nothing here
+// without re-recording (test/seed.test.ts pins them). Pure: no I/O, no clocks.
+
+/** 32-bit integer hash (splitmix/murmur finaliser): mixes one word. */
+export function mix32(x: number): number {
+  x = (x + 0x9e3779b9) | 0;
+  x = Math.imul(x ^ (x >>> 16), 0x85ebca6b);
+  x = Math.imul(x ^ (x >>> 13), 0xc2b2ae35);
+  return (x ^ (x >>> 16)) >>> 0;
+}
+
+/** Hash of several integers, order-sensitive, in [0, 2^32). */
+export function hashInts(...xs: number[]): number {
+  let h = 0x2545f491;
+  for (const x of xs) h = mix32((h ^ mix32(x | 0)) + Math.imul(h, 31));
+  return h >>> 0;
+}
+
+/** FNV-1a of a string's UTF-16 code units, for folding ids into integer seeds. */
+export function hashString(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
+
+/** Small deterministic PRNG (mulberry32-style state walk); next() ∈ [0, 1). */
+export class Rng {
+  private state: number;
+  constructor(seed: number) {
+    this.state = mix32(seed) | 0;
+  }
+  nextU32(): number {
+    this.state = (this.state + 0x6d2b79f5) | 0;
+    let t = this.state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return (t ^ (t >>> 14)) >>> 0;
+  }
+  next(): number {
+    return this.nextU32() / 4294967296;
+  }
+}
+
+/** A training episode's seed from (run seed, iteration, task id, sample). */
+export function rolloutSeed(seed: number, n: number, taskId: string, sample: number): number {
+  return hashInts(seed, n, hashString(taskId), sample);
+}
+
+/** An evaluation episode's seed from (evaluation seed, task, run): the rollout seed of iteration 0 with the run as the sample. */
+export function evalEpisodeSeed(seed: number, taskId: string, run: number): number {
+  return rolloutSeed(seed, 0, taskId, run);
+}
+
+/**
+ * The seed of the j-th engine call of one request that the policy server splits into chunks (stop strings):
+ * the request's own seed first, then a golden-ratio step per chunk, kept below 2^52 (exact in a double).
+ */
+export function chunkSeed(seed: number, j: number): number {
+  return j === 0 ? seed : (seed + j * 0x9e3779b1) % 2 ** 52;
+}
+
+/**
+ * The seed of the i-th of a request's n samples (the policy server's `n`): the request's own seed for the first,
+ * so n = 1 samples what it always did, then a hash of (seed, i) for each other, apart from every chunk seed.
+ */
+export function sampleSeed(seed: number, i: number): number {
+  if (i === 0) return seed;
+  const hi = Math.floor(seed / 2 ** 32);
+  return hashInts(seed - hi * 2 ** 32, hi, i);
+}
