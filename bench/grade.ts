@@ -40,6 +40,9 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TMP = `${ROOT}tmp/bench-grade-${process.pid}/`;
 type Grade = (i: { task: SweTask; patch: string; backend: SandboxBackend }) => Promise<{ reward: number; reason: string }>;
 
+/** Imports of grader v2 whose module has moved since: `import { name } from 'old file'` → the file that exports it now. */
+const MOVED: Record<string, Record<string, string>> = { 'activities/sandbox/common.ts': { shq: 'lib/shell.ts' } };
+
 /** Grader v2 from git history: its files copied under tmp/, their relative imports pointed at the copies or the repository. */
 async function gitGrader(rev: string): Promise<Grade> {
   const files = ['activities/grade.ts', 'activities/swerl_pytest_results.py', 'lib/swe/runner-guard.ts', 'lib/swe/pytest-results.ts', 'lib/swe/grading.ts', 'lib/swe/testlog.ts'];
@@ -48,6 +51,10 @@ async function gitGrader(rev: string): Promise<Grade> {
   for (const f of files) {
     let text = execFileSync('git', ['show', `${rev}:${f}`], { cwd: ROOT, encoding: 'utf8' });
     const dir = f.slice(0, f.lastIndexOf('/') + 1);
+    text = text.replace(/import \{ (\w+) \} from '(\.\.?\/[^']+)'/g, (all, name: string, rel: string) => {
+      const moved = MOVED[new URL(rel, pathToFileURL(ROOT + dir)).pathname.slice(ROOT.length)]?.[name];
+      return moved ? `import { ${name} } from '${pathToFileURL(ROOT + moved).href}'` : all;
+    });
     text = text.replace(/(from |new URL\()'(\.\.?\/[^']+)'/g, (_a, pre: string, rel: string) => {
       const target = new URL(rel, pathToFileURL(ROOT + dir)).pathname.slice(ROOT.length);
       return `${pre}'${files.includes(target) ? pathToFileURL(local(target)).href : pathToFileURL(ROOT + target).href}'`;
