@@ -112,6 +112,13 @@ const MUTANTS: Mutant[] = [
     task: 'r1chardj0n3s__parse-19689cf',
   },
   {
+    name: "TestCase assertion overrides in the test's classes not checked",
+    edits: { [PLUGIN]: [['def _case_overrides(inst):\n', 'def _case_overrides(inst):\n    return []\n']] },
+    kind: 'unittest-assert-noop-classes',
+    // as above: the failure is an assertion; unittest.TestCase itself is untouched, so the snapshots do not see it
+    task: 'r1chardj0n3s__parse-19689cf',
+  },
+  {
     name: "the grader's files (test_patch's copy) left in the container, and the function called not checked",
     edits: {
       [PLUGIN]: [NO_CODE_CHECK, ['        shutil.rmtree(workdir, ignore_errors=True)\n', '        pass\n']],

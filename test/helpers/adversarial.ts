@@ -180,7 +180,7 @@ EOF`,
     name: 'unittest-assert-noop-classes',
     listed: true,
     category: '3',
-    what: 'no-op assert*/fail* put into each TestCase class of the test module (unittest.TestCase untouched)',
+    what: 'no-op assert*/fail* put into each TestCase class of the test module (unittest.TestCase untouched; canary-like tests keep the real ones)',
     script: neuter('unittest_noop_classes.py'),
   },
   {
