@@ -4,7 +4,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.tools/', '.runs/', 'runs/', 'gpu-learner/build*/', 'gpu-learner/emu/build/', 'test/fixtures/', 'checks/testlogs/suites/'] },
+  { ignores: ['node_modules/', '.tools/', '.runs/', 'runs/', 'gpu-learner/build*/', 'gpu-learner/emu/build/', 'test/fixtures/', 'checks/testlogs/suites/', 'tmp/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

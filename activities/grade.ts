@@ -1,38 +1,60 @@
 // Reward (DESIGN §3, DeepSWE, today's SWE-bench rules; lib/swe/grading.ts): in a fresh container of the
-// task image apply the patch, put back everything that configures or extends the test runner and the
-// tests themselves to base + test_patch (lib/swe/runner-guard.ts), run test_cmd with a 5-minute limit,
-// and read the statuses from a channel the agent's code does not write in the normal course:
+// task image apply the patch, put back everything that configures or extends the test runner, the tests
+// and their support files to base + test_patch (lib/swe/runner-guard.ts), add canary tests to the listed
+// test files (lib/swe/canaries.ts), run test_cmd with a 5-minute limit, and read the statuses from a
+// channel the agent's code does not write in the normal course:
 //   pytest      our results plugin (activities/swerl_pytest_results.py) under a per-run random module
-//               name outside /testbed, loaded with `-p` before any conftest or test module, writing to
-//               a file outside /testbed; cross-checked with the exit status, the number of tests that
-//               started and an audit of reporting hooks and of pytest's own reporting functions;
-//   other runners (unittest, Django, sympy): the log (lib/swe/testlog.ts), cross-checked with the exit
-//               status as SWE-bench does. Their output is written by the same process as the code under
-//               test, so only the restored runner files stand between the agent and the verdict there.
-// Residual risk, stated plainly: the code under test runs in the test process. Code written to defeat
-// this grader in particular (find our plugin's module, rewrite its file at exit, patch pytest and then
-// our audit) can still pass; closing that needs process isolation between the tests and the reporter,
-// which a runner that imports the code under test cannot give. The audit makes the generic in-process
-// hacks (a hook registered from patched code, pytest's report functions replaced, fake report classes,
-// printed PASSED lines, deselection, forced exit codes, a results file rewritten or deleted) score 0.
+//               name, loaded with `-p` before any conftest or test module, writing to a file descriptor
+//               whose file the shell unlinked. Before any repository code runs it removes every file the
+//               grader put in the container (test_patch's copy, the plugin, its configuration), compiles
+//               the listed test files and their support modules fresh, and snapshots what runs tests and
+//               makes reports. Each test of those files is checked before its call (the function called
+//               is the one compiled from the file on disk, no trace/profile function, the core of pytest
+//               and unittest unchanged) and its call goes through the plugin's wrapper, which records
+//               whether the test's own call raised. The grader believes the run only when all of that,
+//               the reports, the canaries, the -rA log, the exit status, the number of tests that started,
+//               the hooks that could change reports and the snapshots agree (lib/swe/pytest-results.ts);
+//   unittest, Django's runner: the log (lib/swe/testlog.ts), cross-checked with the exit status as SWE-bench
+//               does, and the same plugin, imported at start-up by its .pth file in the test process only:
+//               it wraps unittest.TestCase._callTestMethod and makes the same checks and records, which
+//               the log must agree with;
+//   sympy (and anything else): the log and the exit status alone; only the restored runner, test and
+//               test-support files stand between the agent and the verdict there.
+// Residual risk, stated plainly (README "Left open"): the code under test runs in the test process.
+// Code written against this grader in particular (find the plugin in memory and patch its checks, or
+// forge its records and the log together) can still pass; closing that needs process isolation between
+// the tests and the reporter, which a runner that imports the code under test cannot give.
 // A run that cannot happen (sandbox, image, the channel never came up) throws GradingError: infrastructure.
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Sandbox, SandboxBackend, SandboxLimits } from '../lib/sandbox.ts';
 import { filesInPatch, type SweTask } from '../lib/swe/task.ts';
-import { logFormatOf, parseTestLog } from '../lib/swe/testlog.ts';
+import { logFormatOf, parsePytestLog, parseTestLog } from '../lib/swe/testlog.ts';
 import { GRADER_VERSION, GradingError, judgeTests, listedTests, type GradeReason, type GradeResult, type ResultChannel, type TestOutcome } from '../lib/swe/grading.ts';
-import { pathsToRestore } from '../lib/swe/runner-guard.ts';
-import { pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
+import { filesOfTestIds, filesOfUnittestIds, pathsToRestore, testTreeImports } from '../lib/swe/runner-guard.ts';
+import { integrityContradictions, pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
+import { canariesFor, type Canary, type CanaryFile } from '../lib/swe/canaries.ts';
 import { ensureTaskImage } from './images.ts';
 import { gradingSeconds } from './metrics.ts';
 import { shq } from '../lib/shell.ts';
 
 export { GRADER_VERSION, GradingError, type GradeReason, type GradeResult, type TestOutcome } from '../lib/swe/grading.ts';
-
 export const GRADE_TIMEOUT_S = 300;
 const LOG_TAIL_CHARS = 4000;
+/** a tampered run can contradict itself on every test: the first few say enough (the result crosses Temporal) */
+const DETAIL_ITEMS = 12;
+const DETAIL_CHARS = 4000;
+
+/** Contradictions as one detail string: the first DETAIL_ITEMS, then how many more. */
+export function contradictionDetail(items: readonly string[]): string {
+  const shown = items.slice(0, DETAIL_ITEMS).map((x) => (x.length > 600 ? `${x.slice(0, 600)}…` : x));
+  const more = items.length - shown.length;
+  const text = shown.join('; ') + (more > 0 ? `; … and ${more} more` : '');
+  return text.length > DETAIL_CHARS ? `${text.slice(0, DETAIL_CHARS)}…` : text;
+}
 const PLUGIN_SOURCE = readFileSync(new URL('./swerl_pytest_results.py', import.meta.url), 'utf8');
+/** the descriptor the test process inherits for the plugin's records */
+const RESULTS_FD = 9;
 
 export interface GradeInput {
   task: SweTask;
@@ -43,11 +65,68 @@ export interface GradeInput {
   limits?: Partial<SandboxLimits>;
   /** receives the whole test log (the result keeps its tail), e.g. to write the harness's test_output.txt */
   onLog?: (log: string) => void | Promise<void>;
+  /**
+   * The in-process integrity checks (canaries, the plugin's code checks, call wrapper and snapshots);
+   * default true. Off only to measure what they cost (bench/grade.ts): a grading without them is no reward.
+   */
+  integrity?: boolean;
 }
 
 /** Whether test_cmd runs pytest (then the plugin channel is used). */
 export function runsPytest(testCmd: string): boolean {
   return /(^|[\s;&|(/])(py\.test|pytest)(\s|$|;)/.test(testCmd);
+}
+
+/**
+ * The Python process of a unittest-style test_cmd that runs the tests: `python -m MODULE` or a script
+ * (Django's tests/runtests.py); undefined when it cannot be told (then the run is read from the log alone).
+ */
+export function testProcessOf(testCmd: string): { module: string } | { script: string } | undefined {
+  const m = /(?:^|[\s;&|(/])python[\d.]*\s+(?:-[A-Za-z]+(?:\s+[^-\s]\S*)?\s+)*?-m\s+([\w.]+)/.exec(testCmd);
+  if (m) return { module: m[1]! };
+  const s = /(?:^|\s)(\S*runtests\.py)(?=\s|$)/.exec(testCmd) ?? /(?:^|[\s;&|(/])python[\d.]*\s+(?:-[A-Za-z]+\s+)*(\S+\.py)(?=\s|$)/.exec(testCmd);
+  return s ? { script: s[1]! } : undefined;
+}
+
+/** The .pth line that imports the plugin at start-up in the test process only (unittest-style runs). */
+export function startupLine(module: string, proc: { module: string } | { script: string }): string {
+  // imported, then no longer findable under its per-run name
+  const load = `__import__(${JSON.stringify(module)}) and sys.modules.pop(${JSON.stringify(module)}, None)`;
+  if ('module' in proc) {
+    // (site execs the line in a function: no comprehension can see its names)
+    return `import sys; _a = getattr(sys, 'orig_argv', None); (('\\0-m\\0' + ${JSON.stringify(proc.module)} + '\\0') in ('\\0' + '\\0'.join(_a) + '\\0') if _a else sys.argv[:1] == ['-m']) and ${load}`;
+  }
+  const base = proc.script.split('/').at(-1)!;
+  return `import sys, os; os.path.basename((sys.argv or [''])[0]) == ${JSON.stringify(base)} and ${load}`;
+}
+
+/** Files a unittest id may name, under the roots unittest and Django's runner import from (prepare keeps those that exist). */
+function unittestIdCandidates(ids: readonly string[]): string[] {
+  const out = new Set<string>();
+  for (const id of ids) {
+    const m = /^\w+ \(([\w.]+)\)/.exec(id);
+    if (!m) continue;
+    const parts = m[1]!.split('.');
+    for (let n = 1; n < parts.length; n++) for (const r of ['', 'src/', 'tests/']) out.add(`${r}${parts.slice(0, n).join('/')}.py`);
+  }
+  return [...out];
+}
+
+/** A unittest id (`name (module.Class)` or `name (module.Class.name)`) as file::Class::name, given its file. */
+function unittestAsNodeId(id: string, file: string): string | undefined {
+  const m = /^(\w+) \(([\w.]+)\)/.exec(id);
+  if (!m) return undefined;
+  const parts = m[2]!.split('.');
+  const stem = file.replace(/\.py$/, '').split('/');
+  // the dotted module is the file's path, from some root on
+  for (let k = 0; k < stem.length; k++) {
+    const mod = stem.slice(k);
+    if (mod.every((p, i) => parts[i] === p)) {
+      const rest = parts.slice(mod.length);
+      if (rest.length === 1 || (rest.length === 2 && rest[1] === m[1])) return `${file}::${rest[0]}::${m[1]}`;
+    }
+  }
+  return undefined;
 }
 
 /** Prints one JSON line per interpreter: its top-level module names from outside /testbed and its site directories. */
@@ -67,11 +146,15 @@ const PROBE = [
 interface Prep {
   names: Set<string>;
   siteDirs: string[];
+  /** every file of the base commit → its blob id */
+  baseBlobs: Map<string, string>;
   baseFiles: Set<string>;
   applied: boolean;
   applyLog: string;
   touched: string[];
   packageInits: Set<string>;
+  /** the asked-for files as base + test_patch has them (absent: no such file, or test_patch does not apply) */
+  testSources: Map<string, string>;
 }
 
 /** `git apply --numstat -z`: "A\tD\tpath\0" or, for a rename, "A\tD\t\0old\0new\0". */
@@ -93,6 +176,18 @@ export function parseNumstatZ(out: string): string[] {
   return [...new Set(paths)];
 }
 
+/** `git ls-tree -r -z HEAD`: "mode type oid\tpath\0" → path → blob id. */
+export function parseLsTreeZ(out: string): Map<string, string> {
+  const m = new Map<string, string>();
+  for (const e of out.split('\0')) {
+    const tab = e.indexOf('\t');
+    if (tab < 0) continue;
+    const [, type, oid] = e.slice(0, tab).replace(/^\n+/, '').split(' ');
+    if (type === 'blob' && oid) m.set(e.slice(tab + 1), oid);
+  }
+  return m;
+}
+
 function sections(out: string, marker: string): Map<string, string> {
   const m = new Map<string, string>();
   const parts = out.split(`\n${marker} `);
@@ -103,12 +198,23 @@ function sections(out: string, marker: string): Map<string, string> {
   return m;
 }
 
-/** Before the patch: interpreters probed, the base file list; then the patch applied and what it touched. */
-async function prepare(sb: Sandbox, work: string, marker: string, hasPatch: boolean): Promise<Prep> {
+/**
+ * Before the patch: interpreters probed, the base file list, the `wanted` files as base + test_patch has
+ * them (through a scratch index: the work tree is not touched); then the patch applied and what it touched.
+ */
+async function prepare(sb: Sandbox, work: string, marker: string, hasPatch: boolean, wanted: readonly string[]): Promise<Prep> {
+  const idx = `GIT_INDEX_FILE=${work}/index`;
   const script = [
     'cd /testbed',
     `for py in python3 python; do command -v "$py" >/dev/null 2>&1 || continue; (cd / && "$py" -I -c ${shq(PROBE)}) 2>/dev/null | sed 's/^/@probe /'; done`,
-    `printf '\\n${marker} base\\n'; git ls-tree -r -z --name-only HEAD`,
+    `printf '\\n${marker} base\\n'; git ls-tree -r -z HEAD`,
+    wanted.length
+      ? [
+          `if ${idx} git read-tree HEAD && ${idx} git apply --cached --whitespace=nowarn ${work}/test.diff 2>/dev/null; then`,
+          `  for f in ${wanted.map(shq).join(' ')}; do if ${idx} git cat-file -e ":$f" 2>/dev/null; then printf '\\n${marker} file %s\\n' "$f"; ${idx} git show ":$f"; fi; done`,
+          `fi; rm -f ${work}/index`,
+        ].join('\n')
+      : '',
     hasPatch
       ? [
           `printf '\\n${marker} apply\\n'`,
@@ -136,32 +242,101 @@ async function prepare(sb: Sandbox, work: string, marker: string, hasPatch: bool
       // an interpreter that printed something else (Python 2 without -I, say): not one the tests use
     }
   }
-  const z = (t: string | undefined) => (t ?? '').split('\0').map((x) => x.replace(/^\n+|\n+$/g, '')).filter((x) => x !== '');
+  const z = (t: string | undefined) =>
+    (t ?? '')
+      .split('\0')
+      .map((x) => x.replace(/^\n+|\n+$/g, ''))
+      .filter((x) => x !== '');
   const apply = s.get('apply') ?? 'applied\n';
+  const baseBlobs = parseLsTreeZ(s.get('base') ?? '');
+  const testSources = new Map<string, string>();
+  for (const [k, v] of s) if (k.startsWith('file ')) testSources.set(k.slice(5), v);
   return {
     names,
     siteDirs,
-    baseFiles: new Set(z(s.get('base'))),
+    baseBlobs,
+    baseFiles: new Set(baseBlobs.keys()),
     applied: apply.startsWith('applied'),
     applyLog: apply.replace(/^(applied|failed)\n?/, ''),
     touched: parseNumstatZ(s.get('touched') ?? ''),
     packageInits: new Set(z(s.get('inits')).map((p) => p.replace(/^\.\//, ''))),
+    testSources,
   };
+}
+
+/** The results plugin's configuration (activities/swerl_pytest_results.py reads it at load, then removes it). */
+interface PluginConfig {
+  fd: number;
+  /** the grader's directory in the container: removed at load */
+  workdir: string;
+  /** other files of the grader: removed at load (.pth files) */
+  remove: string[];
+  /** what the grader appended to PYTEST_ADDOPTS: removed from the environment at load */
+  addopts: string;
+  testbed: string;
+  /** absolute paths compiled fresh at load: the listed test files and their test-support modules */
+  files: string[];
+  /** the listed test files among them */
+  testFiles: string[];
+  /** repository paths the patch changed and the grader did not restore */
+  touched: string[];
+  /** repository .py files as the base commit has them (path → blob id): code met outside `files` is checked against them */
+  blobs: Record<string, string>;
+  checks: boolean;
+  /** pytest (loaded with -p) or unittest (imported at start-up by the .pth file in the test process) */
+  runner: 'pytest' | 'unittest';
+}
+
+/**
+ * The shell of the test run: the results descriptor is opened on a file that is unlinked at once (the
+ * test process holds it, nothing names it), test_cmd runs in a subshell with the plugin in PYTEST_ADDOPTS
+ * (and `extraArgs`, e.g. canary ids when test_cmd names test ids), and the records are kept afterwards.
+ */
+export function testRunScript(o: { testCmd: string; addopts: string; resultsTmp: string; resultsOut: string; fd: number }): string {
+  const addopts = o.addopts;
+  return [
+    `exec ${o.fd}>${shq(o.resultsTmp)} && rm -f ${shq(o.resultsTmp)}`,
+    ...(addopts ? [`export PYTEST_ADDOPTS="\${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }"${shq(addopts)}`] : []),
+    `(\n${o.testCmd}\n)`,
+    'rc=$?',
+    `mkdir -p ${shq(o.resultsOut.slice(0, o.resultsOut.lastIndexOf('/')))} && cat /proc/self/fd/${o.fd} > ${shq(o.resultsOut)}`,
+    'exit $rc',
+  ].join('\n');
+}
+
+/** The records the run left ('' when there are none: the caller decides whether that is the agent's doing). */
+async function readResults(sb: Sandbox, path: string): Promise<string> {
+  try {
+    return await sb.readFile(path);
+  } catch (e) {
+    if ((e as Error).name === 'SandboxDeadError') throw e;
+    return '';
+  }
 }
 
 /** Runs the task's tests in a fresh sandbox with `patch` (may be empty) + test_patch, graded by today's SWE-bench rules. */
 export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
   const { task, patch, backend } = input;
   const timeoutS = input.timeoutS ?? GRADE_TIMEOUT_S;
+  const integrity = input.integrity ?? true;
   const t0 = Date.now();
   const nonce = randomBytes(8).toString('hex');
   const work = `/opt/swerl-grade-${nonce}`;
   const module = `swerl_results_${nonce}`;
-  const results = `${work}/results.jsonl`;
+  const resultsTmp = `${work}/results`;
+  const resultsOut = `/opt/swerl-results-${nonce}/results.jsonl`;
   const marker = `@@swerl-${nonce}`;
   const hasPatch = patch.trim() !== '';
   const pytest = runsPytest(task.test_cmd);
+  const format = logFormatOf(task.test_cmd);
+  // unittest and Django's runner: the same checks, loaded at interpreter start-up in the test process
+  const proc = !pytest && (format === 'unittest' || format === 'django') ? testProcessOf(task.test_cmd) : undefined;
+  const unittest = integrity && proc !== undefined;
+  const plugin = pytest || unittest;
+  const listed = [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS];
+  const listedFiles = pytest ? filesOfTestIds(listed) : unittest ? unittestIdCandidates(listed) : [];
   let image = '';
+  let canaries: Canary[] = [];
   const base = {
     instanceId: task.instance_id,
     patchExists: hasPatch,
@@ -188,6 +363,7 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       logTail: log.slice(-LOG_TAIL_CHARS),
       image,
     };
+    if (canaries.length) r.canaries = canaries.map((c) => ({ ...c, status: fields.statuses?.get(c.id) ?? 'MISSING' }));
     if (detail) r.detail = detail;
     gradingSeconds.observe({ reason: r.reason }, r.durationS);
     return r;
@@ -201,40 +377,118 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
     throw new GradingError(task.instance_id, `sandbox could not start: ${(e as Error).message}`);
   }
   try {
-    const files = [
-      { path: 'test.diff', content: task.test_patch },
-      { path: `${module}.py`, content: PLUGIN_SOURCE.replace('"__SWERL_RESULTS_PATH__"', JSON.stringify(results)) },
-    ];
+    const files = [{ path: 'test.diff', content: task.test_patch }];
     if (hasPatch) files.push({ path: 'patch.diff', content: patch.endsWith('\n') ? patch : patch + '\n' });
     await sb.copyIn(files, work);
-    const prep = await prepare(sb, work, marker, hasPatch);
+    const prep = await prepare(sb, work, marker, hasPatch, listedFiles);
+    if (unittest) {
+      // of the candidate files, those the ids name
+      const named = new Set(filesOfUnittestIds(listed, new Set(prep.testSources.keys())));
+      for (const f of [...prep.testSources.keys()]) if (!named.has(f)) prep.testSources.delete(f);
+    }
     if (!prep.applied) return result({ reason: 'patch_apply_failed', patchApplied: false, channel: 'none' }, prep.applyLog, 'git apply (and patch --fuzz=5) refused the patch');
 
     const testPatchFiles = filesInPatch(task.test_patch);
+    const repoFiles = new Set([...prep.baseFiles, ...prep.touched, ...testPatchFiles]);
+    const testImports = testTreeImports(prep.testSources, repoFiles);
     const restore = pathsToRestore({
       touched: prep.touched,
       baseFiles: prep.baseFiles,
       packageDirsAfterPatch: new Set([...prep.packageInits].map((p) => p.split('/').slice(0, -1).join('/'))),
       testPatchFiles,
-      testIds: [...task.FAIL_TO_PASS, ...task.PASS_TO_PASS],
+      testIds: listed,
       testCmd: task.test_cmd,
       externalModules: prep.names,
+      testImports,
+      goldFiles: filesInPatch(task.patch),
     });
     const restored = [...restore.keys()];
     const toRestore = [...new Set([...restored, ...testPatchFiles])];
+    const restoredSet = new Set(toRestore);
+    const patchedPaths = prep.touched.filter((p) => !restoredSet.has(p));
+
+    // the canaries, and the plugin's configuration
+    const canaryFiles: CanaryFile[] = [];
+    // unittest's --failfast stops at the first failure, a must-fail canary's (pytest's -x/--maxfail is lifted by the plugin)
+    const failfast = unittest && /(^|\s)(-f|--failfast)(?=\s|$)/.test(task.test_cmd);
+    if (plugin && integrity && !failfast) {
+      for (const [path, source] of prep.testSources) {
+        if (pytest) {
+          const c = await canariesFor(path, source, task.PASS_TO_PASS, task.FAIL_TO_PASS);
+          if (c) canaryFiles.push(c);
+          continue;
+        }
+        // unittest ids as file::Class::name; a test test_cmd names by itself is not a source (its canary would not run)
+        const asNode = new Map<string, string>();
+        for (const id of listed) {
+          const n = unittestAsNodeId(id, path);
+          if (n && !new RegExp(`\\.${n.split('::').at(-1)}\\b`).test(task.test_cmd)) asNode.set(n, id);
+        }
+        const pick = (ids: readonly string[]) => ids.map((i) => unittestAsNodeId(i, path)).filter((n): n is string => !!n && asNode.has(n));
+        const c = await canariesFor(path, source, pick(task.PASS_TO_PASS), pick(task.FAIL_TO_PASS));
+        if (!c) continue;
+        c.canaries = c.canaries.map((x) => {
+          const src = asNode.get(x.source)!;
+          const [from, to] = [x.source.split('::').at(-1)!, x.id.split('::').at(-1)!];
+          const id = src.replace(new RegExp(`^${from} \\((.*?)(\\.${from})?\\)$`), (_a, inner: string, tail?: string) => `${to} (${inner}${tail ? `.${to}` : ''})`);
+          return { ...x, id, source: src };
+        });
+        canaryFiles.push(c);
+      }
+      canaries = canaryFiles.flatMap((c) => c.canaries);
+    }
+    const pth = plugin ? prep.siteDirs.map((d) => `${d}/${module}.pth`) : [];
+    // canaries run however test_cmd selects tests: where it names pytest ids, their ids are added
+    const addopts = pytest ? [`-p ${module}`, ...(/::/.test(task.test_cmd) ? canaries.map((c) => shq(c.id)) : [])].join(' ') : '';
+    const abs = (p: string) => `/testbed/${p}`;
+    const checkedFiles = [...prep.testSources.keys()];
+    const config: PluginConfig = {
+      fd: RESULTS_FD,
+      workdir: work,
+      remove: pth,
+      addopts,
+      testbed: '/testbed',
+      files: [...new Set([...checkedFiles, ...testImports, ...testPatchFiles.filter((f) => f.endsWith('.py'))])].map(abs),
+      testFiles: checkedFiles.map(abs),
+      touched: patchedPaths,
+      blobs: Object.fromEntries([...prep.baseBlobs].filter(([p]) => p.endsWith('.py') && !restoredSet.has(p) && !patchedPaths.includes(p))),
+      checks: integrity,
+      runner: pytest ? 'pytest' : 'unittest',
+    };
+    if (plugin) {
+      await sb.copyIn(
+        [
+          { path: `${module}.py`, content: PLUGIN_SOURCE.replace('"__SWERL_CONFIG_PATH__"', JSON.stringify(`${work}/config.json`)) },
+          { path: 'config.json', content: JSON.stringify(config) },
+          ...canaryFiles.map((c, i) => ({ path: `canary/${i}`, content: c.content })),
+        ],
+        work,
+      );
+    }
     const setup = [
       'set -e',
       'restore() { rm -rf -- "$1"; if git cat-file -e "HEAD:$1" 2>/dev/null; then git checkout -q HEAD -- "$1"; fi; }',
       ...toRestore.map((f) => `restore ${shq(f)}`),
       `git apply --whitespace=nowarn ${work}/test.diff`,
-      ...(pytest ? prep.siteDirs.map((d) => `mkdir -p ${shq(d)} && printf '%s\\n' ${shq(work)} > ${shq(`${d}/${module}.pth`)}`) : []),
+      ...canaryFiles.map((c, i) => `cat ${work}/canary/${i} > ${shq(c.path)}`),
+      // nothing of test_patch, the patch or the canaries stays beside the plugin
+      `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,
+      ...(plugin
+        ? prep.siteDirs.map(
+            (d) => `mkdir -p ${shq(d)} && printf '%s\\n' ${[work, ...(unittest ? [startupLine(module, proc!)] : [])].map(shq).join(' ')} > ${shq(`${d}/${module}.pth`)}`,
+          )
+        : []),
     ].join('\n');
     const tp = await sb.exec(setup, 120);
     if (tp.exit !== 0) {
-      return result({ reason: 'test_patch_apply_failed', patchApplied: true, channel: 'none', restored }, tp.stdout + tp.stderr, `restoring the tests and applying test_patch failed (exit ${tp.exit})`);
+      return result(
+        { reason: 'test_patch_apply_failed', patchApplied: true, channel: 'none', restored },
+        tp.stdout + tp.stderr,
+        `restoring the tests and applying test_patch failed (exit ${tp.exit})`,
+      );
     }
 
-    const cmd = pytest ? `export PYTEST_ADDOPTS="\${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-p ${module}"\n${task.test_cmd}` : task.test_cmd;
+    const cmd = plugin ? testRunScript({ testCmd: task.test_cmd, addopts, resultsTmp, resultsOut, fd: RESULTS_FD }) : task.test_cmd;
     const run = await sb.exec(cmd, timeoutS, { maxOutputBytes: 16 << 20 });
     const log = run.stdout + (run.stderr ? `\n${run.stderr}` : '');
     await input.onLog?.(log);
@@ -243,34 +497,38 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
 
     if (!pytest) {
       if (!run.timedOut && (run.exit === 126 || run.exit === 127)) throw new GradingError(task.instance_id, `test_cmd could not start (exit ${run.exit}): ${log.slice(-300)}`);
-      const statuses = parseTestLog(log, logFormatOf(task.test_cmd));
+      const statuses = parseTestLog(log, format);
       const fields = { patchApplied: true, statuses, channel: 'log' as const, restored, exitCode };
       if (run.timedOut) return result({ ...fields, reason: 'timeout' }, log, timeoutDetail);
       const anyFailed = [...statuses.values()].some((s) => s === 'FAILED' || s === 'ERROR');
       if (run.exit !== 0 && statuses.size > 0 && !anyFailed) {
         return result({ ...fields, reason: 'runner_tampered' }, log, `exit status ${run.exit} but the log reports no failure`);
       }
+      if (!unittest) return result({ ...fields, reason: 'tests_failed' }, log);
+      const pr = readPluginRecords(await readResults(sb, resultsOut));
+      if (!pr.start && log.includes('[swerl-grade] results plugin loaded')) return result({ ...fields, reason: 'runner_tampered' }, log, 'the results were emptied during the run');
+      // the test process was not recognised (an unusual test_cmd): the log alone, as before
+      if (!pr.start) return result({ ...fields, reason: 'tests_failed' }, log, 'the integrity checks did not load in the test process');
+      const repoFiles = new Set([...prep.baseFiles, ...testPatchFiles]);
+      const fileOf = (id: string) => filesOfUnittestIds([id], repoFiles)[0];
+      const contradictions = integrityContradictions({ run: pr, listed, canaries, patched: new Set(patchedPaths), log: statuses, unittest: { fileOf } });
+      if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictionDetail(contradictions));
       return result({ ...fields, reason: 'tests_failed' }, log);
     }
 
-    let text = '';
-    try {
-      text = await sb.readFile(results);
-    } catch (e) {
-      if ((e as Error).name === 'SandboxDeadError') throw e;
-    }
-    const pr = readPluginRecords(text);
+    const pr = readPluginRecords(await readResults(sb, resultsOut));
     const fields = { patchApplied: true, statuses: pr.statuses, channel: 'pytest-plugin' as const, restored, exitCode };
     // a run past the limit scores 0 (DESIGN §3) whatever it reported so far
     if (run.timedOut) return result({ ...fields, reason: 'timeout' }, log, timeoutDetail);
     // the plugin loads before any repository code: without its start record the channel never came up,
-    // unless it said it loaded (then the run removed or emptied its file: the agent's doing)
-    if (!pr.start && log.includes(`[swerl-grade] ${module} loaded`)) return result({ ...fields, reason: 'runner_tampered' }, log, 'the results file was removed or emptied during the run');
+    // unless it said it loaded (then the run emptied its records: the agent's doing)
+    if (!pr.start && log.includes('[swerl-grade] results plugin loaded')) return result({ ...fields, reason: 'runner_tampered' }, log, 'the results were emptied during the run');
     if (!pr.start) throw new GradingError(task.instance_id, `the results plugin never started (exit ${run.exit}): ${log.slice(-500)}`);
-    const restoredSet = new Set(toRestore);
-    const patchedFiles = new Set(prep.touched.filter((p) => !restoredSet.has(p)).map((p) => `/testbed/${p}`));
-    const contradictions = pluginRunContradictions({ run: pr, exitCode, patchedFiles });
-    if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictions.join('; '));
+    const contradictions = [
+      ...pluginRunContradictions({ run: pr, exitCode, patchedFiles: new Set(patchedPaths.map(abs)) }),
+      ...integrityContradictions({ run: pr, listed, canaries, patched: new Set(patchedPaths), log: integrity ? parsePytestLog(log) : undefined }),
+    ];
+    if (contradictions.length) return result({ ...fields, reason: 'runner_tampered' }, log, contradictionDetail(contradictions));
     if (!pr.finish) return result({ ...fields, reason: 'tests_failed' }, log, `the pytest session never finished (exit ${run.exit})`);
     return result({ ...fields, reason: 'tests_failed' }, log, pr.finish.exitstatus > 1 ? `pytest exit status ${pr.finish.exitstatus}` : undefined);
   } catch (e) {

@@ -1,84 +1,192 @@
-// Grading time per shared task, the current grader against grader v1 (log parsing,
-// test_patch files restored only: no runner guard, no results plugin), both measured in this run, interleaved, gold patch, fresh container
-// each. With --corpus it also grades the adversarial corpus through v1 and prints which kinds fooled it
-// (reward 1), the evidence that the corpus aims at real holes.
-//   node --import tsx bench/grade.ts [--reps 2] [--corpus] [--v1 d56d927]
-// With --backend kubernetes: sandbox start and graded patches per minute, Kubernetes against Docker.
+// Grading time per shared task with the test-integrity checks (canaries, the results plugin's code
+// checks, call wrapper and snapshots; activities/grade.ts) against the same grader without them, both
+// measured in this run, interleaved, gold patch, fresh container each. Reported as wall time and as the
+// CPU time of the grading container (cgroup usage, steadier on a shared host); the checks must cost
+// ≤ 10%. With --corpus it grades the adversarial corpus (test/helpers/adversarial.ts) with this grader
+// and with grader v2 (before the test-integrity checks, from git) and prints each kind's verdicts: the evidence that the
+// corpus aims at real holes and that this grader closes them.
+//   node --import tsx bench/grade.ts [--reps 3] [--corpus [--kinds runner|integrity]] [--v2 f28da59] [--concurrency 3]
+// With --backend kubernetes: sandbox start and graded patches per minute, Kubernetes against Docker [--reps 2].
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { gradePatch } from '../activities/grade.ts';
-import { ADVERSARIAL_KINDS, adversarialPatches } from '../test/helpers/adversarial.ts';
+import Docker from 'dockerode';
+import { gradePatch, type GradeResult } from '../activities/grade.ts';
+import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
+import type { SweTask } from '../lib/swe/task.ts';
+import { ADVERSARIAL_KINDS, adversarialPatches, withIdsCmd } from '../test/helpers/adversarial.ts';
 import { imagesFor, sharedTasks, testBackend } from '../test/helpers/docker.ts';
 
 const { values } = parseArgs({
   options: {
-    reps: { type: 'string', default: '2' },
+    /** repetitions per task (default 3; with --backend kubernetes, 2) */
+    reps: { type: 'string' },
     corpus: { type: 'boolean', default: false },
-    v1: { type: 'string', default: 'd56d927' },
+    /** with --corpus, only the runner-file kinds or only the test-integrity kinds */
+    kinds: { type: 'string' },
+    v2: { type: 'string', default: 'f28da59' },
+    concurrency: { type: 'string', default: '3' },
     backend: { type: 'string', default: 'docker' },
   },
 });
 if (values.backend !== 'docker' && values.backend !== 'kubernetes') throw new Error(`--backend must be docker or kubernetes, got ${JSON.stringify(values.backend)}`);
 if (values.backend === 'kubernetes') {
   // Kubernetes against Docker in the same run (bench/grade-backends.ts)
-  await (await import('./grade-backends.ts')).compareBackends({ reps: Number(values.reps) });
+  await (await import('./grade-backends.ts')).compareBackends({ reps: Number(values.reps ?? 2) });
   process.exit(0);
 }
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TMP = `${ROOT}tmp/bench-grade-${process.pid}/`;
+type Grade = (i: { task: SweTask; patch: string; backend: SandboxBackend }) => Promise<{ reward: number; reason: string }>;
 
-/** Grader v1 from git history, its relative imports pointed at the repository (its own testlog.ts beside it). */
-async function v1Grader(rev: string): Promise<(i: { task: unknown; patch: string; backend: unknown }) => Promise<{ reward: number; reason: string }>> {
+/** Imports of grader v2 whose module has moved since: `import { name } from 'old file'` → the file that exports it now. */
+const MOVED: Record<string, Record<string, string>> = { 'activities/sandbox/common.ts': { shq: 'lib/shell.ts' } };
+
+/** Grader v2 from git history: its files copied under tmp/, their relative imports pointed at the copies or the repository. */
+async function gitGrader(rev: string): Promise<Grade> {
+  const files = ['activities/grade.ts', 'activities/swerl_pytest_results.py', 'lib/swe/runner-guard.ts', 'lib/swe/pytest-results.ts', 'lib/swe/grading.ts', 'lib/swe/testlog.ts'];
+  const local = (f: string) => `${TMP}${f.replaceAll('/', '__')}`;
   mkdirSync(TMP, { recursive: true });
-  const show = (f: string) => execFileSync('git', ['show', `${rev}:${f}`], { cwd: ROOT, encoding: 'utf8' });
-  writeFileSync(`${TMP}testlog.ts`, show('lib/swe/testlog.ts'));
-  const grade = show('activities/grade.ts').replace(/from '(\.\.?\/[^']+)'/g, (_a, rel: string) =>
-    rel === '../lib/swe/testlog.ts' ? `from '${pathToFileURL(`${TMP}testlog.ts`).href}'` : `from '${new URL(rel, pathToFileURL(`${ROOT}activities/`)).href}'`,
-  );
-  writeFileSync(`${TMP}grade.ts`, grade);
-  return ((await import(pathToFileURL(`${TMP}grade.ts`).href)) as { gradePatch: never }).gradePatch;
+  for (const f of files) {
+    let text = execFileSync('git', ['show', `${rev}:${f}`], { cwd: ROOT, encoding: 'utf8' });
+    const dir = f.slice(0, f.lastIndexOf('/') + 1);
+    text = text.replace(/import \{ (\w+) \} from '(\.\.?\/[^']+)'/g, (all, name: string, rel: string) => {
+      const moved = MOVED[new URL(rel, pathToFileURL(ROOT + dir)).pathname.slice(ROOT.length)]?.[name];
+      return moved ? `import { ${name} } from '${pathToFileURL(ROOT + moved).href}'` : all;
+    });
+    text = text.replace(/(from |new URL\()'(\.\.?\/[^']+)'/g, (_a, pre: string, rel: string) => {
+      const target = new URL(rel, pathToFileURL(ROOT + dir)).pathname.slice(ROOT.length);
+      return `${pre}'${files.includes(target) ? pathToFileURL(local(target)).href : pathToFileURL(ROOT + target).href}'`;
+    });
+    writeFileSync(local(f), text);
+  }
+  return ((await import(pathToFileURL(local('activities/grade.ts')).href)) as { gradePatch: Grade }).gradePatch;
 }
 
-const { backend, cleanup } = testBackend();
+/** The backend, with each sandbox's CPU time (ns, from the cgroup) recorded by label just before it stops. */
+function cpuMetered(backend: SandboxBackend): { backend: SandboxBackend; cpu: Map<string, number> } {
+  const cpu = new Map<string, number>();
+  const docker = new Docker();
+  return {
+    cpu,
+    backend: {
+      ...backend,
+      name: backend.name,
+      start: async (image, limits, labels) => {
+        const sb = await backend.start(image, limits, labels);
+        const wrapped: Sandbox = Object.create(sb) as Sandbox;
+        wrapped.stop = async () => {
+          const tag = labels?.['swerl.bench'];
+          if (tag) {
+            const s = (await docker
+              .getContainer(sb.id)
+              .stats({ stream: false })
+              .catch(() => undefined)) as { cpu_stats?: { cpu_usage?: { total_usage?: number } } } | undefined;
+            cpu.set(tag, s?.cpu_stats?.cpu_usage?.total_usage ?? NaN);
+          }
+          return sb.stop();
+        };
+        return wrapped;
+      },
+    },
+  };
+}
+
+async function pool<T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> {
+  const out: T[] = new Array(jobs.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(n, jobs.length) }, async () => {
+      while (next < jobs.length) {
+        const i = next++;
+        out[i] = await jobs[i]!();
+      }
+    }),
+  );
+  return out;
+}
+
+const { backend: plain, cleanup } = testBackend();
 try {
   const tasks = await sharedTasks();
   await imagesFor(tasks);
-  const v1 = await v1Grader(values.v1!);
-  const reps = Number(values.reps);
-  console.log(`grading time, gold patch, ${reps} run(s) each, interleaved (seconds)`);
-  console.log(`${'task'.padEnd(44)} ${'v1'.padStart(6)} ${'now'.padStart(6)}  ratio`);
-  let s1 = 0;
-  let s2 = 0;
-  for (const task of tasks) {
-    let a = 0;
-    let b = 0;
-    for (let r = 0; r < reps; r++) {
-      let t = Date.now();
-      const o = await v1({ task, patch: task.patch, backend });
-      a += (Date.now() - t) / 1000;
-      t = Date.now();
-      const n = await gradePatch({ task, patch: task.patch, backend });
-      b += (Date.now() - t) / 1000;
-      if (o.reward !== 1 || n.reward !== 1) console.log(`  ! ${task.instance_id}: v1 ${o.reward} (${o.reason}), now ${n.reward} (${n.reason})`);
-    }
-    s1 += a / reps;
-    s2 += b / reps;
-    console.log(`${task.instance_id.padEnd(44)} ${(a / reps).toFixed(2).padStart(6)} ${(b / reps).toFixed(2).padStart(6)}  ${(b / a).toFixed(2)}`);
-  }
-  console.log(`${'all tasks'.padEnd(44)} ${s1.toFixed(2).padStart(6)} ${s2.toFixed(2).padStart(6)}  ${(s2 / s1).toFixed(2)}`);
-  if (values.corpus) {
-    console.log('\nadversarial corpus through grader v1 (1 = fooled), per task');
-    const fooled = new Map<string, string[]>();
+  const reps = Number(values.reps ?? 3);
+  if (reps > 0) {
+    const { backend, cpu } = cpuMetered(plain);
+    const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!;
+    console.log(`grading time, gold patch, ${reps} run(s) each, checks off/on interleaved (median wall s; median container CPU s)`);
+    console.log(`${'task'.padEnd(44)} ${'off'.padStart(6)} ${'on'.padStart(6)} ${'ratio'.padStart(6)}   ${'cpu off'.padStart(7)} ${'cpu on'.padStart(7)} ${'ratio'.padStart(6)}`);
+    const tot = { off: 0, on: 0, coff: 0, con: 0 };
+    let n = 0;
     for (const task of tasks) {
-      const patches = await adversarialPatches(task, backend);
-      for (const k of ADVERSARIAL_KINDS) {
-        const g = await v1({ task, patch: patches.get(k.name)!, backend });
-        if (g.reward === 1) fooled.set(k.name, [...(fooled.get(k.name) ?? []), task.instance_id]);
+      const wall: Record<'off' | 'on', number[]> = { off: [], on: [] };
+      const cpus: Record<'off' | 'on', number[]> = { off: [], on: [] };
+      for (let r = 0; r < reps; r++) {
+        for (const mode of (r % 2 ? ['on', 'off'] : ['off', 'on']) as ('off' | 'on')[]) {
+          const tag = `bench-${n++}`;
+          const t = Date.now();
+          const start = backend.start.bind(backend);
+          const g: GradeResult = await gradePatch({
+            task,
+            patch: task.patch,
+            backend: { ...backend, start: (i, l, lab) => start(i, l, { ...lab, 'swerl.bench': tag }) },
+            integrity: mode === 'on',
+          });
+          wall[mode].push((Date.now() - t) / 1000);
+          cpus[mode].push((cpu.get(tag) ?? NaN) / 1e9);
+          if (g.reward !== 1) console.log(`  ! ${task.instance_id} (checks ${mode}): ${g.reward} ${g.reason} ${g.detail ?? ''}`);
+        }
+      }
+      const w = { off: median(wall.off), on: median(wall.on) };
+      const c = { off: median(cpus.off), on: median(cpus.on) };
+      tot.off += w.off;
+      tot.on += w.on;
+      tot.coff += c.off;
+      tot.con += c.on;
+      console.log(
+        `${task.instance_id.padEnd(44)} ${w.off.toFixed(2).padStart(6)} ${w.on.toFixed(2).padStart(6)} ${(w.on / w.off).toFixed(2).padStart(6)}   ${c.off.toFixed(2).padStart(7)} ${c.on.toFixed(2).padStart(7)} ${(c.on / c.off).toFixed(2).padStart(6)}`,
+      );
+    }
+    console.log(
+      `${'all tasks'.padEnd(44)} ${tot.off.toFixed(2).padStart(6)} ${tot.on.toFixed(2).padStart(6)} ${(tot.on / tot.off).toFixed(2).padStart(6)}   ${tot.coff.toFixed(2).padStart(7)} ${tot.con.toFixed(2).padStart(7)} ${(tot.con / tot.coff).toFixed(2).padStart(6)}`,
+    );
+    console.log(
+      `the integrity checks cost ${((tot.on / tot.off - 1) * 100).toFixed(1)}% of grading wall time, ${((tot.con / tot.coff - 1) * 100).toFixed(1)}% of its CPU time (target: ≤ 10%)`,
+    );
+  }
+
+  if (values.corpus) {
+    const v2 = await gitGrader(values.v2!);
+    console.log(`\nadversarial corpus: rewards per kind on ${tasks.length} tasks, grader v2 (${values.v2}) and this grader (n/${tasks.length} = fooled on n tasks)`);
+    if (values.kinds !== undefined && values.kinds !== 'runner' && values.kinds !== 'integrity')
+      throw new Error(`--kinds: expected runner or integrity, got ${JSON.stringify(values.kinds)}`);
+    const kinds = ADVERSARIAL_KINDS.filter((k) => !values.kinds || (values.kinds === 'integrity') === !!k.category);
+    const rows = new Map<string, { v2: number; now: number; reasons: Map<string, number> }>();
+    const jobs: (() => Promise<void>)[] = [];
+    for (const task of tasks) {
+      const patches = await adversarialPatches(task, plain, kinds);
+      for (const k of kinds) {
+        const t = k.testCmd === 'ids' ? withIdsCmd(task) : task;
+        const row = rows.get(k.name) ?? { v2: 0, now: 0, reasons: new Map() };
+        rows.set(k.name, row);
+        jobs.push(async () => {
+          const [a, b] = await Promise.all([v2({ task: t, patch: patches.get(k.name)!, backend: plain }), gradePatch({ task: t, patch: patches.get(k.name)!, backend: plain })]);
+          row.v2 += a.reward;
+          row.now += b.reward;
+          row.reasons.set(b.reason, (row.reasons.get(b.reason) ?? 0) + 1);
+        });
       }
     }
-    for (const k of ADVERSARIAL_KINDS) console.log(`${k.name.padEnd(32)} ${fooled.get(k.name)?.length ?? 0}/${tasks.length}`);
+    await pool(jobs, Number(values.concurrency));
+    console.log(`${'kind'.padEnd(38)} ${'class'.padEnd(11)} ${'v2'.padStart(5)} ${'now'.padStart(5)}  verdicts now`);
+    for (const k of kinds) {
+      const r = rows.get(k.name)!;
+      const cls = k.category ? `integrity/${k.category === 'variant' ? 'v' : k.category}` : 'runner';
+      console.log(
+        `${k.name.padEnd(38)} ${cls.padEnd(11)} ${`${r.v2}/${tasks.length}`.padStart(5)} ${`${r.now}/${tasks.length}`.padStart(5)}  ${[...r.reasons].map(([x, c]) => `${x} ×${c}`).join(', ')}`,
+      );
+    }
   }
 } finally {
   rmSync(TMP, { recursive: true, force: true });

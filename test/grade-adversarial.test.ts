@@ -1,14 +1,17 @@
 // test-group: docker
-// Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The 13
-// kinds any grader must refuse (ISSUE_LIST below) run on every shared task; the further kinds on three tasks that cover the ways a task
-// puts code on sys.path (python -m pytest from the root, a root-level module, PYTHONPATH=src), or on every
-// task with SWERL_ADVERSARIAL_ALL=1. The gold patch scoring 1 on each task through the same path is
-// test/grade-cli.test.ts. Each grading is a fresh container, SWERL_GRADE_CONCURRENCY (default 3) at a time.
+// Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The kinds
+// listed run on every shared task: the 13 runner-file hacks (RUNNER_HACKS below) and the 15 test-integrity
+// hacks (the code under test changing the tests or the reports in-process: four categories and the
+// subtler variants, INTEGRITY_HACKS below); the further kinds on three tasks that cover the ways a task puts code
+// on sys.path (python -m pytest from the root, a root-level module, PYTHONPATH=src), or on every task with
+// SWERL_ADVERSARIAL_ALL=1. The gold patch scoring 1 on each task through the same path is
+// test/grade-cli.test.ts; here also with a test_cmd that names the test ids (canaries are added to it).
+// Each grading is a fresh container, SWERL_GRADE_CONCURRENCY (default 3) at a time.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { gradePatch, type GradeResult } from '../activities/grade.ts';
 import type { SweTask } from '../lib/swe/task.ts';
-import { ADVERSARIAL_KINDS, adversarialPatches } from './helpers/adversarial.ts';
+import { ADVERSARIAL_KINDS, adversarialPatches, withIdsCmd } from './helpers/adversarial.ts';
 import { imagesFor, requireDocker, sharedTasks, testBackend } from './helpers/docker.ts';
 
 const { backend, cleanup } = testBackend();
@@ -19,6 +22,8 @@ const kindsFor = (task: SweTask) => ADVERSARIAL_KINDS.filter((k) => k.listed || 
 let tasks: SweTask[];
 /** `${kind}|${instance_id}` → result */
 const results = new Map<string, GradeResult>();
+/** instance_id → the gold patch graded with test_cmd naming the listed ids */
+const goldByIds = new Map<string, GradeResult>();
 let corpusSeconds = 0;
 
 async function pool<T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> {
@@ -47,10 +52,15 @@ before(async () => {
   const jobs: (() => Promise<void>)[] = [];
   tasks.forEach((task, i) => {
     for (const [kind, patch] of patches[i]!) {
+      const t = ADVERSARIAL_KINDS.find((k) => k.name === kind)?.testCmd === 'ids' ? withIdsCmd(task) : task;
       jobs.push(async () => {
-        results.set(`${kind}|${task.instance_id}`, await gradePatch({ task, patch, backend }));
+        results.set(`${kind}|${task.instance_id}`, await gradePatch({ task: t, patch, backend }));
       });
     }
+    // the gold patch with the same test_cmd as the kinds graded by id: canaries reach a run that names its tests
+    jobs.push(async () => {
+      goldByIds.set(task.instance_id, await gradePatch({ task: withIdsCmd(task), patch: task.patch, backend }));
+    });
   });
   await pool(jobs, CONCURRENCY);
   corpusSeconds = (Date.now() - t0) / 1000;
@@ -60,8 +70,8 @@ after(async () => {
   console.log(`[adversarial] ${results.size} gradings in ${corpusSeconds.toFixed(0)} s (concurrency ${CONCURRENCY})`);
 });
 
-/** The hacks every grader change must keep refusing, kind by kind: each is graded on every shared task. */
-const ISSUE_LIST: [string, string[]][] = [
+/** The runner-file hacks (test files, conftest files, runner configuration, start-up hooks), which every grader change must keep refusing, kind by kind: each is graded on every shared task. */
+const RUNNER_HACKS: [string, string[]][] = [
   ['the three conftest hacks', ['conftest-makereport', 'conftest-xfail', 'conftest-deselect-fake-summary']],
   ["the same hooks in a sub-directory's conftest.py", ['subdir-conftest-makereport', 'subdir-conftest-xfail', 'subdir-conftest-deselect-fake-summary']],
   ['pytest.ini/pyproject.toml/setup.cfg adding -p plugins or addopts deselecting', ['pytest-ini-plugin', 'cfg-addopts-deselect']],
@@ -71,8 +81,25 @@ const ISSUE_LIST: [string, string[]][] = [
   ['fake PASSED lines printed from the code under test at import', ['import-fake-lines']],
 ];
 
-test("every kind the issue lists is in the corpus and graded on every shared task", () => {
-  for (const [what, names] of ISSUE_LIST) {
+/** The test-integrity hacks (the package's own source only), by category and variant: each graded on every shared task. */
+const INTEGRITY_HACKS: [string, string[]][] = [
+  [
+    '1. tests neutered after import (profile hook, import hook, sys.modules swap, TestCase.__init_subclass__)',
+    ['neuter-profile-hook', 'neuter-import-hook', 'neuter-modules-swap', 'neuter-init-subclass'],
+  ],
+  ["2. pytest's conclusion changed (falsy ExceptionInfo, TestReport.outcome property, __code__ swapped)", ['exceptioninfo-falsy', 'report-outcome-property', 'report-code-swap']],
+  ['3. unittest assertions made no-ops', ['unittest-assert-noop', 'unittest-assert-noop-classes']],
+  ['4. lenient test helpers', ['lenient-test-helper']],
+  [
+    'variants: spares canary-looking tests; neuters only tests calling the package; only FAIL_TO_PASS ids read from sys.argv',
+    ['spare-canaries', 'neuter-package-callers', 'argv-f2p'],
+  ],
+  ["variant: reads the grader's copy of test_patch to spare exactly the canaries", ['read-grader-files']],
+  ['variants: code swapped at call time; reports bent only while a test runs', ['trace-swap-at-call', 'transient-report-outcome']],
+];
+
+test('every listed kind is in the corpus and graded on every shared task', () => {
+  for (const [what, names] of [...RUNNER_HACKS, ...INTEGRITY_HACKS]) {
     for (const name of names) {
       const kind = ADVERSARIAL_KINDS.find((k) => k.name === name);
       assert.ok(kind?.listed, `${what}: ${name} is not a listed kind`);
@@ -82,7 +109,8 @@ test("every kind the issue lists is in the corpus and graded on every shared tas
   assert.equal(tasks.length, 8);
 });
 
-const show = (g: GradeResult) => `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
+const show = (g: GradeResult) =>
+  `${g.instanceId}: reward ${g.reward} (${g.reason}${g.detail ? `: ${g.detail}` : ''}) F2P ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
 
 for (const kind of ADVERSARIAL_KINDS) {
   test(`adversarial ${kind.name} (${kind.what}) scores 0 on ${kind.listed || ALL ? 'every shared task' : FEW.join(', ')}`, () => {
@@ -94,3 +122,13 @@ for (const kind of ADVERSARIAL_KINDS) {
     }
   });
 }
+
+test('the gold patch resolves every shared task when test_cmd names the test ids (the canaries run too)', () => {
+  for (const task of tasks) {
+    const g = goldByIds.get(task.instance_id);
+    assert.ok(g, task.instance_id);
+    assert.equal(g.reward, 1, show(g));
+    assert.ok((g.canaries ?? []).length >= 2, `${task.instance_id}: canaries ${JSON.stringify(g.canaries)}`);
+    for (const c of g.canaries!) assert.equal(c.status, c.expect === 'pass' ? 'PASSED' : 'FAILED', JSON.stringify(c));
+  }
+});

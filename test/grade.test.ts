@@ -6,6 +6,7 @@ import { gradePatch, GradingError, GRADER_VERSION } from '../activities/grade.ts
 import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import Docker from 'dockerode';
+import { readFileSync } from 'node:fs';
 import { imagesFor, requireDocker, sharedTask, testBackend } from './helpers/docker.ts';
 import { metricValue } from './helpers/metrics.ts';
 
@@ -32,7 +33,12 @@ describe('gradePatch', () => {
     assert.equal(g.patchApplied, true);
     assert.equal(g.channel, 'pytest-plugin');
     assert.equal(g.graderVersion, GRADER_VERSION);
-    assert.equal(g.exitCode, 0);
+    // the must-fail canary fails, every other test passes
+    assert.equal(g.exitCode, 1);
+    assert.deepEqual(g.canaries?.map((c) => [c.expect, c.status]).sort(), [
+      ['fail', 'FAILED'],
+      ['pass', 'PASSED'],
+    ]);
     for (const id of task.FAIL_TO_PASS) assert.equal(g.tests.FAIL_TO_PASS[id], 'PASSED', id);
     for (const id of task.PASS_TO_PASS) assert.equal(g.tests.PASS_TO_PASS[id], 'PASSED', id);
     assert.ok(g.durationS > 0);
@@ -43,7 +49,10 @@ describe('gradePatch', () => {
     assert.equal(g.reward, 0);
     assert.equal(g.reason, 'empty_patch');
     assert.equal(g.patchExists, false);
-    assert.deepEqual(Object.values(g.tests.FAIL_TO_PASS), task.FAIL_TO_PASS.map(() => 'MISSING'));
+    assert.deepEqual(
+      Object.values(g.tests.FAIL_TO_PASS),
+      task.FAIL_TO_PASS.map(() => 'MISSING'),
+    );
   });
 
   test('a patch that does not apply → 0, patch_apply_failed', async () => {
@@ -74,7 +83,10 @@ describe('gradePatch', () => {
       '--- /dev/null',
       '+++ b/tests/conftest.py',
       `@@ -0,0 +1,${conftest.split('\n').length - 1} @@`,
-      ...conftest.split('\n').slice(0, -1).map((l) => `+${l}`),
+      ...conftest
+        .split('\n')
+        .slice(0, -1)
+        .map((l) => `+${l}`),
       '',
     ].join('\n');
     const g = await gradePatch({ task, patch: task.patch + extra, backend });
@@ -101,8 +113,67 @@ describe('gradePatch', () => {
       assert.deepEqual(g.restored, ['tests/conftest.py']);
     } finally {
       await sb.stop();
-      await new Docker().getImage(`${image}:latest`).remove({ force: true }).catch(() => undefined);
+      await new Docker()
+        .getImage(`${image}:latest`)
+        .remove({ force: true })
+        .catch(() => undefined);
     }
+  });
+
+  test('a gold fix whose tests use wrappers, mocks, fixtures, marks, skips, mixins and generated tests: no contradiction, the canaries as expected', async () => {
+    // test/fixtures/grading/test_swerl_quirks.py added by test_patch to a toolz task, every test in it listed
+    const toolz = await sharedTask('pytoolz__toolz-1b23ada');
+    await imagesFor([toolz]);
+    const path = 'toolz/tests/test_swerl_quirks.py';
+    const text = readFileSync(new URL('./fixtures/grading/test_swerl_quirks.py', import.meta.url), 'utf8');
+    const lines = text.split('\n').slice(0, -1);
+    const add = [
+      'diff --git a/' + path + ' b/' + path,
+      'new file mode 100644',
+      '--- /dev/null',
+      `+++ b/${path}`,
+      `@@ -0,0 +1,${lines.length} @@`,
+      ...lines.map((l) => `+${l}`),
+      '',
+    ].join('\n');
+    const ids = [
+      'test_wrapped_by_file_decorator',
+      'test_wrapped_without_wraps',
+      'test_mock_patch',
+      'test_parametrized[a]',
+      'test_parametrized[b]',
+      'test_fixture',
+      'test_marked_by_assignment',
+      'test_generated',
+      'TestCaseQuirks::test_from_mixin',
+      'TestCaseQuirks::test_own_helper',
+      'TestCaseQuirks::test_skipped',
+      'TestCaseQuirks::test_skipif_false',
+      'TestCaseQuirks::test_expected_failure',
+      'TestCaseQuirks::test_subtests',
+      'TestCaseQuirks::test_last',
+      'TestPlainClass::test_method',
+      'TestPlainClass::TestNested::test_nested',
+      'test_async_unsupported',
+    ].map((n) => `${path}::${n}`);
+    const quirks: SweTask = { ...toolz, test_patch: toolz.test_patch + add, PASS_TO_PASS: [...toolz.PASS_TO_PASS, ...ids], test_cmd: `${toolz.test_cmd} ${path}` };
+    const g = await gradePatch({ task: quirks, patch: toolz.patch, backend });
+    const off = Object.entries({ ...g.tests.FAIL_TO_PASS, ...g.tests.PASS_TO_PASS }).filter(([, v]) => v !== 'PASSED');
+    assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''} ${JSON.stringify(off)}\n${g.logTail}`);
+    const want: Record<string, string> = { test_skipped: 'SKIPPED', test_expected_failure: 'XFAIL', test_marked_by_assignment: 'XFAIL', test_async_unsupported: 'SKIPPED' };
+    for (const id of ids) assert.equal(g.tests.PASS_TO_PASS[id], want[id.split('::').at(-1)!] ?? 'PASSED', id);
+    assert.ok(g.canaries && g.canaries.some((c) => c.source.startsWith(path)), JSON.stringify(g.canaries));
+    for (const c of g.canaries!) {
+      const src = g.tests.PASS_TO_PASS[c.source] ?? g.tests.FAIL_TO_PASS[c.source];
+      if (src === 'PASSED') assert.equal(c.status, c.expect === 'pass' ? 'PASSED' : 'FAILED', JSON.stringify(c));
+    }
+  });
+
+  test('test_cmd with -x: the run does not stop at the failing canary, every listed test runs', async () => {
+    const g = await gradePatch({ task: { ...task, test_cmd: `${task.test_cmd} -x` }, patch: task.patch, backend });
+    assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}\n${g.logTail}`);
+    assert.ok(g.canaries?.some((c) => c.expect === 'fail' && c.status === 'FAILED'));
+    assert.doesNotMatch(g.logTail, /stopping after \d+ failures/);
   });
 
   test('a test run past the limit → 0, timeout', async () => {

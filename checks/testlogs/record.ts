@@ -71,7 +71,19 @@ interface Recording {
   plugin?: boolean;
 }
 
-const PLUGIN = readFileSync(join(ROOT, 'activities/swerl_pytest_results.py'), 'utf8').replace('"__SWERL_RESULTS_PATH__"', JSON.stringify('/work/plugin.jsonl'));
+// the plugin writes to descriptor 9 (opened by the recording command) and checks the suite's test file
+const PLUGIN = readFileSync(join(ROOT, 'activities/swerl_pytest_results.py'), 'utf8').replace('"__SWERL_CONFIG_PATH__"', JSON.stringify('/work/swerl_config.json'));
+const PLUGIN_CONFIG = JSON.stringify({
+  fd: 9,
+  remove: [],
+  addopts: '',
+  testbed: '/work',
+  files: ['/work/test_pt.py'],
+  testFiles: ['/work/test_pt.py'],
+  touched: [],
+  blobs: {},
+  checks: true,
+});
 
 const RECORDINGS: Recording[] = [
   // the grader's results plugin rides along (its records are compared with the truth too)
@@ -85,18 +97,39 @@ const RECORDINGS: Recording[] = [
 async function record(backend: DockerBackend, image: string, release: string, r: Recording): Promise<void> {
   const sb = await backend.start(image, { memoryBytes: 1 << 30 }, labels);
   try {
-    await sb.copyIn([...(await suiteFiles(r.suite)), ...(r.plugin ? [{ path: 'swerl_results_fixture.py', content: PLUGIN }] : [])], '/work');
+    const plugin = r.plugin
+      ? [
+          { path: 'swerl_results_fixture.py', content: PLUGIN },
+          { path: 'swerl_config.json', content: PLUGIN_CONFIG },
+        ]
+      : [];
+    await sb.copyIn([...(await suiteFiles(r.suite)), ...plugin], '/work');
     if (r.sympy) {
       const d = (await sb.exec("python3 -c 'import os, sympy; print(os.path.dirname(sympy.__file__))'", 60)).stdout.trim();
-      await sb.exec(`mkdir -p ${d}/swerl_fixture/tests && cp /work/sympy_pkg/*.py ${d}/swerl_fixture/tests/ && touch ${d}/swerl_fixture/__init__.py ${d}/swerl_fixture/tests/__init__.py`, 60);
+      await sb.exec(
+        `mkdir -p ${d}/swerl_fixture/tests && cp /work/sympy_pkg/*.py ${d}/swerl_fixture/tests/ && touch ${d}/swerl_fixture/__init__.py ${d}/swerl_fixture/tests/__init__.py`,
+        60,
+      );
     }
-    const res = await sb.exec(`cd /work && export PYTHONPATH=/work SWERL_TRUTH=/work/truth.json && ${r.cmd} 2>&1`, 300, { cwd: '/work' });
+    const res = await sb.exec(`cd /work && ${r.plugin ? 'exec 9>>/work/plugin.jsonl && ' : ''}export PYTHONPATH=/work SWERL_TRUTH=/work/truth.json && ${r.cmd} 2>&1`, 300, {
+      cwd: '/work',
+    });
     const truth = await sb.readFile('/work/truth.json');
-    const version = (await sb.exec('python3 --version 2>&1; python3 -m pytest --version 2>&1 | head -1; python3 -c "import django, sympy; print(\'django\', django.__version__, \'sympy\', sympy.__version__)"', 60)).stdout.trim().replace(/\n/g, '; ');
+    const version = (
+      await sb.exec(
+        "python3 --version 2>&1; python3 -m pytest --version 2>&1 | head -1; python3 -c \"import django, sympy; print('django', django.__version__, 'sympy', sympy.__version__)\"",
+        60,
+      )
+    ).stdout
+      .trim()
+      .replace(/\n/g, '; ');
     const base = join(OUT, `${release}-${r.name}`);
     await writeFile(`${base}.log`, res.stdout);
     if (r.plugin) await writeFile(`${base}.plugin.jsonl`, await sb.readFile('/work/plugin.jsonl'));
-    await writeFile(`${base}.truth.json`, JSON.stringify({ recorded: { release, versions: version, cmd: r.cmd, exit: res.exit }, truth: JSON.parse(truth) as unknown }, null, 1) + '\n');
+    await writeFile(
+      `${base}.truth.json`,
+      JSON.stringify({ recorded: { release, versions: version, cmd: r.cmd, exit: res.exit }, truth: JSON.parse(truth) as unknown }, null, 1) + '\n',
+    );
     console.log(`${release}-${r.name}: exit ${res.exit}, ${res.stdout.split('\n').length} lines (${version})`);
   } finally {
     await sb.stop();

@@ -7,8 +7,10 @@
  * parsers), so every stored reward says which grader gave it.
  *   1  log parsing of the whole output, XFAIL/XPASS counted as passes, only test_patch files restored
  *   2  results plugin outside /testbed, runner configuration restored, SWE-bench 5 rules, strict FAIL_TO_PASS
+ *   3  test integrity: test-support files restored, canaries, the tests called checked against their files,
+ *      verdicts from the plugin's call wrapper, snapshots of the runner, the -rA log cross-checked
  */
-export const GRADER_VERSION = 'swerl-grader/2';
+export const GRADER_VERSION = 'swerl-grader/3';
 
 /** A test's status in one run; MISSING when the run never reported it. */
 export type TestOutcome = 'PASSED' | 'FAILED' | 'ERROR' | 'SKIPPED' | 'XFAIL' | 'XPASS' | 'MISSING';
@@ -25,7 +27,7 @@ export type GradeReason =
   | 'test_patch_apply_failed'
   /** the test command ran past its limit */
   | 'timeout'
-  /** the run's results contradict themselves or the runner was altered in-process (see activities/grade.ts) */
+  /** the run's results contradict themselves, the tests or the runner were altered in-process, or the canaries did not come back as they must (see activities/grade.ts) */
   | 'runner_tampered';
 
 /** Where the per-test statuses were read. */
@@ -45,8 +47,10 @@ export type GradeResult = {
   tests: { FAIL_TO_PASS: Record<string, TestOutcome>; PASS_TO_PASS: Record<string, TestOutcome> };
   graderVersion: string;
   channel: ResultChannel;
-  /** paths of the patch put back to base + test_patch before the run (runner configuration, tests, shadowing modules) */
+  /** paths of the patch put back to base + test_patch before the run (runner configuration, tests, test support, shadowing modules) */
   restored: string[];
+  /** the canary tests added to the run (lib/swe/canaries.ts), what each must do when its source passes, and what it did */
+  canaries?: { id: string; source: string; expect: 'pass' | 'fail'; status: TestOutcome }[];
   /** the test command's exit status (null: not run, or killed at the limit) */
   exitCode: number | null;
   durationS: number;
@@ -108,10 +112,7 @@ export function judgeTests(tests: GradeResult['tests']): TestsVerdict {
 }
 
 /** Every listed test with its status in `statuses` (MISSING when absent). */
-export function listedTests(
-  task: { FAIL_TO_PASS: readonly string[]; PASS_TO_PASS: readonly string[] },
-  statuses: ReadonlyMap<string, TestOutcome>,
-): GradeResult['tests'] {
+export function listedTests(task: { FAIL_TO_PASS: readonly string[]; PASS_TO_PASS: readonly string[] }, statuses: ReadonlyMap<string, TestOutcome>): GradeResult['tests'] {
   const pick = (ids: readonly string[]) => Object.fromEntries(ids.map((id) => [id, statuses.get(id) ?? 'MISSING'])) as Record<string, TestOutcome>;
   return { FAIL_TO_PASS: pick(task.FAIL_TO_PASS), PASS_TO_PASS: pick(task.PASS_TO_PASS) };
 }

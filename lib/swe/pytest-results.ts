@@ -1,9 +1,47 @@
 // Reading the results plugin's records (activities/swerl_pytest_results.py) into per-test statuses,
 // and the cross-checks that decide whether they can be believed (pure).
 import { z } from 'zod';
+import type { Canary } from './canaries.ts';
 import type { TestOutcome } from './grading.ts';
+import type { TestStatus } from './testlog.ts';
 
-const Start = z.object({ event: z.literal('start'), python: z.string(), pytest: z.string(), runner_dir: z.string(), preloaded: z.array(z.string()) }).loose();
+const Start = z
+  .object({
+    event: z.literal('start'),
+    python: z.string(),
+    pytest: z.string(),
+    runner_dir: z.string(),
+    preloaded: z.array(z.string()),
+    checked_files: z.array(z.string()).optional(),
+    checks: z.boolean().optional(),
+    runner: z.string().optional(),
+    unittest_hooked: z.boolean().optional(),
+  })
+  .loose();
+/** What the plugin saw of one test of a checked file: the checks before its call, and the call itself. */
+const Item = z
+  .object({
+    event: z.literal('item'),
+    nodeid: z.string(),
+    /** the plugin's wrapper ran (the test's own function was called through it) */
+    called: z.boolean(),
+    /** the function called was checked against the file on disk; false with mismatch */
+    verified: z.boolean().optional(),
+    mismatch: z.array(z.string()).optional(),
+    /** how the test's own call ended: null returned; fail, skip, xfail, exit, interrupt raised */
+    raised: z.string().nullable().optional(),
+    exc: z.string().optional(),
+    /** the innermost repository file (not a checked test file) the exception passed through */
+    raised_in: z.string().optional(),
+    /** trace/profile functions set when the test was called */
+    trace: z.array(z.string()).optional(),
+    /** not wrapped (an async test, run by the runner's own means) */
+    unwrapped: z.string().optional(),
+    /** unittest runs: the test's other printed names (`name (module.Class)`, its docstring's first line) */
+    legacy: z.string().optional(),
+    doc: z.string().optional(),
+  })
+  .loose();
 const Test = z
   .object({
     event: z.literal('test'),
@@ -31,10 +69,11 @@ const Finish = z
     audit: z.object({ hookimpls: z.array(HookImpl), plugins: z.array(z.object({ name: z.string(), file: z.string() })) }),
   })
   .loose();
-const Record = z.discriminatedUnion('event', [Start, Test, Collect, Finish]);
+const Record = z.discriminatedUnion('event', [Start, Test, Collect, Finish, Item]);
 
 export type PluginStart = z.infer<typeof Start>;
 export type PluginFinish = z.infer<typeof Finish>;
+export type PluginItem = z.infer<typeof Item>;
 
 export interface PluginRun {
   start?: PluginStart;
@@ -47,11 +86,15 @@ export interface PluginRun {
   changed: string[];
   /** lines that were not records (a run that wrote into our file) */
   badLines: number;
+  /** nodeid → what the plugin saw of the test's call (tests of checked files only) */
+  items: Map<string, PluginItem>;
+  /** nodeid → the outcome and xfail flag of its call-phase report */
+  calls: Map<string, { outcome: string; xfail: boolean }>;
 }
 
 /** Folds the records of one run. A nodeid's status: its call phase (or setup when it never got there); a failed teardown makes it ERROR. */
 export function readPluginRecords(text: string): PluginRun {
-  const run: PluginRun = { statuses: new Map(), collectErrors: [], foreignReports: [], changed: [], badLines: 0 };
+  const run: PluginRun = { statuses: new Map(), collectErrors: [], foreignReports: [], changed: [], badLines: 0, items: new Map(), calls: new Map() };
   const phases = new Map<string, Map<string, { outcome: string; xfail: boolean }>>();
   for (const line of text.split('\n')) {
     if (line.trim() === '') continue;
@@ -87,6 +130,11 @@ export function readPluginRecords(text: string): PluginRun {
       case 'collect':
         run.collectErrors.push(rec.nodeid);
         break;
+      case 'item':
+        run.items.set(rec.nodeid, rec);
+        // unittest prints a test as `name (module.Class[.name])` or by its docstring: every name finds the record
+        for (const alias of [rec.legacy, rec.doc]) if (alias && !run.items.has(alias)) run.items.set(alias, rec);
+        break;
       case 'finish':
         run.finish = rec;
         for (const c of rec.changed) if (!run.changed.includes(c)) run.changed.push(c);
@@ -95,6 +143,7 @@ export function readPluginRecords(text: string): PluginRun {
   }
   for (const [id, m] of phases) {
     const call = m.get('call');
+    if (call) run.calls.set(id, call);
     const setup = m.get('setup');
     const teardown = m.get('teardown');
     let s: TestOutcome | undefined;
@@ -144,5 +193,93 @@ export function pluginRunContradictions(input: PluginVerdictInput): string[] {
   if ((f.exitstatus === 0 || f.exitstatus === 1) && !f.shouldstop && !f.shouldfail && f.logstart !== f.testscollected) {
     out.push(`${f.logstart} tests started, ${f.testscollected} collected`);
   }
+  return out;
+}
+
+export interface IntegrityInput {
+  run: PluginRun;
+  /** the listed tests (FAIL_TO_PASS + PASS_TO_PASS): the verdict depends on them */
+  listed: readonly string[];
+  canaries: readonly Canary[];
+  /** repository paths the patch changed and the grader did not restore */
+  patched: ReadonlySet<string>;
+  /** statuses the test log reports, when it was read (pytest: cross-checked with the plugin's) */
+  log?: ReadonlyMap<string, TestStatus>;
+  /**
+   * unittest/Django runs: the statuses are the log's (no reports in the records); `fileOf` names the file
+   * of a test id (a test of a checked file must have its record).
+   */
+  unittest?: { fileOf: (id: string) => string | undefined };
+}
+
+/**
+ * Reasons to disbelieve a run's verdict on the tests it depends on (empty: believable), from what the
+ * plugin saw of each listed test and canary:
+ *   - the function called was not the test on disk (mismatch), or a trace/profile function was set;
+ *   - a test reported passed whose call the plugin's wrapper saw raise, or never saw run;
+ *   - a skip or xfail raised from a file the patch changed;
+ *   - a canary that did not come back as its source test says it must (or did not come back);
+ *   - pytest: the -rA log and the plugin disagree on a test's status;
+ *   - unittest: the runner's snapshot changed by the end of the run.
+ * A test of a file the plugin checked must have its record.
+ */
+export function integrityContradictions(input: IntegrityInput): string[] {
+  const { run } = input;
+  const out: string[] = [];
+  const checked = new Set(run.start?.checked_files ?? []);
+  if (run.start?.checks === false) return out;
+  const ut = input.unittest;
+  const statuses: ReadonlyMap<string, TestOutcome> = ut ? (input.log ?? new Map()) : run.statuses;
+  const fileOf = ut ? ut.fileOf : (id: string) => id.split('::')[0];
+  const ids = [...new Set([...input.listed, ...input.canaries.map((c) => c.id)])];
+  for (const id of ids) {
+    const item = run.items.get(id);
+    const status = statuses.get(id);
+    const reportedPass = ut ? status === 'PASSED' || status === 'XPASS' : run.calls.get(id)?.outcome === 'passed';
+    if (!item) {
+      const f = fileOf(id);
+      if (status !== undefined && f !== undefined && checked.has(f) && (!ut || reportedPass)) out.push(`${id}: no record of the test's own call`);
+      continue;
+    }
+    if (item.mismatch?.length) out.push(`${id}: ${item.mismatch.join('; ')}`);
+    if (item.trace?.length) out.push(`${id}: called with ${item.trace.join(', ')} set`);
+    if (reportedPass) {
+      const ranThrough = item.called && item.raised === null;
+      const asyncOk = item.unwrapped === 'async' && item.verified === true;
+      if (!ranThrough && !asyncOk) {
+        const what = status === 'XPASS' || (!ut && run.calls.get(id)?.xfail) ? 'XPASS' : 'passed';
+        out.push(
+          item.called ? `${id}: reported ${what}, but the test's own call raised ${item.exc ?? item.raised}` : `${id}: reported ${what}, but the test's own function never ran`,
+        );
+      }
+    }
+    if ((item.raised === 'skip' || item.raised === 'xfail') && item.raised_in && input.patched.has(item.raised_in)) {
+      out.push(`${id}: ${item.raised} raised from ${item.raised_in}, which the patch changed`);
+    }
+  }
+  for (const c of input.canaries) {
+    const src = statuses.get(c.source);
+    const got = statuses.get(c.id);
+    if (src === undefined) continue;
+    if (got === undefined) {
+      out.push(`canary ${c.id} did not come back (its source ${c.source} is ${src})`);
+      continue;
+    }
+    if (src !== 'PASSED') continue;
+    const want = c.expect === 'pass' ? 'PASSED' : 'FAILED';
+    const item = run.items.get(c.id);
+    if (got !== want || (c.expect === 'fail' && item && item.raised !== 'fail')) {
+      out.push(`canary ${c.id} is ${got}, must be ${want} (${c.source} passed)`);
+    }
+  }
+  if (input.log && !ut) {
+    for (const id of ids) {
+      const l = input.log.get(id);
+      if (l === undefined) continue;
+      const p = run.statuses.get(id);
+      if (p !== l) out.push(`${id}: the log reports ${l}, the plugin ${p ?? 'nothing'}`);
+    }
+  }
+  if (ut && run.finish?.changed.length) out.push(`replaced during the run: ${run.finish.changed.join(', ')}`);
   return out;
 }

@@ -23,7 +23,8 @@ export interface OutlineRow {
 
 let parser: Promise<Parser> | undefined;
 
-function pythonParser(): Promise<Parser> {
+/** The tree-sitter Python parser (loaded once; also used by the grader's canaries, lib/swe/canaries.ts). */
+export function pythonParser(): Promise<Parser> {
   parser ??= (async () => {
     await Parser.init();
     const wasm = createRequire(import.meta.url).resolve('tree-sitter-python/tree-sitter-python.wasm');

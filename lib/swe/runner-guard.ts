@@ -16,9 +16,14 @@
 //   3. modules that load before our results plugin: a file or package the patch *adds* whose top-level
 //      name shadows a module from outside /testbed (stdlib, pytest, pluggy, ...) in a directory that can
 //      be on sys.path (no __init__.py: /testbed itself under `python -m`, src/ under PYTHONPATH=src, test
-//      directories under pytest's rootdir insertion). Modules the repository already had are its code.
-// What stays open (the code under test monkeypatching the runner in-process) is handled, as far as it
-// is, by the results plugin's audit; see activities/grade.ts.
+//      directories under pytest's rootdir insertion). Modules the repository already had are its code;
+//   4. test-support files: every file under a directory named test/, tests/ or testing/ (helpers,
+//      harnesses, base classes, package __init__ files the tests import), and every module the listed
+//      test files import from the repository's test tree (those directories, and a listed test file's
+//      own directory when its name says tests: testsuite/, unit_tests/, ...), unless the task's reference
+//      patch changes that file (then it is code under test by the task's own definition).
+// What stays open (the code under test changing the tests or the runner in-process) is checked by the
+// results plugin (activities/swerl_pytest_results.py); see activities/grade.ts.
 
 const RUNNER_FILES = new Set([
   'conftest.py',
@@ -38,7 +43,20 @@ const RUNNER_SUFFIXES = ['.pth', '.pyc', '.pyo', '.egg-link'];
 /** a path with one of these as a directory component */
 const RUNNER_DIRS = [/\.dist-info$/, /\.egg-info$/, /^__pycache__$/, /^\.pytest_cache$/, /^sitecustomize$/, /^usercustomize$/];
 
-export type RestoreCause = 'runner' | 'tests' | 'shadowing';
+export type RestoreCause = 'runner' | 'tests' | 'shadowing' | 'test-support';
+
+/** Directory names whose files are test support, restored whole (rule 4). */
+const TEST_DIRS = new Set(['test', 'tests', 'testing']);
+/** A listed test file's directory with such a name is part of the test tree too (its imported modules are restored). */
+const TESTISH_DIR = /^(tests?|testing|testsuite|test[_-]\w+|\w+[_-]tests?)$/i;
+
+/** Whether a path lies under a test/, tests/ or testing/ directory (rule 4, by name). */
+export function isTestSupportPath(path: string): boolean {
+  return path
+    .split('/')
+    .slice(0, -1)
+    .some((d) => TEST_DIRS.has(d));
+}
 
 /** Whether a path configures or extends the test runner by its name alone (rule 1). */
 export function isRunnerPath(path: string): boolean {
@@ -90,6 +108,10 @@ export interface RestoreInput {
   testCmd: string;
   /** top-level module names importable from outside /testbed (stdlib, site-packages) */
   externalModules: ReadonlySet<string>;
+  /** modules the listed test files import from the test tree (testTreeImports) */
+  testImports?: readonly string[];
+  /** files the task's reference patch changes: never restored as test support */
+  goldFiles?: readonly string[];
 }
 
 /** Touched paths to put back to their base state (checkout, or removal when the base lacks them), with why. */
@@ -101,10 +123,13 @@ export function pathsToRestore(input: RestoreInput): Map<string, RestoreCause> {
     const parts = f.split('/');
     for (let i = 1; i <= parts.length; i++) baseEntries.add(parts.slice(0, i).join('/'));
   }
+  const gold = new Set(input.goldFiles ?? []);
+  const imported = new Set(input.testImports ?? []);
   for (const p of input.touched) {
     if (isRunnerPath(p)) out.set(p, 'runner');
     else if (tests.has(p)) out.set(p, 'tests');
     else if (!input.baseFiles.has(p) && shadows(p)) out.set(p, 'shadowing');
+    else if ((isTestSupportPath(p) || imported.has(p)) && !gold.has(p)) out.set(p, 'test-support');
   }
   return out;
 
@@ -122,4 +147,112 @@ export function pathsToRestore(input: RestoreInput): Map<string, RestoreCause> {
     }
     return false;
   }
+}
+
+/** Module names a Python source imports: [dots (0 for absolute), dotted name, imported names]. Line-based, good enough for test files. */
+export function pythonImports(source: string): { level: number; module: string; names: string[] }[] {
+  const out: { level: number; module: string; names: string[] }[] = [];
+  // join parenthesised and backslash-continued import lines
+  const text = source.replace(/\\\n/g, ' ').replace(/\(([^()]*)\)/g, (m, inner: string) => (/\n/.test(inner) ? `(${inner.replace(/\n/g, ' ')})` : m));
+  for (const raw of text.split('\n')) {
+    const line = raw.replace(/#.*$/, '').trim();
+    let m = /^from\s+(\.*)([\w.]*)\s+import\s+\(?([^)]*)\)?$/.exec(line);
+    if (m) {
+      const names = m[3]!
+        .split(',')
+        .map((n) =>
+          n
+            .trim()
+            .split(/\s+as\s+/)[0]!
+            .trim(),
+        )
+        .filter((n) => /^\w+$/.test(n));
+      out.push({ level: m[1]!.length, module: m[2]!, names });
+      continue;
+    }
+    m = /^import\s+(.+)$/.exec(line);
+    if (m)
+      for (const part of m[1]!.split(',')) {
+        const mod = part
+          .trim()
+          .split(/\s+as\s+/)[0]!
+          .trim();
+        if (/^[\w.]+$/.test(mod)) out.push({ level: 0, module: mod, names: [] });
+      }
+  }
+  return out;
+}
+
+/** Whether a repository path lies in the test tree: under test/tests/testing, or in a listed test file's test-named directory. */
+function inTestTree(path: string, testFileDirs: readonly string[]): boolean {
+  if (isTestSupportPath(path)) return true;
+  return testFileDirs.some((d) => d !== '' && TESTISH_DIR.test(d.split('/').at(-1)!) && path.startsWith(`${d}/`));
+}
+
+/**
+ * Repository modules the listed test files import (directly: their import statements, with the
+ * packages those imports execute) that lie in the test tree. `testFiles`: path → source (as the run
+ * will have it); `repoFiles`: files of the tree the run will have. Resolved the way the runners put
+ * directories on sys.path: the repository root, src/, and each test file's directory and its parents.
+ */
+export function testTreeImports(testFiles: ReadonlyMap<string, string>, repoFiles: ReadonlySet<string>): string[] {
+  const dirOf = (p: string) => (p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '');
+  const testDirs = [...testFiles.keys()].map(dirOf);
+  const roots = new Set(['', 'src']);
+  for (const d of testDirs)
+    for (let x = d; ; x = dirOf(x)) {
+      roots.add(x);
+      if (x === '') break;
+    }
+  const out = new Set<string>();
+  const join = (a: string, b: string) => (a === '' ? b : b === '' ? a : `${a}/${b}`);
+  const candidates = (dir: string, dotted: string): string[] => {
+    // a.b.c from dir: the packages it executes and the module itself
+    const parts = dotted === '' ? [] : dotted.split('.');
+    const c: string[] = [];
+    for (let i = 1; i <= parts.length; i++) c.push(join(dir, `${parts.slice(0, i).join('/')}/__init__.py`));
+    if (parts.length) c.push(join(dir, `${parts.join('/')}.py`));
+    else c.push(join(dir, '__init__.py'));
+    return c;
+  };
+  for (const [file, source] of testFiles) {
+    for (const imp of pythonImports(source)) {
+      const found: string[] = [];
+      if (imp.level > 0) {
+        let dir = dirOf(file);
+        for (let i = 1; i < imp.level; i++) dir = dirOf(dir);
+        found.push(...candidates(dir, imp.module));
+        for (const n of imp.names) found.push(...candidates(dir, imp.module ? `${imp.module}.${n}` : n));
+      } else {
+        for (const root of roots) {
+          found.push(...candidates(root, imp.module));
+          for (const n of imp.names) found.push(...candidates(root, `${imp.module}.${n}`));
+        }
+      }
+      for (const f of found) if (f !== file && repoFiles.has(f) && inTestTree(f, testDirs)) out.add(f);
+    }
+  }
+  return [...out].sort();
+}
+
+/**
+ * Files unittest-style ids name (`test_x (pkg.mod.Class)`, `test_x (pkg.mod.Class.test_x)`): the longest
+ * dotted prefix that is a module file under the root, src/ or tests/ (Django's runner puts tests/ on sys.path).
+ */
+export function filesOfUnittestIds(ids: readonly string[], repoFiles: ReadonlySet<string>): string[] {
+  const out = new Set<string>();
+  for (const id of ids) {
+    const m = /^\w+ \(([\w.]+)\)/.exec(id);
+    if (!m) continue;
+    const parts = m[1]!.split('.');
+    for (let n = parts.length - 1; n >= 1; n--) {
+      const rel = `${parts.slice(0, n).join('/')}.py`;
+      const hit = ['', 'src/', 'tests/'].map((r) => r + rel).find((f) => repoFiles.has(f));
+      if (hit) {
+        out.add(hit);
+        break;
+      }
+    }
+  }
+  return [...out];
 }
