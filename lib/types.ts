@@ -21,8 +21,10 @@ export interface Trajectory {
   iteration: number;
   taskId: string;
   sample: number;
-  /** checkpoint index the sampling policy served */
+  /** checkpoint index the sampling policy served (a streaming episode: the one of its first turn) */
   checkpoint: number;
+  /** a streaming episode (DESIGN §10): per token, the checkpoint that sampled it (mask-0 tokens: that of the turn they follow or precede) */
+  versions?: number[];
   ids: number[];
   /** 1 on sampled assistant tokens, 0 elsewhere, before compact filtering */
   mask: number[];

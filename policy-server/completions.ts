@@ -2,7 +2,6 @@
 // one path (`generateOnServedModel`: hold the served model, check the request against it, generate,
 // let go) and shape the result in their own API's form.
 import { randomUUID } from 'node:crypto';
-import { resolve } from 'node:path';
 import type { TemplateMessage, Tokenizer } from '../lib/tokenizer.ts';
 import { generate, type Generation, type GenerationRequest } from './generation.ts';
 import { badRequest, HttpError } from './http.ts';
@@ -28,11 +27,13 @@ interface Prepared {
 
 /** Holds the served model for the whole generation (a swap waits for it), so every token comes from one model. */
 async function generateOnServedModel(ctx: CompletionContext, p: Prepared): Promise<{ generation: Generation; checkpoint: number | null }> {
-  const slot = ctx.models.acquire();
+  // a pinned request runs on the model of its directory when the server holds it, whichever one it serves now
+  const slot = ctx.models.acquire(p.modelPath);
+  if (!slot) {
+    const held = ctx.models.cachedPaths;
+    throw new HttpError(409, `model_path: ${JSON.stringify(p.modelPath)} is not loaded (holding ${JSON.stringify(held)}); load it with /update_weights_from_disk`, 'model_path');
+  }
   try {
-    if (p.modelPath != null && (slot.path === null || resolve(slot.path) !== resolve(p.modelPath))) {
-      throw new HttpError(409, `model_path: serving ${JSON.stringify(slot.path)}, not ${JSON.stringify(p.modelPath)}; load it with /update_weights_from_disk`, 'model_path');
-    }
     checkAgainstModel(slot, p.promptIds, p.request.maxTokens, p.idLists);
     return { generation: await generate(slot.learner, ctx.tokenizer, p.promptIds, p.request), checkpoint: slot.checkpoint };
   } finally {
