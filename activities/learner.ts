@@ -525,9 +525,10 @@ export async function probeServedCheckpoint(client: Pick<ReturnType<typeof creat
 async function readTrajectories(store: ArtifactStore, input: LearnerStepInput): Promise<{ items: LearnerItem[]; trajs: Trajectory[] }> {
   const items = [...input.items];
   for (const part of input.itemParts ?? []) {
-    const stored = await store.getJson<LearnerItem[]>(part);
+    // a LearnerItem[] (storeLearnerItems), or an async pump's group result ({items, ...}: activities/pump.ts)
+    const stored = await store.getJson<LearnerItem[] | { items: LearnerItem[] }>(part);
     if (!stored) throw new Error(`learner items ${part} are missing from ${store.url}`);
-    items.push(...stored);
+    items.push(...(Array.isArray(stored) ? stored : stored.items));
   }
   const trajs: Trajectory[] = [];
   for (const it of items) {

@@ -66,6 +66,8 @@ export interface CompletionResult {
   ids: number[];
   logprobs: number[];
   finishReason: 'stop' | 'length';
+  /** the checkpoint that sampled it, when the caller switches between several (an async streaming episode) */
+  version?: number;
 }
 
 /** Client side of a policy server (lib/policy-client.ts implements it over HTTP). */

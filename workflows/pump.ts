@@ -1,0 +1,265 @@
+// An async pump run (DESIGN §10, stage 2): trainingRun keeps up to C rollouts in flight continuously, as group
+// child workflows (one task's G samples each) that outlive a continue-as-new (parent close policy ABANDON) and
+// report to the run by its workflow id. Groups are admitted by lib/pump.ts (AReaL's rule: no trained token more
+// than η versions old); each learner step trains the next batch's B groups once all are complete.
+//
+// What survives what: a group's result is stored before it reports, so a report lost to a closed or terminated run
+// is found in the store by the run that recovers it (a new run with the same run id reads its newest checkpoint and
+// the groups stored since, and starts again the groups not stored: one still running answers "already started"
+// and reports when done). Rollouts and learner steps are idempotent (a stored trajectory or checkpoint is returned
+// as it is), and step k trains exactly the groups of batch k: every trajectory is trained once, none is lost.
+import { condition, getExternalWorkflowHandle, log, setHandler, startChild, workflowInfo, type ParentClosePolicy } from '@temporalio/workflow';
+import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
+import type { TrainingConfig } from '../lib/config.ts';
+import { admit, batchReady, complete, recoveredPump, startVersion, takeBatch, totalGroups, batchOf, type PumpParams, type PumpState } from '../lib/pump.ts';
+import { activitiesFor, iterationMetrics, MAX_REPORTED_FAILURES, rollOutTasks, syncPolicyInput } from './rl-iteration.ts';
+import { groupDoneSignal } from './signals.ts';
+import type { IterationMetrics, IterationPhase, RolloutGroupInput, RolloutGroupResult, TrainingRunResult, TrainingRunState } from './shapes.ts';
+import { rolloutGroupWorkflowId, TASK_QUEUES } from './shapes.ts';
+
+/** What the pump needs of its training run (TrainingRun in training-run.ts). */
+export interface PumpHost {
+  readonly runId: string;
+  /** the config now (hyperparameter updates change it) */
+  readonly config: TrainingConfig;
+  readonly state: TrainingRunState;
+  readonly currentPhase: IterationPhase;
+  setPhase(p: IterationPhase): void;
+  /** a learner step is running (the status query's `running`) */
+  setRunning(running: boolean): void;
+  /** step n wrote `checkpoint`: the run's state, search attributes and reports */
+  afterStep(n: number, checkpoint: number, metrics: IterationMetrics): void;
+  stopReached(): boolean;
+  allIterationsDone(): boolean;
+  continueAsNewDue(stepsInThisRun: number): boolean;
+  continueAsNew(): Promise<never>;
+  finish(stopped: boolean): Promise<TrainingRunResult>;
+}
+
+const ABANDON: ParentClosePolicy = 'ABANDON';
+
+export function pumpParams(config: TrainingConfig): PumpParams {
+  if (config.async?.mode !== 'pump') throw new Error('not a pump run');
+  return {
+    groupsPerBatch: config.batch.tasks,
+    groupSize: config.batch.samples,
+    capacity: config.maxInflightRollouts,
+    maxStaleness: config.async.maxStaleness,
+    batches: config.iterations,
+  };
+}
+
+/** The pump's loop: admit, train the next complete batch, wait for news; stop, finish or continue as new between steps. */
+export async function pumpRun(run: PumpHost): Promise<TrainingRunResult> {
+  const pump = new RolloutPump(run);
+  await pump.recoverOrContinue();
+  for (let steps = 0; ;) {
+    if (!pump.stepRunning) {
+      pump.throwIfStepFailed();
+      if (run.stopReached()) return run.finish(true);
+      if (run.allIterationsDone()) return run.finish(false);
+      if ((steps > 0 || workflowInfo().continueAsNewSuggested) && run.continueAsNewDue(steps)) return run.continueAsNew();
+      if (!run.state.paused && pump.startStepIfReady(() => steps++)) continue;
+    }
+    if (!run.state.paused) await pump.admitGroups();
+    const phase = run.state.paused ? 'paused' : pump.stepRunning ? 'learning' : 'pumping';
+    if (run.currentPhase !== phase) run.setPhase(phase);
+    await pump.waitForNews();
+  }
+}
+
+class RolloutPump {
+  stepRunning = false;
+  private stepError: unknown = null;
+  /** bumped by every report, step end, and handled message: what waitForNews waits on */
+  private events = 0;
+  /** task ids of the batches being admitted (sampleBatch is idempotent: after continue-as-new it is asked again) */
+  private readonly taskIds = new Map<number, string[]>();
+  private lastStepEnd = Date.now();
+
+  constructor(private readonly run: PumpHost) {
+    setHandler(groupDoneSignal, ({ g }) => {
+      const s = this.run.state;
+      // a running step has taken its batch: count it as trained, so a repeated report cannot bring a group back
+      if (s.pump && complete(s.pump, this.params, g, s.iteration + (this.stepRunning ? 1 : 0))) this.events++;
+    });
+  }
+
+  private get params(): PumpParams {
+    return pumpParams(this.run.config);
+  }
+
+  private get pump(): PumpState & { policyUrl: string } {
+    return this.run.state.pump!;
+  }
+
+  /**
+   * A run continued as new carries its pump; a new run (a fresh start, or one recovering a terminated run with the same
+   * run id) reads the store: its newest checkpoint, the groups stored since. Either way the policy server serves the newest.
+   */
+  async recoverOrContinue(): Promise<void> {
+    const { runId, config, state } = this.run;
+    if (state.pump) return;
+    const { store, learner } = activitiesFor(config);
+    const p = this.params;
+    const r = await store.recoverPump({ storeUrl: config.store.url, runId, groupsPerBatch: p.groupsPerBatch, batches: p.batches, maxStaleness: p.maxStaleness });
+    if (r.checkpoint > state.checkpoint) {
+      state.iteration = r.checkpoint;
+      state.checkpoint = r.checkpoint;
+    }
+    const sync = await learner.syncPolicy(syncPolicyInput({ runId, checkpoint: state.checkpoint, config }));
+    state.pump = { ...recoveredPump(p, state.iteration, r.stored), policyUrl: sync.policyUrl };
+  }
+
+  /** Starts every group admissible now (in index order; up to a stop request's batch). */
+  async admitGroups(): Promise<void> {
+    const { state } = this.run;
+    const p = this.params;
+    const until = state.stopAt === null ? totalGroups(p) : Math.min(totalGroups(p), state.stopAt * p.groupsPerBatch);
+    for (const g of admit(this.pump, p, state.checkpoint, until)) await this.startGroup(g);
+  }
+
+  private async startGroup(g: number): Promise<void> {
+    const { runId, config, state } = this.run;
+    const p = this.params;
+    const order = config.async?.mode === 'pump' ? config.async.order : 'admission';
+    const n = batchOf(g, p);
+    const j = g - n * p.groupsPerBatch;
+    const taskIds = await this.tasksOf(n);
+    const input: RolloutGroupInput = {
+      runId,
+      runWorkflowId: workflowInfo().workflowId,
+      g,
+      n,
+      j,
+      taskId: taskIds[j]!,
+      checkpoint: startVersion(g, p, order, state.checkpoint),
+      ...(order === 'streaming' ? { streaming: { newest: n } } : {}),
+      policyUrl: this.pump.policyUrl,
+      config,
+    };
+    try {
+      await startChild(rolloutGroup, {
+        workflowId: rolloutGroupWorkflowId(runId, g),
+        taskQueue: TASK_QUEUES.learner,
+        args: [input],
+        parentClosePolicy: ABANDON,
+        staticSummary: `group ${g} of ${runId}: task ${j} of batch ${n}, from checkpoint ${input.checkpoint}`,
+      });
+    } catch (err) {
+      // started by the run before a crash and still running: it reports to this run's workflow id when done
+      if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+      log.info('group already running', { g });
+    }
+  }
+
+  private async tasksOf(n: number): Promise<string[]> {
+    let ids = this.taskIds.get(n);
+    if (!ids) {
+      const { runId, config } = this.run;
+      ids = (await activitiesFor(config).store.sampleBatch({ runId, n, config })).taskIds;
+      this.taskIds.set(n, ids);
+      for (const k of this.taskIds.keys()) if (k < this.run.state.iteration) this.taskIds.delete(k);
+    }
+    return ids;
+  }
+
+  /** Starts the learner step of the next batch when all its groups are complete; whether it did. */
+  startStepIfReady(onDone: () => void): boolean {
+    const { state } = this.run;
+    if (this.stepRunning || !batchReady(this.pump, this.params, state.iteration)) return false;
+    const k = state.iteration;
+    takeBatch(this.pump, this.params, k);
+    this.stepRunning = true;
+    this.run.setRunning(true);
+    this.learnerStep(k)
+      .then(onDone, (err) => {
+        this.stepError = err;
+      })
+      .finally(() => {
+        this.stepRunning = false;
+        this.run.setRunning(false);
+        this.events++;
+      });
+    return true;
+  }
+
+  throwIfStepFailed(): void {
+    if (this.stepError !== null) throw this.stepError;
+  }
+
+  /** Step k on batch k's groups, then the policy server loads checkpoint k+1 before the pump may admit on it. */
+  private async learnerStep(k: number): Promise<void> {
+    const { runId, config } = this.run;
+    const { store, learner } = activitiesFor(config);
+    const storeUrl = config.store.url;
+    const waited = (Date.now() - this.lastStepEnd) / 1000;
+    const batch = await store.collectBatch({ storeUrl, runId, n: k, groupsPerBatch: config.batch.tasks, maxFailures: MAX_REPORTED_FAILURES });
+    const t = Date.now();
+    const step = await learner.learnerStep({ storeUrl, runId, n: k, checkpoint: k, items: [], itemParts: batch.itemParts });
+    const learnerSeconds = (Date.now() - t) / 1000;
+    const sync = await learner.syncPolicy(syncPolicyInput({ runId, checkpoint: step.checkpoint, config }));
+    this.pump.policyUrl = sync.policyUrl;
+    const metrics: IterationMetrics = {
+      ...iterationMetrics(
+        { runId, n: k, checkpoint: k, config },
+        { step: { items: [], itemParts: batch.itemParts }, summary: batch.summary, failures: batch.failures },
+        step,
+        { n: k, phase: 'learning', rolloutsDone: batch.summary.episodes, rolloutsTotal: config.batch.tasks * config.batch.samples, rolloutErrors: batch.rolloutErrors },
+        // rolloutSeconds: how long the learner waited for this batch after its previous step
+        { rolloutSeconds: waited, learnerSeconds, iterationSeconds: (Date.now() - this.lastStepEnd) / 1000 },
+        {},
+        undefined,
+      ),
+      sampledFrom: batch.sampledFrom,
+    };
+    await store.recordMetrics({ storeUrl, runId, metrics });
+    this.lastStepEnd = Date.now();
+    this.run.afterStep(k, step.checkpoint, metrics);
+  }
+
+  /** Until a group reports, the step ends, or the run is paused, resumed, stopped or asked to continue as new. */
+  async waitForNews(): Promise<void> {
+    const seen = this.events;
+    const { state } = this.run;
+    const paused = state.paused;
+    const stopAt = state.stopAt;
+    // a suggestion already standing is news only once the step ends (the loop continues as new between steps)
+    const suggested = workflowInfo().continueAsNewSuggested;
+    await condition(() => this.events !== seen || state.paused !== paused || state.stopAt !== stopAt || (!suggested && workflowInfo().continueAsNewSuggested));
+  }
+}
+
+/**
+ * Group g of an async pump run: its G rollouts (streaming ones may move to newer checkpoints between turns), the
+ * group's advantages, its result stored, then a report to the run. A run that is gone (terminated, to be
+ * recovered) cannot take the report: the stored result is what counts.
+ */
+export async function rolloutGroup(input: RolloutGroupInput): Promise<RolloutGroupResult> {
+  const { runId, g, n, j, taskId, checkpoint, config } = input;
+  let errors = 0;
+  const r = await rollOutTasks(
+    { runId, n, checkpoint, config },
+    [taskId],
+    config.batch.samples,
+    input.policyUrl,
+    (ok) => {
+      if (!ok) errors++;
+    },
+    input.streaming ? { streaming: input.streaming } : {},
+  );
+  const { store } = activitiesFor(config);
+  const { key } = await store.storeGroupResult({
+    storeUrl: config.store.url,
+    runId,
+    n,
+    j,
+    result: { g, items: r.items, summary: r.summary, failures: r.failures.slice(0, MAX_REPORTED_FAILURES), rolloutErrors: errors, checkpoint },
+  });
+  try {
+    await getExternalWorkflowHandle(input.runWorkflowId).signal(groupDoneSignal, { g });
+  } catch (err) {
+    log.warn('the run did not take the report; its result is stored', { g, error: String(err) });
+  }
+  return { g, key };
+}
