@@ -127,12 +127,18 @@ test('pump with η = 0 is the synchronous loop, bit for bit', async () => {
 test('pump in streaming order: episodes move to newer checkpoints between turns, every token within η, each trajectory trained once', async () => {
   const eta = 2;
   // slow environment steps (a seeded long tail), so that checkpoints appear while episodes are running
-  const c = config('pump-streaming', { async: { mode: 'pump', maxStaleness: eta, order: 'streaming' }, maxInflightRollouts: 3 * TASKS * SAMPLES });
+  const base = config('pump-streaming', { async: { mode: 'pump', maxStaleness: eta, order: 'streaming' }, maxInflightRollouts: 3 * TASKS * SAMPLES });
+  const c = { ...base, env: { kind: 'frozenlake' as const, size: 4, maxSteps: 8, latency: { medianMs: 150, sigma: 0.5, growth: 0.5, maxMs: 2000 } } };
   const r = await run(c);
   assert.equal(r.iterations, ITERATIONS);
   const trajs = await checkExactlyOnce(c, eta, () => null);
+  let moved = 0;
   for (const tr of trajs) {
     assert.equal(tr.versions?.length, tr.ids.length, 'a version per token');
     assert.equal(tr.versions![tr.promptLength], tr.checkpoint, 'the first turn on the version it started on');
+    assert.ok(tr.versions!.every((v, i) => i === 0 || v >= tr.versions![i - 1]!), 'versions never go back');
+    if (tr.versions!.some((v, i) => tr.mask[i] && v > tr.checkpoint)) moved++;
   }
+  assert.ok(moved > 0, 'some episodes went on on a newer checkpoint');
+  console.log(`# streaming: ${moved} of ${trajs.length} episodes moved to a newer checkpoint mid-episode`);
 });
