@@ -205,6 +205,8 @@ export interface TrainingStatus {
   paused: boolean;
   stopAt: number | null;
   hyperparameters: Hyperparameters;
+  /** an async pump run: groups admitted and running, complete and waiting for their step, and the next to admit */
+  pump?: { inFlight: number; done: number; next: number };
 }
 
 export interface TrainingRunResult {

@@ -159,6 +159,7 @@ class TrainingRun implements PumpHost {
       paused: state.paused,
       stopAt: state.stopAt,
       hyperparameters: hyperparametersOf(config),
+      ...(state.pump ? { pump: { inFlight: state.pump.inFlight.length, done: state.pump.done.length, next: state.pump.next } } : {}),
     };
   }
 
