@@ -11,7 +11,8 @@
 // the correction ablation (none, TIS, decoupled) at η = 4. The last two lines: `pump speedup: X` (sync / the best
 // pump on the long tail) and `stability: ok|FAIL`.
 //
-//   npm run bench:async -- [--full] [--iterations N] [--tasks B] [--samples G] [--seeds 1,2,3] [--json FILE]
+//   npm run bench:async -- [--full] [--iterations N] [--tail-iterations N] [--tasks B] [--samples G] [--seeds 1,2,3]
+//                          [--learner-sleep-ms MS] [--only REGEX] [--json FILE]
 //
 // Default (≤ 40 min on this machine unshared): plain × {sync, one-step, pump η=1,2,4 admission, η=4 streaming,
 // η=4 ablation none and TIS} × 3 seeds; longtail × every mode × 1 seed; slowlearn × {sync, one-step, pump η=2 both}.
@@ -41,6 +42,8 @@ const { values: args } = parseArgs({
     seeds: { type: 'string', default: '1,2,3' },
     'learner-sleep-ms': { type: 'string', default: '2500' },
     json: { type: 'string' },
+    /** only the runs whose "<scenario> <mode>" matches this regular expression */
+    only: { type: 'string' },
   },
 });
 const ITERATIONS = Number(args.iterations);
@@ -87,7 +90,8 @@ function plan(): Plan[] {
     add('longtail', ALL_MODES, SEEDS.slice(0, 1));
     add('slowlearn', [SYNC, ONE_STEP, pump(2, 'admission'), pump(2, 'streaming')], SEEDS.slice(0, 1));
   }
-  return out;
+  const only = args.only ? new RegExp(args.only) : null;
+  return only ? out.filter((p) => only.test(`${p.scenario} ${p.mode.name}`)) : out;
 }
 
 /** The long tail: median 40 ms per step growing by half of it per step, σ 1.2 (p99 ≈ 16 × the median), at most 8 s. */

@@ -74,7 +74,7 @@ class RolloutPump {
   /** bumped by every report, step end, and handled message: what waitForNews waits on */
   private events = 0;
   /** task ids of the batches being admitted (sampleBatch is idempotent: after continue-as-new it is asked again) */
-  private readonly taskIds = new Map<number, string[]>();
+  private readonly taskIds = new Map<number, Promise<string[]>>();
   private lastStepEnd = Date.now();
 
   constructor(private readonly run: PumpHost) {
@@ -116,7 +116,8 @@ class RolloutPump {
     const { state } = this.run;
     const p = this.params;
     const until = state.stopAt === null ? totalGroups(p) : Math.min(totalGroups(p), state.stopAt * p.groupsPerBatch);
-    for (const g of admit(this.pump, p, state.checkpoint, until)) await this.startGroup(g);
+    // started together: their start commands go out in one workflow task, not one round trip each
+    await Promise.all(admit(this.pump, p, state.checkpoint, until).map((g) => this.startGroup(g)));
   }
 
   private async startGroup(g: number): Promise<void> {
@@ -153,11 +154,13 @@ class RolloutPump {
     }
   }
 
-  private async tasksOf(n: number): Promise<string[]> {
+  private tasksOf(n: number): Promise<string[]> {
     let ids = this.taskIds.get(n);
     if (!ids) {
       const { runId, config } = this.run;
-      ids = (await activitiesFor(config).store.sampleBatch({ runId, n, config })).taskIds;
+      ids = activitiesFor(config)
+        .store.sampleBatch({ runId, n, config })
+        .then((r) => r.taskIds);
       this.taskIds.set(n, ids);
       for (const k of this.taskIds.keys()) if (k < this.run.state.iteration) this.taskIds.delete(k);
     }
