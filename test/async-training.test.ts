@@ -30,9 +30,10 @@ async function run(c: TestConfig): Promise<TrainingRunResult> {
 const checkExactlyOnce = (c: TestConfig, eta: number, sampledFrom: ((n: number) => number) | null) =>
   check(c, { iterations: ITERATIONS, perBatch: TASKS * SAMPLES, eta, ...(sampledFrom ? { sampledFrom } : {}) });
 
-test('one-step: batch n sampled from checkpoint n−1 while step n−1 trains, each trained once; η = 1 pump in admission order is the same run, bit for bit', async () => {
-  const oneStep = config('one-step', { async: { mode: 'one-step' } });
-  const pump1 = config('pump-eta1', { async: { mode: 'pump', maxStaleness: 1, order: 'admission' } });
+test('one-step: batch n sampled from checkpoint n−1 while step n−1 trains, each trained once; η = 1 pump in admission order is the same run, bit for bit, through continue-as-new', async () => {
+  // both continue as new after every step: the pending batch (one-step) and the groups in flight (pump) go through it
+  const oneStep = config('one-step', { async: { mode: 'one-step' }, continueAsNewEvery: 1 });
+  const pump1 = config('pump-eta1', { async: { mode: 'pump', maxStaleness: 1, order: 'admission' }, continueAsNewEvery: 1 });
   const [r1, r2] = [await run(oneStep), await run(pump1)];
   assert.equal(r1.checkpoint, ITERATIONS);
   assert.equal(r2.checkpoint, ITERATIONS);

@@ -53,7 +53,9 @@ export function pumpParams(config: TrainingConfig): PumpParams {
 export async function pumpRun(run: PumpHost): Promise<TrainingRunResult> {
   const pump = new RolloutPump(run);
   await pump.recoverOrContinue();
-  for (let steps = 0; ;) {
+  // steps this workflow run took (counted by a closure: not a per-iteration loop binding)
+  let steps = 0;
+  for (;;) {
     if (!pump.stepRunning) {
       pump.throwIfStepFailed();
       if (run.stopReached()) return run.finish(true);
