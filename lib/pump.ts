@@ -25,6 +25,8 @@ export interface PumpParams {
 
 /** What the pump knows beyond the run's version: small, carried through continue-as-new. */
 export interface PumpState {
+  /** batches handed to the learner (trained, or in its step now): the next step trains batch `taken` */
+  taken: number;
   /** the next group to admit (groups below it were admitted, by this run or one it recovered) */
   next: number;
   /** admitted groups not complete yet, ascending */
@@ -38,7 +40,7 @@ export type PumpOrder = 'admission' | 'streaming';
 /** A fresh pump, or one recovered from the store: training resumes at batch `trained`; `stored` are groups whose results are stored. */
 export function recoveredPump(p: PumpParams, trained: number, stored: readonly number[] = []): PumpState {
   const first = trained * p.groupsPerBatch;
-  return { next: first, inFlight: [], done: [...new Set(stored.filter((g) => g >= first && g < totalGroups(p)))].sort((a, b) => a - b) };
+  return { taken: trained, next: first, inFlight: [], done: [...new Set(stored.filter((g) => g >= first && g < totalGroups(p)))].sort((a, b) => a - b) };
 }
 
 export function totalGroups(p: PumpParams): number {
@@ -93,30 +95,31 @@ export function admit(s: PumpState, p: PumpParams, newest: number, until = total
 }
 
 /**
- * Group g is complete. Accepted once for a group not trained yet (`trained` batches are), whether this run admitted
+ * Group g is complete. Accepted once for a group of a batch not handed to the learner yet, whether this run admitted
  * it or a run before a crash did; a repeated or late report changes nothing. Whether it was news.
  */
-export function complete(s: PumpState, p: Pick<PumpParams, 'groupsPerBatch'>, g: number, trained: number): boolean {
-  if (g < trained * p.groupsPerBatch || s.done.includes(g)) return false;
+export function complete(s: PumpState, p: Pick<PumpParams, 'groupsPerBatch'>, g: number): boolean {
+  if (g < s.taken * p.groupsPerBatch || s.done.includes(g)) return false;
   s.inFlight = s.inFlight.filter((x) => x !== g);
   s.done = insertSorted(s.done, g);
   return true;
 }
 
-/** Whether batch `trained` (the next to train) is complete: all its B groups done. */
-export function batchReady(s: PumpState, p: PumpParams, trained: number): boolean {
-  if (trained >= p.batches) return false;
-  const first = trained * p.groupsPerBatch;
+/** Whether the next batch to train (`taken`) is complete: all its B groups done. */
+export function batchReady(s: PumpState, p: PumpParams): boolean {
+  if (s.taken >= p.batches) return false;
+  const first = s.taken * p.groupsPerBatch;
   for (let g = first; g < first + p.groupsPerBatch; g++) if (!s.done.includes(g)) return false;
   return true;
 }
 
-/** Takes batch `trained`'s groups out of `done` for the learner (call when batchReady), oldest first. */
-export function takeBatch(s: PumpState, p: PumpParams, trained: number): number[] {
-  if (!batchReady(s, p, trained)) throw new Error(`batch ${trained} is not complete`);
-  const first = trained * p.groupsPerBatch;
+/** Hands the next batch's groups to the learner (call when batchReady), oldest first; from now on their reports are no news. */
+export function takeBatch(s: PumpState, p: PumpParams): number[] {
+  if (!batchReady(s, p)) throw new Error(`batch ${s.taken} is not complete`);
+  const first = s.taken * p.groupsPerBatch;
   const groups = Array.from({ length: p.groupsPerBatch }, (_, j) => first + j);
   s.done = s.done.filter((g) => g >= first + p.groupsPerBatch);
+  s.taken++;
   return groups;
 }
 

@@ -31,31 +31,32 @@ test('admission rule by hand: B = 2, G = 2, C = 8 (two batches), η = 1', () => 
     [0, 1, 2, 3].map((g) => admissionVersion(g, p)),
     [0, 0, 0, 0],
   );
-  assert.equal(complete(s, p, 1, 0), true);
-  assert.equal(complete(s, p, 1, 0), false, 'a repeated report is no news');
+  assert.equal(complete(s, p, 1), true);
+  assert.equal(complete(s, p, 1), false, 'a repeated report is no news');
   // room for one group, but group 4 (batch 2) needs version 1
   assert.deepEqual(admit(s, p, 0), []);
-  assert.equal(batchReady(s, p, 0), false);
-  complete(s, p, 0, 0);
-  assert.equal(batchReady(s, p, 0), true);
-  assert.deepEqual(takeBatch(s, p, 0), [0, 1]);
+  assert.equal(batchReady(s, p), false);
+  complete(s, p, 0);
+  assert.equal(batchReady(s, p), true);
+  assert.deepEqual(takeBatch(s, p), [0, 1]);
+  // handed to the learner: a report for its groups, before or after the step ends, is no news
+  assert.equal(complete(s, p, 0), false);
   // step 0 done: version 1; batch 2 samples exactly from version 1 in admission order
   assert.deepEqual(admit(s, p, 1), [4, 5]);
   assert.equal(startVersion(4, p, 'admission', 1), 1);
   assert.equal(admissionVersion(6, p), 2);
   assert.equal(newestVersionFor(5, p), 2);
   assert.equal(staleness(5, p, 1), 1);
-  // a report for a trained group is ignored
-  assert.equal(complete(s, p, 0, 1), false);
+  assert.equal(s.taken, 1);
 });
 
 test('η = 0 is the synchronous loop: batch n starts only once checkpoint n exists, and samples from it', () => {
   const p: PumpParams = { groupsPerBatch: 3, groupSize: 1, capacity: 9, maxStaleness: 0, batches: 3 };
   const s = recoveredPump(p, 0);
   assert.deepEqual(admit(s, p, 0), [0, 1, 2]);
-  for (const g of [2, 0, 1]) complete(s, p, g, 0);
+  for (const g of [2, 0, 1]) complete(s, p, g);
   assert.deepEqual(admit(s, p, 0), [], 'batch 1 waits for checkpoint 1');
-  takeBatch(s, p, 0);
+  takeBatch(s, p);
   assert.deepEqual(admit(s, p, 1), [3, 4, 5]);
   assert.equal(startVersion(3, p, 'admission', 1), 1);
 });
@@ -70,7 +71,7 @@ test('streaming starts on the newest version, never past the batch that trains t
 test('a recovered pump resumes at the first untrained batch and keeps the stored results', () => {
   const p: PumpParams = { groupsPerBatch: 2, groupSize: 1, capacity: 4, maxStaleness: 1, batches: 3 };
   const s = recoveredPump(p, 1, [0, 1, 3, 9]);
-  assert.deepEqual(s, { next: 2, inFlight: [], done: [3] });
+  assert.deepEqual(s, { taken: 1, next: 2, inFlight: [], done: [3] });
   // group 3 is stored: passed over, so C's room goes to groups 2 and 4, 5
   assert.deepEqual(admit(s, p, 1), [2, 4, 5]);
   assert.equal(totalGroups(p), 6);
@@ -88,6 +89,8 @@ interface Sim {
   timesTrained: Map<number, number>;
   /** groups running as child workflows (survive a lost run state), with their current version */
   running: Map<number, number>;
+  /** groups that reported so far */
+  reported: number[];
   order: PumpOrder;
 }
 
@@ -108,7 +111,7 @@ const paramsArb = fc
 /** One random run: `choices` drive which event happens next (complete a group, finish the step, a repeated report, a lost state, a newer version in a streaming turn). */
 function runPump(p: PumpParams, order: PumpOrder, choices: number[]): { sim: Sim; events: number } {
   let s = recoveredPump(p, 0);
-  const sim: Sim = { trained: 0, newest: 0, stepRunning: false, minVersion: new Map(), timesTrained: new Map(), running: new Map(), order };
+  const sim: Sim = { trained: 0, newest: 0, stepRunning: false, minVersion: new Map(), timesTrained: new Map(), running: new Map(), reported: [], order };
   const start = (gs: number[]) => {
     for (const g of gs) {
       const v = startVersion(g, p, order, sim.newest);
@@ -125,8 +128,8 @@ function runPump(p: PumpParams, order: PumpOrder, choices: number[]): { sim: Sim
   const maxEvents = 4 * totalGroups(p) + 2 * p.batches + 10;
   while (sim.trained < p.batches) {
     start(admit(s, p, sim.newest));
-    if (!sim.stepRunning && batchReady(s, p, sim.trained)) {
-      for (const g of takeBatch(s, p, sim.trained)) sim.timesTrained.set(g, (sim.timesTrained.get(g) ?? 0) + 1);
+    if (!sim.stepRunning && batchReady(s, p)) {
+      for (const g of takeBatch(s, p)) sim.timesTrained.set(g, (sim.timesTrained.get(g) ?? 0) + 1);
       sim.stepRunning = true;
     }
     const runningGroups = [...sim.running.keys()].sort((a, b) => a - b);
@@ -134,7 +137,8 @@ function runPump(p: PumpParams, order: PumpOrder, choices: number[]): { sim: Sim
     for (const g of runningGroups) {
       options.push(() => {
         sim.running.delete(g);
-        complete(s, p, g, sim.trained + (sim.stepRunning ? 1 : 0));
+        complete(s, p, g);
+        sim.reported.push(g);
       });
       if (order === 'streaming') {
         // a turn on the newest version the group may use
@@ -153,6 +157,8 @@ function runPump(p: PumpParams, order: PumpOrder, choices: number[]): { sim: Sim
         sim.stepRunning = false;
       });
     }
+    // a report again, at any moment (a group run twice after a recovery, a signal delivered late): no news
+    if (sim.reported.length) options.push(() => complete(s, p, sim.reported[next() % sim.reported.length]!));
     // the run loses its state (terminated, then a new run recovers from the store); running children go on
     options.push(() => {
       if (sim.stepRunning) return;
@@ -193,13 +199,13 @@ test('property: admission never exceeds C and never starts a group before its ve
         for (const g of admit(s, p, newest)) assert.ok(newest >= admissionVersion(g, p) && g < totalGroups(p));
         assert.ok(s.inFlight.length * p.groupSize <= p.capacity, `${s.inFlight.length} groups of ${p.groupSize} in flight, C = ${p.capacity}`);
         const c = choices[i++ % choices.length]!;
-        if (batchReady(s, p, trained) && c === 0) {
-          takeBatch(s, p, trained);
+        if (batchReady(s, p) && c === 0) {
+          takeBatch(s, p);
           trained++;
           newest = trained;
-        } else if (s.inFlight.length) complete(s, p, s.inFlight[c % s.inFlight.length]!, trained);
-        else if (batchReady(s, p, trained)) {
-          takeBatch(s, p, trained);
+        } else if (s.inFlight.length) complete(s, p, s.inFlight[c % s.inFlight.length]!);
+        else if (batchReady(s, p)) {
+          takeBatch(s, p);
           trained++;
           newest = trained;
         } else assert.fail(`deadlock at batch ${trained}: ${JSON.stringify(s)}`);

@@ -82,8 +82,7 @@ class RolloutPump {
   constructor(private readonly run: PumpHost) {
     setHandler(groupDoneSignal, ({ g }) => {
       const s = this.run.state;
-      // a running step has taken its batch: count it as trained, so a repeated report cannot bring a group back
-      if (s.pump && complete(s.pump, this.params, g, s.iteration + (this.stepRunning ? 1 : 0))) this.events++;
+      if (s.pump && complete(s.pump, this.params, g)) this.events++;
     });
   }
 
@@ -172,9 +171,10 @@ class RolloutPump {
   /** Starts the learner step of the next batch when all its groups are complete; whether it did. */
   startStepIfReady(onDone: () => void): boolean {
     const { state } = this.run;
-    if (this.stepRunning || !batchReady(this.pump, this.params, state.iteration)) return false;
+    if (this.stepRunning || !batchReady(this.pump, this.params)) return false;
+    // the pump's next batch is the run's next step: both start at the recovered checkpoint and move together
     const k = state.iteration;
-    takeBatch(this.pump, this.params, k);
+    takeBatch(this.pump, this.params);
     this.stepRunning = true;
     this.run.setRunning(true);
     this.learnerStep(k)
