@@ -56,11 +56,17 @@ export async function pumpRun(run: PumpHost): Promise<TrainingRunResult> {
   // steps this workflow run took (counted by a closure: not a per-iteration loop binding)
   let steps = 0;
   for (;;) {
+    pump.throwIfStepFailed();
     if (!pump.stepRunning) {
-      pump.throwIfStepFailed();
-      if (run.stopReached()) return run.finish(true);
-      if (run.allIterationsDone()) return run.finish(false);
-      if ((steps > 0 || workflowInfo().continueAsNewSuggested) && run.continueAsNewDue(steps)) return run.continueAsNew();
+      const stop = run.stopReached();
+      const done = run.allIterationsDone();
+      const again = (steps > 0 || workflowInfo().continueAsNewSuggested) && run.continueAsNewDue(steps);
+      if (stop || done || again) {
+        // the syncs and metrics lines behind the last steps first
+        await pump.settle();
+        pump.throwIfStepFailed();
+        return stop || done ? run.finish(stop) : run.continueAsNew();
+      }
       if (!run.state.paused && pump.startStepIfReady(() => steps++)) continue;
     }
     if (!run.state.paused) await pump.admitGroups();
@@ -78,6 +84,8 @@ class RolloutPump {
   /** task ids of the batches being admitted (sampleBatch is idempotent: after continue-as-new it is asked again) */
   private readonly taskIds = new Map<number, Promise<string[]>>();
   private lastStepEnd = Date.now();
+  /** the syncs and metrics lines of finished steps, one after the other (a failure fails the run like a failed step) */
+  private behind: Promise<void> = Promise.resolve();
 
   constructor(private readonly run: PumpHost) {
     setHandler(groupDoneSignal, ({ g }) => {
@@ -193,7 +201,10 @@ class RolloutPump {
     if (this.stepError !== null) throw this.stepError;
   }
 
-  /** Step k on batch k's groups, then the policy server loads checkpoint k+1 before the pump may admit on it. */
+  /**
+   * Step k on batch k's groups. Once checkpoint k+1 exists the next step may start and groups be admitted on it; the
+   * sync of k+1 (a rollout pinned to it before the sync loads it itself) and the metrics line go on behind, in order.
+   */
   private async learnerStep(k: number): Promise<void> {
     const { runId, config } = this.run;
     const { store, learner } = activitiesFor(config);
@@ -203,8 +214,6 @@ class RolloutPump {
     const t = Date.now();
     const step = await learner.learnerStep({ storeUrl, runId, n: k, checkpoint: k, items: [], itemParts: batch.itemParts });
     const learnerSeconds = (Date.now() - t) / 1000;
-    const sync = await learner.syncPolicy(syncPolicyInput({ runId, checkpoint: step.checkpoint, config }));
-    this.pump.policyUrl = sync.policyUrl;
     const metrics: IterationMetrics = {
       ...iterationMetrics(
         { runId, n: k, checkpoint: k, config },
@@ -218,9 +227,24 @@ class RolloutPump {
       ),
       sampledFrom: batch.sampledFrom,
     };
-    await store.recordMetrics({ storeUrl, runId, metrics });
     this.lastStepEnd = Date.now();
+    this.behind = this.behind
+      .then(async () => {
+        const sync = await learner.syncPolicy(syncPolicyInput({ runId, checkpoint: step.checkpoint, config }));
+        this.pump.policyUrl = sync.policyUrl;
+        await store.recordMetrics({ storeUrl, runId, metrics });
+      })
+      .catch((err: unknown) => {
+        // fails the run at the loop's next look, as a failed step does
+        this.stepError ??= err;
+        this.events++;
+      });
     this.run.afterStep(k, step.checkpoint, metrics);
+  }
+
+  /** What goes on behind the steps (syncs, metrics lines) is done; before the run continues as new or ends. */
+  async settle(): Promise<void> {
+    await this.behind;
   }
 
   /** Until a group reports, the step ends, or the run is paused, resumed, stopped or asked to continue as new. */
