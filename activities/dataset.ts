@@ -3,6 +3,7 @@ import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeTaskIds } from '../lib/envs/frozenlake.ts';
 import { hashInts } from '../lib/seed.ts';
 import { listSweTasks } from './swe.ts';
+import { checkContextFits } from './rollout.ts';
 import { keys, openStore } from '../lib/store.ts';
 import { runIteration, runMeanReward, runSuccessRate } from './metrics.ts';
 import type { IterationMetrics, SampleBatchInput, SampleBatchResult, StoreLearnerItemsInput } from '../workflows/shapes.ts';
@@ -57,6 +58,8 @@ export async function sampleBatch(input: SampleBatchInput): Promise<SampleBatchR
   const batchKey = keys.batch(input.runId, input.n);
   const stored = await store.getJson<{ taskIds: string[] }>(batchKey);
   const taskIds = stored?.taskIds ?? (await taskIdsFor(v.config, input.n));
+  // a context window that can never hold a first turn fails the run here, before any rollout
+  await checkContextFits(v.config, input.runId, taskIds);
   await store.putJson(configKey, v.config);
   if (!stored) await store.putJson(batchKey, { taskIds });
   return { taskIds, configKey };

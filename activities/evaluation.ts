@@ -7,17 +7,20 @@ import { runChatEpisode } from '../lib/chat-episode.ts';
 import { runEpisode, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
 import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
-import { evaluationMetrics, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
-import { createChatClient, createPolicyClient, PolicyResponseError, PolicyUnavailableError, type ChatApiMessage } from '../lib/policy-client.ts';
+import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
+import { createChatClient, createPolicyClient, isContextOverflow, PolicyResponseError, PolicyUnavailableError, preflightServer, serverRoot, type ChatApiMessage } from '../lib/policy-client.ts';
+import { contextFitError } from '../lib/episode-rules.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
-import { formatLoadError, loadTasks } from '../lib/swe/task.ts';
+import { formatLoadError, loadTasks, type SweTask } from '../lib/swe/task.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../lib/swe/tools.ts';
 import { SWE_OPENAI_TOOLS, SYSTEM_PROMPT_TOOL_CALLS } from '../lib/swe/tool-definitions.ts';
-import { tokenBudgetWarning } from '../lib/swe/prompts.ts';
+import { instancePrompt, noToolCallReminder, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 import { GRADER_VERSION, type GradeResult } from '../lib/swe/grading.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
-import type { EndReason } from '../lib/types.ts';
+import type { ChatMessage, EndReason } from '../lib/types.ts';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { createSweEnvironment } from './swe-env.ts';
 import { evalEpisodeSeed } from '../lib/seed.ts';
 import { curvePlotFiles } from '../lib/plot.ts';
@@ -35,6 +38,9 @@ export interface EvalPlan {
   /** store key of the served model directory (run and path models), else null */
   modelDir: string | null;
   loadErrors: string[];
+  /** the context window every turn must fit (DESIGN §9), and where it comes from; absent in plans made before it was checked */
+  contextWindow?: number | null;
+  contextSource?: string;
 }
 
 /** One finished episode (stored at evalKeys.episode; never written twice). */
@@ -133,7 +139,11 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
     throw invalid(`config.evalId: evaluation ${JSON.stringify(evalId)} already exists in ${store.url} with a different config; pick another evalId`);
   }
   const planned = await store.getJson<EvalPlan>(evalKeys.plan(evalId));
-  if (existing !== null && planned) return planned;
+  if (existing !== null && planned) {
+    // a resumed evaluation: its server must answer before episodes are handed out again
+    if ('baseUrl' in config.model) await checkServer(config.model);
+    return planned;
+  }
 
   let loaded;
   try {
@@ -166,6 +176,7 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
     modelDir = keys.checkpoint(m.run, checkpoint);
   }
   const modelName = config.modelName ?? ('run' in m ? `swerl/${m.run}/ckpt-${checkpoint}` : modelNameOf(config));
+  const context = await checkContext(config, modelDir ? store.dirFor(modelDir) : null, ids.map((id) => byId.get(id)!));
   const plan: EvalPlan = {
     evalId,
     taskIds: ids,
@@ -175,10 +186,101 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
     checkpoint,
     modelDir,
     loadErrors: loaded.errors.slice(0, 20).map(formatLoadError),
+    contextWindow: context.window,
+    contextSource: context.source,
   };
   await store.putJson(evalKeys.config(evalId), config);
   await store.putJson(evalKeys.plan(evalId), plan);
   return plan;
+}
+
+type ServerModel = Extract<EvalConfig['model'], { baseUrl: string }>;
+
+/** Client options of a `baseUrl` model (its API key from the named environment variable). */
+function serverClientOptions(m: ServerModel, timeoutMs = 600_000) {
+  const apiKey = m.apiKeyEnv ? process.env[m.apiKeyEnv] : undefined;
+  return { baseUrl: m.baseUrl, model: m.model, timeoutMs, ...(apiKey ? { apiKey } : {}) };
+}
+
+/**
+ * Before the first episode: the server answers and serves the model, else the evaluation fails at once
+ * with what to fix (not episode by episode). Returns the context window it reports, with the config's.
+ */
+async function checkServer(m: ServerModel): Promise<{ contextWindow: number | null; serverContextWindow: number | null }> {
+  try {
+    return await preflightServer(serverClientOptions(m, 30_000), m.api, m.contextWindow);
+  } catch (e) {
+    if (e instanceof PolicyUnavailableError) {
+      throw nonRetryable(FailureType.PolicyUnavailable, `config.model.baseUrl: the server at ${serverRoot(m.baseUrl)} does not answer (${e.message}); start it, or correct baseUrl`);
+    }
+    if (e instanceof PolicyResponseError) throw invalid(`config.model: ${e.message}`);
+    throw e;
+  }
+}
+
+/** The first messages of a task's episode as the model gets them (the tool format's system prompt, the task's prompt). */
+function firstMessages(task: SweTask, m: EvalConfig['model']): ChatMessage[] {
+  const openai = 'baseUrl' in m && m.api === 'chat' && m.toolFormat === 'openai';
+  return [
+    { role: 'system', content: openai ? SYSTEM_PROMPT_TOOL_CALLS : SYSTEM_PROMPT },
+    { role: 'user', content: instancePrompt({ problemStatement: task.problem_statement }) },
+  ];
+}
+
+/**
+ * The context window every turn must fit (DESIGN §9): the server's (GET /v1/models) or the config's for a
+ * `baseUrl` model, the model's max_position_embeddings for ours. A window that cannot hold the shortest
+ * task's first turn is a config error before any episode; one nobody states is one for a server model.
+ */
+async function checkContext(config: EvalConfig, runModelDir: string | null, tasks: readonly SweTask[]): Promise<{ window: number | null; source: string }> {
+  const m = config.model;
+  let window: number | null;
+  let source: string;
+  if ('baseUrl' in m) {
+    const s = await checkServer(m);
+    if (s.contextWindow === null) {
+      throw invalid(`config.model.contextWindow: the server at ${serverRoot(m.baseUrl)} does not report its context window (GET /v1/models has no max_model_len or meta.n_ctx for ${JSON.stringify(m.model)}): set it to the model's context in tokens`);
+    }
+    window = s.contextWindow;
+    source = s.serverContextWindow === window ? `GET ${serverRoot(m.baseUrl)}/v1/models` : 'config.model.contextWindow';
+  } else {
+    const dir = 'path' in m ? m.path : runModelDir!;
+    const cfg = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8').catch(() => '{}')) as { max_position_embeddings?: unknown };
+    window = typeof cfg.max_position_embeddings === 'number' ? cfg.max_position_embeddings : null;
+    source = `max_position_embeddings of ${join(dir, 'config.json')}`;
+  }
+  if (window === null || tasks.length === 0) return { window, source };
+  const shortest = tasks.reduce((a, b) => (b.problem_statement.length < a.problem_statement.length ? b : a));
+  const messages = firstMessages(shortest, m);
+  let prompt: number | 'overflow' | null;
+  if ('baseUrl' in m && m.api === 'chat') {
+    // only the server knows its chat template: it counts the prompt of a 1-token request
+    try {
+      const r = await createChatClient(serverClientOptions(m, 120_000)).chat({
+        messages,
+        ...(m.toolFormat === 'openai' ? { tools: SWE_OPENAI_TOOLS } : {}),
+        maxTokens: 1,
+        temperature: 0,
+        topP: 1,
+      });
+      prompt = r.usageReported ? r.promptTokens : null;
+    } catch (e) {
+      if (!isContextOverflow(e)) throw e instanceof PolicyResponseError ? invalid(`config.model: the server refused a task's first prompt: ${e.message}`) : e;
+      prompt = 'overflow';
+    }
+  } else {
+    const dir = 'baseUrl' in m ? m.tokenizer! : 'path' in m ? m.path : runModelDir!;
+    let tok: EpisodeTokenizer;
+    try {
+      tok = await tokenizerFor(dir);
+    } catch (e) {
+      throw invalid(`config.model: no tokenizer in ${JSON.stringify(dir)} to count the prompts with: ${(e as Error).message}`);
+    }
+    prompt = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })).length;
+  }
+  const why = prompt === null ? null : contextFitError(window, prompt, `the first prompt of the shortest task (${shortest.instance_id})`);
+  if (why) throw invalid(`config.model: ${why} (context from ${source})`);
+  return { window, source };
 }
 
 const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();
@@ -233,8 +335,7 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
   const ours = !('baseUrl' in m);
   const policyUrl = ours ? input.policyUrl : m.baseUrl;
   if (!policyUrl) throw invalid('policyUrl: missing for a run or path model (the workflow passes the synced server)');
-  const apiKey = 'baseUrl' in m && m.apiKeyEnv ? process.env[m.apiKeyEnv] : undefined;
-  const clientOpts = { baseUrl: policyUrl, model: 'baseUrl' in m ? m.model : 'policy', timeoutMs: 600_000, ...(apiKey ? { apiKey } : {}) };
+  const clientOpts = 'baseUrl' in m ? serverClientOptions(m) : { baseUrl: policyUrl, model: 'policy', timeoutMs: 600_000 };
 
   const env = await createSweEnvironment(
     taskId,
@@ -260,6 +361,8 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
     maxSteps: config.maxSteps,
     maxResponseTokens: config.contextBudget,
     maxTokensPerTurn: config.maxTokensPerTurn,
+    // plans made before the context rule existed have none: their episodes run as they did
+    ...(typeof plan.contextWindow === 'number' ? { contextWindow: plan.contextWindow } : {}),
     sampling: config.sampling,
     seed,
     stepsRemainingSuffix: true,
@@ -278,7 +381,9 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
           env,
           chat: createChatClient(clientOpts),
           toolFormat: m.toolFormat,
-          ...(m.toolFormat === 'openai' ? { tools: SWE_OPENAI_TOOLS, toolSchemas: SWE_TOOL_SCHEMAS, toolAliases: SWE_TOOL_ALIASES, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS } : {}),
+          ...(m.toolFormat === 'openai'
+            ? { tools: SWE_OPENAI_TOOLS, toolSchemas: SWE_TOOL_SCHEMAS, toolAliases: SWE_TOOL_ALIASES, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS, noCallReminder: noToolCallReminder }
+            : {}),
         });
         record = { ...base, ...outcome(r.end, r.reward, r.info), steps: r.steps, tokens: r.tokens, responseTokens: r.responseTokens, turns, messages: r.messages, api: 'chat' };
       } else {
@@ -370,10 +475,23 @@ export interface EvalReportSummary {
   reportKey: string;
 }
 
-/** One run's SWE-bench-style prediction of each task that has a finished episode in that run. */
-export function predictionsOf(plan: EvalPlan, episodes: readonly EvalEpisodeRecord[], run: number): { instance_id: string; model_name_or_path: string; model_patch: string }[] {
+/** An episode that ended without submitting and was not graded (its working tree is no prediction). */
+export function submittedNothing(e: EvalEpisodeRecord): boolean {
+  return e.grade.reason === 'not_submitted' || e.grade.reason === 'no_sandbox';
+}
+
+/**
+ * One run's SWE-bench-style prediction of each task that has a finished episode in that run: the graded patch,
+ * or `null` (the harness's "no patch", as SWE-agent writes for a run that never submitted) when nothing was submitted.
+ */
+export function predictionsOf(plan: EvalPlan, episodes: readonly EvalEpisodeRecord[], run: number): { instance_id: string; model_name_or_path: string; model_patch: string | null }[] {
   const byTask = new Map(episodes.filter((e) => e.run === run).map((e) => [e.taskId, e]));
-  return plan.taskIds.filter((id) => byTask.has(id)).map((id) => ({ instance_id: id, model_name_or_path: plan.modelName, model_patch: byTask.get(id)!.prediction }));
+  return plan.taskIds
+    .filter((id) => byTask.has(id))
+    .map((id) => {
+      const e = byTask.get(id)!;
+      return { instance_id: id, model_name_or_path: plan.modelName, model_patch: submittedNothing(e) ? null : e.prediction };
+    });
 }
 
 /** The graded result of an episode as the grader returned it, or undefined when nothing was graded. */
@@ -399,7 +517,7 @@ export function runReportFiles(
   run: number,
   evalId: string,
   where: { runId?: string; dir?: string } = {},
-): { files: [string, string][]; summary: RunSummary } {
+): { files: [string, string][]; summary: RunSummary & { not_submitted_ids: string[] } } {
   const runId = where.runId ?? harnessRunId(evalId, run);
   const dir = where.dir ?? `run-${run}`;
   const model = modelDirName(plan.modelName);
@@ -408,7 +526,10 @@ export function runReportFiles(
   const files: [string, string][] = [[`${dir}/predictions.jsonl`, preds.map((p) => JSON.stringify(p)).join('\n') + (preds.length ? '\n' : '')]];
   const reports = new Map<string, InstanceReport>();
   for (const p of preds) {
-    const rep = instanceReport(p, gradeResultOf(byTask.get(p.instance_id)!));
+    const ep = byTask.get(p.instance_id)!;
+    const rep = instanceReport(p, gradeResultOf(ep));
+    // an episode that submitted nothing says so (the harness's flags call it an empty patch)
+    if (p.model_patch === null) rep[p.instance_id]!.reason = String(ep.grade.reason);
     reports.set(p.instance_id, rep[p.instance_id]!);
     files.push([`${dir}/logs/run_evaluation/${runId}/${model}/${p.instance_id}/report.json`, reportJson(rep)]);
   }
@@ -421,8 +542,10 @@ export function runReportFiles(
     for (const e of errs) s.error_reasons[e.taskId] = e.reason;
     s.error_instances = s.error_ids.length;
   }
-  files.push([`${dir}/${model}.${runId}.json`, reportJson(s)]);
-  return { files, summary: s };
+  // ours, beside error_reasons: the episodes that ended without submitting (the harness counts them as empty patches)
+  const summary = { ...s, not_submitted_ids: preds.filter((p) => p.model_patch === null).map((p) => p.instance_id).sort() };
+  files.push([`${dir}/${model}.${runId}.json`, reportJson(summary)]);
+  return { files, summary };
 }
 
 /**
@@ -453,7 +576,7 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     metrics,
     runs,
     errors: errors.map((e) => ({ taskId: e.taskId, run: e.run, reason: e.reason })),
-    text: formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`),
+    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`)}\n${formatEvalErrors(errors)}`,
   };
   await store.putJson(`${prefix}/summary.json`, summary);
   await store.put(`${prefix}/summary.txt`, `${summary.text}\n`);

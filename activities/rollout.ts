@@ -5,10 +5,13 @@ import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
 import { rolloutSeed } from '../lib/seed.ts';
 import { runEpisode, type EpisodePolicy, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
-import { createPolicyClient, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
+import { createPolicyClient, effectiveContextWindow, listServerModels, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
+import { contextFitError } from '../lib/episode-rules.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
-import type { RolloutSummary, Trajectory } from '../lib/types.ts';
+import type { ChatMessage, RolloutSummary, Trajectory } from '../lib/types.ts';
 import type { RolloutInput } from '../workflows/shapes.ts';
 import { rolloutSeconds, rolloutsFinished, rolloutsInFlight } from './metrics.ts';
 import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
@@ -53,8 +56,62 @@ const factories = new Map<string, EnvironmentFactory>([
   ],
 ]);
 
-export function registerEnvironment(kind: string, factory: EnvironmentFactory): void {
+/** The first messages of an episode of one of `taskIds` whose prompt is likely the shortest (for the context check). */
+export type FirstPromptOf = (config: TrainingConfig, taskIds: readonly string[]) => Promise<{ taskId: string; messages: ChatMessage[] }>;
+
+const firstPrompts = new Map<string, FirstPromptOf>([
+  [
+    'frozenlake',
+    async (config, taskIds) => {
+      if (config.env.kind !== 'frozenlake') throw new Error('unreachable');
+      const { kind: _kind, ...flConfig } = config.env;
+      return { taskId: taskIds[0]!, messages: await frozenLakeFromTaskId(taskIds[0]!, flConfig).reset() };
+    },
+  ],
+]);
+
+export function registerEnvironment(kind: string, factory: EnvironmentFactory, firstPrompt?: FirstPromptOf): void {
   factories.set(kind, factory);
+  if (firstPrompt) firstPrompts.set(kind, firstPrompt);
+}
+
+const fitChecked = new Set<string>();
+/**
+ * Before an iteration's rollouts: a context window that cannot hold the first turn of the batch's shortest task
+ * is a config error (non-retryable, `InvalidConfig`), not a batch of episodes that all end at once. Checked once per
+ * run, checkpoint directory and batch; an external server that does not answer is left to the policy sync to report.
+ */
+export async function checkContextFits(config: TrainingConfig, runId: string, taskIds: readonly string[]): Promise<void> {
+  const firstPrompt = firstPrompts.get(config.env.kind);
+  if (!firstPrompt || taskIds.length === 0) return;
+  const store = openStore(config.store.url);
+  const latest = (await listCheckpoints(store, runId)).at(-1);
+  if (latest === undefined) return;
+  const dir = store.dirFor(keys.checkpoint(runId, latest));
+  const k = `${store.url}|${dir}|${config.policy.baseUrl ?? ''}|${config.policy.contextWindow ?? ''}|${taskIds.join(',')}`;
+  if (fitChecked.has(k)) return;
+  let window: number | null;
+  let source: string;
+  if (config.policy.baseUrl) {
+    let served: number | null;
+    try {
+      served = (await listServerModels({ baseUrl: config.policy.baseUrl, model: config.policy.model, retries: 1, timeoutMs: 30_000 })).contextWindow;
+    } catch {
+      return;
+    }
+    window = effectiveContextWindow(served, config.policy.contextWindow);
+    source = window === served ? `GET /v1/models of ${config.policy.baseUrl}` : 'config.policy.contextWindow';
+  } else {
+    window = await modelContextWindow(dir);
+    source = `max_position_embeddings of checkpoint ${latest}`;
+  }
+  if (window === null) return;
+  const { taskId, messages } = await firstPrompt(config, taskIds);
+  const tok = await tokenizerFor(dir);
+  const prompt = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })).length;
+  const why = contextFitError(window, prompt, `the first prompt of task ${taskId}`);
+  if (why) throw nonRetryable(FailureType.InvalidConfig, `config.model: ${why} (context from ${source})`);
+  fitChecked.add(k);
 }
 
 /** The factory registered for `kind` (a test wraps the real one to inject faults). */
@@ -71,6 +128,31 @@ function tokenizerFor(dir: string): Promise<EpisodeTokenizer> {
     tokenizers.set(dir, t);
   }
   return t;
+}
+
+/** A model directory's context window: its config.json's max_position_embeddings (null when absent). */
+export async function modelContextWindow(dir: string): Promise<number | null> {
+  const text = await readFile(join(dir, 'config.json'), 'utf8').catch(() => null);
+  const n = text === null ? undefined : (JSON.parse(text) as { max_position_embeddings?: unknown }).max_position_embeddings;
+  return typeof n === 'number' && Number.isInteger(n) && n > 0 ? n : null;
+}
+
+const serverWindows = new Map<string, Promise<number | null>>();
+/**
+ * The context window a rollout's turns must fit (DESIGN §9): our server serves the checkpoint, so its
+ * max_position_embeddings; an external server's GET /v1/models or config.policy.contextWindow (the smaller).
+ * Asked once per server and model; null when nobody says (turns are then not clamped).
+ */
+async function rolloutContextWindow(config: TrainingConfig, ckptDir: string, policyUrl: string): Promise<number | null> {
+  if (!config.policy.baseUrl) return modelContextWindow(ckptDir);
+  const k = `${policyUrl}|${config.policy.model}`;
+  let w = serverWindows.get(k);
+  if (!w) {
+    w = listServerModels({ baseUrl: policyUrl, model: config.policy.model, retries: 1, timeoutMs: 30_000 }).then((m) => m.contextWindow);
+    w.catch(() => serverWindows.delete(k));
+    serverWindows.set(k, w);
+  }
+  return effectiveContextWindow(await w.catch(() => null), config.policy.contextWindow);
 }
 
 const configs = new Map<string, TrainingConfig>();
@@ -170,6 +252,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   });
 
   const tokenizer = await tokenizerFor(ckptDir);
+  const contextWindow = await rolloutContextWindow(config, ckptDir, policyUrl);
   const seed = rolloutSeed(config.seed, n, taskId, sample);
   const { attempt } = Context.current().info;
   const labels = { 'swerl.run': runId, 'swerl.iteration': String(n), 'swerl.sample': String(sample) };
@@ -189,6 +272,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       maxSteps: loop.maxSteps ?? config.episode.maxSteps,
       maxResponseTokens: config.episode.responseBudget,
       maxTokensPerTurn: config.episode.maxTokensPerTurn,
+      ...(contextWindow !== null ? { contextWindow } : {}),
       sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
       seed,
       allowedActionTokens: loop.allowedActionTokens,

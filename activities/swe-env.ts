@@ -166,4 +166,20 @@ export async function sweEpisodeSetup(config: TrainingConfig, taskId: string, _s
   return { env, loop: { maxSteps: env.cfg.maxSteps, stepsRemainingSuffix: true, tokenWarningAt: env.cfg.tokenWarningAt, tokenWarning: tokenBudgetWarning } };
 }
 
-registerEnvironment('swe', sweEpisodeSetup);
+/** The first messages of the batch's task with the shortest issue (the context check before a training iteration's rollouts). */
+export async function sweFirstPrompt(config: TrainingConfig, taskIds: readonly string[]): Promise<{ taskId: string; messages: ChatMessage[] }> {
+  const cfg = SweEnvConfigSchema.parse((({ kind: _k, ...rest }) => rest)(config.env as { kind: string } & Record<string, unknown>));
+  const byId = await tasksById(cfg.tasksFile);
+  const known = taskIds.map((id) => byId.get(id)).filter((x): x is SweTask => x !== undefined);
+  if (known.length === 0) throw new Error(`none of the batch's tasks is in ${cfg.tasksFile}`);
+  const task = known.reduce((a, b) => (b.problem_statement.length < a.problem_statement.length ? b : a));
+  return {
+    taskId: task.instance_id,
+    messages: [
+      { role: 'system', content: SYSTEM_PROMPT },
+      { role: 'user', content: instancePrompt({ problemStatement: task.problem_statement }) },
+    ],
+  };
+}
+
+registerEnvironment('swe', sweEpisodeSetup, sweFirstPrompt);

@@ -3,6 +3,7 @@
 // each. With --corpus it also grades the adversarial corpus through v1 and prints which kinds fooled it
 // (reward 1), the evidence that the corpus aims at real holes.
 //   node --import tsx bench/grade.ts [--reps 2] [--corpus] [--v1 d56d927]
+// With --backend kubernetes: sandbox start and graded patches per minute, Kubernetes against Docker.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -11,7 +12,20 @@ import { gradePatch } from '../activities/grade.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches } from '../test/helpers/adversarial.ts';
 import { imagesFor, sharedTasks, testBackend } from '../test/helpers/docker.ts';
 
-const { values } = parseArgs({ options: { reps: { type: 'string', default: '2' }, corpus: { type: 'boolean', default: false }, v1: { type: 'string', default: 'd56d927' } } });
+const { values } = parseArgs({
+  options: {
+    reps: { type: 'string', default: '2' },
+    corpus: { type: 'boolean', default: false },
+    v1: { type: 'string', default: 'd56d927' },
+    backend: { type: 'string', default: 'docker' },
+  },
+});
+if (values.backend !== 'docker' && values.backend !== 'kubernetes') throw new Error(`--backend must be docker or kubernetes, got ${JSON.stringify(values.backend)}`);
+if (values.backend === 'kubernetes') {
+  // Kubernetes against Docker in the same run (bench/grade-backends.ts)
+  await (await import('./grade-backends.ts')).compareBackends({ reps: Number(values.reps) });
+  process.exit(0);
+}
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TMP = `${ROOT}tmp/bench-grade-${process.pid}/`;
 
@@ -64,7 +78,7 @@ try {
         if (g.reward === 1) fooled.set(k.name, [...(fooled.get(k.name) ?? []), task.instance_id]);
       }
     }
-    for (const k of ADVERSARIAL_KINDS) console.log(`${k.name.padEnd(32)} ${(fooled.get(k.name)?.length ?? 0)}/${tasks.length}`);
+    for (const k of ADVERSARIAL_KINDS) console.log(`${k.name.padEnd(32)} ${fooled.get(k.name)?.length ?? 0}/${tasks.length}`);
   }
 } finally {
   rmSync(TMP, { recursive: true, force: true });

@@ -1,41 +1,49 @@
-// Learner throughput on the tiny preset shape (vocab 512, hidden 128, 4 layers, 4 q / 2 kv heads,
-// head_dim 32, intermediate 384; 512-token sequences): forward (logprobs), training (trainStep,
-// forward + backward + AdamW) and generation (KV cache), against a straightforward single-threaded
-// reference (same engine, threads=1, naive matmul loop) in the same run.
-// The FSDP engine's rows (--fsdp, or --fsdp-shape qwen3-0.6b for the Qwen3-0.6B shape): training tokens/s of the
-// same step, native vs fsdp on 1 and 2 ranks (CPU, gloo, fp32) in the same run, the time to start the process
-// group and to write a checkpoint.
-// Usage: npm run bench:learner [-- --device cuda] [-- --threads N] [-- --seq 512] [-- --seqs 4] [-- --fsdp]
-//        [-- --fsdp-shape qwen3-0.6b [--fsdp-layers N]]
+// The native learner against PyTorch eager (transformers' Qwen3ForCausalLM, fp32, the torch venv) on the same
+// checkpoints and shapes, in one run: forward (log-probs), train (the GRPO++ step: forward, backward, AdamW) and
+// generate (KV cache), on the tiny preset and on the Qwen3-0.6B shape with 2 decoder layers; one thread (tokens per
+// CPU-second, robust to other load on a shared machine) and two threads (tokens per wall second). Then batched
+// decoding on the same shapes: tokens/s of 1, 8 and 16 sequences decoding together (Learner.decoder) against
+// single-stream decoding (one generate at a time), and the native engine against its own naive-matmul reference.
+// Ends with `min ratio vs torch: X` (the worst native/torch ratio over the rows).
+// The FSDP engine's rows (--fsdp, or --fsdp-shape qwen3-0.6b [--fsdp-layers N]): training tokens/s, native vs fsdp
+// on 1 and 2 ranks, the time to start the process group and to write a checkpoint.
+// Usage: npm run bench:learner [-- --shapes tiny,0.6b-2l] [-- --threads 1,2] [-- --no-torch] [-- --fsdp]
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
-import { Learner, writeRandomCheckpoint, type Device, type QwenConfig, type TrainHyper } from '../gpu-learner/index.ts';
-import { FsdpLearner, writeTrainBatch } from '../gpu-learner/fsdp/index.ts';
+import { Learner, writeRandomCheckpoint, type QwenConfig, type TrainHyper } from '../gpu-learner/index.ts';
+import { FsdpLearner, fsdpPython, writeTrainBatch } from '../gpu-learner/fsdp/index.ts';
 import { fsdpOptions } from '../gpu-learner/fsdp/crosscheck.ts';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : dflt;
 }
-const device = arg('device', 'cpu') as Device;
-const threads = Number(arg('threads', '0'));
-const seqLen = Number(arg('seq', '512'));
-const nSeqs = Number(arg('seqs', '4'));
-const genTokens = Number(arg('gen', '128'));
+const here = fileURLToPath(new URL('.', import.meta.url));
 
-const config: QwenConfig = {
+const tiny: QwenConfig = {
   vocab_size: 512, hidden_size: 128, intermediate_size: 384, num_hidden_layers: 4, num_attention_heads: 4,
   num_key_value_heads: 2, head_dim: 32, rms_norm_eps: 1e-6, rope_theta: 1_000_000, max_position_embeddings: 4096,
   tie_word_embeddings: true,
 };
+const qwen06: QwenConfig = {
+  ...tiny, vocab_size: 151936, hidden_size: 1024, intermediate_size: 3072, num_hidden_layers: 28, num_attention_heads: 16,
+  num_key_value_heads: 8, head_dim: 128, max_position_embeddings: 40960,
+};
+interface Shape { name: string; config: QwenConfig; seqLen: number; seqs: number; gen: number; minSeconds: number }
+const SHAPES: Shape[] = [
+  { name: 'tiny', config: tiny, seqLen: 512, seqs: 4, gen: 128, minSeconds: 2 },
+  { name: '0.6b-2l', config: { ...qwen06, num_hidden_layers: 2 }, seqLen: 512, seqs: 2, gen: 32, minSeconds: 4 },
+];
 const hp: TrainHyper = {
   lr: 1e-6, weightDecay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, clipLow: 0.2, clipHigh: 0.28,
   maxGradNorm: 1, lMax: 32768, mode: 'grpo++', microBatchTokens: 4096,
 };
 
-function batchOf(n: number) {
+function batchOf(config: QwenConfig, n: number, seqLen: number) {
   let s = 12345;
   const ids = Int32Array.from({ length: n * seqLen }, () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) >>> 8) % config.vocab_size);
   const offsets = Int32Array.from({ length: n + 1 }, (_, i) => i * seqLen);
@@ -44,64 +52,130 @@ function batchOf(n: number) {
   return { ids, offsets, mask, advantages };
 }
 
-async function timeIt(minSeconds: number, fn: () => Promise<number>): Promise<number> {
-  await fn(); // warm-up (allocations, page faults)
+/** tokens per CPU-second of this process with one thread, per wall second otherwise (warm-up call first) */
+async function rate(threads: number, minSeconds: number, fn: () => Promise<number>): Promise<number> {
+  await fn();
   let tokens = 0;
-  const t0 = performance.now();
+  const w0 = performance.now(), c0 = process.cpuUsage();
   do tokens += await fn();
-  while ((performance.now() - t0) / 1000 < minSeconds);
-  return tokens / ((performance.now() - t0) / 1000);
+  while ((performance.now() - w0) / 1000 < minSeconds);
+  const wall = (performance.now() - w0) / 1000, cu = process.cpuUsage(c0);
+  return tokens / (threads === 1 ? (cu.user + cu.system) / 1e6 : wall);
 }
 
-interface Row { forward: number; train: number; generate: number }
+type Op = 'forward' | 'train' | 'generate';
+const OPS: Op[] = ['forward', 'train', 'generate'];
 
-async function measure(l: Learner, nSeq: number, gen: number, minSeconds: number): Promise<Row> {
-  const b = batchOf(nSeq);
-  const forward = await timeIt(minSeconds, async () => (await l.logprobs(b)).length);
-  const train = await timeIt(minSeconds, async () => (await l.trainStep(b, hp)).tokens);
-  const prompt = b.ids.slice(0, 16);
-  let seed = 1;
-  const generate = await timeIt(minSeconds, async () => (await l.generate(prompt, { maxNewTokens: gen, temperature: 1, seed: seed++ })).ids.length);
-  return { forward, train, generate };
-}
-
-const dir = mkdtempSync(join(tmpdir(), 'gl-bench-'));
-try {
-  writeRandomCheckpoint(dir, config, 1);
-  const fast = await Learner.load(dir, { device, threads });
-  const opt = await measure(fast, nSeqs, genTokens, 2);
-  fast.close();
-  const ref = await Learner.load(dir, { device: 'cpu', threads: 1, naiveMatmul: true });
-  const base = await measure(ref, 1, 32, 1);
-  ref.close();
-  const fmt = (v: number) => v.toFixed(0).padStart(10);
-  console.log(`gpu-learner bench: device=${device} threads=${threads || 'all'} shape=tiny (V512 C128 L4 H4/2 D32 I384), ${nSeqs}x${seqLen} tokens per batch, generate ${genTokens} tokens`);
-  console.log('operation            tokens/s    reference tokens/s   speed-up');
-  console.log('-------------------  ----------  ------------------   --------');
-  for (const k of ['forward', 'train', 'generate'] as const) {
-    const name = { forward: 'forward (logprobs)', train: 'train (trainStep)', generate: 'generate (KV cache)' }[k];
-    console.log(`${name.padEnd(19)}  ${fmt(opt[k])}  ${fmt(base[k]).padStart(18)}   ${(opt[k] / base[k]).toFixed(1).padStart(7)}x`);
+async function nativeRates(dir: string, sh: Shape, threads: number, naive = false): Promise<Record<Op, number>> {
+  const l = await Learner.load(dir, { threads, naiveMatmul: naive });
+  try {
+    const b = batchOf(sh.config, naive ? 1 : sh.seqs, sh.seqLen);
+    const prompt = b.ids.slice(0, 16);
+    let seed = 1;
+    return {
+      forward: await rate(threads, sh.minSeconds, async () => (await l.logprobs(b)).length),
+      train: await rate(threads, sh.minSeconds, async () => (await l.trainStep(b, hp)).tokens),
+      generate: await rate(threads, sh.minSeconds, async () => (await l.generate(prompt, { maxNewTokens: naive ? 32 : sh.gen, seed: seed++ })).ids.length),
+    };
+  } finally {
+    l.close();
   }
-  console.log('reference: same CPU engine, threads=1, naive triple-loop matmul (1x512-token batch, 32 generated tokens)');
-  console.log(`machine: ${cpus().length} CPU threads, load average ${loadavg().map((v) => v.toFixed(1)).join(' / ')} (wall-clock rates; a loaded machine lowers them)`);
+}
+
+function torchRates(python: string, dir: string, sh: Shape, threads: number): Record<Op, number> {
+  const r = spawnSync(python, [join(here, 'learner_torch.py'), '--dir', dir, '--seq', String(sh.seqLen), '--seqs', String(sh.seqs),
+    '--gen', String(sh.gen), '--threads', String(threads), '--min-seconds', String(sh.minSeconds)], { encoding: 'utf8', maxBuffer: 1 << 24 });
+  if (r.status !== 0) throw new Error(`bench/learner_torch.py failed (exit ${r.status}):\n${r.stderr.slice(-3000)}`);
+  return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as Record<Op, number>;
+}
+
+/** Decoding tokens/s (wall) of n sequences together through Learner.decoder, and of single-stream decoding. */
+async function batchedDecode(dir: string, sh: Shape, threads: number): Promise<{ single: number; batched: Map<number, number> }> {
+  const l = await Learner.load(dir, { threads });
+  try {
+    const prompt = (i: number) => Int32Array.from({ length: 16 }, (_, k) => (i * 131 + k * 17) % sh.config.vocab_size);
+    const opts = (i: number) => ({ maxNewTokens: sh.gen, temperature: 1, seed: 1000 + i });
+    await l.generate(prompt(0), opts(0));  // warm-up
+    let t0 = performance.now(), tokens = 0;
+    for (let i = 0; i < 2; i++) tokens += (await l.generate(prompt(i), opts(i))).ids.length;
+    const single = tokens / ((performance.now() - t0) / 1000);
+    const batched = new Map<number, number>();
+    for (const n of [1, 8, 16]) {
+      t0 = performance.now();
+      const rs = await Promise.all(Array.from({ length: n }, (_, i) => l.decoder.generate(prompt(i), [opts(i)])));
+      batched.set(n, rs.reduce((a, r) => a + r[0].ids.length, 0) / ((performance.now() - t0) / 1000));
+    }
+    return { single, batched };
+  } finally {
+    l.close();
+  }
+}
+
+const shapes = arg('shapes', SHAPES.map((s) => s.name).join(',')).split(',').map((n) => {
+  const s = SHAPES.find((x) => x.name === n);
+  if (!s) throw new Error(`--shapes: unknown shape ${JSON.stringify(n)} (${SHAPES.map((x) => x.name).join(', ')})`);
+  return s;
+});
+const threadList = arg('threads', '1,2').split(',').map(Number);
+const withTorch = !process.argv.includes('--no-torch');
+const python = withTorch ? fsdpPython('cpu') : '';
+const root = mkdtempSync(join(tmpdir(), 'gl-bench-'));
+interface RowOut { shape: string; op: Op; threads: number; native: number; torch?: number }
+const rows: RowOut[] = [];
+const decode: { shape: string; single: number; batched: Map<number, number> }[] = [];
+let naiveRow: { native: Record<Op, number>; naive: Record<Op, number> } | undefined;
+try {
+  for (const sh of shapes) {
+    const dir = join(root, sh.name);
+    writeRandomCheckpoint(dir, sh.config, 1);
+    for (const threads of threadList) {
+      const nat = await nativeRates(dir, sh, threads);
+      const tor = withTorch ? torchRates(python, dir, sh, threads) : undefined;
+      for (const op of OPS) rows.push({ shape: sh.name, op, threads, native: nat[op], torch: tor?.[op] });
+      if (sh.name === 'tiny' && threads === 1) naiveRow = { native: nat, naive: await nativeRates(dir, { ...sh, minSeconds: 1 }, 1, true) };
+      process.stderr.write(`[bench] ${sh.name} ${threads} thread(s) done\n`);
+    }
+    decode.push({ shape: sh.name, ...(await batchedDecode(dir, sh, Math.max(...threadList))) });
+  }
+  const f = (v: number | undefined, w = 12) => (v === undefined ? '-' : v.toFixed(v < 100 ? 1 : 0)).padStart(w);
+  console.log(`gpu-learner vs PyTorch eager ${withTorch ? '' : '(skipped: --no-torch) '}(fp32, CPU): tokens per CPU-second with 1 thread, per wall second with more`);
+  for (const sh of shapes) console.log(`  ${sh.name}: V${sh.config.vocab_size} C${sh.config.hidden_size} L${sh.config.num_hidden_layers} H${sh.config.num_attention_heads}/${sh.config.num_key_value_heads} D${sh.config.head_dim} I${sh.config.intermediate_size}; ${sh.seqs}x${sh.seqLen} tokens per batch; generate ${sh.gen} tokens after a 16-token prompt`);
+  console.log('shape     operation  threads      native       torch   native/torch');
+  console.log('--------  ---------  -------  ----------  ----------   ------------');
+  for (const r of rows)
+    console.log(`${r.shape.padEnd(8)}  ${r.op.padEnd(9)}  ${String(r.threads).padStart(7)}  ${f(r.native, 10)}  ${f(r.torch, 10)}   ${r.torch ? (r.native / r.torch).toFixed(2).padStart(11) + 'x' : '-'.padStart(12)}`);
+  if (naiveRow) {
+    console.log('\nnative vs its naive-matmul reference (tiny, 1 thread; reference: 1x512-token batch, 32 generated tokens):');
+    for (const op of OPS) console.log(`  ${op.padEnd(9)} ${f(naiveRow.native[op])} vs ${f(naiveRow.naive[op])}  ${(naiveRow.native[op] / naiveRow.naive[op]).toFixed(1)}x`);
+  }
+  console.log(`\nbatched decoding (Learner.decoder, ${Math.max(...threadList)} threads, wall clock): tokens/s of n sequences decoding together vs single-stream generate`);
+  console.log('shape     single-stream      n=1        n=8       n=16    n=8 / single');
+  for (const d of decode)
+    console.log(`${d.shape.padEnd(8)}  ${f(d.single, 13)}  ${f(d.batched.get(1), 9)}  ${f(d.batched.get(8), 9)}  ${f(d.batched.get(16), 9)}   ${(d.batched.get(8)! / d.single).toFixed(1).padStart(11)}x`);
+  console.log(`machine: ${cpus().length} CPU threads, load average ${loadavg().map((v) => v.toFixed(1)).join(' / ')}`);
+  const ratios = rows.filter((r) => r.torch).map((r) => ({ r, x: r.native / r.torch! }));
+  if (ratios.length) {
+    const worst = ratios.reduce((a, b) => (b.x < a.x ? b : a));
+    const behind = ratios.filter((x) => x.x < 1.5).map((x) => `${x.r.shape} ${x.r.op} ${x.r.threads}t ${x.x.toFixed(2)}x`);
+    if (behind.length) console.log(`rows below 1.5x: ${behind.join(', ')}`);
+    console.log(`min ratio vs torch: ${worst.x.toFixed(2)} (${worst.r.shape} ${worst.r.op}, ${worst.r.threads} thread${worst.r.threads > 1 ? 's' : ''})`);
+  }
   if (process.argv.includes('--fsdp') || process.argv.includes('--fsdp-shape')) await fsdpRows();
 } finally {
-  rmSync(dir, { recursive: true, force: true });
+  rmSync(root, { recursive: true, force: true });
 }
 
 /** Training tokens/s, native vs fsdp (1 and 2 ranks), process-group start and checkpoint write times. */
 async function fsdpRows(): Promise<void> {
   const shape = arg('fsdp-shape', 'tiny');
-  const cfg: QwenConfig =
-    shape === 'qwen3-0.6b'
-      ? { ...config, vocab_size: 151936, hidden_size: 1024, intermediate_size: 3072, num_hidden_layers: 28, num_attention_heads: 16, num_key_value_heads: 8, head_dim: 128, max_position_embeddings: 40960 }
-      : { ...config };
+  const cfg: QwenConfig = shape === 'qwen3-0.6b' ? { ...qwen06 } : { ...tiny };
   // --fsdp-layers N: the shape with N decoder layers (what fits a small machine)
   if (Number(arg('fsdp-layers', '0')) > 0) cfg.num_hidden_layers = Number(arg('fsdp-layers', '0'));
+  const nSeqs = 4;
   const mdir = mkdtempSync(join(tmpdir(), 'gl-bench-fsdp-'));
   try {
     writeRandomCheckpoint(join(mdir, 'model'), cfg, 1);
-    const b = batchOf(nSeqs);
+    const b = batchOf(cfg, nSeqs, 512);
     const steps = shape === 'tiny' ? 3 : 1;
     const nat = await Learner.load(join(mdir, 'model'), { threads: cpus().length });
     await nat.trainStep(b, hp);
@@ -110,7 +184,7 @@ async function fsdpRows(): Promise<void> {
     const native = (steps * b.ids.length) / ((performance.now() - t0) / 1000);
     nat.close();
     writeTrainBatch(join(mdir, 'batch.safetensors'), b);
-    console.log(`\nfsdp engine: shape ${shape} (${cfg.num_hidden_layers} layers), ${nSeqs}x${seqLen} tokens per step, CPU (gloo, fp32), ${steps} timed step(s) after one warm-up`);
+    console.log(`\nfsdp engine: shape ${shape} (${cfg.num_hidden_layers} layers), ${nSeqs}x512 tokens per step, CPU (gloo, fp32), ${steps} timed step(s) after one warm-up`);
     console.log('engine            train tokens/s   vs native   group start s   load s   checkpoint write s');
     console.log(`native            ${native.toFixed(0).padStart(14)}   ${'1.00x'.padStart(9)}`);
     for (const n of [1, 2]) {

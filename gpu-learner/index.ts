@@ -71,6 +71,21 @@ export interface GenerateResult {
   topLogprobs?: Float32Array;
 }
 
+/** One token of one sequence from a batched decoding step (Learner.decodeStep). */
+export interface DecodeToken {
+  /** the sequence id decodeAdd gave */
+  seq: number;
+  /** the token */
+  id: number;
+  /** its log-prob, as GenerateResult.logprobs */
+  logprob: number;
+  /** with topLogprobs k > 0: the k most likely ids of this position and their log-probs */
+  topIds?: Int32Array;
+  topLogprobs?: Float32Array;
+  /** set on the sequence's last token; the sequence is gone after it */
+  finishReason?: 'stop' | 'length';
+}
+
 export interface TokenLoss {
   loss: number;
   dlogp: number;
@@ -100,6 +115,9 @@ interface NativeLearner {
   getTensor(name: string, grad: boolean): Float32Array;
   setTensor(name: string, data: Float32Array): void;
   close(): void;
+  decodeAdd(prompt: Int32Array, samples: object[]): Promise<number[]>;
+  decodeStep(): Promise<DecodeToken[]>;
+  decodeRemove(seq: number): Promise<boolean>;
 }
 
 interface NativeModule {
@@ -155,6 +173,7 @@ export class Learner {
   #native: NativeLearner | undefined;
   #step: number;
   #tail: Promise<unknown> = Promise.resolve();
+  #decoder: BatchDecoder | undefined;
 
   private constructor(n: NativeLearner, device: Device) {
     this.#native = n;
@@ -174,6 +193,12 @@ export class Learner {
     return new Learner(n, device);
   }
 
+  /** the continuous-batching decoder of this learner (CPU device), created on first use */
+  get decoder(): BatchDecoder {
+    this.#decoder ??= new BatchDecoder(this);
+    return this.#decoder;
+  }
+
   /** optimizer steps taken (restored by load when optimizer state exists) */
   get step(): number {
     return this.#step;
@@ -190,17 +215,37 @@ export class Learner {
 
   async generate(promptIds: Int32Array, opts: GenerateOptions): Promise<GenerateResult> {
     int32('promptIds', promptIds);
-    if (typeof opts !== 'object' || opts === null) throw new TypeError('generate options must be an object');
-    const o = {
-      maxNewTokens: opts.maxNewTokens,
-      temperature: opts.temperature ?? 1,
-      topP: opts.topP ?? 1,
-      seed: opts.seed ?? Math.floor(Math.random() * 2 ** 52),
-      stopIds: idList('stopIds', opts.stopIds),
-      allowedIds: idList('allowedIds', opts.allowedIds),
-      topLogprobs: opts.topLogprobs ?? 0,
-    };
+    const o = nativeGenerateOptions('generate options', opts);
     return this.#run((n) => n.generate(promptIds, o));
+  }
+
+  // ---- batched decoding (CPU device) ----
+  // Running sequences decode together: each decodeStep reads the weights once for all of them. A sequence's
+  // tokens and log-probs depend on its prompt, options and seed only, never on what else is in the batch, and
+  // equal generate()'s for the same prompt and options. Whoever drives the steps may add and remove sequences
+  // between them; BatchDecoder (below) is such a driver.
+
+  /**
+   * Starts one sequence per entry of `samples`, all continuing `promptIds`: the prompt is prefilled once and its
+   * KV cache shared. Each sample needs maxNewTokens >= 1. Returns the sequence ids (increasing). reload() ends
+   * every running sequence.
+   */
+  async decodeAdd(promptIds: Int32Array, samples: GenerateOptions[]): Promise<number[]> {
+    int32('promptIds', promptIds);
+    if (!Array.isArray(samples) || samples.length === 0) throw new TypeError('samples must be a non-empty array of generate options');
+    const os = samples.map((o, i) => nativeGenerateOptions(`samples[${i}]`, o));
+    return this.#run((n) => n.decodeAdd(promptIds, os));
+  }
+
+  /** One token for every running sequence, by increasing sequence id; a finished sequence's last token has finishReason. */
+  async decodeStep(): Promise<DecodeToken[]> {
+    return this.#run((n) => n.decodeStep());
+  }
+
+  /** Ends a running sequence before its end; false when there is none with that id. */
+  async decodeRemove(seq: number): Promise<boolean> {
+    if (!Number.isSafeInteger(seq) || seq < 0) throw new RangeError(`seq must be a sequence id (non-negative integer), got ${seq}`);
+    return this.#run((n) => n.decodeRemove(seq));
   }
 
   /** Packed log-probs: entry t = log p(ids[t] | earlier ids of its sequence); 0 for each first token. */
@@ -222,14 +267,16 @@ export class Learner {
     return this.#run((n) => n.save(dir));
   }
 
-  /** Replaces the weights (and optimizer state when present) in place from dir; same model shape required. */
+  /** Replaces the weights (and optimizer state when present) in place from dir; same model shape required. Ends every batched-decoding sequence. */
   async reload(dir: string): Promise<void> {
+    this.#decoder?.failAll(new Error(`batched decoding: the model was reloaded from ${dir}`));
     await this.#run((n) => n.reload(dir));
     this.#step = await this.#run((n) => n.step());
   }
 
   /** Releases the native model (after any call in flight). */
   close(): void {
+    this.#decoder?.failAll(new Error('batched decoding: the learner was closed'));
     const n = this.#native;
     this.#native = undefined;
     if (n) void this.#tail.then(() => n.close());
@@ -264,6 +311,133 @@ export class Learner {
   async setParam(name: string, data: Float32Array): Promise<void> {
     float32('data', data);
     return this.#run((n) => n.setTensor(name, data));
+  }
+}
+
+function nativeGenerateOptions(field: string, opts: GenerateOptions): object {
+  if (typeof opts !== 'object' || opts === null) throw new TypeError(`${field} must be an object`);
+  return {
+    maxNewTokens: opts.maxNewTokens,
+    temperature: opts.temperature ?? 1,
+    topP: opts.topP ?? 1,
+    seed: opts.seed ?? Math.floor(Math.random() * 2 ** 52),
+    stopIds: idList(`${field}.stopIds`, opts.stopIds),
+    allowedIds: idList(`${field}.allowedIds`, opts.allowedIds),
+    topLogprobs: opts.topLogprobs ?? 0,
+  };
+}
+
+/** A sequence BatchDecoder waits on: what it produced so far. */
+interface Pending {
+  ids: number[];
+  logprobs: number[];
+  topIds: number[];
+  topLogprobs: number[];
+  topK: number;
+  done: (r: GenerateResult) => void;
+  fail: (e: unknown) => void;
+}
+
+/**
+ * Continuous batching over one Learner: every generate() call joins the running batch at the next step and
+ * leaves it when its sequences finish, so concurrent callers share decode steps (one read of the weights per
+ * step for all of them). Results equal Learner.generate's for the same prompt and options, whatever else runs.
+ * The decoder drives decodeStep while any sequence runs; other Learner calls (logprobs, trainStep, reload)
+ * interleave between steps; reload() and close() fail the sequences in flight.
+ */
+export class BatchDecoder {
+  readonly #learner: Learner;
+  readonly #waiting = new Map<number, Pending>();
+  #driving = false;
+
+  constructor(learner: Learner) {
+    this.#learner = learner;
+  }
+
+  /** sequences running now */
+  get running(): number {
+    return this.#waiting.size;
+  }
+
+  /**
+   * samples.length samples of one prompt (a GRPO group shares the prompt's prefill), decoded with everything
+   * else running; resolves with one result per sample. An aborted signal ends them and rejects with its reason.
+   */
+  async generate(promptIds: Int32Array, samples: GenerateOptions[], signal?: AbortSignal): Promise<GenerateResult[]> {
+    signal?.throwIfAborted();
+    if (!Array.isArray(samples)) throw new TypeError('samples must be an array of generate options');
+    const live = samples.filter((o) => o?.maxNewTokens !== 0);  // maxNewTokens 0: nothing to decode
+    const seqs = live.length ? await this.#learner.decodeAdd(promptIds, live) : [];
+    const results = seqs.map((seq, i) => new Promise<GenerateResult>((done, fail) => {
+      this.#waiting.set(seq, { ids: [], logprobs: [], topIds: [], topLogprobs: [], topK: live[i].topLogprobs ?? 0, done, fail });
+    }));
+    const abort = () => {
+      for (const seq of seqs) {
+        const w = this.#waiting.get(seq);
+        if (!w) continue;
+        this.#waiting.delete(seq);
+        void this.#learner.decodeRemove(seq).catch(() => undefined);
+        w.fail(signal!.reason);
+      }
+    };
+    signal?.addEventListener('abort', abort, { once: true });
+    if (signal?.aborted) abort();  // aborted while the prompt was prefilled
+    this.#drive();
+    try {
+      const got = await Promise.all(results);
+      let k = 0;
+      return samples.map((o): GenerateResult =>
+        o?.maxNewTokens === 0 ? { ids: new Int32Array(0), logprobs: new Float32Array(0), finishReason: 'length' } : got[k++]);
+    } finally {
+      signal?.removeEventListener('abort', abort);
+    }
+  }
+
+  /** Rejects every sequence in flight (their native sequences are gone, e.g. after reload). */
+  failAll(err: unknown): void {
+    for (const w of this.#waiting.values()) w.fail(err);
+    this.#waiting.clear();
+  }
+
+  #drive(): void {
+    if (this.#driving) return;
+    this.#driving = true;
+    void (async () => {
+      try {
+        while (this.#waiting.size > 0) {
+          const toks = await this.#learner.decodeStep();
+          if (toks.length === 0) {
+            this.failAll(new Error('batched decoding: the model ended every running sequence (reloaded or closed)'));
+            break;
+          }
+          for (const t of toks) this.#deliver(t);
+        }
+      } catch (e) {
+        this.failAll(e);
+      } finally {
+        this.#driving = false;
+        if (this.#waiting.size > 0) this.#drive();
+      }
+    })();
+  }
+
+  #deliver(t: DecodeToken): void {
+    const w = this.#waiting.get(t.seq);
+    if (!w) return;  // aborted: its removal is queued
+    w.ids.push(t.id);
+    w.logprobs.push(t.logprob);
+    if (w.topK > 0 && t.topIds && t.topLogprobs) {
+      w.topIds.push(...t.topIds);
+      w.topLogprobs.push(...t.topLogprobs);
+    }
+    if (!t.finishReason) return;
+    this.#waiting.delete(t.seq);
+    const r: GenerateResult = { ids: Int32Array.from(w.ids), logprobs: Float32Array.from(w.logprobs), finishReason: t.finishReason };
+    if (w.topK > 0) {
+      r.topIds = Int32Array.from(w.topIds);
+      r.topLogprobs = Float32Array.from(w.topLogprobs);
+    }
+    w.done(r);
   }
 }
 

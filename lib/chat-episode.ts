@@ -2,9 +2,12 @@
 // loop (lib/episode.ts), for a model served anywhere behind `/v1/chat/completions`. The conversation is
 // kept as OpenAI messages (no token ids: the server templates them). The agent calls tools in the
 // R2E-Gym text format (the server stops at `</function>`) or as OpenAI tool calls; both reach the
-// environment as the one text format (lib/toolcall.ts formats and parses it).
-import { TOKEN_BUDGET_WARNING, turnSeed, type EpisodeStepEvent } from './episode.ts';
-import type { ChatApiMessage, ChatClient, ChatResult } from './policy-client.ts';
+// environment as the one text format (lib/toolcall.ts formats and parses it). The end rules and each
+// turn's max_tokens are lib/episode-rules.ts's, as in the token loop; the prompt of a turn is counted by
+// the server (see promptTokens below).
+import { turnSeed, type EpisodeStepEvent } from './episode.ts';
+import { afterStep, cutTurnEnd, planTurn, type EpisodeProgress } from './episode-rules.ts';
+import { isContextOverflow, type ChatApiMessage, type ChatClient, type ChatRequest, type ChatResult } from './policy-client.ts';
 import { formatToolCall, parseOpenAIToolCalls, type ToolSchemas } from './toolcall.ts';
 import type { EndReason, TextEnvironment } from './types.ts';
 
@@ -20,10 +23,14 @@ export interface RunChatEpisodeOptions {
   toolAliases?: Record<string, string>;
   /** replaces the environment's system prompt (the text format's prompt describes `<function=…>`) */
   systemPrompt?: string;
+  /** openai format: the observation of a reply without a tool call, given its text (default: genericNoToolCallReminder) */
+  noCallReminder?: (content: string | null) => string;
   maxSteps: number;
   /** generated tokens over the episode (the server's usage.completion_tokens) */
   maxResponseTokens: number;
   maxTokensPerTurn: number;
+  /** the model's context window on the server (prompt + reply of a turn); absent: not checked */
+  contextWindow?: number;
   sampling: { temperature: number; topP: number };
   seed: number;
   stepsRemainingSuffix?: boolean;
@@ -42,11 +49,30 @@ export interface ChatEpisodeResult {
   /** tokens of the final conversation: the last request's prompt and its completion */
   tokens: number;
   responseTokens: number;
+  /** turns whose prompt the server was asked to count (a 1-token request) because the bound did not leave room */
+  contextProbes: number;
   info: Record<string, unknown>;
 }
 
 const FUNCTION_OPEN = '<function=';
 const FUNCTION_CLOSE = '</function>';
+
+/** Template tokens a chat template may add per message (role markers, separators), and once per prompt (tool preambles). */
+const TEMPLATE_TOKENS_PER_MESSAGE = 16;
+const TEMPLATE_TOKENS_PER_PROMPT = 256;
+const utf8 = new TextEncoder();
+
+/** An upper bound of a message's tokens: its UTF-8 bytes (a byte-level BPE or byte-fallback token covers at least one byte). */
+function messageBound(m: ChatApiMessage): number {
+  const calls = 'tool_calls' in m && m.tool_calls ? JSON.stringify(m.tool_calls) : '';
+  return utf8.encode(m.content ?? '').length + utf8.encode(calls).length + TEMPLATE_TOKENS_PER_MESSAGE;
+}
+
+/** The observation of a reply without an OpenAI tool call (the generic text; SWE passes lib/swe/prompts.ts's). */
+export function genericNoToolCallReminder(content: string | null): string {
+  const stray = (content ?? '').includes('<function=') ? ' Your reply has a `<function=...>` block in its text: text is not executed.' : '';
+  return `No tool call was found in your reply.${stray} Call exactly one of the provided functions as a tool call.`;
+}
 
 /** The text-format reply as the model meant it: a call cut by the `</function>` stop string is closed again. */
 function closeCall(content: string, r: ChatResult): string {
@@ -62,39 +88,90 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
   const messages: ChatApiMessage[] = initial.map((m) =>
     m.role === 'system' && o.systemPrompt !== undefined ? { role: 'system', content: o.systemPrompt } : { role: m.role === 'assistant' ? 'user' : m.role, content: m.content },
   );
-  let steps = 0;
-  let responseTokens = 0;
+  const tools = o.toolFormat === 'openai' && o.tools?.length ? o.tools : undefined;
+  const progress: EpisodeProgress = { steps: 0, responseTokens: 0 };
   let promptTokens = 0;
   let lastCompletion = 0;
+  let contextProbes = 0;
+  // the server's count of the last prompt sent: messages[0, counted.messages) were counted.tokens tokens
+  let counted: { messages: number; tokens: number } | null = null;
   let end: EndReason | undefined;
 
+  const request = (maxTokens: number): ChatRequest => ({
+    messages: messages.slice(),
+    ...(tools ? { tools } : {}),
+    maxTokens,
+    temperature: o.sampling.temperature,
+    topP: o.sampling.topP,
+    seed: turnSeed(o.seed, progress.steps),
+    ...(o.toolFormat === 'text' ? { stop: [FUNCTION_CLOSE] } : {}),
+  });
+
+  /** An upper bound of the prompt's tokens: the server's count of the last prompt plus the bytes of what came since. */
+  const promptBound = (): number => {
+    const from = counted?.messages ?? 0;
+    let n = counted ? counted.tokens : TEMPLATE_TOKENS_PER_PROMPT + (tools ? utf8.encode(JSON.stringify(tools)).length : 0);
+    for (const m of messages.slice(from)) n += messageBound(m);
+    return n;
+  };
+  /** The server's own count (usage.prompt_tokens of a 1-token request), or 'overflow' when the prompt alone exceeds the context. */
+  const probe = async (): Promise<number | 'overflow'> => {
+    contextProbes++;
+    try {
+      const r = await o.chat.chat(request(1));
+      return r.usageReported ? r.promptTokens : promptBound();
+    } catch (e) {
+      if (isContextOverflow(e)) return 'overflow';
+      throw e;
+    }
+  };
+  /**
+   * The prompt's tokens for the context rule: only the server knows its chat template, so the bound is used
+   * while it leaves room for the whole reply, and the server counts the prompt when it does not.
+   */
+  const promptTokensFor = async (): Promise<number | 'overflow' | null> => {
+    if (o.contextWindow === undefined) return null;
+    const bound = promptBound();
+    const want = Math.min(o.maxTokensPerTurn, o.maxResponseTokens - progress.responseTokens);
+    return bound + want <= o.contextWindow ? bound : probe();
+  };
+
   while (end === undefined) {
-    if (o.deadlineMs !== undefined && now() >= o.deadlineMs) {
-      end = 'timeout';
+    let prompt = await promptTokensFor();
+    let plan = prompt === 'overflow' ? ({ end: 'context_exhausted' } as const) : planTurn(o, progress, prompt, now());
+    if ('end' in plan) {
+      end = plan.end;
       break;
     }
-    const remaining = o.maxResponseTokens - responseTokens;
-    if (remaining <= 0) {
-      end = 'max_context';
-      break;
+    let r: ChatResult;
+    try {
+      r = await o.chat.chat(request(plan.maxTokens));
+    } catch (e) {
+      // the bound was not one for this server's template (or the context it reports is larger than it is): ask it to count, once
+      if (!isContextOverflow(e) || o.contextWindow === undefined) throw e;
+      prompt = await probe();
+      plan = prompt === 'overflow' ? ({ end: 'context_exhausted' } as const) : planTurn(o, progress, prompt, now());
+      if ('end' in plan) {
+        end = plan.end;
+        break;
+      }
+      try {
+        r = await o.chat.chat(request(plan.maxTokens));
+      } catch (e2) {
+        if (!isContextOverflow(e2)) throw e2;
+        end = 'context_exhausted';
+        break;
+      }
     }
-    const maxTokens = Math.min(o.maxTokensPerTurn, remaining);
-    const r = await o.chat.chat({
-      messages: messages.slice(),
-      ...(o.toolFormat === 'openai' && o.tools?.length ? { tools: o.tools } : {}),
-      maxTokens,
-      temperature: o.sampling.temperature,
-      topP: o.sampling.topP,
-      seed: turnSeed(o.seed, steps),
-      ...(o.toolFormat === 'text' ? { stop: [FUNCTION_CLOSE] } : {}),
-    });
-    responseTokens += r.completionTokens;
+    if (r.usageReported) counted = { messages: messages.length, tokens: r.promptTokens };
+    progress.responseTokens += r.completionTokens;
     promptTokens = r.promptTokens;
     lastCompletion = r.completionTokens;
-    steps++;
-    if (r.finishReason === 'length' && responseTokens >= o.maxResponseTokens && maxTokens < o.maxTokensPerTurn) {
+    progress.steps++;
+    const cut = cutTurnEnd(plan, r.finishReason);
+    if (cut) {
       messages.push({ role: 'assistant', content: r.content ?? '' });
-      end = 'max_context';
+      end = cut;
       break;
     }
 
@@ -113,7 +190,9 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
         reply = (obs) =>
           r.toolCalls.map((c, i) => ({ role: 'tool', tool_call_id: c.id, content: i === 0 ? obs : 'Not executed: only the first function call of a reply runs.' }));
       } else {
+        // text is never executed in this format: the reminder speaks of tool calls, not of `<function=…>` text
         action = r.content ?? '';
+        refused = (o.noCallReminder ?? genericNoToolCallReminder)(r.content);
         reply = (obs) => [{ role: 'user', content: obs }];
       }
     } else {
@@ -122,40 +201,28 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
       reply = (obs) => [{ role: 'user', content: obs }];
     }
 
-    let observation: string;
-    let done = false;
-    let envEnd: EndReason | undefined;
-    if (refused !== null) observation = refused;
+    let step: { observation: string; done: boolean; end?: EndReason };
+    if (refused !== null) step = { observation: refused, done: false };
     else {
       // environments throw from step only for infrastructure (a dead sandbox): it propagates and is retried (DESIGN §2)
       const s = await o.env.step(action);
-      observation = s.observation;
-      done = s.done;
-      envEnd = s.end;
+      step = s;
       if (s.info) Object.assign(info, s.info);
     }
-    await o.onStep?.({ step: steps, responseTokens, action: o.toolFormat === 'openai' && r.toolCalls.length ? `${r.content ?? ''}\n${action}`.trim() : action, observation, done });
-    if (done) {
-      end = envEnd ?? 'done';
+    await o.onStep?.({
+      step: progress.steps,
+      responseTokens: progress.responseTokens,
+      action: o.toolFormat === 'openai' && r.toolCalls.length ? `${r.content ?? ''}\n${action}`.trim() : action,
+      observation: step.observation,
+      done: step.done,
+    });
+    const contextLeft = o.contextWindow === undefined || !r.usageReported ? null : o.contextWindow - r.promptTokens - r.completionTokens;
+    const next = afterStep(o, progress, step, now(), contextLeft);
+    if ('end' in next) {
+      end = next.end;
       break;
     }
-    if (steps >= o.maxSteps) {
-      end = 'max_steps';
-      break;
-    }
-    if (o.deadlineMs !== undefined && now() >= o.deadlineMs) {
-      end = 'timeout';
-      break;
-    }
-    if (o.maxResponseTokens - responseTokens <= 0) {
-      end = 'max_context';
-      break;
-    }
-    let obs = observation;
-    if (o.stepsRemainingSuffix) obs += `\nSteps Remaining: ${o.maxSteps - steps}`;
-    const left = o.maxResponseTokens - responseTokens;
-    if (o.tokenWarningAt !== undefined && left <= o.tokenWarningAt) obs += `\n${o.tokenWarning ? o.tokenWarning(left) : TOKEN_BUDGET_WARNING}`;
-    messages.push(...reply(obs));
+    messages.push(...reply(next.observation));
   }
 
   let reward = 0;
@@ -165,5 +232,5 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
     reward = g.reward;
     Object.assign(info, g.info ?? {});
   }
-  return { messages, reward, end, steps, tokens: promptTokens + lastCompletion, responseTokens, info };
+  return { messages, reward, end, steps: progress.steps, tokens: promptTokens + lastCompletion, responseTokens: progress.responseTokens, contextProbes, info };
 }

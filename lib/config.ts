@@ -173,6 +173,7 @@ export const TrainingConfigSchema = z
       .object({
         maxSteps: int().min(1).max(1000).default(50),
         responseBudget: int().min(1).max(1 << 20).default(32768),
+        /** a turn's max_tokens is also clamped to the room left in the model's context window (DESIGN §9) */
         maxTokensPerTurn: int().min(1).max(1 << 20).default(4096),
         temperature: z.number().gt(0).max(5).default(1),
         topP: z.number().gt(0).max(1).default(1),
@@ -209,6 +210,11 @@ export const TrainingConfigSchema = z
          * name must be one the server lists (vLLM: --served-model-name). Every sync is verified by a probe (DESIGN §9).
          */
         weightSync: z.enum(['sglang', 'vllm']).default('sglang'),
+        /**
+         * the served model's context window in tokens, for an external server whose GET /v1/models does not report it
+         * (when both say, the smaller counts); ours is the checkpoint's max_position_embeddings
+         */
+        contextWindow: int().min(1).max(1 << 24).optional(),
       })
       .strict()
       .prefault({}),

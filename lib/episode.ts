@@ -12,6 +12,9 @@
 
 import type { ChatMessage, CompletionRequest, CompletionResult, EndReason, TextEnvironment, Trajectory } from './types.ts';
 import { hashInts } from './seed.ts';
+import { afterStep, cutTurnEnd, planTurn } from './episode-rules.ts';
+
+export { TOKEN_BUDGET_WARNING } from './episode-rules.ts';
 
 /** The part of lib/tokenizer.ts's Tokenizer the loop needs. */
 export interface EpisodeTokenizer {
@@ -44,13 +47,15 @@ export interface RunEpisodeOptions {
   /** total budget of sampled assistant tokens over the episode */
   maxResponseTokens: number;
   maxTokensPerTurn: number;
+  /** the model's context window (prompt + reply of a turn); absent: not checked (lib/episode-rules.ts) */
+  contextWindow?: number;
   sampling: { temperature: number; topP: number };
   seed: number;
   /** restrict sampling to these tokens; `true` takes the environment's actionTokens */
   allowedActionTokens?: readonly string[] | boolean;
   /** append `\nSteps Remaining: N` to each observation (SWE) */
   stepsRemainingSuffix?: boolean;
-  /** warn in the observation once fewer than this many response tokens remain */
+  /** warn in the observation once fewer than this many tokens remain (of the budget or the context) */
   tokenWarningAt?: number;
   /** the warning's text given the response tokens left; TOKEN_BUDGET_WARNING by default (SWE: lib/swe/prompts.ts) */
   tokenWarning?: (tokensLeft: number) => string;
@@ -66,8 +71,6 @@ export interface EpisodeResult extends Pick<Trajectory, 'ids' | 'mask' | 'logpro
   responseTokens: number;
   info: Record<string, unknown>;
 }
-
-export const TOKEN_BUDGET_WARNING = 'You are running out of tokens. Submit your answer now.';
 
 /** Sampling seed of one turn, from (episode seed, turn); a positive 31-bit integer. */
 export function turnSeed(seed: number, turn: number): number {
@@ -98,10 +101,8 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
     });
   };
   const info: Record<string, unknown> = {};
-  let steps = 0;
-  let responseTokens = 0;
+  const progress = { steps: 0, responseTokens: 0 };
   let end: EndReason | undefined;
-  let envEnd: EndReason | undefined;
 
   const actionTokens =
     o.allowedActionTokens === true ? o.env.actionTokens : o.allowedActionTokens === false ? undefined : o.allowedActionTokens;
@@ -114,22 +115,18 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
   const promptLength = ids.length;
 
   while (end === undefined) {
-    if (o.deadlineMs !== undefined && now() >= o.deadlineMs) {
-      end = 'timeout';
+    // the prompt of a turn is the whole stream so far
+    const plan = planTurn(o, progress, ids.length, now());
+    if ('end' in plan) {
+      end = plan.end;
       break;
     }
-    const remaining = o.maxResponseTokens - responseTokens;
-    if (remaining <= 0) {
-      end = 'max_context';
-      break;
-    }
-    const maxTokens = Math.min(o.maxTokensPerTurn, remaining);
     const out = await o.policy.complete({
       promptIds: ids.slice(),
-      maxTokens,
+      maxTokens: plan.maxTokens,
       temperature: o.sampling.temperature,
       topP: o.sampling.topP,
-      seed: turnSeed(o.seed, steps),
+      seed: turnSeed(o.seed, progress.steps),
       stopIds,
       ...(allowedIds ? { allowedIds } : {}),
     });
@@ -139,43 +136,27 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
       version = out.version;
     }
     push(out.ids, 1, out.logprobs);
-    responseTokens += out.ids.length;
+    progress.responseTokens += out.ids.length;
     if (out.ids.at(-1) !== tok.imEnd) push([tok.imEnd], 0);
-    steps++;
+    progress.steps++;
     const text = tok.decode(out.ids.filter((id) => id !== tok.imEnd && id !== tok.eos), { skipSpecial: false });
 
-    // a turn cut off by the whole-episode budget is not acted on
-    if (out.finishReason === 'length' && responseTokens >= o.maxResponseTokens && maxTokens < o.maxTokensPerTurn) {
-      end = 'max_context';
+    const cut = cutTurnEnd(plan, out.finishReason);
+    if (cut) {
+      end = cut;
       break;
     }
 
     // infrastructure as well: the environment throws only when its sandbox or backend failed
-    const { observation, done, end: stepEnd, info: stepInfo } = await o.env.step(text);
-    envEnd = stepEnd;
-    if (stepInfo) Object.assign(info, stepInfo);
-    await o.onStep?.({ step: steps, responseTokens, action: text, observation, done });
-    if (done) {
-      end = envEnd ?? 'done';
+    const step = await o.env.step(text);
+    if (step.info) Object.assign(info, step.info);
+    await o.onStep?.({ step: progress.steps, responseTokens: progress.responseTokens, action: text, observation: step.observation, done: step.done });
+    const next = afterStep(o, progress, step, now(), o.contextWindow === undefined ? null : o.contextWindow - ids.length);
+    if ('end' in next) {
+      end = next.end;
       break;
     }
-    if (steps >= o.maxSteps) {
-      end = 'max_steps';
-      break;
-    }
-    if (o.deadlineMs !== undefined && now() >= o.deadlineMs) {
-      end = 'timeout';
-      break;
-    }
-    if (o.maxResponseTokens - responseTokens <= 0) {
-      end = 'max_context';
-      break;
-    }
-    let obs = observation;
-    if (o.stepsRemainingSuffix) obs += `\nSteps Remaining: ${o.maxSteps - steps}`;
-    const left = o.maxResponseTokens - responseTokens;
-    if (o.tokenWarningAt !== undefined && left <= o.tokenWarningAt) obs += `\n${o.tokenWarning ? o.tokenWarning(left) : TOKEN_BUDGET_WARNING}`;
-    push(tok.encode(observationText(obs)), 0);
+    push(tok.encode(observationText(next.observation)), 0);
   }
 
   let reward = 0;
@@ -185,5 +166,5 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
     reward = r.reward;
     Object.assign(info, r.info ?? {});
   }
-  return { ids, mask, logprobs, promptLength, reward, end, steps, responseTokens, info, ...(version !== undefined ? { versions } : {}) };
+  return { ids, mask, logprobs, promptLength, reward, end, steps: progress.steps, responseTokens: progress.responseTokens, info, ...(version !== undefined ? { versions } : {}) };
 }

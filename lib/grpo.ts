@@ -2,7 +2,7 @@
 // functions over arrays, the formula in the doc comment, selected by name from config.
 // Workflow-safe: no node: imports, no I/O, no clocks, no randomness.
 
-import { COMPACT_FILTERED, type EndReason, type Trajectory } from './types.ts';
+import { COMPACT_FILTERED, type CompactFilteredEnd, type EndReason, type Trajectory } from './types.ts';
 
 export type AdvantageEstimator = 'loo' | 'grpo';
 
@@ -44,11 +44,20 @@ export function advantagesByName(name: AdvantageEstimator): (rewards: readonly n
 }
 
 /**
- * Compact filtering (DAPO/DeepSWE): an episode cut off by the harness (max_context, max_steps,
- * timeout) gets loss mask 0 on every token; its reward still counts in its group's baseline.
+ * Compact filtering (DAPO/DeepSWE): an episode cut off by the harness (max_context, context_exhausted,
+ * max_steps, timeout) gets loss mask 0 on every token; its reward still counts in its group's baseline.
  */
 export function compactFilterMask(end: EndReason): 0 | 1 {
-  return COMPACT_FILTERED.includes(end) ? 0 : 1;
+  return isCompactFiltered(end) ? 0 : 1;
+}
+
+export function isCompactFiltered(end: EndReason): end is CompactFilteredEnd {
+  return (COMPACT_FILTERED as readonly EndReason[]).includes(end);
+}
+
+/** Compact-filtered episodes per reason, all zero. */
+export function noFilteredEpisodes(): Record<CompactFilteredEnd, number> {
+  return Object.fromEntries(COMPACT_FILTERED.map((k) => [k, 0])) as Record<CompactFilteredEnd, number>;
 }
 
 export interface EpisodeSummary {
@@ -87,7 +96,7 @@ export function groupAdvantages(
 }
 
 export interface TrainBatchOptions {
-  /** apply compact filtering (mask 0 on max_context / max_steps / timeout episodes); default true */
+  /** apply compact filtering (mask 0 on COMPACT_FILTERED episodes); default true */
   compactFilter?: boolean;
   /**
    * Leave out sequences that cannot contribute a gradient: zero advantage (all-equal groups) or
@@ -197,7 +206,7 @@ export interface IterationSummary {
   /** episodes per end reason */
   ends: Partial<Record<EndReason, number>>;
   /** compact-filtered episodes per reason */
-  filtered: { max_context: number; max_steps: number; timeout: number };
+  filtered: Record<CompactFilteredEnd, number>;
   /** groups whose rewards are all equal (zero advantage) */
   zeroAdvantageGroups: number;
   groups: number;
@@ -210,7 +219,7 @@ export interface IterationSummary {
 export function summariseIteration(summaries: readonly EpisodeSummary[]): IterationSummary {
   const n = summaries.length;
   const ends: Partial<Record<EndReason, number>> = {};
-  const filtered = { max_context: 0, max_steps: 0, timeout: 0 };
+  const filtered = noFilteredEpisodes();
   let reward = 0;
   let success = 0;
   let tokens = 0;
@@ -221,7 +230,7 @@ export function summariseIteration(summaries: readonly EpisodeSummary[]): Iterat
     reward += s.reward;
     if (s.reward >= 1) success++;
     ends[s.end] = (ends[s.end] ?? 0) + 1;
-    if (s.end === 'max_context' || s.end === 'max_steps' || s.end === 'timeout') filtered[s.end]++;
+    if (isCompactFiltered(s.end)) filtered[s.end]++;
     tokens += s.tokens ?? 0;
     responseTokens += s.responseTokens ?? 0;
     steps += s.steps ?? 0;
@@ -248,7 +257,7 @@ export function summariseIteration(summaries: readonly EpisodeSummary[]): Iterat
 /** The summary of disjoint sets of whole groups (the child workflows of a fanned-out iteration). */
 export function mergeIterationSummaries(parts: readonly IterationSummary[]): IterationSummary {
   const ends: Partial<Record<EndReason, number>> = {};
-  const filtered = { max_context: 0, max_steps: 0, timeout: 0 };
+  const filtered = noFilteredEpisodes();
   let episodes = 0;
   let reward = 0;
   let success = 0;
@@ -263,9 +272,8 @@ export function mergeIterationSummaries(parts: readonly IterationSummary[]): Ite
     success += p.successRate * p.episodes;
     steps += p.meanSteps * p.episodes;
     for (const [k, v] of Object.entries(p.ends) as [EndReason, number][]) ends[k] = (ends[k] ?? 0) + v;
-    filtered.max_context += p.filtered.max_context;
-    filtered.max_steps += p.filtered.max_steps;
-    filtered.timeout += p.filtered.timeout;
+    // summaries recorded before an end reason existed lack its key
+    for (const k of COMPACT_FILTERED) filtered[k] += p.filtered[k] ?? 0;
     zeroAdvantageGroups += p.zeroAdvantageGroups;
     groups += p.groups;
     tokens += p.tokens;

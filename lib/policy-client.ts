@@ -150,7 +150,7 @@ export function isPermanentServerError(status: number, body: string): boolean {
 
 /** One JSON request with bounded retries on network errors, timeouts, 429 and 5xx (then PolicyUnavailableError). */
 function jsonRequester(o: z.infer<typeof PolicyClientOptionsSchema>) {
-  const base = o.baseUrl.replace(/\/+$/, '');
+  const base = serverRoot(o.baseUrl);
   return async function request(method: 'GET' | 'POST', path: string, body?: unknown, retries = o.retries): Promise<unknown> {
     let last = '';
     for (let attempt = 0; attempt <= retries; attempt++) {
@@ -431,6 +431,8 @@ export interface ChatResult {
   finishReason: 'stop' | 'length' | 'tool_calls' | 'content_filter';
   promptTokens: number;
   completionTokens: number;
+  /** whether the server sent `usage` (the token counts are 0 when it did not) */
+  usageReported: boolean;
   logprobs: TokenLogprob[] | null;
 }
 
@@ -475,6 +477,7 @@ export function parseChatResponse(body: unknown): ChatResult {
     finishReason: fr === 'length' || fr === 'tool_calls' || fr === 'content_filter' ? fr : 'stop',
     promptTokens: parsed.data.usage?.prompt_tokens ?? 0,
     completionTokens: parsed.data.usage?.completion_tokens ?? 0,
+    usageReported: !!parsed.data.usage,
     logprobs: ch.logprobs?.content ? ch.logprobs.content.map((p) => ({ token: p.token, logprob: p.logprob, top: p.top_logprobs ?? [] })) : null,
   };
 }
@@ -545,4 +548,106 @@ export function createInProcessPolicyClient(generator: TokenGenerator, checkpoin
       return { checkpoint: served, path: servedPath };
     },
   };
+}
+
+// --- The server of an evaluation or a run: its root URL, what it serves, its context window ----------------
+
+/**
+ * The server's root for request paths (`/v1/...`, `/health`): `http://host:port/v1`, the form OpenAI clients
+ * document, and `http://host:port` name the same server (a trailing `/v1` is dropped, never doubled).
+ */
+export function serverRoot(baseUrl: string): string {
+  return baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '');
+}
+
+/**
+ * Whether a refusal says the prompt plus max_tokens do not fit the model's context (ours, vLLM, SGLang,
+ * llama.cpp's `exceed_context_size_error`, OpenAI's `context_length_exceeded`): a model outcome, not an error.
+ */
+export function isContextOverflow(e: unknown): boolean {
+  return (
+    e instanceof PolicyResponseError &&
+    (e.status === 400 || e.status === 413) &&
+    /context[ _](size|length|window)|maximum context|exceeds? the (available )?context|exceed_context_size/i.test(e.message)
+  );
+}
+
+const ModelListSchema = z.object({
+  data: z.array(
+    z
+      .object({
+        id: z.string(),
+        /** vLLM, SGLang, ours */
+        max_model_len: z.number().int().positive().nullish(),
+        /** llama.cpp's llama-server: the context of one slot */
+        meta: z.object({ n_ctx: z.number().int().positive().nullish() }).passthrough().nullish(),
+      })
+      .passthrough(),
+  ),
+});
+
+export interface ServerModels {
+  /** the model ids of GET /v1/models */
+  models: string[];
+  /** the context window the server reports for `model` (or its only model), null when it does not say */
+  contextWindow: number | null;
+}
+
+/** What GET /v1/models says: the model ids and the context window of `model` (max_model_len, or llama.cpp's meta.n_ctx). */
+export async function listServerModels(options: PolicyClientOptions): Promise<ServerModels> {
+  const o = PolicyClientOptionsSchema.parse(options);
+  let body: unknown;
+  try {
+    body = await jsonRequester(o)('GET', '/v1/models');
+  } catch (e) {
+    if (e instanceof PolicyResponseError && e.status === 404) {
+      throw new PolicyResponseError(`${serverRoot(o.baseUrl)}/v1/models is not served (404): is baseUrl ${JSON.stringify(o.baseUrl)} the OpenAI-compatible server's address (http://host:port or http://host:port/v1)?`, 404);
+    }
+    throw e;
+  }
+  const parsed = ModelListSchema.safeParse(body);
+  if (!parsed.success) throw new PolicyResponseError(`GET ${serverRoot(o.baseUrl)}/v1/models: unexpected answer (${parsed.error.issues[0]!.path.join('.')}: ${parsed.error.issues[0]!.message}); body starts ${JSON.stringify(body)?.slice(0, 200)}`);
+  const data = parsed.data.data;
+  const entry = data.find((m) => m.id === o.model) ?? (data.length === 1 ? data[0] : undefined);
+  return { models: data.map((m) => m.id), contextWindow: entry?.max_model_len ?? entry?.meta?.n_ctx ?? null };
+}
+
+/**
+ * The context window an episode must fit: the smaller of the server's (null: it does not say) and the
+ * config's (null: not set); null when neither says.
+ */
+export function effectiveContextWindow(server: number | null, configured: number | null | undefined): number | null {
+  if (server === null) return configured ?? null;
+  return configured == null ? server : Math.min(server, configured);
+}
+
+export interface PreflightResult {
+  models: string[];
+  /** what the server reports (null: nothing) */
+  serverContextWindow: number | null;
+  /** what episodes must fit: effectiveContextWindow(server, config) */
+  contextWindow: number | null;
+}
+
+/**
+ * Before the first episode on a server: it answers, and it serves `model`. A model missing from /v1/models is
+ * tried with a 1-token request (servers of one model, such as llama-server, take any name): refused, it fails
+ * naming the model and the served ones. Throws PolicyUnavailableError (unreachable) or PolicyResponseError.
+ */
+export async function preflightServer(options: PolicyClientOptions, api: 'chat' | 'completions', configuredContext?: number): Promise<PreflightResult> {
+  const o = PolicyClientOptionsSchema.parse(options);
+  const listed = await listServerModels(o);
+  if (!listed.models.includes(o.model)) {
+    try {
+      if (api === 'chat') await createChatClient(o).chat({ messages: [{ role: 'user', content: 'ping' }], maxTokens: 1, temperature: 0, topP: 1 });
+      else await jsonRequester(o)('POST', '/v1/completions', { model: o.model, prompt: 'ping', max_tokens: 1, temperature: 0 });
+    } catch (e) {
+      if (!(e instanceof PolicyResponseError)) throw e;
+      throw new PolicyResponseError(
+        `the server at ${serverRoot(o.baseUrl)} does not serve model ${JSON.stringify(o.model)} (GET /v1/models lists ${listed.models.map((m) => JSON.stringify(m)).join(', ') || 'none'}; a request for it got: ${e.message.slice(0, 300)})`,
+        e.status,
+      );
+    }
+  }
+  return { models: listed.models, serverContextWindow: listed.contextWindow, contextWindow: effectiveContextWindow(listed.contextWindow, configuredContext) };
 }

@@ -47,6 +47,12 @@ function trimLayoutNewlines(v: string): string {
   return s;
 }
 
+/** The tag that starts at `i` as the model wrote it (to its `>`, a line end or 60 characters), for error messages. */
+function tagAt(text: string, i: number): string {
+  const m = /^<[^>\n]{0,60}>?/.exec(text.slice(i));
+  return JSON.stringify(m ? m[0] : text.slice(i, i + 20));
+}
+
 /** Reads the `NAME>` part after an opening `<function=` / `<parameter=`; null when malformed. */
 function readTagName(text: string, from: number): { name: string; end: number } | null {
   const close = text.indexOf('>', from);
@@ -75,7 +81,7 @@ function parseToolCallUnsafe(text: string, opts: ParseOptions): ParseResult {
   if (start < 0) return fail('none', 'No function call found.');
   const head = readTagName(text, start + FUNCTION_OPEN.length);
   if (!head) {
-    return fail('malformed', 'Malformed function call: expected `<function=NAME>` with a name of letters, digits or `_`.');
+    return fail('malformed', `Malformed function call: ${tagAt(text, start)} is not \`<function=NAME>\` with a name of letters, digits or \`_\`.`);
   }
   const args: Record<string, ToolArgValue> = {};
   let i = head.end;
@@ -88,13 +94,14 @@ function parseToolCallUnsafe(text: string, opts: ParseOptions): ParseResult {
       const rest = text.slice(i);
       const stray = rest.indexOf(FUNCTION_OPEN);
       const tail = stray >= 0 ? rest.slice(0, stray) : rest;
-      if (tail.includes('<parameter') || tail.includes('</parameter')) {
-        return fail('malformed', 'Malformed function call: a `<parameter=...>` tag is not well formed.');
+      const bad = tail.search(/<\/?parameter/);
+      if (bad >= 0) {
+        return fail('malformed', `Malformed function call: the tag ${tagAt(text, i + bad)} is not a well-formed \`<parameter=NAME>\` … \`</parameter>\`.`);
       }
       break;
     }
     const p = readTagName(text, nextParam + PARAM_OPEN.length);
-    if (!p) return fail('malformed', 'Malformed function call: expected `<parameter=NAME>` with a name of letters, digits or `_`.');
+    if (!p) return fail('malformed', `Malformed function call: ${tagAt(text, nextParam)} is not \`<parameter=NAME>\` with a name of letters, digits or \`_\`.`);
     const end = text.indexOf(PARAM_CLOSE, p.end);
     if (end < 0) return fail('malformed', `Malformed function call: parameter \`${p.name}\` is not closed with \`</parameter>\`.`);
     if (end - p.end > maxParam + 4) {

@@ -1,10 +1,15 @@
 // Contracts between the parts (DESIGN.md §1–§5). Small, serialisable shapes only: these cross
 // workflow history, HTTP and the artifact store. Implementations live beside their owners.
 
-/** Why an episode ended (DESIGN §3). `max_context`, `max_steps`, `timeout` are compact-filtered. */
-export type EndReason = 'submitted' | 'max_steps' | 'max_context' | 'timeout' | 'env_timeout' | 'error' | 'done';
+/**
+ * Why an episode ended (DESIGN §3, §9). `max_context`: the episode's budget of generated tokens is spent;
+ * `context_exhausted`: the model's context window has no room left for another turn (prompt + reply).
+ * The harness's cut-offs (`max_context`, `context_exhausted`, `max_steps`, `timeout`) are compact-filtered.
+ */
+export type EndReason = 'submitted' | 'max_steps' | 'max_context' | 'context_exhausted' | 'timeout' | 'env_timeout' | 'error' | 'done';
 
-export const COMPACT_FILTERED: readonly EndReason[] = ['max_context', 'max_steps', 'timeout'];
+export const COMPACT_FILTERED = ['max_context', 'context_exhausted', 'max_steps', 'timeout'] as const satisfies readonly EndReason[];
+export type CompactFilteredEnd = (typeof COMPACT_FILTERED)[number];
 
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant';

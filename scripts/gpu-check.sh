@@ -20,7 +20,9 @@ do_build() {
   command -v nvcc >/dev/null || { log "build: nvcc not found (PATH or /usr/local/cuda/bin)"; return 1; }
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
   gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-  cmake "${gen[@]}" -S "$root/gpu-learner" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1 \
+  # the CPU reference's GEMMs through OpenBLAS where the box has libopenblas-dev, else the engine's own kernels
+  blas=OFF; pkg-config --exists openblas 2>/dev/null && blas=ON
+  cmake "${gen[@]}" -S "$root/gpu-learner" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGL_BLAS=$blas > "$OUT/build.log" 2>&1 \
     && cmake --build "$build" --parallel 16 >> "$OUT/build.log" 2>&1
   local rc=$?
   log "build rc=$rc ($(nvcc --version | tail -1))"

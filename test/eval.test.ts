@@ -8,9 +8,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { evaluate as evaluateCli } from '../scripts/commands/eval.ts';
 import { WorkflowFailedError } from '@temporalio/client';
 import { harnessRunId, readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
 import { createSandboxBackend } from '../activities/sandbox/index.ts';
@@ -198,31 +197,75 @@ test('(i + r) mod 3 over 8 tasks × 4 runs with OpenAI tool calls, a sandbox fai
   }
 });
 
-test('swerl eval (CLI path) with an unreachable server: the episode is an error with its reason, not a model failure; eval report prints it again', async () => {
+test('an unreachable server or an unknown model fails the evaluation at once, naming what to fix; no episode is run', async () => {
   const id = tasks[3]!.instance_id;
   const port = await freePort();
-  const configPath = join(t.dir, 'unreachable.json');
-  writeFileSync(configPath, JSON.stringify({ tasksFile: TASKS_FILE, tasks: [id], model: { baseUrl: `http://127.0.0.1:${port}`, model: 'nobody', api: 'chat' }, maxAttempts: 2, store: { url: storeUrl() } }));
-  const out = join(t.dir, 'out-unreachable');
-  const o = await evaluateCli({ config: configPath, out, address: t.server.address, evalId: 'eval-unreachable', quiet: true });
-  const r = o.result;
-  assert.deepEqual(r.summary.episodes, { planned: 1, completed: 0, resolved: 0, errors: 1 });
-  assert.equal(r.summary.pass1, 0);
-  assert.equal(r.summary.pass1Completed, null);
-  assert.match(r.summary.errors[0]!.reason, /unavailable after .* attempts.*ECONNREFUSED/);
+  const t0 = Date.now();
+  const failure = await evaluate('eval-unreachable', { tasksFile: TASKS_FILE, tasks: [id], model: { baseUrl: `http://127.0.0.1:${port}/v1`, model: 'nobody', api: 'chat' }, store: { url: storeUrl() } }).then(
+    () => null,
+    (e: unknown) => e,
+  );
+  assert.ok(failure instanceof WorkflowFailedError);
+  assert.match(chain(failure), new RegExp(`config.model.baseUrl: the server at http://127.0.0.1:${port} does not answer .*ECONNREFUSED.*start it, or correct baseUrl`));
+  assert.ok(Date.now() - t0 < 60_000, `failed after ${Date.now() - t0} ms`);
   const store = openStore(storeUrl());
-  assert.equal(await store.exists(evalKeys.episode('eval-unreachable', id, 0)), false);
-  const rec = await store.getJson<EvalEpisodeRecord>(evalKeys.error('eval-unreachable', id, 0));
-  assert.ok(rec);
-  // the run summary lists it under error_ids with its reason
-  const runSummary = JSON.parse(readFileSync(join(out, 'run-0', `nobody.${harnessRunId('eval-unreachable', 0)}.json`), 'utf8')) as { error_ids: string[]; error_reasons: Record<string, string> };
-  assert.deepEqual(runSummary.error_ids, [id]);
-  assert.match(runSummary.error_reasons[id]!, /ECONNREFUSED/);
-  for (const f of ['summary.json', 'summary.txt', 'pass_at_k.html', 'pass_at_k.png', 'run-0/predictions.jsonl']) assert.ok(existsSync(join(out, f)), f);
-  // `swerl eval report DIR` prints the table again
-  const printed = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/cli.ts'), 'eval', 'report', out], { cwd: ROOT, encoding: 'utf8' });
-  assert.equal(printed.trim(), o.text.trim());
-  assert.match(printed, /1 episodes; completed 0, resolved 0, errors 1/);
+  assert.deepEqual(await store.list(evalKeys.episodes('eval-unreachable')), []);
+  assert.deepEqual(await store.list(evalKeys.errors('eval-unreachable')), []);
+
+  // a server that answers but serves another model (ours refuses other names)
+  const { Learner } = (await import(join(ROOT, 'gpu-learner', 'index.ts'))) as { Learner: { load(dir: string, o?: { threads?: number }): Promise<{ close(): void }> } };
+  const { startPolicyServer } = await import('../policy-server/index.ts');
+  const { loadTokenizer } = await import('../lib/tokenizer.ts');
+  const dir = (await writeModel(join(t.dir, 'unknown-model'), 'tiny', 1)).dir;
+  const learner = await Learner.load(dir, { threads: 1 });
+  const server = await startPolicyServer({ learner: learner as never, tokenizer: await loadTokenizer(dir) });
+  try {
+    const wrong = await evaluate('eval-unknown-model', { tasksFile: TASKS_FILE, tasks: [id], model: { baseUrl: server.url, model: 'qwen-coder', api: 'chat' }, store: { url: storeUrl() } }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    assert.match(chain(wrong), /config.model: the server at .* does not serve model "qwen-coder" \(GET \/v1\/models lists "policy"/);
+  } finally {
+    await server.close();
+    learner.close();
+  }
+});
+
+test('swerl eval (CLI) when every episode is an error: the reasons are in summary.txt, the exit status is 1, and eval report prints them again', async () => {
+  const id = tasks[3]!.instance_id;
+  const model = await startScriptedModel({ identify: seedTable(1, [id], 1), script: () => [FINISH], failEpisodesWith: 500 });
+  try {
+    const configPath = join(t.dir, 'failing.json');
+    writeFileSync(configPath, JSON.stringify({ tasksFile: TASKS_FILE, tasks: [id], seed: 1, model: { baseUrl: `${model.url}/v1`, model: 'scripted', api: 'chat' }, maxAttempts: 2, store: { url: storeUrl() } }));
+    const out = join(t.dir, 'out-failing');
+    // asynchronously: the worker that runs the evaluation lives in this process
+    const cli = await new Promise<{ status: number | null; stdout: string; stderr: string }>((res) => {
+      const p = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/cli.ts'), 'eval', '--config', configPath, '--out', out, '--address', t.server.address, '--eval-id', 'eval-failing'], { cwd: ROOT });
+      let stdout = '';
+      let stderr = '';
+      p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+      p.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+      p.on('close', (status) => res({ status, stdout, stderr }));
+    });
+    assert.equal(cli.status, 1, `${cli.stdout}\n${cli.stderr}`);
+    assert.match(cli.stderr, /none of the 1 episodes could happen/);
+    const store = openStore(storeUrl());
+    assert.equal(await store.exists(evalKeys.episode('eval-failing', id, 0)), false);
+    assert.ok(await store.getJson<EvalEpisodeRecord>(evalKeys.error('eval-failing', id, 0)));
+    const summaryTxt = readFileSync(join(out, 'summary.txt'), 'utf8');
+    assert.match(summaryTxt, /1 episodes; completed 0, resolved 0, errors 1/);
+    assert.match(summaryTxt, new RegExp(`errors \\(1 episodes that could not happen; not scored\\):\\n  1 × .*unavailable after .* attempts: HTTP 500.*failing with 500 as told[^\\n]*\\n      ${id}/0`));
+    // the run summary lists it under error_ids with its reason
+    const runSummary = JSON.parse(readFileSync(join(out, 'run-0', `scripted.${harnessRunId('eval-failing', 0)}.json`), 'utf8')) as { error_ids: string[]; error_reasons: Record<string, string> };
+    assert.deepEqual(runSummary.error_ids, [id]);
+    assert.match(runSummary.error_reasons[id]!, /HTTP 500/);
+    for (const f of ['summary.json', 'summary.txt', 'pass_at_k.html', 'pass_at_k.png', 'run-0/predictions.jsonl']) assert.ok(existsSync(join(out, f)), f);
+    // `swerl eval report DIR` prints the table and the errors again
+    const printed = execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/cli.ts'), 'eval', 'report', out], { cwd: ROOT, encoding: 'utf8' });
+    assert.equal(printed.trim(), summaryTxt.trim());
+  } finally {
+    await model.close();
+  }
 });
 
 test("a run's latest checkpoint and a Hugging Face model directory, served by the learner worker's policy server", async () => {

@@ -8,6 +8,7 @@ import {
   groupAdvantages,
   grpoAdvantages,
   leaveOneOutAdvantages,
+  mergeIterationSummaries,
   summariseIteration,
 } from '../lib/grpo.ts';
 import type { EndReason } from '../lib/types.ts';
@@ -42,7 +43,7 @@ test('GRPO std-normalised advantages by hand', () => {
 
 test('compact-filter mask per end reason', () => {
   const want: Record<EndReason, 0 | 1> = {
-    submitted: 1, done: 1, error: 1, env_timeout: 1, max_steps: 0, max_context: 0, timeout: 0,
+    submitted: 1, done: 1, error: 1, env_timeout: 1, max_steps: 0, max_context: 0, context_exhausted: 0, timeout: 0,
   };
   for (const [end, m] of Object.entries(want)) assert.equal(compactFilterMask(end as EndReason), m, end);
 });
@@ -103,7 +104,7 @@ test('summariseIteration', () => {
   assert.equal(s.episodes, 4);
   assert.equal(s.meanReward, 0.25);
   assert.equal(s.successRate, 0.25);
-  assert.deepEqual(s.filtered, { max_context: 1, max_steps: 1, timeout: 1 });
+  assert.deepEqual(s.filtered, { max_context: 1, context_exhausted: 0, max_steps: 1, timeout: 1 });
   assert.deepEqual(s.ends, { done: 1, max_steps: 1, timeout: 1, max_context: 1 });
   assert.equal(s.groups, 2);
   assert.equal(s.zeroAdvantageGroups, 1);
@@ -111,4 +112,18 @@ test('summariseIteration', () => {
   assert.equal(s.responseTokens, 10);
   assert.equal(s.meanSteps, 2.5);
   assert.equal(summariseIteration([]).meanReward, 0);
+});
+
+test('context_exhausted is compact-filtered and counted; summaries recorded before it merge', () => {
+  const s = summariseIteration([
+    { taskId: 'a', sample: 0, reward: 1, end: 'submitted', tokens: 10, responseTokens: 3, steps: 3 },
+    { taskId: 'a', sample: 1, reward: 0, end: 'context_exhausted', tokens: 4096, responseTokens: 900, steps: 7 },
+  ]);
+  assert.deepEqual(s.filtered, { max_context: 0, context_exhausted: 1, max_steps: 0, timeout: 0 });
+  assert.deepEqual(s.ends, { submitted: 1, context_exhausted: 1 });
+  const b = buildTrainBatch([{ ids: [1, 2, 3], mask: [0, 1, 1], logprobs: [0, -1, -1], end: 'context_exhausted' }], [1]);
+  assert.deepEqual([...b.mask], [0, 0, 0]);
+  // a child workflow's summary from a history recorded before context_exhausted existed has no such key
+  const old = { ...s, filtered: { max_context: 2, max_steps: 1, timeout: 0 } } as unknown as typeof s;
+  assert.deepEqual(mergeIterationSummaries([s, old]).filtered, { max_context: 2, context_exhausted: 1, max_steps: 1, timeout: 0 });
 });

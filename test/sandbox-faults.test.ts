@@ -12,6 +12,9 @@ import type { ChildProcess } from 'node:child_process';
 import { DockerBackend, sweepSandboxes } from '../activities/sandbox/docker.ts';
 import { OWNER_LABELS, SANDBOX_LABEL } from '../activities/sandbox/common.ts';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../policy-server/index.ts';
+import { defaultLoadModel } from '../policy-server/models.ts';
+import { FINISH, scriptedServable } from './helpers/scripted-agent.ts';
+import type { ToolCall } from '../lib/toolcall.ts';
 import { writeModel } from '../lib/presets.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
@@ -30,23 +33,20 @@ let t: TestTemporal;
 let policy: PolicyServer;
 let tasksFile: string;
 
-/** A scripted agent: turn 1 runs `sleep 6` (long enough to break things under it), turn 2 submits. */
+const SLEEP: ToolCall = { name: 'execute_bash', args: { cmd: 'sleep 6; echo slept' } };
+
+/** A scripted agent: turn 1 runs `sleep 6` (long enough to break things under it), turn 2 submits; anything else
+ * (the probe that verifies every weight sync) the tiny checkpoint answers. */
 async function scriptedPolicy(dir: string): Promise<PolicyServer> {
   await writeModel(dir, 'tiny', 1);
   const tok = await loadTokenizer(dir);
-  const turn = (text: string) => Int32Array.from([...tok.encode(text), tok.imEnd]);
-  const model: ServableModel = {
-    async generate(promptIds, opts) {
-      const turns = tok.decode(Array.from(promptIds), { skipSpecial: false }).split('<|im_start|>assistant').length - 1;
-      const ids = turns <= 1 ? turn('<function=execute_bash><parameter=cmd>sleep 6; echo slept</parameter></function>') : turn('<function=finish><parameter=command>submit</parameter></function>');
-      // rollouts ask for the top-1 log-prob (OpenAI `logprobs: 1`): the scripted token is its own top 1
-      const k = opts.topLogprobs ?? 0;
-      const top = k > 0 ? { topIds: Int32Array.from({ length: ids.length * k }, (_, i) => ids[Math.floor(i / k)]!), topLogprobs: new Float32Array(ids.length * k).fill(-1) } : {};
-      return { ids, logprobs: new Float32Array(ids.length).fill(-1), finishReason: 'stop' as const, ...top };
-    },
-    close() {},
-  };
-  return startPolicyServer({ learner: model, loadModel: async () => model, checkpoint: null });
+  const model = (real: ServableModel) =>
+    scriptedServable(real, tok, (prompt) => {
+      if (!prompt.includes('<function=')) return null; // not an SWE episode's prompt
+      const turns = prompt.split('<|im_start|>assistant').length - 1;
+      return turns <= 1 ? SLEEP : FINISH;
+    });
+  return startPolicyServer({ learner: model(await defaultLoadModel(dir)), loadModel: async (d) => model(await defaultLoadModel(d)), checkpoint: null });
 }
 
 before(async () => {
@@ -57,7 +57,11 @@ before(async () => {
   t = await startTestTemporal('swerl-faults-');
   policy = await scriptedPolicy(join(t.dir, 'policy-model'));
   // one task, its image named directly (so the worker never builds it on the private engine)
-  const record = JSON.parse(readFileSync(TASKS_FILE, 'utf8').split('\n').find((l) => l.includes(`"${TASK}"`))!);
+  const record = JSON.parse(
+    readFileSync(TASKS_FILE, 'utf8')
+      .split('\n')
+      .find((l) => l.includes(`"${TASK}"`))!,
+  );
   delete record.source_tarball;
   tasksFile = join(t.dir, 'tasks.jsonl');
   writeFileSync(tasksFile, `${JSON.stringify({ ...record, image })}\n`);
@@ -140,19 +144,23 @@ test('container killed, worker SIGKILLed, engine restarted during SWE rollouts: 
     // be past their `sleep 6`, and a container may stop between the listing and the kill: then the next one)
     await new Promise((r) => setTimeout(r, 1500));
     let victim: Awaited<ReturnType<typeof running>>[number] | undefined;
-    await waitFor('a sandbox of iteration 0 killed', async () => {
-      for (const c of (await running(0)).sort((a, b) => b.Created - a.Created)) {
-        try {
-          await d.docker.getContainer(c.Id).kill();
-        } catch (e) {
-          if ((e as { statusCode?: number }).statusCode === 409) continue; // stopped in between
-          throw e;
+    await waitFor(
+      'a sandbox of iteration 0 killed',
+      async () => {
+        for (const c of (await running(0)).sort((a, b) => b.Created - a.Created)) {
+          try {
+            await d.docker.getContainer(c.Id).kill();
+          } catch (e) {
+            if ((e as { statusCode?: number }).statusCode === 409) continue; // stopped in between
+            throw e;
+          }
+          victim = c;
+          return true;
         }
-        victim = c;
-        return true;
-      }
-      return false;
-    }, 30_000);
+        return false;
+      },
+      30_000,
+    );
     const victimSample = victim!.Labels['swerl.sample'];
     await new Promise((r) => setTimeout(r, 1000));
     const deadPid = String(worker.pid);
@@ -161,7 +169,11 @@ test('container killed, worker SIGKILLed, engine restarted during SWE rollouts: 
     assert.ok((await sandboxes([`${OWNER_LABELS.pid}=${deadPid}`])).length > 0, 'the dead worker left sandboxes behind');
     // the restarted worker sweeps every 40 s: what goes sooner went in its sweep at start
     const periodS = 40;
-    worker = spawnWorker(args.map((a, i) => (args[i - 1] === '--sandbox-sweep-seconds' ? String(periodS) : a)), logFile, env);
+    worker = spawnWorker(
+      args.map((a, i) => (args[i - 1] === '--sandbox-sweep-seconds' ? String(periodS) : a)),
+      logFile,
+      env,
+    );
     const tSweep = Date.now();
     await waitFor('the restarted worker sweeps the dead one’s sandboxes at its start', async () => (await sandboxes([`${OWNER_LABELS.pid}=${deadPid}`])).length === 0, 60_000);
     const sweptS = (Date.now() - tSweep) / 1000;
@@ -178,7 +190,11 @@ test('container killed, worker SIGKILLed, engine restarted during SWE rollouts: 
     const result: TrainingRunResult = await h.result();
     assert.equal(result.iterations, 2);
     const store = openStore(config.store.url);
-    const metrics = (await store.get(keys.metrics(runId)))!.toString('utf8').trim().split('\n').map((l) => JSON.parse(l) as IterationMetrics);
+    const metrics = (await store.get(keys.metrics(runId)))!
+      .toString('utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as IterationMetrics);
     for (const n of [0, 1]) {
       const m = metrics[n]!;
       assert.equal(m.rolloutErrors, 0, `iteration ${n}: no rollout lost`);

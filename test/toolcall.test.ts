@@ -54,6 +54,19 @@ test('no call, unknown function, invalid arguments name the problem', () => {
   assert.ok(!line.ok && line.error.includes('`insert_line`'));
 });
 
+test('a malformed tag is named in the error, as the model wrote it', () => {
+  const err = (t: string) => {
+    const r = parseToolCall(t, { tools: SWE_TOOL_SCHEMAS });
+    assert.equal(r.ok, false);
+    return (r as { error: string }).error;
+  };
+  assert.match(err('<function=my tool>\n<parameter=cmd>ls</parameter>\n</function>'), /"<function=my tool>" is not `<function=NAME>`/);
+  assert.match(err('<function=execute_bash><parameter=bad name>ls</parameter></function>'), /"<parameter=bad name>" is not `<parameter=NAME>`/);
+  assert.match(err('<function=execute_bash>\n<parameter=cmd>ls</parameter>\n<parameter cmd>x</parameter>'), /the tag "<parameter cmd>" is not a well-formed/);
+  assert.match(err('<function=execute_bash><parameter=cmd>ls</function>'), /parameter `cmd` is not closed/);
+  assert.match(err('<function=execute_bash><parameter=command>ls</parameter></function>'), /`cmd`/);
+});
+
 test('aliases map to the tool names', () => {
   const c = ok(parseToolCall('<function=str_replace_editor><parameter=command>view</parameter><parameter=path>/testbed</parameter></function>', swe));
   assert.equal(c.name, 'file_editor');

@@ -16,6 +16,7 @@ import {
 import type { createActivities } from '../activities/index.ts';
 import { ROLLOUTS_PER_WORKFLOW_DEFAULT, tasksPerChildWorkflow, type TrainingConfig } from '../lib/config.ts';
 import { groupAdvantages, mergeIterationSummaries, summariseIteration, type IterationSummary } from '../lib/grpo.ts';
+import { COMPACT_FILTERED } from '../lib/types.ts';
 import { validationEvalConfig, validationEvalId } from '../lib/eval/config.ts';
 import { RetryPolicies } from '../lib/failures.ts';
 import { lanesPerGroup, mapInLanes } from '../lib/pool.ts';
@@ -304,7 +305,7 @@ export function iterationMetrics(
     rolloutErrors: progress.rolloutErrors,
     ...(r.failures.length ? { rolloutFailures: r.failures.slice(0, MAX_REPORTED_FAILURES) } : {}),
     ...(r.rolloutWorkflows !== undefined ? { rolloutWorkflows: r.rolloutWorkflows } : {}),
-    filtered: { max_context: frac(s.filtered.max_context), max_steps: frac(s.filtered.max_steps), timeout: frac(s.filtered.timeout) },
+    filtered: Object.fromEntries(COMPACT_FILTERED.map((k) => [k, frac(s.filtered[k] ?? 0)])) as IterationMetrics['filtered'],
     ends: s.ends,
     zeroAdvantageGroups: s.zeroAdvantageGroups,
     tokens: s.tokens,

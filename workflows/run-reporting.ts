@@ -39,7 +39,7 @@ export function runDetails(o: { runId: string; state: TrainingRunState; config: 
   const pausing = state.paused && phase !== 'paused' ? ' · pausing after this iteration' : '';
   const lines = [`**${o.runId}** · **${state.iteration}** of ${config.iterations} iterations done${now}${pausing}`];
   if (m) {
-    const filtered = m.filtered.max_context + m.filtered.max_steps + m.filtered.timeout;
+    const filtered = Object.values(m.filtered).reduce((a, b) => a + (b ?? 0), 0);
     lines.push(
       `iteration ${m.iteration}: reward **${m.meanReward.toFixed(3)}** · success **${pct(m.successRate)}** · filtered ${pct(filtered)} · ` +
         `${m.iterationSeconds.toFixed(1)} s (rollouts ${m.rolloutSeconds.toFixed(1)} s, learner ${m.learnerSeconds.toFixed(1)} s)`,

@@ -1,6 +1,6 @@
 // Inputs and outputs that cross workflow history between the training workflows and their activities.
 // Small shapes only: ids, keys, numbers (DESIGN §2).
-import type { EndReason, RolloutSummary } from '../lib/types.ts';
+import type { CompactFilteredEnd, EndReason, RolloutSummary } from '../lib/types.ts';
 import type { Hyperparameters, TrainingConfig } from '../lib/config.ts';
 import type { IterationSummary, MismatchStats, StepStats } from '../lib/grpo.ts';
 import type { PumpState } from '../lib/pump.ts';
@@ -109,7 +109,7 @@ export interface IterationMetrics {
   /** child workflows the rollouts fanned out through (absent when the iteration ran them itself) */
   rolloutWorkflows?: number;
   /** fraction of episodes compact-filtered, per reason */
-  filtered: { max_context: number; max_steps: number; timeout: number };
+  filtered: Partial<Record<CompactFilteredEnd, number>>;
   ends: Partial<Record<EndReason, number>>;
   zeroAdvantageGroups: number;
   tokens: number;

@@ -1,6 +1,7 @@
 // Kubernetes sandbox backend (DESIGN §3, §7): one pod per sandbox, exec over the API (websocket
-// channels: 1 stdout, 2 stderr, 3 status JSON), files through `tar` over exec. Network isolation
-// comes from the deny-all NetworkPolicy (`denyAllNetworkPolicy`) in the sandbox namespace; see docs/kubernetes.md.
+// channels: 1 stdout, 2 stderr, 3 status JSON), files through `tar` over exec. Network isolation is the
+// cluster's: swerl's local cluster gives pods a private macvlan with no routes (services/k8s-cluster-config.ts);
+// on another cluster the deny-all NetworkPolicy (`denyAllNetworkPolicy`), if its CNI enforces it (docs/kubernetes.md).
 import type * as k8s from '@kubernetes/client-node';
 import { randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
@@ -300,6 +301,8 @@ export class K8sBackend implements SandboxBackend {
   constructor(private readonly opts: K8sBackendOptions = {}) {
     this.namespace = opts.namespace ?? process.env.SWERL_K8S_NAMESPACE ?? 'swerl';
     this.kc = opts.kubeConfig;
+    const requests = opts.requests ?? requestsFromEnv();
+    if (requests) this.opts = { ...opts, requests };
   }
 
   private async client(): Promise<{ lib: typeof k8s; kc: k8s.KubeConfig; core: k8s.CoreV1Api }> {
@@ -342,6 +345,35 @@ export class K8sBackend implements SandboxBackend {
   }
 }
 
+/**
+ * SWERL_K8S_CPU_REQUEST / SWERL_K8S_MEMORY_REQUEST (e.g. `250m`, `256Mi`): the scheduling requests of the
+ * sandboxes a worker starts, where 1 CPU / 1 GiB each would hold back pods (a small node, tests).
+ */
+export function requestsFromEnv(env: NodeJS.ProcessEnv = process.env): { cpu: string; memory: string } | undefined {
+  const cpu = env.SWERL_K8S_CPU_REQUEST;
+  const memory = env.SWERL_K8S_MEMORY_REQUEST;
+  if (cpu === undefined && memory === undefined) return undefined;
+  if (cpu !== undefined) parseCpuNamed('SWERL_K8S_CPU_REQUEST', cpu);
+  if (memory !== undefined) parseMemoryNamed('SWERL_K8S_MEMORY_REQUEST', memory);
+  return { cpu: cpu ?? '1', memory: memory ?? '1Gi' };
+}
+
+function parseCpuNamed(name: string, v: string): number {
+  try {
+    return parseCpu(v);
+  } catch (e) {
+    throw new Error(`${name}: ${(e as Error).message}`);
+  }
+}
+
+function parseMemoryNamed(name: string, v: string): number {
+  try {
+    return parseMemory(v);
+  } catch (e) {
+    throw new Error(`${name}: ${(e as Error).message}`);
+  }
+}
+
 function pick(o: K8sBackendOptions): Partial<PodSpecInput> {
   const r: Partial<PodSpecInput> = {};
   if (o.requests) r.requests = o.requests;
@@ -351,8 +383,14 @@ function pick(o: K8sBackendOptions): Partial<PodSpecInput> {
   return r;
 }
 
+/** A command's result; `oomKilled` when the kernel killed a process of it for the pod's memory limit. */
+export interface K8sExecResult extends ExecResult {
+  oomKilled?: boolean;
+}
+
 export class K8sSandbox implements Sandbox {
   private stopped = false;
+  private oomKills = 0;
   readonly transport: ExecTransport;
   constructor(
     private readonly core: k8s.CoreV1Api,
@@ -362,8 +400,7 @@ export class K8sSandbox implements Sandbox {
     readonly limits: SandboxLimits,
     private readonly retry?: RetryOptions,
   ) {
-    this.transport = (command, stdout, stderr, stdin, onStatus) =>
-      exec.exec(namespace, id, CONTAINER_NAME, command, stdout, stderr, stdin, false, onStatus);
+    this.transport = (command, stdout, stderr, stdin, onStatus) => exec.exec(namespace, id, CONTAINER_NAME, command, stdout, stderr, stdin, false, onStatus);
   }
 
   /** Polls the pod until Running; a pod that fails, or an image that cannot be pulled, is a clear error. */
@@ -374,8 +411,16 @@ export class K8sSandbox implements Sandbox {
       const phase = pod.status?.phase;
       if (phase === 'Running') return;
       const waiting = pod.status?.containerStatuses?.[0]?.state?.waiting;
-      if (waiting && /ErrImagePull|ImagePullBackOff|InvalidImageName|CreateContainerConfigError|CreateContainerError/.test(waiting.reason ?? '')) {
-        throw new Error(`pod ${this.id}: ${waiting.reason}: ${waiting.message ?? ''}`);
+      if (waiting && /ErrImagePull|ImagePullBackOff|InvalidImageName|ErrImageNeverPull/.test(waiting.reason ?? '')) {
+        // infrastructure (retried, never scored): the image belongs on the node or in a registry it reaches
+        const image = pod.spec?.containers?.[0]?.image ?? '?';
+        throw new SandboxUnavailableError(
+          `pod ${this.id}: image ${JSON.stringify(image)} is not on the node and could not be pulled (${waiting.reason}: ${waiting.message ?? ''}); ` +
+            "load it (swerl cluster load, on swerl's local cluster) or push it to a registry the nodes pull from",
+        );
+      }
+      if (waiting && /CreateContainerConfigError|CreateContainerError/.test(waiting.reason ?? '')) {
+        throw new SandboxUnavailableError(`pod ${this.id}: ${waiting.reason}: ${waiting.message ?? ''}`);
       }
       if (phase === 'Failed' || phase === 'Succeeded') throw new SandboxDeadError(this.id, `pod phase ${phase} before it ran`);
       if (Date.now() > until) throw new Error(`pod ${this.id} not Running after ${timeoutS} s (phase ${phase ?? 'unknown'})`);
@@ -383,34 +428,77 @@ export class K8sSandbox implements Sandbox {
     }
   }
 
+  /**
+   * After a command ended abnormally (killed, or the stream broke): is the container still there? A pod
+   * evicted for ephemeral storage is the agent's doing (SandboxDiskLimitError); a pod or container gone is
+   * SandboxDeadError; an API that does not answer SandboxUnavailableError. The kubelet kills an evicted pod's
+   * containers about when it records why, so a container that does not answer gets a few seconds for the record.
+   */
   private async checkAlive(detail: string): Promise<void> {
     if (this.stopped) throw new SandboxDeadError(this.id, 'stopped');
-    const pod = await this.core.readNamespacedPod({ name: this.id, namespace: this.namespace }).catch(() => undefined);
-    if (!pod) throw new SandboxDeadError(this.id, `${detail}; pod gone`);
-    // evicted for writing past its ephemeral-storage limit: the agent's doing, not infrastructure
-    if (pod.status?.reason === 'Evicted' && /ephemeral|storage|disk/i.test(pod.status.message ?? '')) {
-      throw new SandboxDiskLimitError(`sandbox ${this.id} was evicted: ${pod.status.message} (limit ${this.limits.diskMiB} MiB)`);
+    const probe = await runOverTransport(this.transport, ['true'], 30).catch(() => undefined);
+    const answers = probe?.exit === 0;
+    const until = Date.now() + (answers ? 0 : 20_000);
+    for (;;) {
+      let pod: k8s.V1Pod;
+      try {
+        pod = await this.core.readNamespacedPod({ name: this.id, namespace: this.namespace });
+      } catch (e) {
+        if ((e as { code?: number }).code === 404) throw new SandboxDeadError(this.id, `${detail}; pod gone`);
+        throw new SandboxUnavailableError(`sandbox ${this.id}: ${detail}; reading the pod: ${(e as Error).message}`);
+      }
+      // evicted for writing past its ephemeral-storage limit: the agent's doing, not infrastructure
+      if (pod.status?.reason === 'Evicted' && /ephemeral|storage|disk/i.test(pod.status.message ?? '')) {
+        throw new SandboxDiskLimitError(`sandbox ${this.id} was evicted: ${pod.status.message} (limit ${this.limits.diskMiB} MiB)`);
+      }
+      if (pod.status?.phase !== 'Running') throw new SandboxDeadError(this.id, `${detail}; pod phase ${pod.status?.phase}`);
+      if (answers) return;
+      if (Date.now() > until) throw new SandboxDeadError(this.id, `${detail}; the container does not answer`);
+      await new Promise((r) => setTimeout(r, 500));
     }
-    if (pod.status?.phase !== 'Running') throw new SandboxDeadError(this.id, `${detail}; pod phase ${pod.status?.phase}`);
   }
 
-  async exec(cmd: string, timeoutS: number, opts: ExecOptions = {}): Promise<ExecResult> {
+  async exec(cmd: string, timeoutS: number, opts: ExecOptions = {}): Promise<K8sExecResult> {
     if (!(timeoutS > 0)) throw new Error(`timeoutS must be > 0, got ${timeoutS}`);
     if (this.stopped) throw new SandboxDeadError(this.id, 'stopped');
     const env = Object.entries(opts.env ?? {}).map(([k, v]) => `${k}=${v}`);
     const cwd = opts.cwd ?? TESTBED;
-    // no WorkingDir/Env in the exec API: cd and env(1) do it
-    const argv = ['env', ...env, 'timeout', '-s', 'TERM', '-k', `${KILL_AFTER_S}s`, `${timeoutS}s`, 'bash', '-lc', `cd ${shq(cwd)} && ${cmd}`];
+    // no WorkingDir/Env in the exec API: cd and env(1) do it. `cd D && CMD` would put the cd into the
+    // background with a trailing `&` of CMD, and that subshell would hold the output open until it ends
+    const argv = ['env', ...env, 'timeout', '-s', 'TERM', '-k', `${KILL_AFTER_S}s`, `${timeoutS}s`, 'bash', '-lc', `cd ${shq(cwd)} || exit 1\n${cmd}`];
     const t0 = Date.now();
     let r: RawExec;
     try {
-      r = await runOverTransport(this.transport, argv, timeoutS + KILL_AFTER_S + HOST_GRACE_S, { maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT, tailBytes: opts.tailBytes ?? 0 });
+      r = await runOverTransport(this.transport, argv, timeoutS + KILL_AFTER_S + HOST_GRACE_S, {
+        maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT,
+        tailBytes: opts.tailBytes ?? 0,
+      });
     } catch (e) {
       await this.checkAlive(`exec: ${(e as Error).message}`);
       throw new SandboxUnavailableError(`sandbox ${this.id}: exec: ${(e as Error).message}`);
     }
     if (r.exit === -1 || r.exit === 137) await this.checkAlive(`while running ${JSON.stringify(cmd.slice(0, 80))}`);
-    return toExecResult(r, timeoutS, (Date.now() - t0) / 1000);
+    const res: K8sExecResult = toExecResult(r, timeoutS, (Date.now() - t0) / 1000);
+    if (r.exit === 137 && !res.timedOut) {
+      res.oomKilled = await this.checkOom();
+      if (res.oomKilled) res.stderr += `\n[sandbox] killed: out of memory (limit ${Math.round(this.limits.memoryBytes / 2 ** 20)} MiB)\n`;
+    }
+    return res;
+  }
+
+  /** The container's memory cgroup's oom_kill counter (v1 memory.oom_control, v2 memory.events): true when it grew. */
+  private async checkOom(): Promise<boolean> {
+    const r = await runOverTransport(
+      this.transport,
+      ['sh', '-c', 'cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null'],
+      30,
+    ).catch(() => undefined);
+    const m = r && /oom_kill (\d+)/.exec(r.stdout.text());
+    if (!m) return false;
+    const n = Number(m[1]);
+    const grew = n > this.oomKills;
+    this.oomKills = n;
+    return grew;
   }
 
   async readFile(path: string): Promise<string> {
@@ -449,16 +537,14 @@ export class K8sSandbox implements Sandbox {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    await withRetries(
-      `deleting pod ${this.id}`,
-      () => this.core.deleteNamespacedPod({ name: this.id, namespace: this.namespace, gracePeriodSeconds: 0 }),
-      this.retry,
-    ).catch((e: Error) => {
-      // left to the next sweep, never the episode's failure
-      if (/HTTP 404/.test(e.message)) return;
-      pendingPodDeletions.add(`${this.namespace}/${this.id}`);
-      console.warn(`[sandbox] deleting pod ${this.id} failed (${e.message}); the sweep retries`);
-    });
+    await withRetries(`deleting pod ${this.id}`, () => this.core.deleteNamespacedPod({ name: this.id, namespace: this.namespace, gracePeriodSeconds: 0 }), this.retry).catch(
+      (e: Error) => {
+        // left to the next sweep, never the episode's failure
+        if (/HTTP 404/.test(e.message)) return;
+        pendingPodDeletions.add(`${this.namespace}/${this.id}`);
+        console.warn(`[sandbox] deleting pod ${this.id} failed (${e.message}); the sweep retries`);
+      },
+    );
   }
 }
 

@@ -180,6 +180,31 @@ Napi::Object stats_obj(Napi::Env env, const gl::TrainStats& s) {
   return o;
 }
 
+// Generate options from JS (index.ts fills the defaults); field names prefixed for error messages.
+gl::GenerateOptions parse_generate_options(const Napi::Object& o, const std::string& prefix) {
+  Napi::Env env = o.Env();
+  gl::GenerateOptions go;
+  const double mnt = num_field(o, "maxNewTokens", true, 0);
+  if (!(mnt >= 0) || mnt != std::floor(mnt) || mnt > 1e9)
+    throw Napi::RangeError::New(env, prefix + "maxNewTokens must be an integer >= 0, got " + std::to_string(mnt));
+  go.max_new_tokens = int64_t(mnt);
+  go.temperature = num_field(o, "temperature", false, 1.0);
+  go.top_p = num_field(o, "topP", false, 1.0);
+  const double seed = num_field(o, "seed", true, 0);
+  if (!(seed >= 0) || seed != std::floor(seed) || seed > 9007199254740991.0)
+    throw Napi::RangeError::New(env, prefix + "seed must be a non-negative safe integer, got " + std::to_string(seed));
+  go.seed = uint64_t(seed);
+  auto stop = typed_arg<int32_t>(o.Get("stopIds"), napi_int32_array, "stopIds", "Int32Array", true);
+  auto allowed = typed_arg<int32_t>(o.Get("allowedIds"), napi_int32_array, "allowedIds", "Int32Array", true);
+  go.stop_ids.assign(stop.data, stop.data + stop.length);
+  go.allowed_ids.assign(allowed.data, allowed.data + allowed.length);
+  const double topk = num_field(o, "topLogprobs", false, 0);
+  if (!(topk >= 0) || topk != std::floor(topk) || topk > 1e9)
+    throw Napi::RangeError::New(env, prefix + "topLogprobs must be an integer >= 0, got " + std::to_string(topk));
+  go.top_logprobs = int64_t(topk);
+  return go;
+}
+
 class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
  public:
   static Napi::FunctionReference* ctor;
@@ -191,7 +216,9 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
                         InstanceMethod("debugLoss", &NativeLearner::DebugLoss), InstanceMethod("save", &NativeLearner::Save),
                         InstanceMethod("reload", &NativeLearner::Reload), InstanceMethod("paramInfo", &NativeLearner::ParamInfo),
                         InstanceMethod("getTensor", &NativeLearner::GetTensor), InstanceMethod("setTensor", &NativeLearner::SetTensor),
-                        InstanceMethod("close", &NativeLearner::Close)});
+                        InstanceMethod("close", &NativeLearner::Close),
+                        InstanceMethod("decodeAdd", &NativeLearner::DecodeAdd), InstanceMethod("decodeStep", &NativeLearner::DecodeStep),
+                        InstanceMethod("decodeRemove", &NativeLearner::DecodeRemove)});
   }
   NativeLearner(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeLearner>(info) {}
   ModelPtr model;
@@ -212,31 +239,12 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
   }
   Napi::Value Device(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), live(info.Env())->engine->device()); }
 
-  // generate(prompt Int32Array, opts {maxNewTokens, temperature, topP, seed, stopIds: Int32Array, allowedIds: Int32Array})
+  // generate(prompt Int32Array, opts {maxNewTokens, temperature, topP, seed, stopIds: Int32Array, allowedIds: Int32Array, topLogprobs})
   Napi::Value Generate(const Napi::CallbackInfo& info) {
     auto m = live(info.Env());
     auto prompt = std::make_shared<ArrayArg<int32_t>>(typed_arg<int32_t>(info[0], napi_int32_array, "promptIds", "Int32Array"));
     if (!info[1].IsObject()) throw Napi::TypeError::New(info.Env(), "generate options must be an object");
-    auto o = info[1].As<Napi::Object>();
-    gl::GenerateOptions go;
-    const double mnt = num_field(o, "maxNewTokens", true, 0);
-    if (!(mnt >= 0) || mnt != std::floor(mnt) || mnt > 1e9)
-      throw Napi::RangeError::New(info.Env(), "maxNewTokens must be an integer >= 0, got " + std::to_string(mnt));
-    go.max_new_tokens = int64_t(mnt);
-    go.temperature = num_field(o, "temperature", false, 1.0);
-    go.top_p = num_field(o, "topP", false, 1.0);
-    const double seed = num_field(o, "seed", true, 0);
-    if (!(seed >= 0) || seed != std::floor(seed) || seed > 9007199254740991.0)
-      throw Napi::RangeError::New(info.Env(), "seed must be a non-negative safe integer, got " + std::to_string(seed));
-    go.seed = uint64_t(seed);
-    auto stop = typed_arg<int32_t>(o.Get("stopIds"), napi_int32_array, "stopIds", "Int32Array", true);
-    auto allowed = typed_arg<int32_t>(o.Get("allowedIds"), napi_int32_array, "allowedIds", "Int32Array", true);
-    go.stop_ids.assign(stop.data, stop.data + stop.length);
-    go.allowed_ids.assign(allowed.data, allowed.data + allowed.length);
-    const double topk = num_field(o, "topLogprobs", false, 0);
-    if (!(topk >= 0) || topk != std::floor(topk) || topk > 1e9)
-      throw Napi::RangeError::New(info.Env(), "topLogprobs must be an integer >= 0, got " + std::to_string(topk));
-    go.top_logprobs = int64_t(topk);
+    const gl::GenerateOptions go = parse_generate_options(info[1].As<Napi::Object>(), "");
     auto res = std::make_shared<gl::GenerateResult>();
     return queue(
         info.Env(), m, [prompt, go, res](gl::Engine& e) { *res = e.generate(prompt->data, prompt->length, go); },
@@ -252,6 +260,65 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
           }
           return out;
         });
+  }
+
+  // decodeAdd(prompt Int32Array, samples: options[]) -> Promise<number[]>: the samples' sequence ids
+  Napi::Value DecodeAdd(const Napi::CallbackInfo& info) {
+    auto m = live(info.Env());
+    auto prompt = std::make_shared<ArrayArg<int32_t>>(typed_arg<int32_t>(info[0], napi_int32_array, "promptIds", "Int32Array"));
+    if (!info[1].IsArray()) throw Napi::TypeError::New(info.Env(), "samples must be an array of generate options");
+    auto arr = info[1].As<Napi::Array>();
+    auto opts = std::make_shared<std::vector<gl::GenerateOptions>>();
+    for (uint32_t i = 0; i < arr.Length(); i++) {
+      Napi::Value v = arr.Get(i);
+      const std::string prefix = "samples[" + std::to_string(i) + "].";
+      if (!v.IsObject()) throw Napi::TypeError::New(info.Env(), "samples[" + std::to_string(i) + "] must be an object");
+      opts->push_back(parse_generate_options(v.As<Napi::Object>(), prefix));
+    }
+    auto ids = std::make_shared<std::vector<int64_t>>();
+    return queue(
+        info.Env(), m, [prompt, opts, ids](gl::Engine& e) { *ids = e.decode_add(prompt->data, prompt->length, *opts); },
+        [ids](Napi::Env env) -> Napi::Value {
+          auto out = Napi::Array::New(env, ids->size());
+          for (size_t i = 0; i < ids->size(); i++) out.Set(uint32_t(i), double((*ids)[i]));
+          return out;
+        });
+  }
+
+  // decodeStep() -> Promise<{seq, id, logprob, topIds?, topLogprobs?, finishReason?}[]>: one token per running sequence
+  Napi::Value DecodeStep(const Napi::CallbackInfo& info) {
+    auto m = live(info.Env());
+    auto toks = std::make_shared<std::vector<gl::DecodeToken>>();
+    return queue(
+        info.Env(), m, [toks](gl::Engine& e) { *toks = e.decode_step(); },
+        [toks](Napi::Env env) -> Napi::Value {
+          auto out = Napi::Array::New(env, toks->size());
+          for (size_t i = 0; i < toks->size(); i++) {
+            gl::DecodeToken& t = (*toks)[i];
+            auto o = Napi::Object::New(env);
+            o.Set("seq", double(t.seq));
+            o.Set("id", double(t.id));
+            o.Set("logprob", double(t.logprob));
+            if (!t.top_ids.empty()) {
+              o.Set("topIds", external_array<int32_t, Napi::Int32Array>(env, std::move(t.top_ids)));
+              o.Set("topLogprobs", external_array<float, Napi::Float32Array>(env, std::move(t.top_logprobs)));
+            }
+            if (t.finish != gl::DecodeToken::Running) o.Set("finishReason", t.finish == gl::DecodeToken::Stop ? "stop" : "length");
+            out.Set(uint32_t(i), o);
+          }
+          return out;
+        });
+  }
+
+  // decodeRemove(seq) -> Promise<boolean>: ends a running sequence (false: no such sequence)
+  Napi::Value DecodeRemove(const Napi::CallbackInfo& info) {
+    auto m = live(info.Env());
+    if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "seq must be a number");
+    const int64_t seq = int64_t(info[0].As<Napi::Number>().DoubleValue());
+    auto found = std::make_shared<bool>(false);
+    return queue(
+        info.Env(), m, [seq, found](gl::Engine& e) { *found = e.decode_remove(seq); },
+        [found](Napi::Env env) -> Napi::Value { return Napi::Boolean::New(env, *found); });
   }
 
   Napi::Value Logprobs(const Napi::CallbackInfo& info) {

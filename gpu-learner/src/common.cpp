@@ -11,6 +11,7 @@
 
 #include "gl/engine.h"
 #include "gl/sampling.h"
+#include "simd.h"
 
 namespace gl {
 
@@ -31,6 +32,13 @@ std::unique_ptr<Engine> make_engine(const std::string& device, const std::string
   }
   throw std::invalid_argument("device must be \"cpu\" or \"cuda\", got \"" + device + "\"");
 }
+
+// Backends without batched decoding.
+std::vector<int64_t> Engine::decode_add(const int32_t*, int64_t, const std::vector<GenerateOptions>&) {
+  throw std::runtime_error("batched decoding is implemented by the cpu backend only (device " + device() + "); use generate");
+}
+std::vector<DecodeToken> Engine::decode_step() { return {}; }
+bool Engine::decode_remove(int64_t) { return false; }
 
 // ---- validation ----
 
@@ -182,52 +190,100 @@ bool read_optimizer_state(const std::string& path, int64_t n, int64_t* step, std
 
 // ---- sampling ----
 
+// Samples from (weight, id) pairs with the given total; top_p < 1 keeps the smallest set of most likely ids whose
+// mass reaches top_p (ties broken by id, for determinism). Sorts pr.
+static int32_t sample_weighted(std::vector<std::pair<double, int32_t>>& pr, double total, double top_p, Rng& rng) {
+  size_t keep = pr.size();
+  if (top_p < 1.0) {
+    std::sort(pr.begin(), pr.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    double cum = 0;
+    for (keep = 0; keep < pr.size();) {
+      cum += pr[keep++].first;
+      if (cum >= top_p * total) break;
+    }
+    total = cum;
+  }
+  const double u = rng.uniform() * total;
+  double acc = 0;
+  for (size_t k = 0; k < keep; k++) {
+    acc += pr[k].first;
+    if (u < acc) return pr[k].second;
+  }
+  return pr[keep - 1].second;
+}
+
+double log_sum_exp(const float* logits, int64_t vocab) {
+  const cpu::SimdKernels& k = cpu::simd();
+  const float mx = k.max(logits, vocab);
+  return double(mx) + std::log(k.exp_store(nullptr, logits, vocab, mx, 1.0f, 1.0f));
+}
+
 int32_t sample_token(const float* logits, int64_t vocab, const SampleParams& p, Rng& rng, float* logprob) {
-  // Full-vocabulary log-softmax at temperature 1, for the returned log-prob.
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < vocab; i++) mx = std::max(mx, logits[i]);
-  double se = 0;
-  for (int64_t i = 0; i < vocab; i++) se += std::exp(double(logits[i]) - mx);
-  const double lse = mx + std::log(se);
-
-  std::vector<int32_t> cand;
-  if (p.allowed && !p.allowed->empty()) cand = *p.allowed;
-  else { cand.resize(vocab); std::iota(cand.begin(), cand.end(), 0); }
-
+  const double lse = log_sum_exp(logits, vocab);  // full-vocabulary log-softmax at temperature 1, for the log-prob
+  const bool restricted = p.allowed && !p.allowed->empty();
   int32_t tok;
-  if (p.temperature == 0) {
-    tok = cand[0];
-    for (int32_t c : cand) if (logits[c] > logits[tok] || (logits[c] == logits[tok] && c < tok)) tok = c;
-  } else {
+  if (p.temperature == 0) {  // greedy: the first largest logit
+    if (restricted) {
+      tok = (*p.allowed)[0];
+      for (int32_t c : *p.allowed) if (logits[c] > logits[tok] || (logits[c] == logits[tok] && c < tok)) tok = c;
+    } else {
+      tok = 0;
+      for (int64_t i = 1; i < vocab; i++) if (logits[i] > logits[tok]) tok = int32_t(i);
+    }
+  } else if (restricted) {
+    const std::vector<int32_t>& cand = *p.allowed;
     float cmx = -INFINITY;
     for (int32_t c : cand) cmx = std::max(cmx, logits[c]);
     std::vector<std::pair<double, int32_t>> pr(cand.size());
     double total = 0;
     for (size_t k = 0; k < cand.size(); k++) {
-      double w = std::exp((double(logits[cand[k]]) - cmx) / p.temperature);
+      const double w = std::exp((double(logits[cand[k]]) - cmx) / p.temperature);
       pr[k] = {w, cand[k]};
       total += w;
     }
-    size_t keep = pr.size();
+    tok = sample_weighted(pr, total, p.top_p, rng);
+  } else {
+    // w_i = exp((l_i − max)/T) on float lanes, the total in double
+    thread_local std::vector<float> w;
+    w.resize(size_t(vocab));
+    const cpu::SimdKernels& k = cpu::simd();
+    const double total = k.exp_store(w.data(), logits, vocab, k.max(logits, vocab), float(1.0 / p.temperature), 1.0f);
     if (p.top_p < 1.0) {
-      // Smallest set of most likely tokens whose mass reaches top_p (ties broken by id for determinism).
-      std::sort(pr.begin(), pr.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-      double cum = 0;
-      for (keep = 0; keep < pr.size();) {
-        cum += pr[keep++].first;
-        if (cum >= p.top_p * total) break;
+      std::vector<std::pair<double, int32_t>> pr;
+      pr.reserve(size_t(vocab));
+      for (int64_t i = 0; i < vocab; i++) if (w[size_t(i)] > 0) pr.push_back({double(w[size_t(i)]), int32_t(i)});
+      tok = sample_weighted(pr, total, p.top_p, rng);
+    } else {
+      const double u = rng.uniform() * total;
+      double acc = 0;
+      tok = int32_t(vocab - 1);
+      for (int64_t i = 0; i < vocab; i++) {
+        acc += w[size_t(i)];
+        if (u < acc) { tok = int32_t(i); break; }
       }
-      total = cum;
-    }
-    double u = rng.uniform() * total, acc = 0;
-    tok = pr[keep - 1].second;
-    for (size_t k = 0; k < keep; k++) {
-      acc += pr[k].first;
-      if (u < acc) { tok = pr[k].second; break; }
+      while (w[size_t(tok)] == 0 && tok > 0) tok--;  // rounding left u at the very end: the last token with weight
     }
   }
   *logprob = float(double(logits[tok]) - lse);
   return tok;
+}
+
+void append_top_logprobs(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>* ids, std::vector<float>* lps) {
+  const double lse = log_sum_exp(logits, vocab);
+  const int64_t kk = std::min(k, vocab);
+  auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::vector<int32_t> top;  // the kk best so far, best first: one pass, an insertion per improvement
+  top.reserve(size_t(kk) + 1);
+  for (int64_t i = 0; i < vocab; i++) {
+    const int32_t c = int32_t(i);
+    if (int64_t(top.size()) == kk && !before(c, top.back())) continue;
+    top.insert(std::upper_bound(top.begin(), top.end(), c, before), c);
+    if (int64_t(top.size()) > kk) top.pop_back();
+  }
+  for (int32_t c : top) {
+    ids->push_back(c);
+    lps->push_back(float(double(logits[c]) - lse));
+  }
 }
 
 }  // namespace gl

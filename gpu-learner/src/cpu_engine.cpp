@@ -2,17 +2,25 @@
 // llm.c style: explicit forward/backward per layer, one allocation for parameters, one for
 // gradients, activations planned up front per micro-batch. Notation: T tokens in the micro-batch,
 // C hidden, Hq/Hkv heads, D head_dim, QD = Hq·D, KD = Hkv·D, I intermediate, V vocab.
+// Products go through gemm.cpp (OpenBLAS tiles), attention through attention.cpp (flash-style, memory linear in
+// the sequence length), row loops through the vector-width variants of simd.h. Nothing depends on the thread
+// count: every output element is computed by one task in an order fixed by the shapes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
+#include "attention.h"
 #include "gl/engine.h"
 #include "gl/grpo.h"
 #include "gl/layout.h"
+#include "gl/sampling.h"
 #include "kernels.h"
+#include "simd.h"
 
 namespace gl {
 
@@ -32,7 +40,7 @@ struct LayerActs {
   float* krstd;   // (T,Hkv)
   float* qr;      // (T,QD) after q_norm and RoPE
   float* kr;      // (T,KD)
-  float* att;     // Σ_seq Hq·n·n softmax probabilities
+  float* lse;     // (T,Hq) attention log-sum-exp per query row and head (attention.h)
   float* atty;    // (T,QD) attention output, before o_proj
   float* resmid;  // (T,C) residual after attention
   float* ln2;     // (T,C)
@@ -46,18 +54,28 @@ struct Seq {
   int64_t start, len;  // token range within the micro-batch
 };
 
+// A sequence of the batched decoder: its options, RNG, KV cache and next-token logits.
+struct DecodeSeq {
+  int64_t id = 0;
+  GenerateOptions o;
+  Rng rng{0};
+  int64_t max_t = 0;         // positions 0..max_t−1
+  int64_t len = 0;           // tokens in the cache
+  int64_t cap = 0;           // cache rows per layer
+  std::vector<float> kv;     // per layer l: K (cap, KD) at 2l·cap·KD, V right after
+  std::vector<float> logits; // (V) of the token at position len
+};
+using Decoder = std::map<int64_t, DecodeSeq>;  // running sequences by id
+
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const std::string& dir, const EngineOptions& opts) : CpuEngine(load_config(dir), dir, opts) {}
   CpuEngine(const QwenConfig& cfg, const std::string& dir, const EngineOptions& opts)
       : cfg_(cfg), opts_(opts), layout_(cfg), layers_(layout_.layers), n_params_(layout_.size()), emb_(layout_.embed),
-        normf_(layout_.final_norm), head_(layout_.head) {
+        normf_(layout_.final_norm), head_(layout_.head), rope_(cfg) {
+    gemm_init();
     int threads = opts.threads > 0 ? opts.threads : int(std::thread::hardware_concurrency());
     tp_ = std::make_unique<ThreadPool>(std::max(1, threads));
-    inv_freq_.resize(cfg_.head_dim / 2);
-    // As transformers: inv_freq = 1 / theta^(2i/D), computed in fp32.
-    for (int64_t i = 0; i < cfg_.head_dim / 2; i++)
-      inv_freq_[i] = float(1.0 / std::pow(cfg_.rope_theta, double(float(2 * i) / float(cfg_.head_dim))));
     load(dir);
   }
 
@@ -67,22 +85,15 @@ class CpuEngine final : public Engine {
   const std::vector<ParamInfo>& params() const override { return layout_.params(); }
 
   void load(const std::string& dir) override {
-    QwenConfig c = load_config(dir);
-    check_same_model_shape(cfg_, c, dir);
-    std::vector<float> w = read_weights(dir, layout_);
-    std::vector<float> m, v;
-    int64_t step = 0;
-    if (!read_optimizer_state(dir + "/optimizer.bin", n_params_, &step, &m, &v)) {
-      m.assign(size_t(n_params_), 0.0f);
-      v.assign(size_t(n_params_), 0.0f);
-    }
-    cfg_.raw_json = c.raw_json;
-    w_ = std::move(w);
-    m_ = std::move(m);
-    v_ = std::move(v);
-    step_ = step;
+    CheckpointState s = read_checkpoint(dir, cfg_, layout_);
+    cfg_.raw_json = s.cfg.raw_json;
+    w_ = std::move(s.w);
+    m_ = std::move(s.m);
+    v_ = std::move(s.v);
+    step_ = s.step;
     g_.assign(size_t(n_params_), 0.0f);
     src_dir_ = dir;
+    decoder_.clear();  // their caches hold the old weights' keys and values
   }
 
   void save(const std::string& dir) override { save_checkpoint(dir, layout_, cfg_, w_.data(), m_, v_, step_, src_dir_); }
@@ -115,15 +126,7 @@ class CpuEngine final : public Engine {
   TrainStats train_step(const TrainBatch& b, const TrainHyper& hp) override {
     const auto t0 = std::chrono::steady_clock::now();
     TrainStats st = accumulate_gradients(b, hp);
-    double ss = 0;
-    for (int64_t i = 0; i < n_params_; i++) ss += double(g_[i]) * g_[i];
-    st.grad_norm = std::sqrt(ss);
-    if (!std::isfinite(st.grad_norm)) {
-      st.skipped = true;  // weights and Adam state untouched
-    } else {
-      adamw(hp, st.grad_norm);
-    }
-    st.step = step_;
+    finish_train_step(st, grad_sumsq(), hp, &step_, [&](const AdamStep& a) { adamw(a); });
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return st;
   }
@@ -139,16 +142,24 @@ class CpuEngine final : public Engine {
 
   // ---------------------------------------------------------------- generation
 
+  // One sequence through the batched decoder of its own: the same path, so the same tokens, as in any batch.
   GenerateResult generate(const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o) override {
-    const int64_t L = cfg_.num_hidden_layers, KD = cfg_.kv_dim();
-    auto reserve = [&](int64_t max_t) {
-      kcache_.assign(size_t(L * max_t * KD), 0.0f);
-      vcache_.assign(size_t(L * max_t * KD), 0.0f);
-      cache_len_ = max_t;
-    };
-    auto feed = [&](const int32_t* toks, int64_t n, int64_t pos0, float* logits) { forward_infer(toks, n, pos0, logits); };
-    return decode_tokens(cfg_, prompt, n_prompt, o, reserve, feed);
+    validate_decode(cfg_, prompt, n_prompt, o);
+    GenerateResult r;
+    if (o.max_new_tokens == 0) return r;
+    Decoder d;
+    add_sequences(d, prompt, n_prompt, {o});
+    while (!d.empty())
+      for (const DecodeToken& t : step_sequences(d)) append_token(&r, t);
+    return r;
   }
+
+  std::vector<int64_t> decode_add(const int32_t* prompt, int64_t n_prompt, const std::vector<GenerateOptions>& opts) override {
+    return add_sequences(decoder_, prompt, n_prompt, opts);
+  }
+  std::vector<DecodeToken> decode_step() override { return step_sequences(decoder_); }
+  bool decode_remove(int64_t seq) override { return decoder_.erase(seq) > 0; }
+  int64_t decode_running() const override { return int64_t(decoder_.size()); }
 
  private:
   // ---------------------------------------------------------------- parameters
@@ -158,14 +169,12 @@ class CpuEngine final : public Engine {
 
   // ---------------------------------------------------------------- activations plan
 
-  // Lays out all activations of a micro-batch of T tokens in one allocation.
-  void plan_acts(int64_t T, const std::vector<Seq>& seqs) {
+  // Lays out all activations of a micro-batch of T tokens in one allocation (linear in T: attention keeps a
+  // log-sum-exp per row and head, not the probabilities).
+  void plan_acts(int64_t T) {
     const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, L = cfg_.num_hidden_layers;
-    int64_t att = 0;
-    att_off_.clear();
-    for (auto& s : seqs) { att_off_.push_back(att); att += Hq * s.len * s.len; }
-    const int64_t per_layer = T * C * 4 + T * 2 + T * QD * 3 + T * KD * 3 + T * (Hq + Hkv) + att + T * I * 3;
+    const int64_t per_layer = T * C * 4 + T * 2 + T * QD * 3 + T * KD * 3 + T * (Hq + Hkv) + T * Hq + T * I * 3;
     const int64_t total = L * per_layer + T * C /*final residual*/ + T * C + T * 3;
     if (int64_t(acts_.size()) < total) acts_.resize(size_t(total));
     float* p = acts_.data();
@@ -176,7 +185,7 @@ class CpuEngine final : public Engine {
       a.res_in = take(T * C); a.ln1 = take(T * C); a.rstd1 = take(T);
       a.q = take(T * QD); a.k = take(T * KD); a.v = take(T * KD);
       a.qrstd = take(T * Hq); a.krstd = take(T * Hkv); a.qr = take(T * QD); a.kr = take(T * KD);
-      a.att = take(att); a.atty = take(T * QD); a.resmid = take(T * C); a.ln2 = take(T * C); a.rstd2 = take(T);
+      a.lse = take(T * Hq); a.atty = take(T * QD); a.resmid = take(T * C); a.ln2 = take(T * C); a.rstd2 = take(T);
       a.gate = take(T * I); a.up = take(T * I); a.h = take(T * I);
     }
     act_res_final_ = take(T * C);
@@ -189,13 +198,26 @@ class CpuEngine final : public Engine {
   // ---------------------------------------------------------------- building blocks
 
   bool naive() const { return opts_.naive_matmul; }
+  AttnShape attn_shape() const {
+    return {cfg_.num_attention_heads, cfg_.num_key_value_heads, cfg_.head_dim, float(1.0 / std::sqrt(double(cfg_.head_dim)))};
+  }
+
+  static void add_bias(float* out, const float* b, int64_t N, int64_t OC) {
+    if (b)
+      for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < OC; o++) out[n * OC + o] += b[o];
+  }
 
   // out (N,OC) = x (N,IC) @ W^T + b
   void linear_forward(float* out, const float* x, const float* Wt, const float* b, int64_t N, int64_t IC, int64_t OC) {
     matmul_nt(*tp_, out, x, Wt, N, OC, IC, false, naive());
-    if (b)
-      for (int64_t n = 0; n < N; n++)
-        for (int64_t o = 0; o < OC; o++) out[n * OC + o] += b[o];
+    add_bias(out, b, N, OC);
+  }
+  // The same for the few rows of a decoding step: each row's result independent of the others (kernels.h).
+  void linear_rows(float* out, const float* x, const float* Wt, const float* b, int64_t N, int64_t IC, int64_t OC) {
+    if (naive()) matmul_nt(*tp_, out, x, Wt, N, OC, IC, false, true);
+    else matmul_nt_rows(*tp_, out, x, Wt, N, OC, IC);
+    add_bias(out, b, N, OC);
   }
 
   // dx (N,IC) (+)= dy @ W ; dW (OC,IC) += dy^T @ x ; db (OC) += Σ_n dy
@@ -203,9 +225,7 @@ class CpuEngine final : public Engine {
                        int64_t IC, int64_t OC) {
     if (dx) matmul_nn(*tp_, dx, dy, Wt, N, IC, OC, dx_acc, naive());
     if (!with_grads_) return;
-    grow(scratch_t_, N * OC);
-    transpose(*tp_, scratch_t_.data(), dy, N, OC);
-    matmul_nn(*tp_, dW, scratch_t_.data(), x, OC, IC, N, true, naive());
+    matmul_tn(*tp_, dW, dy, x, OC, IC, N, true, naive(), &scratch_t_);
     if (db)
       for (int64_t n = 0; n < N; n++)
         for (int64_t o = 0; o < OC; o++) db[o] += dy[n * OC + o];
@@ -215,47 +235,35 @@ class CpuEngine final : public Engine {
     if (int64_t(v.size()) < n) v.resize(size_t(n));
   }
 
-  // One query row: p (nvis) = softmax(scale · q·K_j), j < nvis ; out (D) = Σ_j p_j V_j.
-  static void attend_row(float* out, float* p, const float* q, const float* K, const float* Vv, int64_t ks, int64_t nvis, int64_t D,
-                         float scale) {
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < nvis; j++) {
-      const float* kj = K + j * ks;
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t d = 0; d < D; d++) s += q[d] * kj[d];
-      p[j] = s * scale;
-      mx = std::max(mx, p[j]);
-    }
-    float sum = 0;
-    for (int64_t j = 0; j < nvis; j++) { p[j] = std::exp(p[j] - mx); sum += p[j]; }
-    const float inv = 1.0f / sum;
-    for (int64_t d = 0; d < D; d++) out[d] = 0;
-    for (int64_t j = 0; j < nvis; j++) {
-      p[j] *= inv;
-      const float* vj = Vv + j * ks;
-      const float pj = p[j];
-#pragma omp simd
-      for (int64_t d = 0; d < D; d++) out[d] += pj * vj[d];
-    }
+  // Rows of LM-head logits per chunk: 2^26 logits as the FSDP engine (gpu-learner/fsdp), or the test's budget.
+  int64_t head_chunk(int64_t T) const {
+    const int64_t budget = opts_.logits_budget > 0 ? opts_.logits_budget : (int64_t(1) << 26);
+    return std::max<int64_t>(1, std::min<int64_t>(T, budget / cfg_.vocab_size));
   }
 
   // ---------------------------------------------------------------- forward (training / log-probs)
 
-  // ids (T) of n_seqs packed sequences (offs relative to offs[0]); fills the activations and act_logp_.
-  void forward(const int32_t* ids, const int32_t* offs, int64_t n_seqs, int64_t T) {
+  // dLoss/dlogp of token t (index in the micro-batch) from its log-prob, called in increasing t (training).
+  using TokenGrad = std::function<float(int64_t t, float logp)>;
+
+  // ids (T) of n_seqs packed sequences (offs relative to offs[0]); fills the activations and act_logp_. With
+  // token_grad (training), the LM head's backward runs chunk by chunk right here, while the chunk's logits exist
+  // (no second pass recomputing them): d_ln_ gets dLoss/d(final-norm output) and the head's gradient accumulates.
+  void forward(const int32_t* ids, const int32_t* offs, int64_t n_seqs, int64_t T, const TokenGrad* token_grad = nullptr) {
     const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
-    const int64_t L = cfg_.num_hidden_layers, group = Hq / Hkv;
-    const float scale = float(1.0 / std::sqrt(double(D)));
+    const int64_t L = cfg_.num_hidden_layers;
     seqs_.clear();
     pos_.resize(size_t(T));
+    int64_t longest = 0;
     for (int64_t s = 0; s < n_seqs; s++) {
       const int64_t a = offs[s] - offs[0], n = offs[s + 1] - offs[s];
       seqs_.push_back({a, n});
+      longest = std::max(longest, n);
       for (int64_t i = 0; i < n; i++) pos_[size_t(a + i)] = int32_t(i);
     }
-    plan_acts(T, seqs_);
+    rope_.ensure(longest);
+    plan_acts(T);
     // embedding: res_in[0] (T,C) = E[ids]
     for (int64_t t = 0; t < T; t++) std::memcpy(la_[0].res_in + t * C, W(emb_) + int64_t(ids[t]) * C, sizeof(float) * size_t(C));
     grow(scratch_a_, T * C);
@@ -270,20 +278,13 @@ class CpuEngine final : public Engine {
       // per-head RMSNorm over D, then RoPE
       rmsnorm_forward(*tp_, a.qr, a.qrstd, a.q, W(p.qn), T * Hq, D, cfg_.rms_norm_eps);
       rmsnorm_forward(*tp_, a.kr, a.krstd, a.k, W(p.kn), T * Hkv, D, cfg_.rms_norm_eps);
-      rope_forward(*tp_, a.qr, pos_.data(), inv_freq_.data(), T, Hq, D);
-      rope_forward(*tp_, a.kr, pos_.data(), inv_freq_.data(), T, Hkv, D);
-      // causal attention per (sequence, q head); q head h reads kv head h / group
-      tp_->parallel_for(int64_t(seqs_.size()) * Hq, [&](int64_t task) {
-        const int64_t s = task / Hq, h = task % Hq, g = h / group;
-        const Seq sq = seqs_[size_t(s)];
-        float* P = a.att + att_off_[size_t(s)] + h * sq.len * sq.len;
-        for (int64_t i = 0; i < sq.len; i++) {
-          float* prow = P + i * sq.len;
-          attend_row(a.atty + (sq.start + i) * QD + h * D, prow, a.qr + (sq.start + i) * QD + h * D, a.kr + sq.start * KD + g * D,
-                     a.v + sq.start * KD + g * D, KD, i + 1, D, scale);
-          for (int64_t j = i + 1; j < sq.len; j++) prow[j] = 0;
-        }
-      });
+      rope_forward(*tp_, a.qr, pos_.data(), rope_, T, Hq, D);
+      rope_forward(*tp_, a.kr, pos_.data(), rope_, T, Hkv, D);
+      // causal attention within each sequence; q head h reads kv head h / (Hq/Hkv)
+      std::vector<AttnSeq> att;
+      for (const Seq& sq : seqs_)
+        att.push_back({a.qr + sq.start * QD, a.kr + sq.start * KD, a.v + sq.start * KD, a.atty + sq.start * QD, a.lse + sq.start * Hq, sq.len, 0});
+      attention_forward(*tp_, att, attn_shape());
       linear_forward(scratch_a_.data(), a.atty, W(p.wo), W(p.bo), T, QD, C);
       for (int64_t i = 0; i < T * C; i++) a.resmid[i] = a.res_in[i] + scratch_a_[size_t(i)];
       rmsnorm_forward(*tp_, a.ln2, a.rstd2, a.resmid, W(p.ln2), T, C, cfg_.rms_norm_eps);
@@ -298,59 +299,61 @@ class CpuEngine final : public Engine {
     for (int64_t t = 0; t < T; t++) act_logp_[t] = 0;
     const int64_t chunk = head_chunk(T);
     grow(logits_, chunk * V);
+    if (token_grad) {
+      grow(d_ln_, T * C);
+      grow(dlogp_, T);
+    }
     for (int64_t r0 = 0; r0 < T; r0 += chunk) {
       const int64_t rn = std::min(chunk, T - r0);
       matmul_nt(*tp_, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, V, C, false, naive());
       tp_->parallel_for(rn, [&](int64_t i) {
         const float* lr = logits_.data() + i * V;
-        float mx = -INFINITY;
-        for (int64_t v = 0; v < V; v++) mx = std::max(mx, lr[v]);
-        double se = 0;
-        for (int64_t v = 0; v < V; v++) se += std::exp(double(lr[v] - mx));
-        const float lse = float(mx + std::log(se));
+        const float lse = float(log_sum_exp(lr, V));
         const int64_t r = r0 + i;
         act_lse_[r] = lse;
         if (r + 1 < T && pos_[size_t(r + 1)] != 0) act_logp_[r + 1] = lr[ids[r + 1]] - lse;
       });
+      if (token_grad) head_backward(ids, T, r0, rn, *token_grad);
     }
   }
 
-  int64_t head_chunk(int64_t T) const {
-    if (opts_.logits_budget > 0) return std::max<int64_t>(1, std::min<int64_t>(T, opts_.logits_budget / cfg_.vocab_size));
-    return std::max<int64_t>(4, std::min<int64_t>(T, (int64_t(1) << 22) / cfg_.vocab_size));
+  // The LM head's backward for rows [r0, r0+rn) whose logits are in logits_: dlogits[r] = c·(onehot(ids[r+1]) −
+  // softmax(logits[r])) with c = dLoss/dlogp[r+1]; dln[r] = dlogits[r] @ Whead ; dWhead += dlogits^T lnf.
+  void head_backward(const int32_t* ids, int64_t T, int64_t r0, int64_t rn, const TokenGrad& token_grad) {
+    const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+    bool any = false;
+    for (int64_t r = r0; r < r0 + rn; r++) {  // in token order: the loss is summed in it
+      const bool has = r + 1 < T && pos_[size_t(r + 1)] != 0;
+      dlogp_[size_t(r)] = has ? token_grad(r + 1, act_logp_[r + 1]) : 0.0f;
+      any |= dlogp_[size_t(r)] != 0;
+    }
+    float* dln = d_ln_.data() + r0 * C;
+    if (!any || !with_grads_) {
+      std::fill(dln, dln + rn * C, 0.0f);
+      return;
+    }
+    const SimdKernels& sk = simd();
+    tp_->parallel_for(rn, [&](int64_t i) {
+      float* lr = logits_.data() + i * V;
+      const int64_t r = r0 + i;
+      const float c = dlogp_[size_t(r)];
+      sk.exp_store(lr, lr, V, act_lse_[r], 1.0f, -c);  // −c·softmax
+      if (c != 0) lr[ids[r + 1]] += c;
+    });
+    linear_backward(dln, false, G(head_), nullptr, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, C, V);
   }
 
   // ---------------------------------------------------------------- backward
 
-  // dlogp (T): dLoss/dlogp per token. Accumulates into the gradient allocation.
-  void backward(const int32_t* ids, int64_t T, const float* dlogp) {
-    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
+  // Back from d_ln_ (dLoss/d(final-norm output), left by forward's fused LM-head backward) through the layers.
+  // Accumulates into the gradient allocation.
+  void backward(const int32_t* ids, int64_t T) {
+    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim;
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
-    const int64_t L = cfg_.num_hidden_layers, group = Hq / Hkv;
-    const float scale = float(1.0 / std::sqrt(double(D)));
+    const int64_t L = cfg_.num_hidden_layers;
     grow(d_res_, T * C); grow(d_ln_, T * C); grow(d_atty_, T * QD); grow(d_q_, T * QD); grow(d_k_, T * KD); grow(d_v_, T * KD);
     grow(d_gate_, T * I); grow(d_up_, T * I); grow(d_h_, T * I); grow(d_qn_, T * QD); grow(d_kn_, T * KD);
     float *dres = d_res_.data(), *dln = d_ln_.data();
-    // LM head: dlogits[r] = dlogp[r+1]·(onehot(ids[r+1]) − softmax(logits[r])) ; dlnf = dlogits @ Whead ; dWhead += dlogits^T lnf
-    std::fill(dln, dln + T * C, 0.0f);
-    const int64_t chunk = head_chunk(T);
-    grow(logits_, chunk * V);
-    for (int64_t r0 = 0; r0 < T; r0 += chunk) {
-      const int64_t rn = std::min(chunk, T - r0);
-      bool any = false;
-      for (int64_t r = r0; r < r0 + rn; r++) any |= (r + 1 < T && pos_[size_t(r + 1)] != 0 && dlogp[r + 1] != 0);
-      if (!any) continue;
-      matmul_nt(*tp_, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, V, C, false, naive());
-      tp_->parallel_for(rn, [&](int64_t i) {
-        float* lr = logits_.data() + i * V;
-        const int64_t r = r0 + i;
-        const bool has = r + 1 < T && pos_[size_t(r + 1)] != 0;
-        const float c = has ? dlogp[r + 1] : 0.0f;
-        for (int64_t v = 0; v < V; v++) lr[v] = -c * std::exp(lr[v] - act_lse_[r]);
-        if (has) lr[ids[r + 1]] += c;
-      });
-      linear_backward(dln + r0 * C, false, G(head_), nullptr, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, C, V);
-    }
     std::fill(dres, dres + T * C, 0.0f);
     rmsnorm_backward(*tp_, dres, G(normf_), dln, act_res_final_, W(normf_), act_rstdf_, T, C);
     for (int64_t l = L - 1; l >= 0; l--) {
@@ -369,43 +372,14 @@ class CpuEngine final : public Engine {
       std::fill(d_kn_.begin(), d_kn_.begin() + T * KD, 0.0f);
       std::fill(d_v_.begin(), d_v_.begin() + T * KD, 0.0f);
       float *dqr = d_qn_.data(), *dkr = d_kn_.data(), *dv = d_v_.data();
-      tp_->parallel_for(int64_t(seqs_.size()) * Hkv, [&](int64_t task) {
-        const int64_t s = task / Hkv, g = task % Hkv;
-        const Seq sq = seqs_[size_t(s)];
-        std::vector<float> dp(size_t(sq.len));
-        for (int64_t h = g * group; h < (g + 1) * group; h++) {
-          const float* P = a.att + att_off_[size_t(s)] + h * sq.len * sq.len;
-          for (int64_t i = 0; i < sq.len; i++) {
-            const float* prow = P + i * sq.len;
-            const float* dout = d_atty_.data() + (sq.start + i) * QD + h * D;
-            const float* qi = a.qr + (sq.start + i) * QD + h * D;
-            float* dqi = dqr + (sq.start + i) * QD + h * D;
-            double dsum = 0;
-            for (int64_t j = 0; j <= i; j++) {
-              const float* vj = a.v + (sq.start + j) * KD + g * D;
-              float dpj = 0;
-#pragma omp simd reduction(+ : dpj)
-              for (int64_t d = 0; d < D; d++) dpj += dout[d] * vj[d];
-              dp[size_t(j)] = dpj;
-              dsum += double(prow[j]) * dpj;
-              float* dvj = dv + (sq.start + j) * KD + g * D;
-              const float pj = prow[j];
-#pragma omp simd
-              for (int64_t d = 0; d < D; d++) dvj[d] += pj * dout[d];
-            }
-            for (int64_t j = 0; j <= i; j++) {
-              const float ds = prow[j] * (dp[size_t(j)] - float(dsum)) * scale;  // softmax backward, times the score scale
-              const float* kj = a.kr + (sq.start + j) * KD + g * D;
-              float* dkj = dkr + (sq.start + j) * KD + g * D;
-#pragma omp simd
-              for (int64_t d = 0; d < D; d++) { dqi[d] += ds * kj[d]; dkj[d] += ds * qi[d]; }
-            }
-          }
-        }
-      });
+      std::vector<AttnSeqGrad> att;
+      for (const Seq& sq : seqs_)
+        att.push_back({{a.qr + sq.start * QD, a.kr + sq.start * KD, a.v + sq.start * KD, a.atty + sq.start * QD, a.lse + sq.start * Hq, sq.len, 0},
+                       d_atty_.data() + sq.start * QD, dqr + sq.start * QD, dkr + sq.start * KD, dv + sq.start * KD});
+      attention_backward(*tp_, att, attn_shape());
       // RoPE^T, then the per-head RMSNorm backward to the projection outputs
-      rope_backward(*tp_, dqr, pos_.data(), inv_freq_.data(), T, Hq, D);
-      rope_backward(*tp_, dkr, pos_.data(), inv_freq_.data(), T, Hkv, D);
+      rope_backward(*tp_, dqr, pos_.data(), rope_, T, Hq, D);
+      rope_backward(*tp_, dkr, pos_.data(), rope_, T, Hkv, D);
       std::fill(d_q_.begin(), d_q_.begin() + T * QD, 0.0f);
       std::fill(d_k_.begin(), d_k_.begin() + T * KD, 0.0f);
       rmsnorm_backward(*tp_, d_q_.data(), G(p.qn), dqr, a.q, W(p.qn), a.qrstd, T * Hq, D);
@@ -437,30 +411,25 @@ class CpuEngine final : public Engine {
     st.tokens = b.n_tokens;
     double loss = 0, ratio_sum = 0;
     int64_t masked = 0, clipped = 0;
-    std::vector<float> dlogp;
     for_micro_batches(b, hp.micro_batch_tokens, [&](int64_t s0, int64_t s1) {
       const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
-      forward(b.ids + a, b.offsets + s0, s1 - s0, T);
-      dlogp.assign(size_t(T), 0.0f);
-      for (int64_t s = s0; s < s1; s++) {
-        const int64_t t0 = b.offsets[s], t1 = b.offsets[s + 1];
-        const double norm = norms[size_t(s)];
-        if (norm == 0) continue;
-        // the first token of a sequence has no prediction and is never trained
-        for (int64_t t = t0 + 1; t < t1; t++) {
-          const double m = b.mask[t];
-          if (m == 0) continue;
-          const double lp = act_logp_[t - a];
-          const double old = b.old_logprobs ? double(b.old_logprobs[t]) : lp;
-          const TokenLoss tl = grpo_token_loss(lp, old, b.advantages[s], hp.clip_low, clip_high);
-          loss += m * tl.loss / norm;
-          dlogp[size_t(t - a)] = float(m * tl.dlogp / norm);
-          masked++;
-          clipped += tl.clipped;
-          ratio_sum += tl.ratio;
-        }
-      }
-      if (with_grads_) backward(b.ids + a, T, dlogp.data());
+      int64_t s = s0;  // the sequence of token t: tokens come in increasing order
+      const TokenGrad token_grad = [&](int64_t tt, float logp) -> float {
+        const int64_t t = a + tt;
+        while (t >= b.offsets[s + 1]) s++;
+        const double norm = norms[size_t(s)], m = b.mask[t];
+        if (norm == 0 || m == 0) return 0.0f;  // (the first token of a sequence has no prediction: never asked)
+        const double lp = logp;
+        const double old = b.old_logprobs ? double(b.old_logprobs[t]) : lp;
+        const TokenLoss tl = grpo_token_loss(lp, old, b.advantages[s], hp.clip_low, clip_high);
+        loss += m * tl.loss / norm;
+        masked++;
+        clipped += tl.clipped;
+        ratio_sum += tl.ratio;
+        return float(m * tl.dlogp / norm);
+      };
+      forward(b.ids + a, b.offsets + s0, s1 - s0, T, &token_grad);
+      if (with_grads_) backward(b.ids + a, T);
     });
     st.loss = loss;
     st.clip_fraction = masked ? double(clipped) / double(masked) : 0.0;
@@ -469,32 +438,124 @@ class CpuEngine final : public Engine {
     return st;
   }
 
-  // AdamW as torch.optim.AdamW: p ← p·(1 − lr·wd) − lr·m̂/(√v̂ + eps), on the norm-clipped gradient.
-  void adamw(const TrainHyper& hp, double grad_norm) {
-    const double clip = grad_norm > hp.max_grad_norm ? hp.max_grad_norm / (grad_norm + 1e-6) : 1.0;
-    step_++;
-    const double bc1 = 1.0 - std::pow(hp.beta1, double(step_)), bc2 = 1.0 - std::pow(hp.beta2, double(step_));
-    const float b1 = float(hp.beta1), b2 = float(hp.beta2), decay = float(1.0 - hp.lr * hp.weight_decay);
-    const float step_size = float(hp.lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2)), eps = float(hp.eps), cl = float(clip);
-    const int64_t n = n_params_, nt = std::max<int64_t>(1, std::min<int64_t>(tp_->size() * 4, n / 65536 + 1));
+  // Σ g² in double over fixed ranges, the partial sums added in order.
+  double grad_sumsq() {
+    constexpr int64_t kRange = int64_t(1) << 20;
+    const int64_t n = n_params_, nt = (n + kRange - 1) / kRange;
+    std::vector<double> part(size_t(nt), 0.0);
     tp_->parallel_for(nt, [&](int64_t t) {
+      double s = 0;
+      const float* g = g_.data();
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = t * kRange; i < std::min(n, (t + 1) * kRange); i++) s += double(g[i]) * g[i];
+      part[size_t(t)] = s;
+    });
+    double ss = 0;
+    for (double s : part) ss += s;
+    return ss;
+  }
+
+  // AdamW as torch.optim.AdamW (layout.h AdamStep), element by element.
+  void adamw(const AdamStep& a) {
+    const int64_t n = n_params_, nt = std::max<int64_t>(1, n / 65536 + 1);
+    tp_->parallel_for(nt, [&](int64_t t) {
+      float *w = w_.data(), *m = m_.data(), *v = v_.data();
+      const float* gr = g_.data();
+#pragma omp simd
       for (int64_t i = n * t / nt; i < n * (t + 1) / nt; i++) {
-        const float g = g_[i] * cl;
-        m_[i] = b1 * m_[i] + (1 - b1) * g;
-        v_[i] = b2 * v_[i] + (1 - b2) * g * g;
-        w_[i] = w_[i] * decay - step_size * m_[i] / (std::sqrt(v_[i]) * inv_sqrt_bc2 + eps);
+        const float g = gr[i] * a.clip;
+        m[i] = a.b1 * m[i] + (1 - a.b1) * g;
+        v[i] = a.b2 * v[i] + (1 - a.b2) * g * g;
+        w[i] = w[i] * a.decay - a.step_size * m[i] / (std::sqrt(v[i]) * a.inv_sqrt_bc2 + a.eps);
       }
     });
   }
 
-  // ---------------------------------------------------------------- incremental forward (KV cache)
+  // ---------------------------------------------------------------- batched decoding (KV cache per sequence)
 
-  // Feeds n tokens at positions pos0.. through the model, appending K/V to the cache; logits (V) of the last one.
-  void forward_infer(const int32_t* toks, int64_t n, int64_t pos0, float* logits) {
+  float* kcache(DecodeSeq& s, int64_t l) { return s.kv.data() + 2 * l * s.cap * cfg_.kv_dim(); }
+  float* vcache(DecodeSeq& s, int64_t l) { return kcache(s, l) + s.cap * cfg_.kv_dim(); }
+
+  // Room for n cached positions (doubling, at most max_t).
+  void reserve(DecodeSeq& s, int64_t n) {
+    if (n <= s.cap) return;
+    const int64_t KD = cfg_.kv_dim(), L = cfg_.num_hidden_layers;
+    const int64_t cap = std::min(s.max_t, std::max({n, 2 * s.cap, int64_t(64)}));
+    std::vector<float> kv(size_t(2 * L * cap * KD));
+    for (int64_t l = 0; l < L; l++)
+      for (int64_t half = 0; half < 2; half++)
+        std::memcpy(kv.data() + (2 * l + half) * cap * KD, s.kv.data() + (2 * l + half) * s.cap * KD, sizeof(float) * size_t(s.len * KD));
+    s.kv = std::move(kv);
+    s.cap = cap;
+  }
+
+  std::vector<int64_t> add_sequences(Decoder& d, const int32_t* prompt, int64_t n_prompt, const std::vector<GenerateOptions>& opts) {
+    if (opts.empty()) throw std::invalid_argument("decodeAdd needs at least one options entry");
+    for (size_t i = 0; i < opts.size(); i++) {
+      validate_decode(cfg_, prompt, n_prompt, opts[i]);
+      if (opts[i].max_new_tokens < 1)
+        throw std::invalid_argument("options[" + std::to_string(i) + "].maxNewTokens must be >= 1 for batched decoding, got " +
+                                    std::to_string(opts[i].max_new_tokens));
+    }
+    std::vector<DecodeSeq> fresh(opts.size());
+    for (size_t i = 0; i < opts.size(); i++) {
+      DecodeSeq& s = fresh[i];
+      s.o = opts[i];
+      s.rng = Rng(opts[i].seed);
+      s.max_t = decode_limit(cfg_, n_prompt, opts[i]);
+    }
+    // the prompt's prefill once, into the sequence that may grow longest; the others copy its cache
+    DecodeSeq& first = *std::max_element(fresh.begin(), fresh.end(), [](auto& a, auto& b) { return a.max_t < b.max_t; });
+    prefill(first, prompt, n_prompt);
+    const int64_t KD = cfg_.kv_dim();
+    for (DecodeSeq& s : fresh) {
+      if (&s == &first) continue;
+      reserve(s, n_prompt);
+      for (int64_t l = 0; l < cfg_.num_hidden_layers; l++) {
+        std::memcpy(kcache(s, l), kcache(first, l), sizeof(float) * size_t(n_prompt * KD));
+        std::memcpy(vcache(s, l), vcache(first, l), sizeof(float) * size_t(n_prompt * KD));
+      }
+      s.len = n_prompt;
+      s.logits = first.logits;
+    }
+    std::vector<int64_t> ids;
+    for (DecodeSeq& s : fresh) {
+      s.id = next_seq_id_++;
+      ids.push_back(s.id);
+      d.emplace(s.id, std::move(s));
+    }
+    return ids;
+  }
+
+  std::vector<DecodeToken> step_sequences(Decoder& d) {
+    std::vector<DecodeSeq*> all;
+    for (auto& [id, s] : d) all.push_back(&s);
+    std::vector<DecodeToken> out(all.size());
+    tp_->parallel_for(int64_t(all.size()), [&](int64_t i) {  // each sequence samples with its own RNG
+      DecodeSeq& s = *all[size_t(i)];
+      out[size_t(i)] = next_token(cfg_, s.logits.data(), s.o, s.rng, s.len, s.max_t);
+      out[size_t(i)].seq = s.id;
+    });
+    std::vector<DecodeSeq*> running;
+    std::vector<int32_t> toks;
+    for (size_t i = 0; i < all.size(); i++)
+      if (out[i].finish == DecodeToken::Running) {
+        running.push_back(all[i]);
+        toks.push_back(out[i].id);
+      }
+    if (!running.empty()) decode_forward(running, toks.data());
+    for (const DecodeToken& t : out)
+      if (t.finish != DecodeToken::Running) d.erase(t.seq);
+    return out;
+  }
+
+  // The prompt's n tokens at positions s.len.. through the model into s's cache; s.logits of the last one.
+  void prefill(DecodeSeq& s, const int32_t* toks, int64_t n) {
     const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
-    const int64_t L = cfg_.num_hidden_layers, group = Hq / Hkv;
-    const float scale = float(1.0 / std::sqrt(double(D)));
+    const int64_t L = cfg_.num_hidden_layers, pos0 = s.len;
+    reserve(s, pos0 + n);
+    rope_.ensure(pos0 + n);
     std::vector<float> x(size_t(n * C)), ln(size_t(n * C)), tmp(size_t(n * C)), rstd(size_t(n * std::max(Hq, int64_t(1))));
     std::vector<float> q(size_t(n * QD)), k(size_t(n * KD)), atty(size_t(n * QD)), g(size_t(n * I)), u(size_t(n * I));
     std::vector<int32_t> pos(static_cast<size_t>(n));
@@ -502,21 +563,16 @@ class CpuEngine final : public Engine {
     for (int64_t t = 0; t < n; t++) std::memcpy(&x[size_t(t * C)], W(emb_) + int64_t(toks[t]) * C, sizeof(float) * size_t(C));
     for (int64_t l = 0; l < L; l++) {
       const LayerParams& p = layers_[size_t(l)];
-      float* kc = kcache_.data() + l * cache_len_ * KD;
-      float* vc = vcache_.data() + l * cache_len_ * KD;
+      float *kc = kcache(s, l), *vc = vcache(s, l);
       rmsnorm_forward(*tp_, ln.data(), rstd.data(), x.data(), W(p.ln1), n, C, cfg_.rms_norm_eps);
       linear_forward(q.data(), ln.data(), W(p.wq), W(p.bq), n, C, QD);
       linear_forward(k.data(), ln.data(), W(p.wk), W(p.bk), n, C, KD);
       linear_forward(vc + pos0 * KD, ln.data(), W(p.wv), W(p.bv), n, C, KD);
       rmsnorm_forward(*tp_, q.data(), rstd.data(), q.data(), W(p.qn), n * Hq, D, cfg_.rms_norm_eps);
       rmsnorm_forward(*tp_, kc + pos0 * KD, rstd.data(), k.data(), W(p.kn), n * Hkv, D, cfg_.rms_norm_eps);
-      rope_forward(*tp_, q.data(), pos.data(), inv_freq_.data(), n, Hq, D);
-      rope_forward(*tp_, kc + pos0 * KD, pos.data(), inv_freq_.data(), n, Hkv, D);
-      tp_->parallel_for(n * Hq, [&](int64_t task) {
-        const int64_t i = task / Hq, h = task % Hq, gi = h / group;
-        std::vector<float> prow(size_t(pos0 + i + 1));
-        attend_row(&atty[size_t(i * QD + h * D)], prow.data(), &q[size_t(i * QD + h * D)], kc + gi * D, vc + gi * D, KD, pos0 + i + 1, D, scale);
-      });
+      rope_forward(*tp_, q.data(), pos.data(), rope_, n, Hq, D);
+      rope_forward(*tp_, kc + pos0 * KD, pos.data(), rope_, n, Hkv, D);
+      attention_forward(*tp_, {AttnSeq{q.data(), kc, vc, atty.data(), nullptr, n, pos0}}, attn_shape());
       linear_forward(tmp.data(), atty.data(), W(p.wo), W(p.bo), n, QD, C);
       for (int64_t i = 0; i < n * C; i++) x[size_t(i)] += tmp[size_t(i)];
       rmsnorm_forward(*tp_, ln.data(), rstd.data(), x.data(), W(p.ln2), n, C, cfg_.rms_norm_eps);
@@ -527,7 +583,64 @@ class CpuEngine final : public Engine {
       for (int64_t i = 0; i < n * C; i++) x[size_t(i)] += tmp[size_t(i)];
     }
     rmsnorm_forward(*tp_, ln.data(), rstd.data(), &x[size_t((n - 1) * C)], W(normf_), 1, C, cfg_.rms_norm_eps);
-    matmul_nt(*tp_, logits, ln.data(), W(head_), 1, V, C, false, naive());
+    s.logits.resize(size_t(V));
+    linear_rows(s.logits.data(), ln.data(), W(head_), nullptr, 1, C, V);
+    s.len = pos0 + n;
+  }
+
+  // One token per sequence (M rows) at each one's next position: the weights are read once for all rows, and a
+  // row's arithmetic is the same whatever the other rows are (linear_rows, per-sequence attention).
+  void decode_forward(const std::vector<DecodeSeq*>& ss, const int32_t* toks) {
+    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
+    const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
+    const int64_t L = cfg_.num_hidden_layers, M = int64_t(ss.size());
+    std::vector<int32_t> pos(static_cast<size_t>(M));
+    int64_t top = 0;
+    for (int64_t i = 0; i < M; i++) {
+      reserve(*ss[size_t(i)], ss[size_t(i)]->len + 1);
+      pos[size_t(i)] = int32_t(ss[size_t(i)]->len);
+      top = std::max(top, ss[size_t(i)]->len + 1);
+    }
+    rope_.ensure(top);
+    std::vector<float> x(size_t(M * C)), ln(size_t(M * C)), tmp(size_t(M * C)), rstd(size_t(M * std::max(Hq, int64_t(1))));
+    std::vector<float> q(size_t(M * QD)), k(size_t(M * KD)), v(size_t(M * KD)), atty(size_t(M * QD)), g(size_t(M * I)), u(size_t(M * I));
+    for (int64_t t = 0; t < M; t++) std::memcpy(&x[size_t(t * C)], W(emb_) + int64_t(toks[t]) * C, sizeof(float) * size_t(C));
+    for (int64_t l = 0; l < L; l++) {
+      const LayerParams& p = layers_[size_t(l)];
+      rmsnorm_forward(*tp_, ln.data(), rstd.data(), x.data(), W(p.ln1), M, C, cfg_.rms_norm_eps);
+      linear_rows(q.data(), ln.data(), W(p.wq), W(p.bq), M, C, QD);
+      linear_rows(k.data(), ln.data(), W(p.wk), W(p.bk), M, C, KD);
+      linear_rows(v.data(), ln.data(), W(p.wv), W(p.bv), M, C, KD);
+      rmsnorm_forward(*tp_, q.data(), rstd.data(), q.data(), W(p.qn), M * Hq, D, cfg_.rms_norm_eps);
+      rmsnorm_forward(*tp_, k.data(), rstd.data(), k.data(), W(p.kn), M * Hkv, D, cfg_.rms_norm_eps);
+      rope_forward(*tp_, q.data(), pos.data(), rope_, M, Hq, D);
+      rope_forward(*tp_, k.data(), pos.data(), rope_, M, Hkv, D);
+      std::vector<AttnSeq> att;
+      for (int64_t i = 0; i < M; i++) {
+        DecodeSeq& s = *ss[size_t(i)];
+        float *kc = kcache(s, l), *vc = vcache(s, l);
+        std::memcpy(kc + s.len * KD, &k[size_t(i * KD)], sizeof(float) * size_t(KD));
+        std::memcpy(vc + s.len * KD, &v[size_t(i * KD)], sizeof(float) * size_t(KD));
+        att.push_back({&q[size_t(i * QD)], kc, vc, &atty[size_t(i * QD)], nullptr, 1, s.len});
+      }
+      attention_decode(*tp_, att, attn_shape());
+      linear_rows(tmp.data(), atty.data(), W(p.wo), W(p.bo), M, QD, C);
+      for (int64_t i = 0; i < M * C; i++) x[size_t(i)] += tmp[size_t(i)];
+      rmsnorm_forward(*tp_, ln.data(), rstd.data(), x.data(), W(p.ln2), M, C, cfg_.rms_norm_eps);
+      linear_rows(g.data(), ln.data(), W(p.wg), nullptr, M, C, I);
+      linear_rows(u.data(), ln.data(), W(p.wu), nullptr, M, C, I);
+      swiglu_forward(*tp_, g.data(), g.data(), u.data(), M * I);
+      linear_rows(tmp.data(), g.data(), W(p.wd), nullptr, M, I, C);
+      for (int64_t i = 0; i < M * C; i++) x[size_t(i)] += tmp[size_t(i)];
+    }
+    rmsnorm_forward(*tp_, ln.data(), rstd.data(), x.data(), W(normf_), M, C, cfg_.rms_norm_eps);
+    grow(logits_, M * V);
+    linear_rows(logits_.data(), ln.data(), W(head_), nullptr, M, C, V);
+    for (int64_t i = 0; i < M; i++) {
+      DecodeSeq& s = *ss[size_t(i)];
+      s.logits.assign(logits_.begin() + i * V, logits_.begin() + (i + 1) * V);
+      s.len++;
+    }
   }
 
   QwenConfig cfg_;
@@ -536,23 +649,22 @@ class CpuEngine final : public Engine {
   ParamLayout layout_;
   const std::vector<LayerParams>& layers_;
   const int64_t n_params_, emb_, normf_, head_;  // from layout_
+  RopeTable rope_;
   int64_t step_ = 0;
   std::vector<float> w_, g_, m_, v_;  // parameters, gradients, Adam moments: one allocation each
-  std::vector<float> inv_freq_;
   std::string src_dir_;
   bool with_grads_ = true;
   // activations of the current micro-batch
   std::vector<float> acts_;
   std::vector<LayerActs> la_;
   std::vector<Seq> seqs_;
-  std::vector<int64_t> att_off_;
   std::vector<int32_t> pos_;
   float *act_res_final_ = nullptr, *act_lnf_ = nullptr, *act_rstdf_ = nullptr, *act_lse_ = nullptr, *act_logp_ = nullptr;
   // backward scratch
-  std::vector<float> d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qn_, d_kn_, d_gate_, d_up_, d_h_, scratch_a_, scratch_t_, logits_;
-  // generation
-  std::vector<float> kcache_, vcache_;
-  int64_t cache_len_ = 0;
+  std::vector<float> d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qn_, d_kn_, d_gate_, d_up_, d_h_, scratch_a_, scratch_t_, logits_, dlogp_;
+  // batched decoding
+  Decoder decoder_;
+  int64_t next_seq_id_ = 0;
 };
 
 }  // namespace

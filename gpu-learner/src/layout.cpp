@@ -72,6 +72,52 @@ std::vector<float> read_weights(const std::string& dir, const ParamLayout& layou
   return w;
 }
 
+CheckpointState read_checkpoint(const std::string& dir, const QwenConfig& loaded, const ParamLayout& layout) {
+  CheckpointState s;
+  s.cfg = load_config(dir);
+  check_same_model_shape(loaded, s.cfg, dir);
+  s.w = read_weights(dir, layout);
+  s.has_optimizer = read_optimizer_state(dir + "/optimizer.bin", layout.size(), &s.step, &s.m, &s.v);
+  if (!s.has_optimizer) {
+    s.m.assign(size_t(layout.size()), 0.0f);
+    s.v.assign(size_t(layout.size()), 0.0f);
+  }
+  return s;
+}
+
+void finish_train_step(TrainStats& st, double grad_sumsq, const TrainHyper& hp, int64_t* step, const std::function<void(const AdamStep&)>& update) {
+  st.grad_norm = std::sqrt(grad_sumsq);
+  if (!std::isfinite(st.grad_norm)) {
+    st.skipped = true;  // weights and Adam state untouched
+  } else {
+    const double clip = st.grad_norm > hp.max_grad_norm ? hp.max_grad_norm / (st.grad_norm + 1e-6) : 1.0;
+    ++*step;
+    const double bc1 = 1.0 - std::pow(hp.beta1, double(*step)), bc2 = 1.0 - std::pow(hp.beta2, double(*step));
+    update(AdamStep{float(hp.beta1), float(hp.beta2), float(1.0 - hp.lr * hp.weight_decay), float(hp.lr / bc1), float(1.0 / std::sqrt(bc2)),
+                    float(hp.eps), float(clip)});
+  }
+  st.step = *step;
+}
+
+RopeTable::RopeTable(const QwenConfig& cfg) : inv_freq(size_t(cfg.head_dim / 2)) {
+  for (int64_t i = 0; i < cfg.head_dim / 2; i++)
+    inv_freq[size_t(i)] = float(1.0 / std::pow(cfg.rope_theta, double(float(2 * i) / float(cfg.head_dim))));
+}
+
+void RopeTable::ensure(int64_t n_pos) {
+  if (n_pos <= n) return;
+  const int64_t half = int64_t(inv_freq.size()), m = std::max(n_pos, 2 * n);
+  cos.resize(size_t(m * half));
+  sin.resize(size_t(m * half));
+  for (int64_t p = n; p < m; p++)
+    for (int64_t i = 0; i < half; i++) {
+      const float ang = float(p) * inv_freq[size_t(i)];
+      cos[size_t(p * half + i)] = float(std::cos(double(ang)));
+      sin[size_t(p * half + i)] = float(std::sin(double(ang)));
+    }
+  n = m;
+}
+
 void check_tensor_size(const ParamInfo& p, int64_t n) {
   if (n != p.numel)
     throw std::invalid_argument("tensor \"" + p.name + "\" has " + std::to_string(p.numel) + " elements, got " + std::to_string(n));
@@ -102,51 +148,52 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const Qw
       if (file_exists(src_dir + "/" + f)) atomic_write_file(dir + "/" + f, read_file(src_dir + "/" + f));
 }
 
-// The k largest entries of one row's full-vocabulary log-softmax (temperature 1), appended most likely first.
-static void append_top_logprobs(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>* ids, std::vector<float>* lps) {
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < vocab; i++) mx = std::max(mx, logits[i]);
-  double se = 0;
-  for (int64_t i = 0; i < vocab; i++) se += std::exp(double(logits[i]) - mx);
-  const double lse = mx + std::log(se);
-  std::vector<int32_t> idx(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; i++) idx[size_t(i)] = int32_t(i);
-  const int64_t kk = std::min(k, vocab);
-  std::partial_sort(idx.begin(), idx.begin() + kk, idx.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  for (int64_t j = 0; j < kk; j++) {
-    ids->push_back(idx[size_t(j)]);
-    lps->push_back(float(double(logits[idx[size_t(j)]]) - lse));
-  }
-}
-
-GenerateResult decode_tokens(const QwenConfig& cfg, const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o,
-                             const std::function<void(int64_t max_t)>& reserve, const FeedTokens& feed) {
+void validate_decode(const QwenConfig& cfg, const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o) {
   validate_generate(n_prompt, prompt, o, cfg.vocab_size);
   if (n_prompt >= cfg.max_position_embeddings)
     throw std::invalid_argument("promptIds.length=" + std::to_string(n_prompt) + " leaves no room below max_position_embeddings=" +
                                 std::to_string(cfg.max_position_embeddings));
+}
+
+DecodeToken next_token(const QwenConfig& cfg, const float* logits, const GenerateOptions& o, Rng& rng, int64_t pos, int64_t max_t) {
+  DecodeToken t;
+  const SampleParams sp{o.temperature, o.top_p, &o.allowed_ids};
+  t.id = sample_token(logits, cfg.vocab_size, sp, rng, &t.logprob);
+  if (o.top_logprobs > 0) append_top_logprobs(logits, cfg.vocab_size, o.top_logprobs, &t.top_ids, &t.top_logprobs);
+  if (std::find(o.stop_ids.begin(), o.stop_ids.end(), t.id) != o.stop_ids.end()) t.finish = DecodeToken::Stop;
+  else if (pos + 1 >= max_t) t.finish = DecodeToken::Length;
+  return t;
+}
+
+int64_t decode_limit(const QwenConfig& cfg, int64_t n_prompt, const GenerateOptions& o) {
+  return std::min(n_prompt + o.max_new_tokens, cfg.max_position_embeddings);
+}
+
+GenerateResult decode_tokens(const QwenConfig& cfg, const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o,
+                             const std::function<void(int64_t max_t)>& reserve, const FeedTokens& feed) {
+  validate_decode(cfg, prompt, n_prompt, o);
   GenerateResult r;
   if (o.max_new_tokens == 0) return r;
-  const int64_t max_t = std::min(n_prompt + o.max_new_tokens, cfg.max_position_embeddings);
+  const int64_t max_t = decode_limit(cfg, n_prompt, o);
   reserve(max_t);
   std::vector<float> logits(size_t(cfg.vocab_size));
   feed(prompt, n_prompt, 0, logits.data());
   Rng rng(o.seed);  // the host sampler and RNG of every backend: same seed ⇒ same tokens where logits agree
-  SampleParams sp{o.temperature, o.top_p, &o.allowed_ids};
-  for (int64_t pos = n_prompt; pos < max_t; pos++) {
-    float lp;
-    const int32_t tok = sample_token(logits.data(), cfg.vocab_size, sp, rng, &lp);
-    r.ids.push_back(tok);
-    r.logprobs.push_back(lp);
-    if (o.top_logprobs > 0) append_top_logprobs(logits.data(), cfg.vocab_size, o.top_logprobs, &r.top_ids, &r.top_logprobs);
-    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), tok) != o.stop_ids.end()) {
-      r.stopped = true;
-      break;
-    }
-    if (pos + 1 < max_t) feed(&tok, 1, pos, logits.data());
+  for (int64_t pos = n_prompt;; pos++) {
+    DecodeToken t = next_token(cfg, logits.data(), o, rng, pos, max_t);
+    append_token(&r, t);
+    if (t.finish != DecodeToken::Running) break;
+    feed(&t.id, 1, pos, logits.data());
   }
   return r;
+}
+
+void append_token(GenerateResult* r, const DecodeToken& t) {
+  r->ids.push_back(t.id);
+  r->logprobs.push_back(t.logprob);
+  r->top_ids.insert(r->top_ids.end(), t.top_ids.begin(), t.top_ids.end());
+  r->top_logprobs.insert(r->top_logprobs.end(), t.top_logprobs.begin(), t.top_logprobs.end());
+  r->stopped = t.finish == DecodeToken::Stop;
 }
 
 std::vector<double> sequence_loss_norms(const TrainBatch& b, const TrainHyper& hp) {

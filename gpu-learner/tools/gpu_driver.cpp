@@ -205,8 +205,14 @@ struct Tol {
 };
 Tol tolerances(const std::string& kind, const QwenConfig& cfg, double S) {
   const double u = 1.0 / 256, L = double(cfg.num_hidden_layers);
-  // exact: the emulator with fp32 storage, only summation order differs (fp32 vs double sums, online softmax):
-  // observed ≤ 1e-6 relative (≤ 2e-4 for updates: Adam divides tiny gradients by their own size).
+  // exact: the emulator with fp32 storage, so both sides are fp32 and only the order of sums differs (cuBLAS vs
+  // OpenBLAS blocking, fp32 vs double sums, 32- vs 64-key attention tiles). A log-prob of magnitude < 8 (ln V ≤ 6.2
+  // here) carries its own rounding, ulp 4.8e-7, and the order differences on its path, σ·S·√n_f with the fp32
+  // σ = 2^-24/√6 (≈ 1e-8·S: negligible): 1e-5 is 20 such ulps. Loss and gradients, relative: n_b order-dependent
+  // roundings of relative size 2^-24 each, amplified by the cancellation of sums over tokens (≈ √T, T ≤ 200):
+  // √(12L + 6)·√200·2^-24 ≤ 5.5e-6 for L ≤ 3, under 1e-5 (observed ≤ 3e-6).
+  // Updates after 10 AdamW steps: Adam divides each element by its own gradient size, so an element whose gradient
+  // is near rounding noise moves by up to its learning rate either way: 1e-3 relative L2.
   if (kind == "exact") return {1e-5, 1e-5, 1e-5, 1e-5, 1e-3, true};
   // bf16 (the emulator rounding as the GPU stores bf16) and gpu (an H100: also __expf/rsqrtf ulps, FMA, cuBLAS
   // order; ≪ u). Max over ~100 tokens ≈ 3σ, a log-prob carries ~1.2 logit errors, margin 2: 7.2σ = 2.94u.

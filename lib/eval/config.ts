@@ -22,6 +22,11 @@ export const ServerModelSchema = z
     toolFormat: z.enum(['text', 'openai']).default('text'),
     /** name of an environment variable of the rollout workers that holds the API key (never the key itself) */
     apiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name').optional(),
+    /**
+     * the model's context window in tokens (prompt + reply of a turn), for servers whose GET /v1/models does not
+     * report it (vLLM, SGLang and llama-server do); when both say, the smaller one counts
+     */
+    contextWindow: z.number().int().min(1).max(1 << 24).optional(),
   })
   .strict();
 export type ServerModel = z.infer<typeof ServerModelSchema>;
@@ -74,7 +79,11 @@ export const EvalConfigSchema = z
       .prefault({}),
     /** steps per episode (DeepSWE evaluation: 100) */
     maxSteps: int().min(1).max(10_000).default(100),
-    /** generated tokens per episode (DeepSWE evaluation: 64K) */
+    /**
+     * generated tokens per episode, summed over its turns (DeepSWE evaluation: 64K; `max_context` when spent). It
+     * does not bound the prompt: every turn's max_tokens is also clamped to the room left in the model's context
+     * window, and an episode with no room left ends `context_exhausted` (DESIGN §9), so no request exceeds it.
+     */
     contextBudget: int().min(1).max(1 << 22).default(65_536),
     maxTokensPerTurn: int().min(1).max(1 << 20).default(8192),
     episodeTimeoutMinutes: z.number().gt(0).max(24 * 60).default(20),
@@ -113,7 +122,7 @@ export function validateEvalConfig(input: unknown): { ok: true; config: EvalConf
 }
 
 /** The verifier model of the execution-free verifier and of the reproduction-test generator. */
-export const VerifierModelSchema = ServerModelSchema.omit({ toolFormat: true, tokenizer: true })
+export const VerifierModelSchema = ServerModelSchema.omit({ toolFormat: true, tokenizer: true, contextWindow: true })
   .extend({ api: z.literal('chat').default('chat') })
   .strict();
 

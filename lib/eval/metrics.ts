@@ -200,3 +200,25 @@ export function formatEvalMetrics(m: EvalMetrics, title = 'evaluation'): string 
   }
   return lines.join('\n');
 }
+
+/**
+ * The errors section of the summary: episodes that could not happen (infrastructure, never scored), one line per
+ * distinct reason with its count and first episodes (`task/run`), the reason clipped to one line.
+ */
+export function formatEvalErrors(errors: readonly { taskId: string; run: number; reason: string }[], maxReasons = 10): string {
+  if (errors.length === 0) return 'errors: none';
+  const byReason = new Map<string, string[]>();
+  for (const e of errors) {
+    const reason = e.reason.replace(/\s+/g, ' ').trim();
+    const key = reason.length > 300 ? `${reason.slice(0, 297)}...` : reason;
+    byReason.set(key, [...(byReason.get(key) ?? []), `${e.taskId}/${e.run}`]);
+  }
+  const rows = [...byReason.entries()].sort((a, b) => b[1].length - a[1].length);
+  const lines = [`errors (${errors.length} episodes that could not happen; not scored):`];
+  for (const [reason, eps] of rows.slice(0, maxReasons)) {
+    lines.push(`  ${eps.length} × ${reason}`);
+    lines.push(`      ${eps.slice(0, 3).join(', ')}${eps.length > 3 ? `, … (${eps.length - 3} more)` : ''}`);
+  }
+  if (rows.length > maxReasons) lines.push(`  … ${rows.length - maxReasons} more reasons (summary.json lists every error)`);
+  return lines.join('\n');
+}

@@ -98,3 +98,15 @@ export function callErrorObservation(error: string): string {
 export function tokenBudgetWarning(tokensLeft: number): string {
   return `You have about ${tokensLeft} tokens left in this episode. Finish your current change now and call \`finish\` with command \`submit\`; unsubmitted work is lost.`;
 }
+
+/**
+ * Observation for a reply without a tool call when the model calls tools through the OpenAI interface (the
+ * tool-calling system prompt): text is never executed there, so a `<function=…>` block written as text is named.
+ */
+export function noToolCallReminder(content: string | null): string {
+  const tag = /<function=[^>\n]{0,64}>?/.exec(content ?? '')?.[0];
+  const stray = tag ? `\nYour reply has \`${tag}\` in its text: here functions are called as tool calls, not written as text.` : '';
+  return `No tool call was found in your reply; text is not executed.${stray}
+Every reply must call exactly one of the functions execute_bash, search, file_editor or finish as a tool call.
+If you have finished, call \`finish\` with command \`submit\`.`;
+}

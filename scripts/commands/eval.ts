@@ -7,17 +7,18 @@ import cliProgress from 'cli-progress';
 import { cp, mkdir, readFile } from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
-import { Client, Connection, WorkflowExecutionAlreadyStartedError, type WorkflowHandle } from '@temporalio/client';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { validateBestOfKConfig, validateEvalConfig } from '../../lib/eval/config.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
-import { formatEvalMetrics, type EvalMetrics } from '../../lib/eval/metrics.ts';
+import { formatEvalErrors, formatEvalMetrics, type EvalMetrics } from '../../lib/eval/metrics.ts';
 import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { evaluationStatusQuery, selectionStatusQuery } from '../../workflows/evaluation-signals.ts';
 import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
 import type { SelectionResult } from '../../workflows/select-best-of-k.ts';
+import { parseBackendOptions, prepareLocalClusterImages, withBackendOptions, type BackendCliOptions } from './cluster.ts';
 
 export interface EvalOptions {
   config: string;
@@ -26,6 +27,8 @@ export interface EvalOptions {
   evalId?: string;
   /** no progress bar and no table (tests) */
   quiet?: boolean;
+  /** --backend (overrides config.env.backend), --kubeconfig, --namespace (the embedded worker's) */
+  sandboxes?: BackendCliOptions;
 }
 
 export interface EvalOutcome {
@@ -77,6 +80,18 @@ function readConfig(file: string, over: Record<string, unknown>): Record<string,
   return raw;
 }
 
+/**
+ * --backend sets config.env.backend; --kubeconfig and --namespace are the embedded worker's (its Kubernetes
+ * backend reads KUBECONFIG and SWERL_K8S_NAMESPACE): a worker of a server has its own.
+ */
+function useSandboxOptions(raw: Record<string, unknown>, o: BackendCliOptions, address: string | undefined): void {
+  raw.env = { ...((raw.env as Record<string, unknown> | undefined) ?? {}), backend: o.backend };
+  if (!o.kubeconfig && !o.namespace) return;
+  if (address) throw new Error('--kubeconfig and --namespace apply to the embedded worker; with a Temporal server, set KUBECONFIG and SWERL_K8S_NAMESPACE where the worker runs');
+  if (o.kubeconfig) process.env.KUBECONFIG = o.kubeconfig;
+  if (o.namespace) process.env.SWERL_K8S_NAMESPACE = o.namespace;
+}
+
 /** Copies an evaluation's report (with its pass@k plot) and trajectories from the store into `outDir`. */
 export async function exportEvaluation(storeUrl: string, evalId: string, outDir: string): Promise<string> {
   const store = openStore(storeUrl);
@@ -94,6 +109,7 @@ export async function evaluate(o: EvalOptions): Promise<EvalOutcome> {
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
   const over: Record<string, unknown> = o.evalId ? { evalId: o.evalId } : {};
   const raw0 = readConfig(o.config, over);
+  if (o.sandboxes) useSandboxOptions(raw0, o.sandboxes, o.address ?? process.env.TEMPORAL_ADDRESS);
   const evalId = (raw0.evalId as string | undefined) ?? `eval-${stamp}`;
   raw0.evalId = evalId;
   const outDir = resolve(o.out ?? join('runs', evalId));
@@ -102,6 +118,7 @@ export async function evaluate(o: EvalOptions): Promise<EvalOutcome> {
   const v = validateEvalConfig(raw0);
   if (!v.ok) throw new Error(`invalid config ${o.config}:\n  ${v.errors.join('\n  ')}`);
   const config = v.config;
+  if (config.env.backend === 'kubernetes') await prepareLocalClusterImages(config.tasksFile, config.tasks ?? [], o.sandboxes?.kubeconfig, log);
   const temporal = await connect(o.address, outDir, log);
   try {
     const result = await startAndFollow<EvaluationRunResult>(temporal.client, {
@@ -174,31 +191,67 @@ async function startAndFollow<R>(
   return resultP;
 }
 
+/** The messages of a failure and its causes (`type: message <- …`). */
+function causeChain(e: unknown): string {
+  const parts: string[] = [];
+  for (let x = e as { message?: string; type?: string; cause?: unknown } | undefined, d = 0; x && d < 5; x = x.cause as typeof x, d++) {
+    if (x.message) parts.push(x.type ? `${x.type}: ${x.message}` : x.message);
+  }
+  return parts.join(' <- ') || String(e);
+}
+
+/** Why a finished evaluation measured nothing (every episode an error), or null: the CLI then exits 1. */
+export function evaluationFailure(r: EvaluationRunResult): string | null {
+  const e = r.summary.episodes;
+  if (e.planned === 0 || e.completed > 0) return null;
+  return `none of the ${e.planned} episodes could happen (every one is an error; the reasons are in the summary above): nothing was measured`;
+}
+
 /** The table of a finished evaluation (an `--out` directory or a store's report directory). */
 export async function reportText(dir: string): Promise<string> {
   const file = [join(dir, 'summary.json'), join(dir, 'report', 'summary.json')].find((f) => existsSync(f));
   if (!file) throw new Error(`${dir}: no summary.json (give the --out directory of swerl eval, or evals/<id>/report in the store)`);
-  const s = JSON.parse(await readFile(file, 'utf8')) as { evalId: string; modelName: string; metrics: EvalMetrics; bestOfK?: { text: string } };
-  return formatEvalMetrics(s.metrics, `evaluation ${s.evalId} (${s.modelName})`);
+  const s = JSON.parse(await readFile(file, 'utf8')) as { evalId: string; modelName: string; metrics: EvalMetrics; errors?: { taskId: string; run: number; reason: string }[] };
+  return `${formatEvalMetrics(s.metrics, `evaluation ${s.evalId} (${s.modelName})`)}\n${formatEvalErrors(s.errors ?? [])}`;
 }
 
 export function register(program: Command): void {
-  const cmd = program
-    .command('eval')
-    .description('evaluate a checkpoint or any OpenAI-compatible server on SWE tasks (evaluationRun); see also `eval report` and `eval best-of-k`')
-    .option('--config <file>', 'evaluation config JSON (lib/eval/config.ts)')
-    .option('--out <dir>', 'output directory (report, predictions, trajectories, plot; embedded server state)')
-    .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else embedded)')
-    .option('--eval-id <id>', 'evaluation id (= evaluationRun workflow id)')
+  const cmd = withBackendOptions(
+    program
+      .command('eval')
+      .description('evaluate a checkpoint or any OpenAI-compatible server on SWE tasks (evaluationRun); see also `eval report` and `eval best-of-k`')
+      .option('--config <file>', 'evaluation config JSON (lib/eval/config.ts)')
+      .option('--out <dir>', 'output directory (report, predictions, trajectories, plot; embedded server state)')
+      .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else embedded)')
+      .option('--eval-id <id>', 'evaluation id (= evaluationRun workflow id)'),
+  )
     // `eval best-of-k --config F --eval-id X`: options after a subcommand are the subcommand's, not eval's
     .enablePositionalOptions()
-    .action(async (raw: { config?: string; out?: string; address?: string; evalId?: string }) => {
+    .action(async (raw: { config?: string; out?: string; address?: string; evalId?: string; backend?: string; kubeconfig?: string; namespace?: string }, command: Command) => {
       if (!raw.config) {
         console.error('swerl eval: --config: required (or use `swerl eval report DIR` / `swerl eval best-of-k --config FILE`)');
         process.exitCode = 2;
         return;
       }
-      await evaluate({ config: raw.config, out: raw.out, address: raw.address, evalId: raw.evalId });
+      // the config's env.backend holds unless --backend is given; --kubeconfig or --namespace mean kubernetes
+      const backendGiven = command.getOptionValueSource('backend') !== 'default';
+      const k8sGiven = raw.kubeconfig !== undefined || raw.namespace !== undefined;
+      const sandboxes = backendGiven || k8sGiven ? parseBackendOptions({ ...raw, backend: backendGiven ? raw.backend : 'kubernetes' }) : undefined;
+      let o: EvalOutcome;
+      try {
+        o = await evaluate({ config: raw.config, out: raw.out, address: raw.address, evalId: raw.evalId, ...(sandboxes ? { sandboxes } : {}) });
+      } catch (e) {
+        if (!(e instanceof WorkflowFailedError)) throw e;
+        // e.g. the server check before the first episode: say what failed, not the client's stack
+        console.error(`swerl eval: the evaluation failed: ${causeChain(e.cause)}`);
+        process.exitCode = 1;
+        return;
+      }
+      const failed = evaluationFailure(o.result);
+      if (failed) {
+        console.error(`swerl eval: ${failed}`);
+        process.exitCode = 1;
+      }
     });
   cmd
     .command('report <dir>')

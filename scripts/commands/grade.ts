@@ -16,8 +16,10 @@ import { formatLoadError, loadTasks, type SweTask } from '../../lib/swe/task.ts'
 import { checkPredictionIds, goldPredictions, loadPredictions, type Prediction } from '../../lib/swe/predictions.ts';
 import { GRADER_VERSION, GradingError, type GradeResult } from '../../lib/swe/grading.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../../lib/swe/report.ts';
+import type { SandboxBackend } from '../../lib/sandbox.ts';
 import { defaultTasksFile } from './images.ts';
 import { mapInLanes } from '../../lib/pool.ts';
+import { parseBackendOptions, sandboxBackendFrom, withBackendOptions } from './cluster.ts';
 
 const ATTEMPTS = 3;
 
@@ -34,6 +36,8 @@ export interface GradeRunOptions {
   runId: string;
   concurrency: number;
   timeoutS?: number;
+  /** default: the process's shared backend of SWERL_SANDBOX_BACKEND */
+  backend?: SandboxBackend;
   onProgress?: (done: number, total: number, last: { instanceId: string; outcome: string }) => void;
 }
 
@@ -48,7 +52,7 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
   checkPredictionIds(preds, new Set(byId.keys()), o.tasksFile);
   const toRun = preds.filter((p) => p.model_patch !== null && p.model_patch.trim() !== '');
   await buildImages(toRun.map((p) => byId.get(p.instance_id)!), { concurrency: 2 });
-  const backend = await createSandboxBackend();
+  const backend = o.backend ?? (await createSandboxBackend());
   const reports = new Map<string, InstanceReport>();
   const failures = new Map<string, string>();
   let done = 0;
@@ -106,16 +110,17 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
 }
 
 export function register(program: Command): void {
-  program
+  withBackendOptions(program
     .command('grade')
-    .description('grade a SWE-bench predictions file (or the gold patches) in fresh containers; harness-shaped reports')
+    .description('grade a SWE-bench predictions file (or the gold patches) in fresh containers (or pods); harness-shaped reports'))
     .option('--tasks <file>', 'tasks file (.jsonl or .parquet)')
     .requiredOption('--predictions <file|gold>', 'predictions: JSONL, JSON list or dict of {instance_id, model_name_or_path, model_patch}; "gold" for the tasks\' own patches')
     .requiredOption('--out <dir>', 'output directory')
     .option('--concurrency <n>', 'predictions graded at once (one container each)', '2')
     .option('--run-id <id>', 'names the summary file <model>.<run-id>.json', 'swerl-grade')
     .option('--timeout <s>', 'test command limit in seconds (default 300)')
-    .action(async (opt: { tasks?: string; predictions: string; out: string; concurrency: string; runId: string; timeout?: string }) => {
+    .action(async (opt: { tasks?: string; predictions: string; out: string; concurrency: string; runId: string; timeout?: string; backend: string; kubeconfig?: string; namespace?: string }) => {
+      const backend = await sandboxBackendFrom(parseBackendOptions(opt));
       const tasksFile = opt.tasks ?? defaultTasksFile();
       if (!tasksFile) throw new Error('--tasks FILE is required (no default tasks file found)');
       const concurrency = Number(opt.concurrency);
@@ -130,6 +135,7 @@ export function register(program: Command): void {
         outDir: resolve(opt.out),
         runId: opt.runId,
         concurrency,
+        backend,
         ...(timeoutS !== undefined ? { timeoutS } : {}),
         onProgress: (done, total, last) => {
           if (bar) {

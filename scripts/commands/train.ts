@@ -36,7 +36,7 @@ export interface TrainOutcome {
 }
 
 export function formatMetrics(m: IterationMetrics): string {
-  const filtered = m.filtered.max_context + m.filtered.max_steps + m.filtered.timeout;
+  const filtered = Object.values(m.filtered).reduce((a, b) => a + (b ?? 0), 0);
   return (
     `iter ${m.iteration}: reward ${m.meanReward.toFixed(3)}  success ${(100 * m.successRate).toFixed(1)}%  ` +
     `filtered ${(100 * filtered).toFixed(1)}%  tokens ${m.tokens}  loss ${m.loss.toExponential(2)}  |g| ${m.gradNorm.toFixed(3)}  ` +

@@ -6,6 +6,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parsePatch } from '../../lib/swe/similarity.ts';
 import { formatToolCall, type ToolCall } from '../../lib/toolcall.ts';
+import type { ServableModel } from '../../policy-server/index.ts';
 
 const esc = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
@@ -22,7 +23,10 @@ export function editCallsFromPatch(patch: string): ToolCall[] {
     h += f.hunks.length;
     const isNew = new RegExp(`^diff --git a/${esc(f.oldPath)} b/.*\\nnew file mode`, 'm').test(patch);
     if (isNew) {
-      calls.push({ name: 'file_editor', args: { command: 'create', path, file_text: f.hunks.flatMap((x) => x.filter((l) => l.startsWith('+')).map((l) => l.slice(1))).join('\n') } });
+      calls.push({
+        name: 'file_editor',
+        args: { command: 'create', path, file_text: f.hunks.flatMap((x) => x.filter((l) => l.startsWith('+')).map((l) => l.slice(1))).join('\n') },
+      });
       continue;
     }
     // bottom-up, so that line numbers of the hunks above stay valid for `insert`
@@ -59,6 +63,9 @@ export interface ScriptContext {
 /** A turn of a script: a call (sent as text or as an OpenAI tool call) or plain text (no call). */
 export type ScriptTurn = ToolCall | { text: string };
 
+/** The context window the scripted model reports (large: its scripts never run out of room). */
+export const SCRIPTED_CONTEXT_WINDOW = 1 << 20;
+
 export interface ScriptedModelServer {
   url: string;
   /** requests per `${taskId}#${run}#${turn}` */
@@ -80,6 +87,8 @@ export async function startScriptedModel(opts: {
   identify: (seed: number) => ScriptContext | undefined;
   script: (ctx: Omit<ScriptContext, 'turn'>) => ScriptTurn[];
   delayMs?: number;
+  /** answer every episode request with this HTTP status (a server that checks out, then fails) */
+  failEpisodesWith?: number;
 }): Promise<ScriptedModelServer> {
   const requests = new Map<string, number>();
   const log: ScriptedModelServer['log'] = [];
@@ -90,11 +99,43 @@ export async function startScriptedModel(opts: {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       void (async () => {
-        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { seed?: number; messages: { content: string | null }[]; tools?: unknown[]; stop?: string[] };
+        // what a real server says of itself: its model and its context window (an evaluation checks both first)
+        if (req.method === 'GET' && req.url === '/v1/models') {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ object: 'list', data: [{ id: 'scripted', object: 'model', max_model_len: SCRIPTED_CONTEXT_WINDOW }] }));
+          return;
+        }
+        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
+          seed?: number;
+          max_tokens?: number;
+          messages: { content: string | null }[];
+          tools?: unknown[];
+          stop?: string[];
+        };
+        const promptTokens = Math.ceil(body.messages.reduce((s, m) => s + (m.content?.length ?? 0), 0) / 4);
+        if (req.url === '/v1/chat/completions' && body.seed === undefined && body.max_tokens === 1) {
+          // a request outside any episode (the evaluation's first check counts a prompt): one token back
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(
+            JSON.stringify({
+              id: `chatcmpl-${n++}`,
+              object: 'chat.completion',
+              model: 'scripted',
+              choices: [{ index: 0, message: { role: 'assistant', content: 'I' }, finish_reason: 'length' }],
+              usage: { prompt_tokens: promptTokens, completion_tokens: 1, total_tokens: promptTokens + 1 },
+            }),
+          );
+          return;
+        }
         const ctx = body.seed === undefined ? undefined : opts.identify(body.seed);
         if (req.url !== '/v1/chat/completions' || !ctx) {
           res.writeHead(400, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ error: { message: `scripted model: unknown request ${req.url} seed ${body.seed}` } }));
+          return;
+        }
+        if (opts.failEpisodesWith) {
+          res.writeHead(opts.failEpisodesWith, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ error: { message: `scripted model: failing with ${opts.failEpisodesWith} as told` } }));
           return;
         }
         const key = `${ctx.taskId}#${ctx.run}#${ctx.turn}`;
@@ -118,14 +159,13 @@ export async function startScriptedModel(opts: {
             if (at >= 0) content = content.slice(0, at);
           }
         }
-        const prompt = body.messages.reduce((s, m) => s + (m.content?.length ?? 0), 0);
         const data = JSON.stringify({
           id: `chatcmpl-${n++}`,
           object: 'chat.completion',
           created: Math.floor(Date.now() / 1000),
           model: 'scripted',
           choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls ? { tool_calls: toolCalls } : {}) }, finish_reason: finish, logprobs: null }],
-          usage: { prompt_tokens: Math.ceil(prompt / 4), completion_tokens: Math.ceil((content?.length ?? 0) / 4) + 1, total_tokens: 0 },
+          usage: { prompt_tokens: promptTokens, completion_tokens: Math.ceil((content?.length ?? 0) / 4) + 1, total_tokens: 0 },
         });
         res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) });
         res.end(data);
@@ -149,5 +189,29 @@ export async function startScriptedModel(opts: {
         server.closeAllConnections();
         server.close(() => r());
       }),
+  };
+}
+
+/**
+ * A policy-server model that plays a scripted turn where `turnFor` finds one in the prompt's text, and lets the
+ * real checkpoint `real` answer everything else (the probe that verifies every weight sync among it). The scripted
+ * tokens get log-prob -1 and are their own top 1 (rollouts ask for the top-1 log-prob).
+ */
+export function scriptedServable(
+  real: ServableModel,
+  tok: { decode(ids: number[], o: { skipSpecial: boolean }): string; encode(text: string): number[]; imEnd: number },
+  turnFor: (prompt: string) => ToolCall | null,
+): ServableModel {
+  return {
+    config: real.config,
+    async generate(promptIds, opts) {
+      const call = turnFor(tok.decode(Array.from(promptIds), { skipSpecial: false }));
+      if (!call) return real.generate(promptIds, opts);
+      const ids = Int32Array.from([...tok.encode(formatToolCall(call)), tok.imEnd]);
+      const k = opts.topLogprobs ?? 0;
+      const top = k > 0 ? { topIds: Int32Array.from({ length: ids.length * k }, (_, i) => ids[Math.floor(i / k)]!), topLogprobs: new Float32Array(ids.length * k).fill(-1) } : {};
+      return { ids, logprobs: new Float32Array(ids.length).fill(-1), finishReason: 'stop' as const, ...top };
+    },
+    close: () => real.close(),
   };
 }

@@ -71,6 +71,16 @@ struct GenerateResult {
   std::vector<float> top_logprobs;
 };
 
+// One token of one sequence from a batched decoding step (Engine::decode_step).
+struct DecodeToken {
+  int64_t seq = 0;        // the id decode_add gave
+  int32_t id = 0;         // the token
+  float logprob = 0;      // as GenerateResult::logprobs
+  std::vector<int32_t> top_ids;  // top_logprobs > 0: as GenerateResult
+  std::vector<float> top_logprobs;
+  enum Finish { Running, Stop, Length } finish = Running;  // Stop/Length: the sequence's last token (it is gone after)
+};
+
 struct ParamInfo {
   std::string name;
   std::vector<int64_t> shape;
@@ -90,6 +100,18 @@ class Engine {
   virtual TrainStats train_step(const TrainBatch& batch, const TrainHyper& hp) = 0;
   virtual void save(const std::string& dir) = 0;   // model.safetensors + config.json + optimizer.bin, atomic
   virtual void load(const std::string& dir) = 0;   // weights (+ optimizer state when present)
+
+  // Batched decoding: running sequences decode together, each step reading the weights once for all of them.
+  // A sequence's tokens and log-probs depend on its prompt, options and seed only, never on the others
+  // (generate() gives the same for one sequence alone). A server adds and removes sequences between steps.
+  // decode_add: n = opts.size() samples of one prompt (maxNewTokens >= 1 each); the prompt is prefilled once and
+  // its KV cache shared by copy. Returns their ids (increasing). load() ends every running sequence.
+  virtual std::vector<int64_t> decode_add(const int32_t* prompt, int64_t n_prompt, const std::vector<GenerateOptions>& opts);
+  // One token for every running sequence, by increasing id.
+  virtual std::vector<DecodeToken> decode_step();
+  // Ends a running sequence early; false when there is none with that id.
+  virtual bool decode_remove(int64_t seq);
+  virtual int64_t decode_running() const { return 0; }
 
   // Debug/testing: loss (and gradients into the gradient buffer) without an optimizer step.
   virtual double debug_loss(const TrainBatch& batch, const TrainHyper& hp, bool with_grads) = 0;

@@ -29,4 +29,10 @@ struct SampleParams {
 // tempered / top-p / allowed-restricted sampling distribution.
 int32_t sample_token(const float* logits, int64_t vocab, const SampleParams& p, Rng& rng, float* logprob);
 
+// log Σ_i exp(logits[i]) over the vocabulary (float lanes, double sum).
+double log_sum_exp(const float* logits, int64_t vocab);
+// Appends the k largest entries of the row's full-vocabulary log-softmax (temperature 1), most likely first
+// (ties: lower id first).
+void append_top_logprobs(const float* logits, int64_t vocab, int64_t k, std::vector<int32_t>* ids, std::vector<float>* lps);
+
 }  // namespace gl

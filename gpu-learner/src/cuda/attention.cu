@@ -13,21 +13,13 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "warp.cuh"
 
 namespace gl::cuda {
 
 namespace {
 
 constexpr int kTile = 32, kWarps = 4, kRowsPerWarp = kTile / kWarps, kBlock = kWarps * 32;
-
-__device__ __forceinline__ float wsum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float wmax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // dst (32, ld) fp32 ← rows [row0, row0+32) of src (bf16, row stride `stride`, column offset col), zero past n.
 __device__ void load_tile(float* dst, int ld, const bf16* src, int64_t base, int row0, int n, int64_t stride, int64_t col, int D) {
@@ -77,12 +69,12 @@ __global__ void __launch_bounds__(kBlock) attn_fwd_kernel(bf16* out, float* lse,
       if (i >= qn) continue;  // warp-uniform
       const bool valid = j < kn && j <= a.q_pos0 + i;
       const float sc = valid ? dot_rows(Qs + r * D, Ks + lane * (D + 1), D) * a.scale : -INFINITY;
-      const float tmax = wmax(sc);
+      const float tmax = warp_max(sc);
       if (tmax == -INFINITY) continue;
       const float mn = fmaxf(m[rr], tmax);
       const float p = valid ? __expf(sc - mn) : 0.0f;
       const float corr = __expf(m[rr] - mn);
-      l[rr] = l[rr] * corr + wsum(p);
+      l[rr] = l[rr] * corr + warp_sum(p);
       m[rr] = mn;
 #pragma unroll
       for (int c = 0; c < DPL; c++) o[rr][c] *= corr;
@@ -118,7 +110,7 @@ __global__ void attn_delta_kernel(float* delta, const bf16* dout, const bf16* ou
   const int64_t t = row / Hq, h = row % Hq, base = t * stride + h * D;
   float s = 0;
   for (int d = lane; d < D; d += 32) s += __bfloat162float(dout[base + d]) * __bfloat162float(out[base + d]);
-  s = wsum(s);
+  s = warp_sum(s);
   if (lane == 0) delta[row] = s;
 }
 

@@ -4,7 +4,9 @@
 // Memory: parameters, gradients, Adam moments one allocation each; activations planned per micro-batch
 // in one arena. Activation checkpointing per layer: the forward keeps only each layer's input (fp32
 // residual, T·C floats per layer); backward recomputes one layer's activations, then back-propagates it.
-// LM head in row chunks so the (T,V) logits never exist at once. Notation as cpu_engine.cpp.
+// LM head in row chunks so the (T,V) logits never exist at once (the CPU engine runs the head's backward inside its
+// forward, while a chunk's logits exist; here the backward recomputes them, as it recomputes each layer). Notation as
+// cpu_engine.cpp.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -125,25 +127,15 @@ class CudaEngine final : public Engine {
   const std::vector<ParamInfo>& params() const override { return layout_.params(); }
 
   void load(const std::string& dir) override {
-    QwenConfig c = load_config(dir);
-    check_same_model_shape(cfg_, c, dir);
-    std::vector<float> w = read_weights(dir, layout_);
-    std::vector<float> m, v;
-    int64_t step = 0;
-    const bool have_opt = read_optimizer_state(dir + "/optimizer.bin", n_params_, &step, &m, &v);
-    upload(w32_.as<float>(), w.data(), n_params_);
+    CheckpointState s = read_checkpoint(dir, cfg_, layout_);
+    upload(w32_.as<float>(), s.w.data(), n_params_);
     cuda::to_bf16(w16_.as<bf16>(), w32_.as<float>(), n_params_, stream_);
-    if (have_opt) {
-      upload(m_.as<float>(), m.data(), n_params_);
-      upload(v_.as<float>(), v.data(), n_params_);
-    } else {
-      cudaCheck(cudaMemsetAsync(m_.as<float>(), 0, size_t(n_params_) * 4, stream_));
-      cudaCheck(cudaMemsetAsync(v_.as<float>(), 0, size_t(n_params_) * 4, stream_));
-    }
+    upload(m_.as<float>(), s.m.data(), n_params_);
+    upload(v_.as<float>(), s.v.data(), n_params_);
     cudaCheck(cudaMemsetAsync(g32_.as<float>(), 0, size_t(n_params_) * 4, stream_));
     cudaCheck(cudaStreamSynchronize(stream_));
-    cfg_.raw_json = c.raw_json;
-    step_ = step;
+    cfg_.raw_json = s.cfg.raw_json;
+    step_ = s.step;
     src_dir_ = dir;
   }
 
@@ -189,19 +181,10 @@ class CudaEngine final : public Engine {
     double ss = 0;
     cudaCheck(cudaMemcpyAsync(&ss, norm_d, sizeof(double), cudaMemcpyDeviceToHost, stream_));
     cudaCheck(cudaStreamSynchronize(stream_));
-    st.grad_norm = std::sqrt(ss);
-    if (!std::isfinite(st.grad_norm)) {
-      st.skipped = true;  // weights and Adam state untouched
-    } else {
-      const double clip = st.grad_norm > hp.max_grad_norm ? hp.max_grad_norm / (st.grad_norm + 1e-6) : 1.0;
-      step_++;
-      const double bc1 = 1.0 - std::pow(hp.beta1, double(step_)), bc2 = 1.0 - std::pow(hp.beta2, double(step_));
-      cuda::AdamArgs a{float(hp.beta1), float(hp.beta2), float(1.0 - hp.lr * hp.weight_decay), float(hp.lr / bc1), float(1.0 / std::sqrt(bc2)),
-                       float(hp.eps), float(clip)};
+    finish_train_step(st, ss, hp, &step_, [&](const AdamStep& a) {
       cuda::adamw(w32_.as<float>(), w16_.as<bf16>(), m_.as<float>(), v_.as<float>(), g32_.as<float>(), n_params_, a, stream_);
       cudaCheck(cudaStreamSynchronize(stream_));
-    }
-    st.step = step_;
+    });
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return st;
   }
@@ -237,21 +220,15 @@ class CudaEngine final : public Engine {
   const bf16* W(int64_t off) const { return off < 0 ? nullptr : w16_.as<bf16>() + off; }
   float* G(int64_t off) const { return off < 0 ? nullptr : g32_.as<float>() + off; }
 
-  // cos/sin (P, D/2) exactly as the CPU engine computes them (fp32 inv_freq, fp32 angle, double cos/sin).
+  // cos/sin (P, D/2) of the host table every backend shares (gl/layout.h RopeTable).
   void rope_tables() {
-    const int64_t half = cfg_.head_dim / 2, P = cfg_.max_position_embeddings;
-    std::vector<float> inv(static_cast<size_t>(half)), cs(size_t(P * half)), sn(size_t(P * half));
-    for (int64_t i = 0; i < half; i++) inv[size_t(i)] = float(1.0 / std::pow(cfg_.rope_theta, double(float(2 * i) / float(cfg_.head_dim))));
-    for (int64_t p = 0; p < P; p++)
-      for (int64_t i = 0; i < half; i++) {
-        const float ang = float(p) * inv[size_t(i)];
-        cs[size_t(p * half + i)] = float(std::cos(double(ang)));
-        sn[size_t(p * half + i)] = float(std::sin(double(ang)));
-      }
-    cos_.alloc(cs.size() * 4, "RoPE cos table");
-    sin_.alloc(sn.size() * 4, "RoPE sin table");
-    upload(cos_.as<float>(), cs.data(), int64_t(cs.size()));
-    upload(sin_.as<float>(), sn.data(), int64_t(sn.size()));
+    RopeTable t(cfg_);
+    t.ensure(cfg_.max_position_embeddings);
+    const int64_t n = cfg_.max_position_embeddings * (cfg_.head_dim / 2);
+    cos_.alloc(size_t(n) * 4, "RoPE cos table");
+    sin_.alloc(size_t(n) * 4, "RoPE sin table");
+    upload(cos_.as<float>(), t.cos.data(), n);
+    upload(sin_.as<float>(), t.sin.data(), n);
   }
 
   // ---------------------------------------------------------------- host <-> device

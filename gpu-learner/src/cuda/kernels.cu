@@ -4,6 +4,7 @@
 
 #include "check.cuh"
 #include "kernels.cuh"
+#include "warp.cuh"
 
 namespace gl::cuda {
 
@@ -18,14 +19,6 @@ inline unsigned blocks_for(int64_t n, int per = kThreads) {
   return unsigned(b);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 // Block-wide reductions (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
 __device__ float block_sum(float v) {
   __shared__ float sh[32];

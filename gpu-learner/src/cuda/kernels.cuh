@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "gl/layout.h"
+
 namespace gl::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -72,9 +74,8 @@ void grpo_token_loss(float* dlogp, double* stats, const float* logp, const float
 int sumsq_blocks();
 void sumsq(double* out, double* partial, const float* g, int64_t n, cudaStream_t s);
 // torch.optim.AdamW on clip·g; also refreshes the bf16 copy of the weights.
-struct AdamArgs {
-  float b1, b2, decay, step_size, inv_sqrt_bc2, eps, clip;
-};
+// The constants of one AdamW update, computed host-side by finish_train_step (gl/layout.h).
+using AdamArgs = gl::AdamStep;
 void adamw(float* w, bf16* w16, float* m, float* v, const float* g, int64_t n, const AdamArgs& a, cudaStream_t s);
 
 }  // namespace gl::cuda

