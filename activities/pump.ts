@@ -46,6 +46,8 @@ export interface RecoverPumpResult {
   checkpoint: number;
   /** groups of untrained batches whose results are stored */
   stored: number[];
+  /** steps below the checkpoint without a metrics line (the run ended between the step and its line) */
+  missingMetrics: number[];
 }
 
 /** What a run started on an existing store picks up: its newest checkpoint and the complete groups not trained yet. */
@@ -60,7 +62,15 @@ export async function recoverPump(input: RecoverPumpInput): Promise<RecoverPumpR
       if (m && Number(m[1]) < input.groupsPerBatch) stored.push(n * input.groupsPerBatch + Number(m[1]));
     }
   }
-  return { checkpoint, stored: stored.sort((a, b) => a - b) };
+  const text = (await store.get(keys.metrics(input.runId)))?.toString('utf8') ?? '';
+  const lines = new Set(
+    text
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .map((l) => (JSON.parse(l) as { iteration: number }).iteration),
+  );
+  const missingMetrics = Array.from({ length: Math.max(0, checkpoint) }, (_, k) => k).filter((k) => !lines.has(k));
+  return { checkpoint, stored: stored.sort((a, b) => a - b), missingMetrics };
 }
 
 export interface CollectBatchInput {

@@ -110,18 +110,33 @@ for (const order of ['admission', 'streaming'] as const) {
     let workers: RunningWorkers | null = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
     try {
       const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: c.runId!, args: [c] });
+      // terminated once step 0 is done and a group child is running
+      const groupsRunning = async (next: number) =>
+        (
+          await Promise.all(
+            Array.from({ length: next }, (_, g) =>
+              t.client.workflow
+                .getHandle(rolloutGroupWorkflowId(c.runId!, g))
+                .describe()
+                .then(
+                  (d) => d.status.name,
+                  () => 'NOT_STARTED',
+                ),
+            ),
+          )
+        ).filter((x) => x === 'RUNNING').length;
       const before = await waitFor(
-        'step 0 done, groups in flight',
+        'step 0 done, groups running',
         async () => {
           const s = await status(c.runId!);
-          return s.iteration >= 1 && s.pump && s.pump.inFlight > 0 ? s : null;
+          return s.iteration >= 1 && s.pump && s.pump.inFlight > 0 && (await groupsRunning(s.pump.next)) > 0 ? s : null;
         },
         150_000,
         50,
       );
       await h.terminate('lost, to be recovered');
       // its children were abandoned, not terminated with it: those in flight go on
-      const running = await Promise.all(
+      const after = await Promise.all(
         Array.from({ length: before.pump!.next }, (_, g) =>
           t.client.workflow
             .getHandle(rolloutGroupWorkflowId(c.runId!, g))
@@ -132,7 +147,7 @@ for (const order of ['admission', 'streaming'] as const) {
             ),
         ),
       );
-      assert.ok(running.includes('RUNNING'), `groups go on after the run was terminated: ${running.join(' ')}`);
+      assert.ok(!after.includes('TERMINATED'), `groups running at the termination go on: ${after.join(' ')}`);
       // the abandoned groups go on; a new run with the same run id and config takes over
       const again = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: c.runId!, args: [c] });
       const result: TrainingRunResult = await again.result();

@@ -169,7 +169,7 @@ function pumpStubs() {
   const seen = { rollouts: [] as RolloutInput[], steps: [] as { checkpoint: number; keys: string[] }[], syncs: [] as number[] };
   const activities: Partial<Activities> = {
     initCheckpoint: async () => ({ checkpoint: 0, key: 'ckpt/0', created: true }),
-    recoverPump: async () => ({ checkpoint: 0, stored: [] }),
+    recoverPump: async () => ({ checkpoint: 0, stored: [], missingMetrics: [] }),
     sampleBatch: async ({ n }) => ({ taskIds: [`a${n}`, `b${n}`], configKey: `cfg/${n}` }),
     syncPolicy: async ({ checkpoint }) => {
       seen.syncs.push(checkpoint);

@@ -14,7 +14,7 @@ import type { TrainingConfig } from '../lib/config.ts';
 import { admit, batchReady, complete, recoveredPump, startVersion, takeBatch, totalGroups, batchOf, type PumpParams, type PumpState } from '../lib/pump.ts';
 import { activitiesFor, iterationMetrics, MAX_REPORTED_FAILURES, rollOutTasks, syncPolicyInput } from './rl-iteration.ts';
 import { groupDoneSignal } from './signals.ts';
-import type { IterationMetrics, IterationPhase, RolloutGroupInput, RolloutGroupResult, TrainingRunResult, TrainingRunState } from './shapes.ts';
+import type { IterationMetrics, IterationPhase, LearnerStepResult, RolloutGroupInput, RolloutGroupResult, TrainingRunResult, TrainingRunState } from './shapes.ts';
 import { rolloutGroupWorkflowId, TASK_QUEUES } from './shapes.ts';
 
 /** What the pump needs of its training run (TrainingRun in training-run.ts). */
@@ -118,6 +118,8 @@ class RolloutPump {
     }
     const sync = await learner.syncPolicy(syncPolicyInput({ runId, checkpoint: state.checkpoint, config }));
     state.pump = { ...recoveredPump(p, state.iteration, r.stored), policyUrl: sync.policyUrl };
+    // a step whose line the ended run did not write: its stored stats (the step is idempotent) and groups give it
+    for (const k of r.missingMetrics) await this.recordStep(k, null);
   }
 
   /** Starts every group admissible now (in index order; up to a stop request's batch). */
@@ -206,14 +208,27 @@ class RolloutPump {
    * sync of k+1 (a rollout pinned to it before the sync loads it itself) and the metrics line go on behind, in order.
    */
   private async learnerStep(k: number): Promise<void> {
+    const waited = (Date.now() - this.lastStepEnd) / 1000;
+    const { step, metrics } = await this.recordStep(k, waited);
+    this.lastStepEnd = Date.now();
+    this.run.afterStep(k, step.checkpoint, metrics);
+  }
+
+  /**
+   * Step k on batch k's groups and its metrics line (`waited`: how long the learner waited for the batch; null: a
+   * step done before, its line written again). Once checkpoint k+1 exists the next step may start and groups be
+   * admitted on it; the sync of k+1 (a rollout pinned to it before the sync loads it itself) and the metrics line go
+   * on behind, in order.
+   */
+  private async recordStep(k: number, waited: number | null): Promise<{ step: LearnerStepResult; metrics: IterationMetrics }> {
     const { runId, config } = this.run;
     const { store, learner } = activitiesFor(config);
     const storeUrl = config.store.url;
-    const waited = (Date.now() - this.lastStepEnd) / 1000;
+    const started = Date.now();
     const batch = await store.collectBatch({ storeUrl, runId, n: k, groupsPerBatch: config.batch.tasks, maxFailures: MAX_REPORTED_FAILURES });
     const t = Date.now();
     const step = await learner.learnerStep({ storeUrl, runId, n: k, checkpoint: k, items: [], itemParts: batch.itemParts });
-    const learnerSeconds = (Date.now() - t) / 1000;
+    const learnerSeconds = waited === null ? step.seconds : (Date.now() - t) / 1000;
     const metrics: IterationMetrics = {
       ...iterationMetrics(
         { runId, n: k, checkpoint: k, config },
@@ -221,17 +236,18 @@ class RolloutPump {
         step,
         { n: k, phase: 'learning', rolloutsDone: batch.summary.episodes, rolloutsTotal: config.batch.tasks * config.batch.samples, rolloutErrors: batch.rolloutErrors },
         // rolloutSeconds: how long the learner waited for this batch after its previous step
-        { rolloutSeconds: waited, learnerSeconds, iterationSeconds: (Date.now() - this.lastStepEnd) / 1000 },
+        { rolloutSeconds: waited ?? 0, learnerSeconds, iterationSeconds: waited === null ? learnerSeconds : waited + (Date.now() - started) / 1000 },
         {},
         undefined,
       ),
       sampledFrom: batch.sampledFrom,
     };
-    this.lastStepEnd = Date.now();
     this.behind = this.behind
       .then(async () => {
-        const sync = await learner.syncPolicy(syncPolicyInput({ runId, checkpoint: step.checkpoint, config }));
-        this.pump.policyUrl = sync.policyUrl;
+        if (waited !== null) {
+          const sync = await learner.syncPolicy(syncPolicyInput({ runId, checkpoint: step.checkpoint, config }));
+          this.pump.policyUrl = sync.policyUrl;
+        }
         await store.recordMetrics({ storeUrl, runId, metrics });
       })
       .catch((err: unknown) => {
@@ -239,7 +255,7 @@ class RolloutPump {
         this.stepError ??= err;
         this.events++;
       });
-    this.run.afterStep(k, step.checkpoint, metrics);
+    return { step, metrics };
   }
 
   /** What goes on behind the steps (syncs, metrics lines) is done; before the run continues as new or ends. */
