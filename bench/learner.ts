@@ -3,7 +3,9 @@
 // generate (KV cache), on the tiny preset and on the Qwen3-0.6B shape with 2 decoder layers; one thread (tokens per
 // CPU-second, robust to other load on a shared machine) and two threads (tokens per wall second). Then batched
 // decoding on the same shapes: tokens/s of 1, 8 and 16 sequences decoding together (Learner.decoder) against
-// single-stream decoding (one generate at a time), and the native engine against its own naive-matmul reference.
+// single-stream decoding (one generate at a time), and the native engine against its own naive-matmul reference. Then
+// the policy server over HTTP: tokens/s of 1, 8 and 16 concurrent completion streams, batching vs the single-stream
+// server (`batching: false`).
 // Ends with `min ratio vs torch: X` (the worst native/torch ratio over the rows).
 // The FSDP engine's rows (--fsdp, or --fsdp-shape qwen3-0.6b [--fsdp-layers N]): training tokens/s, native vs fsdp
 // on 1 and 2 ranks, the time to start the process group and to write a checkpoint.
@@ -17,6 +19,7 @@ import { fileURLToPath } from 'node:url';
 import { Learner, writeRandomCheckpoint, type QwenConfig, type TrainHyper } from '../gpu-learner/index.ts';
 import { FsdpLearner, fsdpPython, writeTrainBatch } from '../gpu-learner/fsdp/index.ts';
 import { fsdpOptions } from '../gpu-learner/fsdp/crosscheck.ts';
+import { startPolicyServer } from '../policy-server/index.ts';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -111,6 +114,49 @@ async function batchedDecode(dir: string, sh: Shape, threads: number): Promise<{
   }
 }
 
+/**
+ * The policy server's tokens/s (wall) with n concurrent /v1/completions streams (distinct 16-token prompts, seeded),
+ * batching (continuous batching, the default) against the single-stream server (`batching: false`), same learner.
+ */
+async function serverStreams(dir: string, sh: Shape, threads: number): Promise<{ streams: number; single: number; batched: number }[]> {
+  const l = await Learner.load(dir, { threads });
+  const servers = { single: await startPolicyServer({ learner: l, modelName: 'bench', batching: false }), batched: await startPolicyServer({ learner: l, modelName: 'bench' }) };
+  /** one round: n concurrent streams; tokens and seconds */
+  const round = async (url: string, n: number) => {
+    const ask = async (i: number) => {
+      const prompt = Array.from({ length: 16 }, (_, k) => (i * 131 + k * 17) % sh.config.vocab_size);
+      const res = await fetch(`${url}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt, max_tokens: sh.gen, temperature: 1, seed: 1000 + i, logprobs: 0 }) });
+      if (res.status !== 200) throw new Error(`policy server: ${res.status} ${await res.text()}`);
+      return ((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens;
+    };
+    const t0 = performance.now();
+    const tokens = (await Promise.all(Array.from({ length: n }, (_, i) => ask(i)))).reduce((a, b) => a + b, 0);
+    return { tokens, seconds: (performance.now() - t0) / 1000 };
+  };
+  try {
+    await round(servers.single.url, 1); // warm-up
+    await round(servers.batched.url, 1);
+    const out = [];
+    for (const streams of [1, 8, 16]) {
+      // rounds alternate between the two servers until each ran minSeconds, so both see the same load on a shared machine
+      const sum = { single: { tokens: 0, seconds: 0 }, batched: { tokens: 0, seconds: 0 } };
+      while (sum.single.seconds < sh.minSeconds || sum.batched.seconds < sh.minSeconds) {
+        for (const k of ['single', 'batched'] as const) {
+          const r = await round(servers[k].url, streams);
+          sum[k].tokens += r.tokens;
+          sum[k].seconds += r.seconds;
+        }
+      }
+      out.push({ streams, single: sum.single.tokens / sum.single.seconds, batched: sum.batched.tokens / sum.batched.seconds });
+    }
+    return out;
+  } finally {
+    await servers.single.close();
+    await servers.batched.close();
+    l.close();
+  }
+}
+
 const shapes = arg('shapes', SHAPES.map((s) => s.name).join(',')).split(',').map((n) => {
   const s = SHAPES.find((x) => x.name === n);
   if (!s) throw new Error(`--shapes: unknown shape ${JSON.stringify(n)} (${SHAPES.map((x) => x.name).join(', ')})`);
@@ -123,6 +169,7 @@ const root = mkdtempSync(join(tmpdir(), 'gl-bench-'));
 interface RowOut { shape: string; op: Op; threads: number; native: number; torch?: number }
 const rows: RowOut[] = [];
 const decode: { shape: string; single: number; batched: Map<number, number> }[] = [];
+const served: { shape: string; rows: Awaited<ReturnType<typeof serverStreams>> }[] = [];
 let naiveRow: { native: Record<Op, number>; naive: Record<Op, number> } | undefined;
 try {
   for (const sh of shapes) {
@@ -136,6 +183,7 @@ try {
       process.stderr.write(`[bench] ${sh.name} ${threads} thread(s) done\n`);
     }
     decode.push({ shape: sh.name, ...(await batchedDecode(dir, sh, Math.max(...threadList))) });
+    served.push({ shape: sh.name, rows: await serverStreams(dir, sh, Math.max(...threadList)) });
   }
   const f = (v: number | undefined, w = 12) => (v === undefined ? '-' : v.toFixed(v < 100 ? 1 : 0)).padStart(w);
   console.log(`gpu-learner vs PyTorch eager ${withTorch ? '' : '(skipped: --no-torch) '}(fp32, CPU): tokens per CPU-second with 1 thread, per wall second with more`);
@@ -152,6 +200,11 @@ try {
   console.log('shape     single-stream      n=1        n=8       n=16    n=8 / single');
   for (const d of decode)
     console.log(`${d.shape.padEnd(8)}  ${f(d.single, 13)}  ${f(d.batched.get(1), 9)}  ${f(d.batched.get(8), 9)}  ${f(d.batched.get(16), 9)}   ${(d.batched.get(8)! / d.single).toFixed(1).padStart(11)}x`);
+  console.log(`\npolicy server (${Math.max(...threadList)} threads, wall clock, HTTP): tokens/s of n concurrent /v1/completions streams, batching vs the single-stream server (batching: false)`);
+  console.log('shape     streams   single-stream    batching   batching / single');
+  for (const d of served)
+    for (const r of d.rows)
+      console.log(`${d.shape.padEnd(8)}  ${String(r.streams).padStart(7)}  ${f(r.single, 14)}  ${f(r.batched, 10)}   ${(r.batched / r.single).toFixed(1).padStart(16)}x`);
   console.log(`machine: ${cpus().length} CPU threads, load average ${loadavg().map((v) => v.toFixed(1)).join(' / ')}`);
   const ratios = rows.filter((r) => r.torch).map((r) => ({ r, x: r.native / r.torch! }));
   if (ratios.length) {

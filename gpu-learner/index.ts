@@ -213,6 +213,11 @@ export class Learner {
     return next;
   }
 
+  /** A call that changes the weights: after the batched-decoding sequences running now, none of which mixes weights. */
+  #changingWeights<T>(fn: () => Promise<T>): Promise<T> {
+    return this.#decoder ? this.#decoder.whenIdle(fn) : fn();
+  }
+
   async generate(promptIds: Int32Array, opts: GenerateOptions): Promise<GenerateResult> {
     int32('promptIds', promptIds);
     const o = nativeGenerateOptions('generate options', opts);
@@ -257,7 +262,7 @@ export class Learner {
   /** One GRPO++ (or GRPO) optimizer step over the packed batch (DESIGN §5). */
   async trainStep(batch: TrainBatch, hp: TrainHyper): Promise<TrainStats> {
     const a = trainArgs(batch);
-    const st = await this.#run((n) => n.trainStep(a.ids, a.offsets, a.mask, a.advantages, a.oldLogprobs, hp));
+    const st = await this.#changingWeights(() => this.#run((n) => n.trainStep(a.ids, a.offsets, a.mask, a.advantages, a.oldLogprobs, hp)));
     this.#step = st.step;
     return st;
   }
@@ -310,7 +315,7 @@ export class Learner {
   }
   async setParam(name: string, data: Float32Array): Promise<void> {
     float32('data', data);
-    return this.#run((n) => n.setTensor(name, data));
+    return this.#changingWeights(() => this.#run((n) => n.setTensor(name, data)));
   }
 }
 
@@ -338,17 +343,38 @@ interface Pending {
   fail: (e: unknown) => void;
 }
 
+/** One generate() call: its samples, waiting for admission, then running as sequences. */
+interface Call {
+  prompt: Int32Array;
+  samples: GenerateOptions[];
+  /** one per sample */
+  pending: Pending[];
+  /** its sequence ids once admitted */
+  seqs: number[];
+  aborted: boolean;
+}
+
 /**
  * Continuous batching over one Learner: every generate() call joins the running batch at the next step and
  * leaves it when its sequences finish, so concurrent callers share decode steps (one read of the weights per
- * step for all of them). Results equal Learner.generate's for the same prompt and options, whatever else runs.
- * The decoder drives decodeStep while any sequence runs; other Learner calls (logprobs, trainStep, reload)
- * interleave between steps; reload() and close() fail the sequences in flight.
+ * step for all of them). Calls waiting for the same step with the same prompt are admitted together, so their
+ * prompt is prefilled once (a GRPO group's rollouts starting at once). Results equal Learner.generate's for the
+ * same prompt and options, whatever else runs. The decoder drives decodeStep while any sequence runs; other
+ * Learner calls (logprobs) interleave between steps; a weight change (trainStep, setParam) waits for the running
+ * sequences and admits none meanwhile, so no sequence mixes weights; reload() and close() fail the calls in flight.
  */
 export class BatchDecoder {
   readonly #learner: Learner;
   readonly #waiting = new Map<number, Pending>();
+  /** calls not admitted yet, in arrival order */
+  #queue: Call[] = [];
   #driving = false;
+  /** weight changes waiting for the running sequences; no admission while > 0 */
+  #holds = 0;
+  #idle: (() => void)[] = [];
+  /** observers (the policy server's metrics): sequences in each decoding step; sequences sharing each prefill */
+  onStep?: (sequences: number) => void;
+  onPrefill?: (sequences: number) => void;
 
   constructor(learner: Learner) {
     this.#learner = learner;
@@ -365,38 +391,80 @@ export class BatchDecoder {
    */
   async generate(promptIds: Int32Array, samples: GenerateOptions[], signal?: AbortSignal): Promise<GenerateResult[]> {
     signal?.throwIfAborted();
+    int32('promptIds', promptIds);
     if (!Array.isArray(samples)) throw new TypeError('samples must be an array of generate options');
     const live = samples.filter((o) => o?.maxNewTokens !== 0);  // maxNewTokens 0: nothing to decode
-    const seqs = live.length ? await this.#learner.decodeAdd(promptIds, live) : [];
-    const results = seqs.map((seq, i) => new Promise<GenerateResult>((done, fail) => {
-      this.#waiting.set(seq, { ids: [], logprobs: [], topIds: [], topLogprobs: [], topK: live[i].topLogprobs ?? 0, done, fail });
-    }));
-    const abort = () => {
-      for (const seq of seqs) {
-        const w = this.#waiting.get(seq);
-        if (!w) continue;
-        this.#waiting.delete(seq);
-        void this.#learner.decodeRemove(seq).catch(() => undefined);
-        w.fail(signal!.reason);
+    let got: GenerateResult[] = [];
+    if (live.length) {
+      const call: Call = { prompt: promptIds, samples: live, pending: [], seqs: [], aborted: false };
+      const results = live.map((o) => new Promise<GenerateResult>((done, fail) => {
+        call.pending.push({ ids: [], logprobs: [], topIds: [], topLogprobs: [], topK: o.topLogprobs ?? 0, done, fail });
+      }));
+      const abort = () => this.#abort(call, signal!.reason);
+      signal?.addEventListener('abort', abort, { once: true });
+      this.#queue.push(call);
+      this.#drive();
+      try {
+        got = await Promise.all(results);
+      } finally {
+        signal?.removeEventListener('abort', abort);
       }
-    };
-    signal?.addEventListener('abort', abort, { once: true });
-    if (signal?.aborted) abort();  // aborted while the prompt was prefilled
-    this.#drive();
-    try {
-      const got = await Promise.all(results);
-      let k = 0;
-      return samples.map((o): GenerateResult =>
-        o?.maxNewTokens === 0 ? { ids: new Int32Array(0), logprobs: new Float32Array(0), finishReason: 'length' } : got[k++]);
-    } finally {
-      signal?.removeEventListener('abort', abort);
     }
+    let k = 0;
+    return samples.map((o): GenerateResult =>
+      o?.maxNewTokens === 0 ? { ids: new Int32Array(0), logprobs: new Float32Array(0), finishReason: 'length' } : got[k++]);
   }
 
-  /** Rejects every sequence in flight (their native sequences are gone, e.g. after reload). */
+  /** Rejects every call in flight, running or waiting (their native sequences are gone, e.g. after reload). */
   failAll(err: unknown): void {
     for (const w of this.#waiting.values()) w.fail(err);
     this.#waiting.clear();
+    for (const c of this.#queue.splice(0)) for (const p of c.pending) p.fail(err);
+  }
+
+  /** Runs `fn` once the running sequences have finished, admitting none meanwhile (a weight change). */
+  async whenIdle<T>(fn: () => Promise<T>): Promise<T> {
+    this.#holds++;
+    try {
+      while (this.#driving) await new Promise<void>((r) => this.#idle.push(r));
+      return await fn();
+    } finally {
+      if (--this.#holds === 0 && this.#queue.length) this.#drive();
+    }
+  }
+
+  #abort(c: Call, reason: unknown): void {
+    c.aborted = true;
+    const q = this.#queue.indexOf(c);
+    if (q >= 0) this.#queue.splice(q, 1);
+    for (const seq of c.seqs) if (this.#waiting.delete(seq)) void this.#learner.decodeRemove(seq).catch(() => undefined);
+    for (const p of c.pending) p.fail(reason);
+  }
+
+  /** Admits the waiting calls: one decodeAdd (one prefill) per distinct prompt. */
+  async #admit(): Promise<void> {
+    const byPrompt = new Map<string, Call[]>();
+    for (const c of this.#queue.splice(0)) {
+      const key = c.prompt.join(',');
+      byPrompt.set(key, [...(byPrompt.get(key) ?? []), c]);
+    }
+    for (const group of byPrompt.values()) {
+      const fail = (c: Call) => (err: unknown) => { for (const p of c.pending) p.fail(err); };
+      if (group.length === 1) await this.#add(group).catch(fail(group[0]));
+      // a merged admission that fails is retried call by call, so an error reaches only the call it belongs to
+      else await this.#add(group).catch(async () => { for (const c of group) if (!c.aborted) await this.#add([c]).catch(fail(c)); });
+    }
+  }
+
+  async #add(group: Call[]): Promise<void> {
+    const seqs = await this.#learner.decodeAdd(group[0].prompt, group.flatMap((c) => c.samples));
+    this.onPrefill?.(seqs.length);
+    let k = 0;
+    for (const c of group) {
+      c.seqs = seqs.slice(k, (k += c.samples.length));
+      c.seqs.forEach((seq, i) => this.#waiting.set(seq, c.pending[i]));
+      if (c.aborted) this.#abort(c, undefined);  // aborted while its prompt was prefilled (already rejected)
+    }
   }
 
   #drive(): void {
@@ -404,19 +472,28 @@ export class BatchDecoder {
     this.#driving = true;
     void (async () => {
       try {
-        while (this.#waiting.size > 0) {
-          const toks = await this.#learner.decodeStep();
-          if (toks.length === 0) {
-            this.failAll(new Error('batched decoding: the model ended every running sequence (reloaded or closed)'));
+        for (;;) {
+          if (this.#queue.length && !this.#holds) await this.#admit();
+          if (this.#waiting.size === 0) {
+            if (this.#queue.length && !this.#holds) continue;
             break;
           }
+          const toks = await this.#learner.decodeStep();
+          if (toks.length === 0) {
+            const err = new Error('batched decoding: the model ended every running sequence (reloaded or closed)');
+            for (const w of this.#waiting.values()) w.fail(err);
+            this.#waiting.clear();
+            continue;
+          }
+          this.onStep?.(toks.length);
           for (const t of toks) this.#deliver(t);
         }
       } catch (e) {
         this.failAll(e);
       } finally {
         this.#driving = false;
-        if (this.#waiting.size > 0) this.#drive();
+        if (this.#waiting.size > 0 || (this.#queue.length > 0 && !this.#holds)) this.#drive();
+        else for (const r of this.#idle.splice(0)) r();
       }
     })();
   }

@@ -349,6 +349,18 @@ function frozenLakeTokenizer(): TokenizerFiles {
 
 // ---------------------------------------------------------------------------------------------
 
+/** frozenlake32's shape; frozenlake32-tied differs only in the tied LM head. */
+const FROZENLAKE32_SHAPE: ModelShape = {
+  hidden_size: 64,
+  intermediate_size: 192,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 32,
+  tie_word_embeddings: false,
+  max_position_embeddings: 32768,
+};
+
 export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
   tiny: {
     name: 'tiny',
@@ -384,31 +396,13 @@ export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
   frozenlake32: {
     name: 'frozenlake32',
     description: 'frozenlake with head_dim 32 (a size vLLM\'s CPU attention serves) and 32,768 positions (a SWE prompt in its character vocabulary), hidden 64, 2 layers, GQA 4/2, untied LM head',
-    shape: {
-      hidden_size: 64,
-      intermediate_size: 192,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      head_dim: 32,
-      tie_word_embeddings: false,
-      max_position_embeddings: 32768,
-    },
+    shape: FROZENLAKE32_SHAPE,
     tokenizer: frozenLakeTokenizer,
   },
   'frozenlake32-tied': {
     name: 'frozenlake32-tied',
     description: 'frozenlake32 with the LM head tied to the embeddings (as Qwen3-0.6B/1.7B/4B)',
-    shape: {
-      hidden_size: 64,
-      intermediate_size: 192,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      head_dim: 32,
-      tie_word_embeddings: true,
-      max_position_embeddings: 32768,
-    },
+    shape: { ...FROZENLAKE32_SHAPE, tie_word_embeddings: true },
     tokenizer: frozenLakeTokenizer,
   },
 });

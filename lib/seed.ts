@@ -60,3 +60,13 @@ export function evalEpisodeSeed(seed: number, taskId: string, run: number): numb
 export function chunkSeed(seed: number, j: number): number {
   return j === 0 ? seed : (seed + j * 0x9e3779b1) % 2 ** 52;
 }
+
+/**
+ * The seed of the i-th of a request's n samples (the policy server's `n`): the request's own seed for the first,
+ * so n = 1 samples what it always did, then a hash of (seed, i) for each other, apart from every chunk seed.
+ */
+export function sampleSeed(seed: number, i: number): number {
+  if (i === 0) return seed;
+  const hi = Math.floor(seed / 2 ** 32);
+  return hashInts(seed - hi * 2 ** 32, hi, i);
+}

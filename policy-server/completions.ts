@@ -1,11 +1,12 @@
 // The two completion endpoints. Each parses its body into a prompt and a GenerationRequest, then both take
-// one path (`generateOnServedModel`: hold the served model, check the request against it, generate,
-// let go) and shape the result in their own API's form.
+// one path (`generateOnServedModel`: hold the served model, check the request against it, generate its n
+// samples on the model's scheduler, let go) and shape the result in their own API's form, a choice per sample.
 import { randomUUID } from 'node:crypto';
 import type { TemplateMessage, Tokenizer } from '../lib/tokenizer.ts';
 import { generate, type Generation, type GenerationRequest } from './generation.ts';
 import { badRequest, HttpError } from './http.ts';
 import type { ServedModels, Slot } from './models.ts';
+import type { Schedulers } from './scheduler.ts';
 import { ChatBodySchema, CompletionBodySchema, textOf, type ChatBody, type CompletionBody } from './schemas.ts';
 import { parseToolCallBlocks, type ParsedToolCalls } from './tool-calls.ts';
 
@@ -13,6 +14,8 @@ export interface CompletionContext {
   modelName: string;
   tokenizer?: Tokenizer;
   models: ServedModels;
+  /** how requests share each model's engine (scheduler.ts) */
+  schedulers: Schedulers;
 }
 
 /** A validated request, ready for the served model. */
@@ -26,8 +29,9 @@ interface Prepared {
 }
 
 /** Holds the served model for the whole generation (a swap waits for it), so every token comes from one model. */
-async function generateOnServedModel(ctx: CompletionContext, p: Prepared): Promise<{ generation: Generation; checkpoint: number | null }> {
-  // a pinned request runs on the model of its directory when the server holds it, whichever one it serves now
+async function generateOnServedModel(ctx: CompletionContext, p: Prepared, signal?: AbortSignal): Promise<{ generations: Generation[]; checkpoint: number | null }> {
+  // a pinned request runs on the model of its directory when the server holds it, whichever one it serves now;
+  // each held model has its own scheduler, so requests pinned to different versions decode in different batches
   const slot = ctx.models.acquire(p.modelPath);
   if (!slot) {
     const held = ctx.models.cachedPaths;
@@ -35,7 +39,7 @@ async function generateOnServedModel(ctx: CompletionContext, p: Prepared): Promi
   }
   try {
     checkAgainstModel(slot, p.promptIds, p.request.maxTokens, p.idLists);
-    return { generation: await generate(slot.learner, ctx.tokenizer, p.promptIds, p.request), checkpoint: slot.checkpoint };
+    return { generations: await generate(ctx.schedulers.of(slot.learner), ctx.tokenizer, p.promptIds, p.request, signal), checkpoint: slot.checkpoint };
   } finally {
     ctx.models.release(slot);
   }
@@ -72,6 +76,7 @@ const stopList = (stop: string | string[] | null | undefined): string[] => (stop
 /** The sampling fields both endpoints share, as the engine takes them. */
 function samplingOf(b: CompletionBody | ChatBody, maxTokens: number, stopIds: number[], topK: number): GenerationRequest {
   return {
+    n: b.n ?? 1,
     maxTokens,
     temperature: b.temperature,
     topP: b.top_p,
@@ -84,10 +89,13 @@ function samplingOf(b: CompletionBody | ChatBody, maxTokens: number, stopIds: nu
   };
 }
 
-const usageOf = (promptIds: number[], g: Generation) => ({ prompt_tokens: promptIds.length, completion_tokens: g.ids.length, total_tokens: promptIds.length + g.ids.length });
+const usageOf = (promptIds: number[], gs: Generation[]) => {
+  const completion = gs.reduce((a, g) => a + g.ids.length, 0);
+  return { prompt_tokens: promptIds.length, completion_tokens: completion, total_tokens: promptIds.length + completion };
+};
 
 /** POST /v1/completions. */
-export async function completions(ctx: CompletionContext, body: unknown): Promise<unknown> {
+export async function completions(ctx: CompletionContext, body: unknown, signal?: AbortSignal): Promise<unknown> {
   const parsed = CompletionBodySchema.safeParse(body);
   if (!parsed.success) throw badRequest(parsed.error, body);
   const b = parsed.data;
@@ -97,12 +105,19 @@ export async function completions(ctx: CompletionContext, body: unknown): Promis
   if (stopList(b.stop).length) needTokenizer(ctx, 'stop', 'stop strings');
   const topK = b.logprobs ?? 0;
   const request = samplingOf(b, b.max_tokens ?? 16, b.stop_token_ids ?? [], topK);
-  const { generation: g, checkpoint } = await generateOnServedModel(ctx, {
-    promptIds,
-    request,
-    idLists: [['stop_token_ids', b.stop_token_ids], ['allowed_token_ids', b.allowed_token_ids]],
-    modelPath: b.model_path,
-  });
+  const { generations, checkpoint } = await generateOnServedModel(
+    ctx,
+    {
+      promptIds,
+      request,
+      idLists: [
+        ['stop_token_ids', b.stop_token_ids],
+        ['allowed_token_ids', b.allowed_token_ids],
+      ],
+      modelPath: b.model_path,
+    },
+    signal,
+  );
   const { tokenizer } = ctx;
   const asIds = b.return_tokens_as_token_ids || !tokenizer;
   const name = (id: number) => (asIds ? `token_id:${id}` : tokenizer!.decode([id]));
@@ -112,22 +127,20 @@ export async function completions(ctx: CompletionContext, body: unknown): Promis
     created: Math.floor(Date.now() / 1000),
     model: ctx.modelName,
     checkpoint,
-    choices: [
-      {
-        index: 0,
-        text: g.text,
-        finish_reason: g.finishReason,
-        stop_reason: g.stopString,
-        ...(b.return_token_ids === false ? {} : { token_ids: g.ids }),
-        logprobs: {
-          tokens: g.ids.map(name),
-          token_logprobs: g.logprobs,
-          top_logprobs: topK > 0 ? g.top.map((p) => Object.fromEntries(p.ids.map((id, k) => [name(id), p.logprobs[k]!]))) : null,
-          text_offset: null,
-        },
+    choices: generations.map((g, index) => ({
+      index,
+      text: g.text,
+      finish_reason: g.finishReason,
+      stop_reason: g.stopString,
+      ...(b.return_token_ids === false ? {} : { token_ids: g.ids }),
+      logprobs: {
+        tokens: g.ids.map(name),
+        token_logprobs: g.logprobs,
+        top_logprobs: topK > 0 ? g.top.map((p) => Object.fromEntries(p.ids.map((id, k) => [name(id), p.logprobs[k]!]))) : null,
+        text_offset: null,
       },
-    ],
-    usage: usageOf(promptIds, g),
+    })),
+    usage: usageOf(promptIds, generations),
   };
 }
 
@@ -142,7 +155,7 @@ function templateMessages(b: ChatBody): TemplateMessage[] {
 }
 
 /** POST /v1/chat/completions: the chat template renders the prompt; `<tool_call>` blocks come back as tool_calls. */
-export async function chatCompletions(ctx: CompletionContext, body: unknown): Promise<unknown> {
+export async function chatCompletions(ctx: CompletionContext, body: unknown, signal?: AbortSignal): Promise<unknown> {
   const parsed = ChatBodySchema.safeParse(body);
   if (!parsed.success) throw badRequest(parsed.error, body);
   const b = parsed.data;
@@ -168,19 +181,19 @@ export async function chatCompletions(ctx: CompletionContext, body: unknown): Pr
   const maxTokens = b.max_completion_tokens ?? b.max_tokens ?? Math.max(1, context - promptIds.length);
   const stopIds = [...new Set([tok.imEnd, tok.eos, ...(b.stop_token_ids ?? [])])];
   const topK = b.logprobs ? (b.top_logprobs ?? 0) : 0;
-  const { generation: g, checkpoint } = await generateOnServedModel(ctx, {
-    promptIds,
-    request: samplingOf(b, maxTokens, stopIds, topK),
-    idLists: [['stop_token_ids', b.stop_token_ids], ['allowed_token_ids', b.allowed_token_ids]],
-  });
+  const { generations, checkpoint } = await generateOnServedModel(
+    ctx,
+    {
+      promptIds,
+      request: samplingOf(b, maxTokens, stopIds, topK),
+      idLists: [
+        ['stop_token_ids', b.stop_token_ids],
+        ['allowed_token_ids', b.allowed_token_ids],
+      ],
+    },
+    signal,
+  );
 
-  let content: string | null = g.text;
-  let toolCalls: ParsedToolCalls['toolCalls'] = [];
-  if (useTools) {
-    const p = parseToolCallBlocks(g.text);
-    content = p.content;
-    toolCalls = b.parallel_tool_calls === false ? p.toolCalls.slice(0, 1) : p.toolCalls;
-  }
   const entry = (id: number, logprob: number) => {
     const token = tok.decode([id], { skipSpecial: false });
     return { token, logprob, bytes: [...Buffer.from(token, 'utf8')] };
@@ -191,9 +204,16 @@ export async function chatCompletions(ctx: CompletionContext, body: unknown): Pr
     created: Math.floor(Date.now() / 1000),
     model: ctx.modelName,
     checkpoint,
-    choices: [
-      {
-        index: 0,
+    choices: generations.map((g, index) => {
+      let content: string | null = g.text;
+      let toolCalls: ParsedToolCalls['toolCalls'] = [];
+      if (useTools) {
+        const p = parseToolCallBlocks(g.text);
+        content = p.content;
+        toolCalls = b.parallel_tool_calls === false ? p.toolCalls.slice(0, 1) : p.toolCalls;
+      }
+      return {
+        index,
         message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) },
         logprobs: b.logprobs
           ? { content: g.ids.map((id, i) => ({ ...entry(id, g.logprobs[i]!), top_logprobs: topK > 0 ? g.top[i]!.ids.map((t, k) => entry(t, g.top[i]!.logprobs[k]!)) : [] })) }
@@ -201,9 +221,9 @@ export async function chatCompletions(ctx: CompletionContext, body: unknown): Pr
         finish_reason: toolCalls.length && g.finishReason === 'stop' && g.stopString === null ? 'tool_calls' : g.finishReason,
         stop_reason: g.stopString,
         ...(b.return_token_ids ? { token_ids: g.ids } : {}),
-      },
-    ],
+      };
+    }),
     ...(b.return_token_ids ? { prompt_token_ids: promptIds } : {}),
-    usage: usageOf(promptIds, g),
+    usage: usageOf(promptIds, generations),
   };
 }

@@ -50,6 +50,15 @@ export function send(res: ServerResponse, status: number, body: unknown): void {
   res.end(data);
 }
 
+/** A signal that aborts when the client closes the connection before its response is written: its generation stops. */
+export function whileClientWaits(res: ServerResponse): AbortSignal {
+  const ac = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) ac.abort(new HttpError(499, 'the client closed the connection'));
+  });
+  return ac.signal;
+}
+
 /** An error as OpenAI's error body (a response already under way is cut instead). */
 export function sendError(res: ServerResponse, e: unknown): void {
   const err = e instanceof HttpError ? e : new HttpError(500, (e as Error)?.message ?? String(e));

@@ -4,8 +4,8 @@
 // parameter we do not implement is a 400 naming it, never silently ignored.
 //
 // schemas.ts request bodies · http.ts errors and JSON · routes.ts routes and weight reload ·
-// completions.ts the two endpoints · generation.ts the engine call · stop-strings.ts · tool-calls.ts ·
-// models.ts the served model and swapping it.
+// completions.ts the two endpoints · generation.ts the engine call · scheduler.ts how requests share a
+// model (continuous batching) · stop-strings.ts · tool-calls.ts · models.ts the served model and swapping it.
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Tokenizer } from '../lib/tokenizer.ts';
@@ -13,11 +13,13 @@ import { policyModelLoads } from '../activities/metrics.ts';
 import { sendError } from './http.ts';
 import { defaultLoadModel, ServedModels, slot, type LoadModel, type ServableModel, type Slot } from './models.ts';
 import { route, type RouteContext } from './routes.ts';
+import { MAX_BATCH_DEFAULT, Schedulers } from './scheduler.ts';
 
 export type { LoadModel, ServableModel } from './models.ts';
 export { MODEL_CACHE_DEFAULT } from './models.ts';
 export { parseToolCallBlocks, type ParsedToolCalls } from './tool-calls.ts';
-export { MAX_TOP_LOGPROBS } from './schemas.ts';
+export { MAX_SAMPLES, MAX_TOP_LOGPROBS } from './schemas.ts';
+export { MAX_BATCH_DEFAULT } from './scheduler.ts';
 
 export interface PolicyServerOptions {
   /** the model served first (not closed by the server); absent: the server loads `modelPath` with `loadModel` */
@@ -38,6 +40,10 @@ export interface PolicyServerOptions {
   modelCache?: number;
   /** largest request body accepted, bytes */
   maxBodyBytes?: number;
+  /** concurrent requests share decode steps (continuous batching, scheduler.ts); false: one request at a time per model (default true) */
+  batching?: boolean;
+  /** most sequences decoding together on one model; more wait their turn (default MAX_BATCH_DEFAULT) */
+  maxBatch?: number;
 }
 
 export interface PolicyServer {
@@ -67,6 +73,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
     modelName: options.modelName ?? 'policy',
     ...(options.tokenizer ? { tokenizer: options.tokenizer } : {}),
     models,
+    schedulers: new Schedulers({ batching: options.batching ?? true, maxBatch: options.maxBatch ?? MAX_BATCH_DEFAULT }),
     loadModel,
     maxBodyBytes: options.maxBodyBytes ?? 64 * 1024 * 1024,
     created: Math.floor(Date.now() / 1000),

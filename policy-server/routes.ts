@@ -2,7 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { policyModelLoads } from '../activities/metrics.ts';
 import { chatCompletions, completions, type CompletionContext } from './completions.ts';
-import { badRequest, HttpError, readJson, send } from './http.ts';
+import { badRequest, HttpError, readJson, send, whileClientWaits } from './http.ts';
 import { ServerClosingError, type LoadModel } from './models.ts';
 import { UpdateWeightsBodySchema } from './schemas.ts';
 
@@ -40,8 +40,8 @@ export async function route(ctx: RouteContext, req: IncomingMessage, res: Server
       ],
     });
   }
-  if (method === 'POST' && path === '/v1/completions') return send(res, 200, await completions(ctx, await readJson(req, ctx.maxBodyBytes)));
-  if (method === 'POST' && path === '/v1/chat/completions') return send(res, 200, await chatCompletions(ctx, await readJson(req, ctx.maxBodyBytes)));
+  if (method === 'POST' && path === '/v1/completions') return send(res, 200, await completions(ctx, await readJson(req, ctx.maxBodyBytes), whileClientWaits(res)));
+  if (method === 'POST' && path === '/v1/chat/completions') return send(res, 200, await chatCompletions(ctx, await readJson(req, ctx.maxBodyBytes), whileClientWaits(res)));
   if (method === 'POST' && path === '/update_weights_from_disk') return send(res, 200, await updateWeights(ctx, await readJson(req, ctx.maxBodyBytes)));
   if (KNOWN.includes(path)) throw new HttpError(405, `method ${method} not allowed on ${path}`);
   throw new HttpError(404, `no route ${method} ${path}`);

@@ -4,6 +4,8 @@ import { z } from 'zod';
 
 /** Most top log-probs per position a request may ask for (OpenAI's limit). */
 export const MAX_TOP_LOGPROBS = 20;
+/** Most samples (choices) one request may ask for: each decodes as its own sequence with its own KV cache. */
+export const MAX_SAMPLES = 64;
 
 const int = z.number().int();
 const ids = () => z.array(int.nonnegative());
@@ -22,7 +24,8 @@ const samplingFields = {
   stop_token_ids: ids().nullish(),
   allowed_token_ids: ids().min(1).nullish(),
   skip_special_tokens: z.boolean().nullish(),
-  n: z.literal(1).nullish(),
+  /** samples of the prompt, one choice each; they share the prompt's prefill; with a seed, sample i > 0 gets lib/seed.ts's sampleSeed */
+  n: int.min(1).max(MAX_SAMPLES).nullish(),
   stream: z.literal(false).nullish(),
   /** end-user id: metadata, no effect on sampling */
   user: z.string().nullish(),

@@ -12,6 +12,9 @@ export const ServeOptionsSchema = z.object({
   checkpoint: z.coerce.number().int().min(0).optional(),
   device: z.enum(['cpu', 'cuda']).default('cpu'),
   threads: z.coerce.number().int().min(1).optional(),
+  /** concurrent requests share decode steps (continuous batching); commander's --no-batching sets false */
+  batching: z.boolean().default(true),
+  maxBatch: z.coerce.number().int('maxBatch: expected an integer').min(1, 'maxBatch: at least 1').max(1024, 'maxBatch: at most 1024').optional(),
 });
 
 export function register(program: Command): void {
@@ -25,11 +28,14 @@ export function register(program: Command): void {
     .option('--checkpoint <n>', 'checkpoint index of --model')
     .option('--device <device>', 'cpu or cuda', 'cpu')
     .option('--threads <n>', 'CPU threads for the learner')
-    .action(async (raw: Record<string, string>) => {
+    .option('--max-batch <n>', 'sequences one decode step serves at most (default 16)')
+    .option('--no-batching', 'one request at a time per model instead of continuous batching')
+    .action(async (raw: Record<string, string | boolean>) => {
       const parsed = ServeOptionsSchema.safeParse(raw);
       if (!parsed.success) {
         const i = parsed.error.issues[0]!;
-        console.error(`swerl serve: ${i.path.join('.')}: ${i.message} (got ${JSON.stringify(raw[String(i.path[0])])})`);
+        const field = i.path.join('.');
+        console.error(`swerl serve: ${i.message.startsWith(`${field}: `) ? i.message : `${field}: ${i.message}`} (got ${JSON.stringify(raw[String(i.path[0])])})`);
         process.exitCode = 2;
         return;
       }
@@ -49,6 +55,8 @@ export function register(program: Command): void {
         checkpoint: o.checkpoint ?? null,
         modelPath: o.model,
         loadModel: (dir) => Learner.load(dir, loadOpts),
+        batching: o.batching,
+        ...(o.maxBatch ? { maxBatch: o.maxBatch } : {}),
       });
       console.log(`serving ${o.model} as ${JSON.stringify(o.name)} at ${server.url}/v1 (tokenizer: ${tokenizer ? 'yes' : 'no'})`);
       const stop = () => {
