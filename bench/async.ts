@@ -11,12 +11,15 @@
 // the correction ablation (none, TIS, decoupled) at η = 4. The last two lines: `pump speedup: X` (sync / the best
 // pump on the long tail) and `stability: ok|FAIL`.
 //
-//   npm run bench:async -- [--full] [--iterations N] [--tail-iterations N] [--tasks B] [--samples G] [--seeds 1,2,3]
+//   npm run bench:async -- [--full | --quick] [--iterations N] [--tail-iterations N] [--tasks B] [--samples G] [--seeds 1,2,3]
 //                          [--learner-sleep-ms MS] [--only REGEX] [--json FILE]
 //
 // Default (≤ 40 min on this machine unshared): plain × {sync, one-step, pump η=1,2,4 admission, η=4 streaming,
 // η=4 ablation none and TIS} × 3 seeds; longtail × every mode × 1 seed; slowlearn × {sync, one-step, pump η=2 both}.
 // --full: every mode × every scenario × every seed, and the ablation in both orders.
+// --quick (≤ 20 min on a shared 2-core host): longtail × {sync, one-step, pump η=2 admission, η=4 both orders} × 1
+// seed, 6 iterations; plain × {sync, pump η=4 admission with the ablation none and TIS} × 3 seeds, 8 iterations;
+// no slowlearn, no η=1 pump, no streaming ablation. It prints what it left out.
 import { parseArgs } from 'node:util';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -35,8 +38,9 @@ import type { IterationMetrics, TrainingRunResult } from '../workflows/shapes.ts
 const { values: args } = parseArgs({
   options: {
     full: { type: 'boolean', default: false },
-    iterations: { type: 'string', default: '16' },
-    'tail-iterations': { type: 'string', default: '10' },
+    quick: { type: 'boolean', default: false },
+    iterations: { type: 'string' },
+    'tail-iterations': { type: 'string' },
     tasks: { type: 'string', default: '8' },
     samples: { type: 'string', default: '8' },
     seeds: { type: 'string', default: '1,2,3' },
@@ -46,8 +50,9 @@ const { values: args } = parseArgs({
     only: { type: 'string' },
   },
 });
-const ITERATIONS = Number(args.iterations);
-const TAIL_ITERATIONS = Number(args['tail-iterations']);
+if (args.full && args.quick) throw new Error('--full and --quick: give one of them');
+const ITERATIONS = Number(args.iterations ?? (args.quick ? 8 : 16));
+const TAIL_ITERATIONS = Number(args['tail-iterations'] ?? (args.quick ? 6 : 10));
 const TASKS = Number(args.tasks);
 const SAMPLES = Number(args.samples);
 const SEEDS = args.seeds.split(',').map(Number);
@@ -82,7 +87,10 @@ function plan(): Plan[] {
     for (const seed of seeds) for (const mode of modes) out.push({ scenario, mode, seed });
   };
   // the long tail first: its speedup is the headline, and a run cut short has it
-  if (args.full) {
+  if (args.quick) {
+    add('longtail', [SYNC, ONE_STEP, pump(2, 'admission'), pump(4, 'admission'), pump(4, 'streaming')], SEEDS.slice(0, 1));
+    add('plain', [SYNC, pump(4, 'admission'), ...ABLATION('admission')], SEEDS);
+  } else if (args.full) {
     add('longtail', ALL_MODES, SEEDS);
     add('slowlearn', ALL_MODES, SEEDS);
     add('plain', [...ALL_MODES, ...ABLATION('admission'), ...ABLATION('streaming')], SEEDS);
@@ -184,6 +192,11 @@ try {
   });
   const runs = plan();
   console.log(`${runs.length} runs: ${TASKS} tasks × ${SAMPLES} samples, ${ITERATIONS} iterations (plain), ${TAIL_ITERATIONS} (longtail, slowlearn)`);
+  if (args.quick) {
+    console.log(
+      '--quick: NOT run: slowlearn; pump η=1 (both orders) and η=2 streaming on the long tail, and more than 1 seed of it; one-step, pump η=1, 2 and η=4 streaming on plain; the ablation in streaming order',
+    );
+  }
   for (const [i, p] of runs.entries()) {
     const runId = `${p.scenario}-${p.mode.name.replace(/[^A-Za-z0-9]+/g, '-')}-s${p.seed}`;
     const storeUrl = fileStoreUrl(join(dir, 'store'));
