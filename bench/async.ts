@@ -147,8 +147,9 @@ async function loadSleepyLearner(dir: string, o: { device: 'cpu' | 'cuda'; threa
   const { Learner } = await import('../gpu-learner/index.ts');
   const l = (await Learner.load(dir, o)) as unknown as LearnerHandle;
   return new Proxy(l, {
-    get(target, prop, receiver) {
-      const v = Reflect.get(target, prop, receiver) as unknown;
+    get(target, prop) {
+      // getters run on the Learner itself: `decoder` reads a private field, which the proxy does not have
+      const v = Reflect.get(target, prop) as unknown;
       if (prop === 'trainStep') {
         return async (...a: Parameters<LearnerHandle['trainStep']>) => {
           if (learnerSleepMs) await new Promise((r) => setTimeout(r, learnerSleepMs));
@@ -212,6 +213,9 @@ try {
       .map((l) => JSON.parse(l) as IterationMetrics)
       .sort((a, b) => a.iteration - b.iteration);
     const trainedSamples = m.reduce((a, x) => a + x.learnerTrajectories, 0);
+    // a run whose rollouts all failed trains nothing: its figures would mean nothing
+    if (trainedSamples === 0)
+      throw new Error(`${runId} trained no sample: ${m.find((x) => x.rolloutFailures?.length)?.rolloutFailures?.[0]?.error ?? 'no rollout failure recorded'}`);
     const res: Result = {
       scenario: p.scenario,
       mode: p.mode.name,
