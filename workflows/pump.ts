@@ -38,6 +38,13 @@ export interface PumpHost {
 
 const ABANDON: ParentClosePolicy = 'ABANDON';
 
+interface NewsMark {
+  events: number;
+  paused: boolean;
+  stopAt: number | null;
+  suggested: boolean;
+}
+
 export function pumpParams(config: TrainingConfig): PumpParams {
   if (config.async?.mode !== 'pump') throw new Error('not a pump run');
   return {
@@ -56,6 +63,9 @@ export async function pumpRun(run: PumpHost): Promise<TrainingRunResult> {
   // steps this workflow run took (counted by a closure: not a per-iteration loop binding)
   let steps = 0;
   for (;;) {
+    // what the loop has seen, taken before it looks: news arriving while it looks (a step ending while the
+    // admissions below are awaited) wakes the wait at the bottom instead of being lost to it
+    const seen = pump.mark();
     pump.throwIfStepFailed();
     if (!pump.stepRunning) {
       const stop = run.stopReached();
@@ -72,7 +82,7 @@ export async function pumpRun(run: PumpHost): Promise<TrainingRunResult> {
     if (!run.state.paused) await pump.admitGroups();
     const phase = run.state.paused ? 'paused' : pump.stepRunning ? 'learning' : 'pumping';
     if (run.currentPhase !== phase) run.setPhase(phase);
-    await pump.waitForNews();
+    await pump.waitForNews(seen);
   }
 }
 
@@ -263,15 +273,22 @@ class RolloutPump {
     await this.behind;
   }
 
-  /** Until a group reports, the step ends, or the run is paused, resumed, stopped or asked to continue as new. */
-  async waitForNews(): Promise<void> {
-    const seen = this.events;
+  /** What the loop has seen so far (waitForNews waits for something else). */
+  mark(): NewsMark {
     const { state } = this.run;
-    const paused = state.paused;
-    const stopAt = state.stopAt;
+    return { events: this.events, paused: state.paused, stopAt: state.stopAt, suggested: workflowInfo().continueAsNewSuggested };
+  }
+
+  /**
+   * Until something changed since `seen`: a group reported, the step ended, or the run was paused, resumed, stopped
+   * or asked to continue as new.
+   */
+  async waitForNews(seen: NewsMark): Promise<void> {
+    const { state } = this.run;
     // a suggestion already standing is news only once the step ends (the loop continues as new between steps)
-    const suggested = workflowInfo().continueAsNewSuggested;
-    await condition(() => this.events !== seen || state.paused !== paused || state.stopAt !== stopAt || (!suggested && workflowInfo().continueAsNewSuggested));
+    await condition(
+      () => this.events !== seen.events || state.paused !== seen.paused || state.stopAt !== seen.stopAt || (!seen.suggested && workflowInfo().continueAsNewSuggested),
+    );
   }
 }
 
