@@ -7,13 +7,14 @@ import { reportEvaluation, reportRun } from './report.ts';
 import { sweActivities } from './swe.ts';
 import { evalEpisode, prepareEvaluation, recordEvalError, writeEvaluationReport } from './evaluation.ts';
 import { verifierActivities } from './verifiers.ts';
+import { collectBatch, recoverPump, storeGroupResult } from './pump.ts';
 
 export { LearnerContext, type LearnerWorkerOptions } from './learner.ts';
 export { registerEnvironment } from './rollout.ts';
 
 /** Rollout-queue activities: rollouts, dataset, bookkeeping, SWE task validation and grading. */
 export function createRolloutActivities() {
-  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, reportRun, reportEvaluation, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport, ...verifierActivities };
+  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, reportRun, reportEvaluation, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport, ...verifierActivities, storeGroupResult, recoverPump, collectBatch };
 }
 
 /** All activities; the learner ones bound to `ctx`. */

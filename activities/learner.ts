@@ -1,7 +1,9 @@
 // Learner-queue activities: checkpoint 0, policy sync and the GRPO++ learner step (DESIGN §1, §5).
-// The learner worker keeps one Learner in memory and serves it through the policy server; after a
-// restart it reloads the checkpoint a step asks for. gpu-learner and the policy server are imported
-// lazily so that rollout-only workers never load the native addon.
+// The learner worker keeps one Learner in memory, the one it trains; after a restart it reloads the checkpoint a
+// step asks for. Its policy server serves its own copies of checkpoints, loaded from their directories (DESIGN
+// §10): a sync never waits behind a running step, and rollouts of an asynchronous run sample from checkpoint n
+// while the learner trains n → n+1. gpu-learner and the policy server are imported lazily so that rollout-only
+// workers never load the native addon.
 // With learner.engine "fsdp" the step runs in a torchrun process group the worker keeps (gpu-learner/fsdp);
 // the policy server then serves each checkpoint the group writes, loaded by the native engine, as an
 // external vLLM/SGLang server reloads it from disk.
@@ -10,7 +12,7 @@ import { copyFile, cp, mkdir, readFile, readdir, stat, writeFile } from 'node:fs
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { validateConfig, type ModelSource, type TrainingConfig } from '../lib/config.ts';
+import { asyncMode, effectiveCorrection, validateConfig, type ModelSource, type TrainingConfig } from '../lib/config.ts';
 import { FailureType, nonRetryable } from '../lib/failures.ts';
 import {
   buildTrainBatch,
@@ -64,7 +66,7 @@ interface PolicyServerHandle {
   url: string;
   port: number;
   close(): Promise<void>;
-  setLearner(learner: unknown, checkpoint: number, modelPath: string): void | Promise<void>;
+  serveDirectory(dir: string, checkpoint: number): Promise<{ loaded: boolean }>;
 }
 
 export interface LearnerWorkerOptions {
@@ -78,12 +80,14 @@ export interface LearnerWorkerOptions {
   advertiseUrl?: string;
   /** loads a checkpoint directory; default gpu-learner's Learner.load (another engine may plug in here) */
   loadLearner?: (dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }) => Promise<LearnerHandle>;
+  /** checkpoints the policy server holds at once (policy-server/models.ts; default MODEL_CACHE_DEFAULT) */
+  policyModels?: number;
 }
 
 /** Files a checkpoint carries over from its parent when the learner does not write them itself. */
 const CARRIED_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json', 'chat_template.jinja'];
 
-/** State the learner worker keeps across activities: one Learner, one policy server. */
+/** State the learner worker keeps across activities: one Learner (the one trained), one policy server (its own copies). */
 export class LearnerContext {
   learner: LearnerHandle | null = null;
   loaded: { dir: string; checkpoint: number } | null = null;
@@ -94,8 +98,23 @@ export class LearnerContext {
   trainerStarts = 0;
   private trainerKey = '';
   private lock: Promise<unknown> = Promise.resolve();
-  private loadModel: ((dir: string) => Promise<unknown>) | null = null;
+  private serverStarting: Promise<PolicyServerHandle> | null = null;
   constructor(readonly options: LearnerWorkerOptions = {}) {}
+
+  /** gpu-learner's Learner.load, or the engine the worker was given. */
+  private async loader(): Promise<NonNullable<LearnerWorkerOptions['loadLearner']>> {
+    if (this.options.loadLearner) return this.options.loadLearner;
+    const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as {
+      Learner: { load(dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }): Promise<LearnerHandle> };
+    };
+    return (d, o) => Learner.load(d, o);
+  }
+
+  /** Loads a copy of checkpoint `dir` for serving or probing: never the Learner being trained. */
+  async loadCopy(dir: string): Promise<LearnerHandle> {
+    const load = await this.loader();
+    return load(dir, { device: this.options.device ?? 'cpu', ...(this.options.threads ? { threads: this.options.threads } : {}) });
+  }
 
   /** The FSDP process group for these settings, holding checkpoint `dir`; (re)started when dead or changed. Call inside exclusive(). */
   async ensureTrainer(dir: string, learner: TrainingConfig['learner']): Promise<FsdpLearner> {
@@ -123,52 +142,50 @@ export class LearnerContext {
     return run;
   }
 
-  /**
-   * Loads checkpoint `dir` (index `checkpoint`) unless it is what is in memory; serves it through our policy server
-   * unless `serve` is false (a run served by an external server). Call inside exclusive().
-   */
-  async ensureLoaded(dir: string, checkpoint: number, learnerConfig?: TrainingConfig['learner'], serve = true): Promise<LearnerHandle> {
-    if (this.learner && this.loaded?.dir === dir) {
-      if (serve && !this.server) await this.serve(this.learner, checkpoint, dir);
-      return this.learner;
-    }
-    let load = this.options.loadLearner;
-    if (!load) {
-      const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as {
-        Learner: { load(dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }): Promise<LearnerHandle> };
-      };
-      load = (d, o) => Learner.load(d, o);
-    }
-    const loader = load;
+  /** Loads checkpoint `dir` (index `checkpoint`) into the Learner that trains, unless it is what is in memory. Call inside exclusive(). */
+  async ensureLoaded(dir: string, checkpoint: number, learnerConfig?: TrainingConfig['learner']): Promise<LearnerHandle> {
+    if (this.learner && this.loaded?.dir === dir) return this.learner;
+    const load = await this.loader();
     const threads = learnerConfig?.threads || this.options.threads || undefined;
-    const loadOpts = { device: learnerConfig?.device ?? this.options.device ?? 'cpu', ...(threads ? { threads } : {}) };
-    this.loadModel = (d: string) => loader(d, loadOpts);
-    const learner = await loader(dir, loadOpts);
+    const learner = await load(dir, { device: learnerConfig?.device ?? this.options.device ?? 'cpu', ...(threads ? { threads } : {}) });
     const old = this.learner as unknown as { close?: () => void } | null;
     this.learner = learner;
     this.loaded = { dir, checkpoint };
-    if (serve || this.server) await this.serve(learner, checkpoint, dir);
     if (old && old !== (learner as unknown)) old.close?.();
     return learner;
   }
 
-  private async serve(learner: LearnerHandle, checkpoint: number, dir: string): Promise<void> {
+  /**
+   * Our policy server serves checkpoint `dir` (index `checkpoint`) from now on: its own copy, held or loaded from the
+   * directory (started with it on first use). Needs no exclusive(): it never touches the Learner being trained.
+   */
+  async serveCheckpoint(dir: string, checkpoint: number): Promise<PolicyServerHandle> {
     if (this.server) {
-      await this.server.setLearner(learner, checkpoint, dir);
-      return;
+      await this.server.serveDirectory(dir, checkpoint);
+      return this.server;
     }
+    this.serverStarting ??= this.startServer(dir, checkpoint).finally(() => {
+      this.serverStarting = null;
+    });
+    const server = await this.serverStarting;
+    await server.serveDirectory(dir, checkpoint);
+    return server;
+  }
+
+  private async startServer(dir: string, checkpoint: number): Promise<PolicyServerHandle> {
     const { startPolicyServer } = (await import('../policy-server/index.ts')) as unknown as {
-      startPolicyServer(o: { learner: unknown; port: number; host: string; modelName: string; checkpoint: number; modelPath: string; loadModel?: (dir: string) => Promise<unknown> }): Promise<PolicyServerHandle>;
+      startPolicyServer(o: { port: number; host: string; modelName: string; checkpoint: number; modelPath: string; loadModel: (dir: string) => Promise<unknown>; modelCache?: number }): Promise<PolicyServerHandle>;
     };
     this.server = await startPolicyServer({
-      learner,
       port: this.options.policyPort ?? 0,
       host: this.options.policyHost ?? '127.0.0.1',
       modelName: this.options.modelName ?? 'policy',
       checkpoint,
       modelPath: dir,
-      ...(this.loadModel ? { loadModel: this.loadModel } : {}),
+      loadModel: (d) => this.loadCopy(d),
+      ...(this.options.policyModels ? { modelCache: this.options.policyModels } : {}),
     });
+    return this.server;
   }
 
   /** After a restart: serve the newest complete checkpoint of `runId`, so rollouts find a server. */
@@ -176,7 +193,7 @@ export class LearnerContext {
     const cks = await listCheckpoints(store, runId);
     if (!cks.length) return null;
     const n = cks[cks.length - 1];
-    await this.exclusive(() => this.ensureLoaded(store.dirFor(keys.checkpoint(runId, n)), n));
+    await this.serveCheckpoint(store.dirFor(keys.checkpoint(runId, n)), n);
     return n;
   }
 
@@ -310,8 +327,8 @@ export function createLearnerActivities(ctx: LearnerContext) {
       throw new Error(`checkpoint ${input.checkpoint} of run ${input.runId} is not in ${store.url}`);
     }
     if (input.policyBaseUrl) return syncExternal(input, store, dir);
-    await ctx.exclusive(() => withHeartbeat({ loading: input.checkpoint }, () => ctx.ensureLoaded(dir, input.checkpoint)));
-    return { policyUrl: ctx.options.advertiseUrl ?? ctx.server!.url, checkpoint: input.checkpoint };
+    const server = await ctx.serveCheckpoint(dir, input.checkpoint);
+    return { policyUrl: ctx.options.advertiseUrl ?? server.url, checkpoint: input.checkpoint };
   }
 
   /**
@@ -345,8 +362,8 @@ export function createLearnerActivities(ctx: LearnerContext) {
       const reloaded = !servesCheckpoint(served, dir, input.checkpoint);
       if (reloaded) await client.loadWeights(dir, input.checkpoint);
       const syncSeconds = (Date.now() - t0) / 1000;
-      const probe = await ctx.exclusive(() =>
-        withHeartbeat({ probe: input.checkpoint }, async () => probeServedCheckpoint(client, await probeEngine(config, dir, input.checkpoint), dir, dtype)),
+      const probe = await withProbeEngine(config, dir, input.checkpoint, (engine) =>
+        withHeartbeat({ probe: input.checkpoint }, () => probeServedCheckpoint(client, engine, dir, dtype)),
       );
       if (!probe.ok) {
         throw policyMismatch(
@@ -367,10 +384,24 @@ export function createLearnerActivities(ctx: LearnerContext) {
     }
   }
 
-  /** The engine that computes the probe's reference log-probs: the run's learner engine, holding `dir`. Call inside exclusive(). */
-  async function probeEngine(config: TrainingConfig | null, dir: string, checkpoint: number): Promise<LearnerEngine> {
-    if (config?.learner.engine === 'fsdp') return fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, await fsdpScratch(), () => undefined);
-    return ctx.ensureLoaded(dir, checkpoint, config?.learner, false);
+  /**
+   * `fn` with the engine that computes the probe's reference log-probs, holding `dir`: the run's learner engine, after
+   * any running step; in an asynchronous run on the native engine a copy loaded for the probe, so a sync issued
+   * during a step does not wait for it (the FSDP group still does: it holds one model).
+   */
+  async function withProbeEngine<T>(config: TrainingConfig | null, dir: string, checkpoint: number, fn: (e: LearnerEngine) => Promise<T>): Promise<T> {
+    if (config && asyncMode(config) !== 'off' && config.learner.engine !== 'fsdp') {
+      const copy = await ctx.loadCopy(dir);
+      try {
+        return await fn(copy);
+      } finally {
+        (copy as unknown as { close?: () => void }).close?.();
+      }
+    }
+    return ctx.exclusive(async () => {
+      if (config?.learner.engine === 'fsdp') return fn(fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, await fsdpScratch(), () => undefined));
+      return fn(await ctx.ensureLoaded(dir, checkpoint, config?.learner));
+    });
   }
 
   /**
@@ -404,7 +435,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
           const engine =
             engineName === 'fsdp'
               ? fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, keys.iteration(runId, n), progress, store)
-              : await ctx.ensureLoaded(dir, checkpoint, config.learner, !config.policy.baseUrl);
+              : await ctx.ensureLoaded(dir, checkpoint, config.learner);
           const started = Date.now();
           let mismatch: MismatchStats | undefined;
           let step: StepStats = { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true };
@@ -412,15 +443,17 @@ export function createLearnerActivities(ctx: LearnerContext) {
             progress({ phase: 'logprobs' });
             const learnerLp = await engine.logprobs(all);
             mismatch = logprobMismatch(learnerLp, all.oldLogprobs!, all.mask);
-            if (config.learner.correction) {
+            const correction = effectiveCorrection(config);
+            if (correction) {
               // the fraction of the step's trained tokens whose weight the correction changed (0 when nothing is trained)
               mismatch.corrected = 0;
               if (batch.kept.length > 0) {
-                const c = correctedMask(batch.mask, keptTokens(learnerLp, all.offsets, batch.kept), keptTokens(all.oldLogprobs!, all.offsets, batch.kept), config.learner.correction);
+                const c = correctedMask(batch.mask, keptTokens(learnerLp, all.offsets, batch.kept), keptTokens(all.oldLogprobs!, all.offsets, batch.kept), correction);
                 batch.mask = c.mask;
                 mismatch.corrected = batch.trainableTokens ? c.changed / batch.trainableTokens : 0;
               }
             }
+            if (asyncMode(config) !== 'off') mismatch.staleness = tokenStaleness(trajs, checkpoint);
             recordMismatch(runId, mismatch);
           }
           // the weights in memory change now: until n+1 is saved, a retry must reload n
@@ -456,10 +489,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
           });
           const nextDir = store.dirFor(nextKey);
           if (engineName === 'fsdp') ctx.trainer!.loaded = nextDir;
-          else {
-            ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
-            if (ctx.server) await ctx.server.setLearner(ctx.learner, checkpoint + 1, nextDir);
-          }
+          else ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
           learnerStepSeconds.observe({ run_id: runId }, (Date.now() - started) / 1000);
           const bytes = await directoryBytes(nextDir);
           checkpointBytes.set({ run_id: runId }, bytes);
@@ -495,9 +525,10 @@ export async function probeServedCheckpoint(client: Pick<ReturnType<typeof creat
 async function readTrajectories(store: ArtifactStore, input: LearnerStepInput): Promise<{ items: LearnerItem[]; trajs: Trajectory[] }> {
   const items = [...input.items];
   for (const part of input.itemParts ?? []) {
-    const stored = await store.getJson<LearnerItem[]>(part);
+    // a LearnerItem[] (storeLearnerItems), or an async pump's group result ({items, ...}: activities/pump.ts)
+    const stored = await store.getJson<LearnerItem[] | { items: LearnerItem[] }>(part);
     if (!stored) throw new Error(`learner items ${part} are missing from ${store.url}`);
-    items.push(...stored);
+    items.push(...(Array.isArray(stored) ? stored : stored.items));
   }
   const trajs: Trajectory[] = [];
   for (const it of items) {
@@ -557,6 +588,26 @@ async function fsdpScratch(): Promise<string> {
   const d = join(tmpdir(), `swerl-fsdp-probe-${process.pid}`);
   await mkdir(d, { recursive: true });
   return d;
+}
+
+/**
+ * How many versions old the step's sampled tokens are (DESIGN §10): the learner's checkpoint minus the version
+ * that sampled each token (its entry in `versions`, a streaming episode's, else the trajectory's checkpoint).
+ */
+function tokenStaleness(trajs: readonly Trajectory[], learnerVersion: number): { max: number; mean: number } {
+  let n = 0;
+  let sum = 0;
+  let max = 0;
+  for (const t of trajs) {
+    t.mask.forEach((m, i) => {
+      if (m === 0) return;
+      const s = learnerVersion - (t.versions?.[i] ?? t.checkpoint);
+      n++;
+      sum += s;
+      max = Math.max(max, s);
+    });
+  }
+  return { max, mean: n ? sum / n : 0 };
 }
 
 /** Sets the mismatch gauges of the run (Prometheus). */

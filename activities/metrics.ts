@@ -54,7 +54,7 @@ export const policyRequestSeconds = new Histogram({
 /** how often the policy server's model was replaced; `update_weights_from_disk` climbing during rollouts means runs take turns on one server */
 export const policyModelLoads = new Counter({
   name: 'swerl_policy_model_loads_total',
-  help: 'Models the policy server started serving: via "start" (its first), "learner" (the learner worker\'s step or sync) or "update_weights_from_disk" (a client reloaded one)',
+  help: 'Models the policy server loaded: via "start" (its first), "learner" (the learner worker\'s sync of a checkpoint it did not hold) or "update_weights_from_disk" (a client reloaded one it did not hold)',
   labelNames: ['via'] as const,
   registers,
 });

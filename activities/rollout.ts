@@ -4,7 +4,7 @@ import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
 import { rolloutSeed } from '../lib/seed.ts';
-import { runEpisode, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
+import { runEpisode, type EpisodePolicy, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
 import { createPolicyClient, effectiveContextWindow, listServerModels, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -197,8 +197,33 @@ export function summaryOf(key: string, t: Trajectory): RolloutSummary {
   };
 }
 
+/**
+ * A streaming episode's policy (DESIGN §10): before each turn, the newest complete checkpoint of the run from
+ * `first` up to `newest` (the store lists a checkpoint once it is whole), each turn pinned to its directory on our
+ * server (which holds the versions in use), and the version reported with the turn's tokens.
+ */
+function streamingPolicy(
+  store: ArtifactStore,
+  runId: string,
+  first: number,
+  newest: number,
+  client: (dir: string, checkpoint: number) => EpisodePolicy,
+): EpisodePolicy {
+  let current = first;
+  const clients = new Map<number, EpisodePolicy>();
+  return {
+    async complete(req) {
+      const ready = (await listCheckpoints(store, runId)).filter((c) => c > current && c <= newest);
+      if (ready.length) current = ready.at(-1)!;
+      let c = clients.get(current);
+      if (!c) clients.set(current, (c = client(store.dirFor(keys.checkpoint(runId, current)), current)));
+      return { ...(await c.complete(req)), version: current };
+    },
+  };
+}
+
 export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
-  const { storeUrl, runId, n, taskId, sample, checkpoint, policyUrl } = input;
+  const { storeUrl, runId, n, taskId, sample, checkpoint, policyUrl, streaming } = input;
   const store = openStore(storeUrl);
   const key = keys.trajectory(runId, n, taskId, sample);
   const stored = await store.getJson<Trajectory>(key);
@@ -214,7 +239,8 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const weightSync = config.policy.baseUrl ? config.policy.weightSync : 'sglang';
   // our server may be shared (another run, an evaluation): pin every completion to this run's checkpoint
   const pin = config.policy.baseUrl ? {} : { pin: { dir: ckptDir, checkpoint } };
-  const policy = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, ...pin });
+  const pinned = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, ...pin });
+  const policy = streaming ? streamingPolicy(store, runId, checkpoint, streaming.newest, (dir, c) => createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, pin: { dir, checkpoint: c } })) : pinned;
   // after a learner restart the server may serve another checkpoint: make it serve ours. One probe, no
   // retries: a server that is gone (restarted on another port) is answered at once by the workflow's resync
   const probe = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, retries: 0, timeoutMs: 30_000 });
@@ -222,7 +248,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
     if (servesCheckpoint(await probe.servedModel(), ckptDir, checkpoint)) return;
     // vLLM: only the learner's syncPolicy reloads it, verified by the probe (DESIGN §9); the workflow answers this with one
     if (weightSync === 'vllm') throw new PolicyUnavailableError(`vLLM does not serve checkpoint ${checkpoint} (${ckptDir}): a verified sync is needed`);
-    await policy.loadWeights(ckptDir, checkpoint);
+    await pinned.loadWeights(ckptDir, checkpoint);
   });
 
   const tokenizer = await tokenizerFor(ckptDir);
@@ -269,6 +295,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       ids: result.ids,
       mask: result.mask,
       logprobs: result.logprobs,
+      ...(result.versions ? { versions: result.versions } : {}),
       promptLength: result.promptLength,
       reward: result.reward,
       end: result.end,

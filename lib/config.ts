@@ -79,6 +79,43 @@ export const FsdpConfigSchema = z
   .strict();
 export type FsdpConfig = z.infer<typeof FsdpConfigSchema>;
 
+/** The importance-weight cap of decoupled PPO when the config gives none (the usual TIS cap; AReaL's behaviour-weight cap plays this part). */
+export const DECOUPLED_CAP_DEFAULT = 2;
+
+/** `learner.correction` (DESIGN §9, §10): the per-token weight folded into the loss mask (lib/grpo.ts correctedMask). */
+export const CorrectionSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('none') }).strict(),
+  z.object({ kind: z.literal('tis'), cap: z.number().min(1).max(1e6) }).strict(),
+  z.object({ kind: z.literal('mis'), cap: z.number().min(1).max(1e6) }).strict(),
+  z.object({ kind: z.literal('decoupled'), cap: z.number().min(1).max(1e6).default(DECOUPLED_CAP_DEFAULT) }).strict(),
+]);
+export type CorrectionConfig = z.infer<typeof CorrectionSchema>;
+
+/** The largest staleness bound a pump takes (each version in use is a model the policy server holds). */
+export const MAX_STALENESS = 16;
+
+/**
+ * Asynchronous RL (DESIGN §10, README "Asynchronous training"). "off" (or absent): the synchronous loop.
+ * "one-step": iteration n+1's rollouts run on checkpoint n while learner step n trains.
+ * "pump": up to maxInflightRollouts rollouts in flight continuously, in groups (one task's samples) admitted
+ * under AReaL's rule (lib/pump.ts), no trained token more than maxStaleness versions old; order "admission"
+ * samples batch n exactly from checkpoint n − maxStaleness (bit-for-bit), "streaming" switches weights
+ * between the turns of an episode.
+ */
+export const AsyncConfigSchema = z.discriminatedUnion('mode', [
+  z.object({ mode: z.literal('off') }).strict(),
+  z.object({ mode: z.literal('one-step') }).strict(),
+  z
+    .object({
+      mode: z.literal('pump'),
+      maxStaleness: int().min(0).max(MAX_STALENESS),
+      order: z.enum(['admission', 'streaming']).default('admission'),
+    })
+    .strict(),
+]);
+export type AsyncConfig = z.infer<typeof AsyncConfigSchema>;
+export type AsyncMode = AsyncConfig['mode'];
+
 /** Hyperparameters that `updateHyperparameters` may change while a run goes on. */
 export const HyperparametersSchema = z.object({
   lr: z.number().gt(0).max(1),
@@ -190,6 +227,8 @@ export const TrainingConfigSchema = z
     tracking: TrackingConfigSchema,
     /** trainingRun continues-as-new after this many iterations, or sooner when Temporal suggests it */
     continueAsNewEvery: int().min(1).max(1_000_000).default(100),
+    /** asynchronous RL; absent or {"mode": "off"}: the synchronous loop */
+    async: AsyncConfigSchema.optional(),
     /** validation: every `every` iterations, an evaluationRun of the new checkpoint on held-out tasks (lib/eval/config.ts) */
     eval: z
       .object({
@@ -222,17 +261,21 @@ export const TrainingConfigSchema = z
         /**
          * Sampler–learner mismatch correction (DESIGN §9), ρ = π_learner(old)/π_behaviour per sampled token:
          * "tis" weights each token's loss by min(ρ, cap); "mis" drops tokens with ρ outside [1/cap, cap].
-         * Absent: none, right for our own policy server (it samples with the weights the learner trains, ρ = 1 to
-         * rounding). With an external server (vLLM, SGLang: other kernels, maybe bf16) TIS is recommended,
-         * e.g. {"kind": "tis", "cap": 2}; the mismatch is measured either way (mismatch/* metrics).
+         * "decoupled" is decoupled PPO for asynchronous runs (lib/grpo.ts decoupledPpoWeight: the same per-token weight as
+         * TIS, π_old being the proximal policy); "none" turns every correction off.
+         * Absent: none in a synchronous run, right for our own policy server (it samples with the weights the learner
+         * trains, ρ = 1 to rounding); with an external server (vLLM, SGLang: other kernels, maybe bf16) TIS is
+         * recommended, e.g. {"kind": "tis", "cap": 2}. Absent in an asynchronous run (`async`): decoupled, cap
+         * DECOUPLED_CAP_DEFAULT (effectiveCorrection). The mismatch is measured either way (mismatch/* metrics).
          */
-        correction: z.object({ kind: z.enum(['tis', 'mis']), cap: z.number().min(1).max(1e6) }).strict().optional(),
+        correction: CorrectionSchema.optional(),
       })
       .strict()
       .prefault({}),
   })
   .strict()
   .superRefine((c, ctx) => {
+    checkAsync(c, ctx);
     if (c.rollout.heartbeatTimeoutSeconds <= c.rollout.heartbeatSeconds) {
       ctx.addIssue({ code: 'custom', path: ['rollout', 'heartbeatTimeoutSeconds'], message: `must be > rollout.heartbeatSeconds (${c.rollout.heartbeatSeconds})` });
     }
@@ -247,6 +290,56 @@ export const TrainingConfigSchema = z
   });
 
 export type TrainingConfig = z.infer<typeof TrainingConfigSchema>;
+
+/** The run's async mode ("off" when the section is absent). */
+export function asyncMode(c: Pick<TrainingConfig, 'async'>): AsyncMode {
+  return c.async?.mode ?? 'off';
+}
+
+/**
+ * The correction the learner applies: the configured one ("none": nothing); absent, decoupled PPO with
+ * DECOUPLED_CAP_DEFAULT in an asynchronous run and nothing in a synchronous one.
+ */
+export function effectiveCorrection(c: Pick<TrainingConfig, 'async' | 'learner'>): Exclude<CorrectionConfig, { kind: 'none' }> | undefined {
+  const k = c.learner.correction;
+  if (k) return k.kind === 'none' ? undefined : k;
+  return asyncMode(c) === 'off' ? undefined : { kind: 'decoupled', cap: DECOUPLED_CAP_DEFAULT };
+}
+
+/** What an async config needs of the rest (a pump's capacity and policy server); issues name the field. */
+function checkAsync(c: Pick<TrainingConfig, 'async' | 'batch' | 'maxInflightRollouts' | 'policy' | 'eval'>, ctx: z.RefinementCtx): void {
+  const a = c.async;
+  if (a?.mode !== 'pump') return;
+  const batch = c.batch.tasks * c.batch.samples;
+  if (c.maxInflightRollouts < batch) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['maxInflightRollouts'],
+      message: `must be at least one batch (${c.batch.tasks} tasks × ${c.batch.samples} samples = ${batch}) with async.mode "pump", got ${c.maxInflightRollouts}`,
+    });
+  }
+  const groups = Math.floor(c.maxInflightRollouts / c.batch.samples);
+  if (groups > ROLLOUTS_PER_WORKFLOW_MAX) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['maxInflightRollouts'],
+      message: `with async.mode "pump" at most ${ROLLOUTS_PER_WORKFLOW_MAX} groups (child workflows of ${c.batch.samples} rollouts) are in flight, so at most ${ROLLOUTS_PER_WORKFLOW_MAX * c.batch.samples}; got ${c.maxInflightRollouts}`,
+    });
+  }
+  if (c.policy.baseUrl) {
+    const streaming = a.order === 'streaming';
+    ctx.addIssue({
+      code: 'custom',
+      path: streaming ? ['async', 'order'] : ['async', 'mode'],
+      message: streaming
+        ? `"streaming" switches weights between the turns of an episode; the external server at policy.baseUrl (${c.policy.baseUrl}) serves one checkpoint at a time, swapped only by a verified sync, so it cannot: omit policy.baseUrl (our policy server holds several checkpoints) or use order "admission" with async.mode "one-step"`
+        : `"pump" keeps episodes of several checkpoints in flight at once; the external server at policy.baseUrl (${c.policy.baseUrl}) serves one at a time: omit policy.baseUrl (our policy server holds several checkpoints) or use async.mode "one-step"`,
+    });
+  }
+  if (c.eval) {
+    ctx.addIssue({ code: 'custom', path: ['eval'], message: 'validation during a run is not supported with async.mode "pump" yet: evaluate the checkpoints with `swerl eval`, or use async.mode "one-step"' });
+  }
+}
 export type TrainingConfigInput = z.input<typeof TrainingConfigSchema>;
 
 export type ConfigValidation = { ok: true; config: TrainingConfig } | { ok: false; errors: string[] };
@@ -307,7 +400,12 @@ function formatIssueList(issues: readonly z.core.$ZodIssue[], input: unknown, pr
       case 'unrecognized_keys':
         return [`${path}: unknown field(s) ${iss.keys.join(', ')}`];
       case 'invalid_union':
-        want = iss.path.at(-1) === 'kind' || ('note' in iss && iss.note === 'No matching discriminator') ? 'must be "frozenlake" or "swe"' : 'does not match any accepted shape';
+        want =
+          'options' in iss && Array.isArray(iss.options)
+            ? `must be one of ${(iss.options as unknown[]).map((x) => JSON.stringify(x)).join(', ')}`
+            : iss.path.at(-1) === 'kind' || ('note' in iss && iss.note === 'No matching discriminator')
+              ? 'must be "frozenlake" or "swe"'
+              : 'does not match any accepted shape';
         break;
       default:
         want = iss.message;

@@ -67,7 +67,7 @@ export interface RunEpisodeOptions {
 }
 
 /** The token stream and outcome of one episode: a Trajectory before its run/task/sample identity. */
-export interface EpisodeResult extends Pick<Trajectory, 'ids' | 'mask' | 'logprobs' | 'promptLength' | 'reward' | 'end' | 'steps'> {
+export interface EpisodeResult extends Pick<Trajectory, 'ids' | 'mask' | 'logprobs' | 'promptLength' | 'reward' | 'end' | 'steps' | 'versions'> {
   responseTokens: number;
   info: Record<string, unknown>;
 }
@@ -88,11 +88,16 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
   const ids: number[] = [];
   const mask: number[] = [];
   const logprobs: number[] = [];
+  // per token, the checkpoint of its turn, when the policy says which sampled it (a streaming episode switches
+  // between turns, DESIGN §10): the prompt takes the first turn's, an observation the turn before it
+  const versions: number[] = [];
+  let version: number | undefined;
   const push = (xs: readonly number[], m: 0 | 1, lps?: readonly number[]) => {
     xs.forEach((x, i) => {
       ids.push(x);
       mask.push(m);
       logprobs.push(m === 1 && lps ? lps[i] : 0);
+      versions.push(version ?? -1);
     });
   };
   const info: Record<string, unknown> = {};
@@ -126,6 +131,10 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
       ...(allowedIds ? { allowedIds } : {}),
     });
     if (out.ids.length !== out.logprobs.length) throw new Error(`policy returned ${out.ids.length} ids but ${out.logprobs.length} log-probs`);
+    if (out.version !== undefined) {
+      if (version === undefined) versions.fill(out.version);
+      version = out.version;
+    }
     push(out.ids, 1, out.logprobs);
     progress.responseTokens += out.ids.length;
     if (out.ids.at(-1) !== tok.imEnd) push([tok.imEnd], 0);
@@ -157,5 +166,5 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
     reward = r.reward;
     Object.assign(info, r.info ?? {});
   }
-  return { ids, mask, logprobs, promptLength, reward, end, steps: progress.steps, responseTokens: progress.responseTokens, info };
+  return { ids, mask, logprobs, promptLength, reward, end, steps: progress.steps, responseTokens: progress.responseTokens, info, ...(version !== undefined ? { versions } : {}) };
 }

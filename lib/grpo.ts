@@ -311,6 +311,8 @@ export interface MismatchStats {
   k3: number;
   /** with a correction: the fraction of compared tokens whose weight it changed (TIS: ρ > C; MIS: ρ outside [1/C, C]) */
   corrected?: number;
+  /** an asynchronous run: versions between the learner and the sampler of each compared token (DESIGN §10; max ≤ η) */
+  staleness?: { max: number; mean: number };
 }
 
 /**
@@ -336,10 +338,10 @@ export function logprobMismatch(learner: ArrayLike<number>, behaviour: ArrayLike
   return { tokens: n, meanAbsDelta: n ? sumAbs / n : 0, maxAbsDelta: maxAbs, k3: n ? k3 / n : 0 };
 }
 
-export type CorrectionKind = 'tis' | 'mis';
+export type CorrectionKind = 'tis' | 'mis' | 'decoupled';
 export interface Correction {
   kind: CorrectionKind;
-  /** C ≥ 1: TIS caps ρ at C; MIS keeps tokens with 1/C ≤ ρ ≤ C */
+  /** C ≥ 1: TIS and decoupled PPO cap ρ at C; MIS keeps tokens with 1/C ≤ ρ ≤ C */
   cap: number;
 }
 
@@ -367,14 +369,14 @@ export function correctedMask(
   c: Correction,
 ): { mask: Float32Array; changed: number } {
   if (!(c.cap >= 1)) throw new Error(`correction.cap: must be ≥ 1, got ${c.cap}`);
-  const weight = c.kind === 'tis' ? truncatedIsWeight : c.kind === 'mis' ? maskedIsWeight : null;
-  if (!weight) throw new Error(`correction.kind: must be "tis" or "mis", got ${JSON.stringify(c.kind)}`);
+  const weight = c.kind === 'tis' ? truncatedIsWeight : c.kind === 'mis' ? maskedIsWeight : c.kind === 'decoupled' ? decoupledPpoWeight : null;
+  if (!weight) throw new Error(`correction.kind: must be "tis", "mis" or "decoupled", got ${JSON.stringify(c.kind)}`);
   const out = new Float32Array(mask.length);
   let changed = 0;
   for (let t = 0; t < mask.length; t++) {
     if (mask[t] === 0) continue;
     const w = weight(learner[t], behaviour[t], c.cap);
-    if (c.kind === 'tis' ? w < Math.exp(learner[t] - behaviour[t]) : w === 0) changed++;
+    if (c.kind === 'mis' ? w === 0 : w < Math.exp(learner[t] - behaviour[t])) changed++;
     out[t] = mask[t] * w;
   }
   return { mask: out, changed };
@@ -394,4 +396,39 @@ export function keptTokens(values: ArrayLike<number>, allOffsets: ArrayLike<numb
     for (let t = allOffsets[i]; t < allOffsets[i + 1]; t++) out[pos++] = values[t];
   }
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoupled PPO (Hilton et al. 2022, "Batch size-invariance for policy optimization"; AReaL, Fu et al. 2025) for
+// asynchronous runs (DESIGN §10). Three policies: π_b the behaviour policy that sampled the token (a checkpoint
+// up to η versions old, stored log-prob), π_prox the proximal policy (the learner's pre-step weights: the log-probs
+// it recomputes before the update, π_old above) and π_θ the weights being optimised:
+//   ℓ_t = w_t · max(−A·r_t, −A·clip(r_t, 1−ε_low, 1+ε_high)),   r_t = π_θ/π_prox,   w_t = min(π_prox/π_b, C).
+// The trust region is around π_prox, not around the stale π_b (the "coupled" loss, whose ratio is π_θ/π_b,
+// clips most stale tokens away and is what collapses at η = 4 in AReaL's study); w_t corrects for sampling
+// from π_b. Both engines already compute the bracket with π_prox (they recompute π_old before the update),
+// so w_t enters as a multiplier of the loss mask, exactly like TIS: w_t is TIS's weight with ρ = π_prox/π_b.
+// What differs from "tis" is where ρ comes from and the defaults: in an async run ρ carries the staleness
+// as well as the numerics, and decoupled is what an async run gets when learner.correction is absent
+// (lib/config.ts effectiveCorrection); "none" there trains stale tokens as if on-policy (w_t ≡ 1).
+
+/** Decoupled PPO's behaviour weight w_t = min(π_prox/π_b, C): TIS's weight, the proximal policy in π_old's place. */
+export function decoupledPpoWeight(proxLp: number, behaviourLp: number, cap: number): number {
+  return truncatedIsWeight(proxLp, behaviourLp, cap);
+}
+
+/** GRPO++'s token loss (DESIGN §5) given log π_θ and log π_old: max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high)), r = π_θ/π_old. */
+export function clippedTokenLoss(lpTheta: number, lpOld: number, advantage: number, clipLow: number, clipHigh: number): number {
+  const r = Math.exp(lpTheta - lpOld);
+  return Math.max(-advantage * r, -advantage * Math.min(Math.max(r, 1 - clipLow), 1 + clipHigh));
+}
+
+/** Decoupled PPO's token loss: w · clippedTokenLoss(θ, prox), w = decoupledPpoWeight(prox, b, C) (the reference the engines' masked loss is held to). */
+export function decoupledPpoTokenLoss(
+  lp: { theta: number; prox: number; behaviour: number },
+  advantage: number,
+  clip: { low: number; high: number },
+  cap: number,
+): number {
+  return decoupledPpoWeight(lp.prox, lp.behaviour, cap) * clippedTokenLoss(lp.theta, lp.prox, advantage, clip.low, clip.high);
 }

@@ -42,6 +42,9 @@ export const keys = {
     `runs/${runId}/iter-${n}/traj/${safeSegment(taskId)}/${sample}.json`,
   /** a fanned-out iteration's LearnerItem[] of one child workflow */
   learnerItems: (runId: string, n: number, part: number) => `runs/${runId}/iter-${n}/learner-items/${part}.json`,
+  /** an async pump's group j of batch n: its LearnerItem[], summary and failures (DESIGN §10; the run recovers from these) */
+  groups: (runId: string, n: number) => `runs/${runId}/iter-${n}/groups`,
+  groupResult: (runId: string, n: number, j: number) => `runs/${runId}/iter-${n}/groups/${j}.json`,
   /** infrastructure failures of a rollout's attempts (the trajectory lists them once one attempt succeeds) */
   rolloutFailures: (runId: string, n: number, taskId: string, sample: number) => `runs/${runId}/iter-${n}/failures/${safeSegment(taskId)}/${sample}`,
   checkpoints: (runId: string) => `runs/${runId}/ckpt`,

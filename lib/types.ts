@@ -26,8 +26,10 @@ export interface Trajectory {
   iteration: number;
   taskId: string;
   sample: number;
-  /** checkpoint index the sampling policy served */
+  /** checkpoint index the sampling policy served (a streaming episode: the one of its first turn) */
   checkpoint: number;
+  /** a streaming episode (DESIGN §10): per token, the checkpoint that sampled it (mask-0 tokens: that of the turn they follow or precede) */
+  versions?: number[];
   ids: number[];
   /** 1 on sampled assistant tokens, 0 elsewhere, before compact filtering */
   mask: number[];
@@ -69,6 +71,8 @@ export interface CompletionResult {
   ids: number[];
   logprobs: number[];
   finishReason: 'stop' | 'length';
+  /** the checkpoint that sampled it, when the caller switches between several (an async streaming episode) */
+  version?: number;
 }
 
 /** Client side of a policy server (lib/policy-client.ts implements it over HTTP). */

@@ -2,7 +2,6 @@
 // one path (`generateOnServedModel`: hold the served model, check the request against it, generate its n
 // samples on the model's scheduler, let go) and shape the result in their own API's form, a choice per sample.
 import { randomUUID } from 'node:crypto';
-import { resolve } from 'node:path';
 import type { TemplateMessage, Tokenizer } from '../lib/tokenizer.ts';
 import { generate, type Generation, type GenerationRequest } from './generation.ts';
 import { badRequest, HttpError } from './http.ts';
@@ -31,11 +30,14 @@ interface Prepared {
 
 /** Holds the served model for the whole generation (a swap waits for it), so every token comes from one model. */
 async function generateOnServedModel(ctx: CompletionContext, p: Prepared, signal?: AbortSignal): Promise<{ generations: Generation[]; checkpoint: number | null }> {
-  const slot = ctx.models.acquire();
+  // a pinned request runs on the model of its directory when the server holds it, whichever one it serves now;
+  // each held model has its own scheduler, so requests pinned to different versions decode in different batches
+  const slot = ctx.models.acquire(p.modelPath);
+  if (!slot) {
+    const held = ctx.models.cachedPaths;
+    throw new HttpError(409, `model_path: ${JSON.stringify(p.modelPath)} is not loaded (holding ${JSON.stringify(held)}); load it with /update_weights_from_disk`, 'model_path');
+  }
   try {
-    if (p.modelPath != null && (slot.path === null || resolve(slot.path) !== resolve(p.modelPath))) {
-      throw new HttpError(409, `model_path: serving ${JSON.stringify(slot.path)}, not ${JSON.stringify(p.modelPath)}; load it with /update_weights_from_disk`, 'model_path');
-    }
     checkAgainstModel(slot, p.promptIds, p.request.maxTokens, p.idLists);
     return { generations: await generate(ctx.schedulers.of(slot.learner), ctx.tokenizer, p.promptIds, p.request, signal), checkpoint: slot.checkpoint };
   } finally {

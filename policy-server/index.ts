@@ -11,17 +11,19 @@ import type { AddressInfo } from 'node:net';
 import type { Tokenizer } from '../lib/tokenizer.ts';
 import { policyModelLoads } from '../activities/metrics.ts';
 import { sendError } from './http.ts';
-import { defaultLoadModel, ServedModels, slot, type LoadModel, type ServableModel } from './models.ts';
+import { defaultLoadModel, ServedModels, slot, type LoadModel, type ServableModel, type Slot } from './models.ts';
 import { route, type RouteContext } from './routes.ts';
 import { MAX_BATCH_DEFAULT, Schedulers } from './scheduler.ts';
 
 export type { LoadModel, ServableModel } from './models.ts';
+export { MODEL_CACHE_DEFAULT } from './models.ts';
 export { parseToolCallBlocks, type ParsedToolCalls } from './tool-calls.ts';
 export { MAX_SAMPLES, MAX_TOP_LOGPROBS } from './schemas.ts';
 export { MAX_BATCH_DEFAULT } from './scheduler.ts';
 
 export interface PolicyServerOptions {
-  learner: ServableModel;
+  /** the model served first (not closed by the server); absent: the server loads `modelPath` with `loadModel` */
+  learner?: ServableModel;
   /** enables string prompts, `text` in responses, `stop` strings and chat completions */
   tokenizer?: Tokenizer;
   /** 0 = ephemeral */
@@ -34,6 +36,8 @@ export interface PolicyServerOptions {
   modelPath?: string | null;
   /** loads a checkpoint directory for /update_weights_from_disk; default: gpu-learner's Learner.load on the CPU */
   loadModel?: LoadModel;
+  /** models held at once, by directory (models.ts; default MODEL_CACHE_DEFAULT) */
+  modelCache?: number;
   /** largest request body accepted, bytes */
   maxBodyBytes?: number;
   /** concurrent requests share decode steps (continuous batching, scheduler.ts); false: one request at a time per model (default true) */
@@ -47,15 +51,22 @@ export interface PolicyServer {
   port: number;
   /** stops accepting connections, waits for in-flight requests, closes learners the server loaded itself */
   close(): Promise<void>;
-  /** serves `learner` from now on; resolves once requests still running on the previous one finished */
+  /** serves `learner` (not closed by the server) from now on */
   setLearner(learner: ServableModel, checkpoint: number | null, modelPath?: string | null): Promise<void>;
+  /** serves the model in `dir` from now on: the server's copy, held or loaded (`loaded`); never the caller's object */
+  serveDirectory(dir: string, checkpoint: number | null): Promise<{ loaded: boolean }>;
   /** checkpoint index served now */
   readonly checkpoint: number | null;
 }
 
 export async function startPolicyServer(options: PolicyServerOptions): Promise<PolicyServer> {
   const host = options.host ?? '127.0.0.1';
-  const models = new ServedModels(slot(options.learner, options.checkpoint ?? null, options.modelPath ?? null, false));
+  const loadModel = options.loadModel ?? defaultLoadModel;
+  let first: Slot;
+  if (options.learner) first = slot(options.learner, options.checkpoint ?? null, options.modelPath ?? null, false);
+  else if (options.modelPath) first = slot(await loadModel(options.modelPath), options.checkpoint ?? null, options.modelPath, true);
+  else throw new Error('startPolicyServer: give a learner or a modelPath to load');
+  const models = new ServedModels(first, options.modelCache);
   policyModelLoads.inc({ via: 'start' });
   let closed = false;
   const ctx: RouteContext = {
@@ -63,7 +74,7 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
     ...(options.tokenizer ? { tokenizer: options.tokenizer } : {}),
     models,
     schedulers: new Schedulers({ batching: options.batching ?? true, maxBatch: options.maxBatch ?? MAX_BATCH_DEFAULT }),
-    loadModel: options.loadModel ?? defaultLoadModel,
+    loadModel,
     maxBodyBytes: options.maxBodyBytes ?? 64 * 1024 * 1024,
     created: Math.floor(Date.now() / 1000),
     closing: () => closed,
@@ -92,6 +103,11 @@ export async function startPolicyServer(options: PolicyServerOptions): Promise<P
     setLearner(learner: ServableModel, checkpoint: number | null, modelPath: string | null = null): Promise<void> {
       policyModelLoads.inc({ via: 'learner' });
       return models.serialised(() => models.swapIn(slot(learner, checkpoint, modelPath, false)));
+    },
+    async serveDirectory(dir: string, checkpoint: number | null): Promise<{ loaded: boolean }> {
+      const r = await models.serveDirectory(dir, checkpoint, loadModel, () => closed);
+      if (r.loaded) policyModelLoads.inc({ via: 'learner' });
+      return r;
     },
     async close(): Promise<void> {
       if (closed) return;

@@ -1,6 +1,10 @@
-// The model the server serves, and swapping it: a request holds the model it started on until it ends, a
-// swap serves the new model to new requests at once and closes the old one (when the server loaded it)
-// once its requests have finished. Swaps run one at a time.
+// The models the server holds, and swapping the one it serves. A small cache of models keyed by the directory
+// they were loaded from (checkpoint directories are written once, so a directory names its weights): runs and
+// episodes in flight on several checkpoints at once (two runs sharing a worker, an asynchronous run's versions
+// in use, DESIGN §10) each find theirs without a reload. A request holds the model it started on until it ends;
+// a swap serves the new model to new requests at once. Beyond `capacity` the least recently used models no
+// request is running on are closed (when the server loaded them). Loads and swaps run one at a time.
+import { resolve } from 'node:path';
 
 /** What the server needs from gpu-learner's `Learner` (structural, so any engine with this shape serves). */
 export interface ServableModel {
@@ -13,6 +17,9 @@ export interface ServableModel {
 }
 
 export type LoadModel = (dir: string) => Promise<ServableModel>;
+
+/** Models the server keeps loaded by default: the versions an asynchronous run has in use (η + 1) and another run's. */
+export const MODEL_CACHE_DEFAULT = 4;
 
 /** gpu-learner's Learner.load on the CPU. */
 export async function defaultLoadModel(dir: string): Promise<ServableModel> {
@@ -29,7 +36,7 @@ export interface Slot {
   readonly path: string | null;
   inFlight: number;
   drained: (() => void)[];
-  /** the server loaded it, so it closes it when replaced */
+  /** the server loaded it, so it closes it when it lets go of it */
   readonly owned: boolean;
 }
 
@@ -39,30 +46,86 @@ export function slot(learner: ServableModel, checkpoint: number | null, path: st
 
 export class ServedModels {
   private swaps: Promise<unknown> = Promise.resolve();
-  constructor(private slotNow: Slot) {}
+  /** models with a directory, least recently used first (the current one among them) */
+  private readonly byPath = new Map<string, Slot>();
 
-  /** the model new requests get */
+  constructor(
+    private slotNow: Slot,
+    readonly capacity = MODEL_CACHE_DEFAULT,
+  ) {
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`capacity: must be a positive integer, got ${capacity}`);
+    this.remember(slotNow);
+  }
+
+  /** the model new requests without a directory get */
   get current(): Slot {
     return this.slotNow;
   }
 
-  /** Holds the current model for one request (pair with release). */
-  acquire(): Slot {
-    const s = this.slotNow;
+  /** directories of the models held now, least recently used first */
+  get cachedPaths(): string[] {
+    return [...this.byPath.keys()];
+  }
+
+  /** The model loaded from `path`, marked most recently used; undefined when none is held. */
+  lookup(path: string): Slot | undefined {
+    const key = resolve(path);
+    const s = this.byPath.get(key);
+    if (s) {
+      this.byPath.delete(key);
+      this.byPath.set(key, s);
+    }
+    return s;
+  }
+
+  /** Holds a model for one request (pair with release): the one loaded from `path`, or the current one when no path is given; null when `path` is not held. */
+  acquire(path?: string | null): Slot | null {
+    const s = path == null ? this.slotNow : this.lookup(path);
+    if (!s) return null;
     s.inFlight++;
     return s;
   }
 
   release(s: Slot): void {
-    if (--s.inFlight === 0) for (const f of s.drained.splice(0)) f();
+    if (--s.inFlight > 0) return;
+    for (const f of s.drained.splice(0)) f();
+    this.evict();
   }
 
-  /** Serves `next` to new requests, then waits for the old model's requests and closes it when owned (call it inside `serialised`). */
+  /**
+   * Serves `next` to new requests and keeps it by its directory. A model without a directory cannot be asked for
+   * again: once replaced it is closed after its requests (when owned). Call it inside `serialised`.
+   */
   async swapIn(next: Slot): Promise<void> {
     const old = this.slotNow;
     this.slotNow = next;
-    await drained(old);
-    if (old.owned) old.learner.close();
+    this.remember(next);
+    this.evict();
+    if (old.path === null && old !== next) {
+      await drained(old);
+      if (old.owned) old.learner.close();
+    }
+  }
+
+  /**
+   * Serves the model in directory `path` (checkpoint index `checkpoint`): the one held, or a copy `load` reads
+   * (the server owns it). Whether it had to load. Runs after the swaps queued before it.
+   */
+  serveDirectory(path: string, checkpoint: number | null, load: LoadModel, closing: () => boolean = () => false): Promise<{ loaded: boolean }> {
+    return this.serialised(async () => {
+      const held = this.lookup(path);
+      if (held && held.checkpoint === checkpoint) {
+        this.slotNow = held;
+        return { loaded: false };
+      }
+      const learner = await load(path);
+      if (closing()) {
+        learner.close();
+        throw new ServerClosingError();
+      }
+      await this.swapIn(slot(learner, checkpoint, path, true));
+      return { loaded: true };
+    });
   }
 
   /** Runs `fn` after every swap queued before it, so loads and swaps happen one at a time, in order. */
@@ -72,15 +135,45 @@ export class ServedModels {
     return p;
   }
 
-  /** Waits for pending swaps, then for the requests on the current model. */
+  /** Waits for pending swaps, then for the requests on every model held. */
   async settle(): Promise<void> {
     await this.swaps;
-    await drained(this.slotNow);
+    await Promise.all([this.slotNow, ...this.byPath.values()].map(drained));
   }
 
-  /** Closes the current model when the server loaded it (after `settle`, at shutdown). */
+  /** Closes every model the server loaded (after `settle`, at shutdown). */
   closeOwned(): void {
-    if (this.slotNow.owned) this.slotNow.learner.close();
+    const all = new Set([this.slotNow, ...this.byPath.values()]);
+    this.byPath.clear();
+    for (const s of all) if (s.owned) s.learner.close();
+  }
+
+  private remember(s: Slot): void {
+    if (s.path === null) return;
+    const key = resolve(s.path);
+    const before = this.byPath.get(key);
+    this.byPath.delete(key);
+    this.byPath.set(key, s);
+    // the same directory loaded again (another checkpoint index for it): the older copy goes once idle
+    if (before && before !== s && before.owned) void drained(before).then(() => before.learner.close());
+  }
+
+  /** Closes the least recently used models beyond `capacity` that no request runs on and that are not served now. */
+  private evict(): void {
+    for (const [key, s] of this.byPath) {
+      if (this.byPath.size <= this.capacity) return;
+      if (s === this.slotNow || s.inFlight > 0) continue;
+      this.byPath.delete(key);
+      if (s.owned) s.learner.close();
+    }
+  }
+}
+
+/** The server is shutting down: a model loaded meanwhile is not served. */
+export class ServerClosingError extends Error {
+  override name = 'ServerClosingError';
+  constructor() {
+    super('server is closing');
   }
 }
 

@@ -3,7 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { policyModelLoads } from '../activities/metrics.ts';
 import { chatCompletions, completions, type CompletionContext } from './completions.ts';
 import { badRequest, HttpError, readJson, send, whileClientWaits } from './http.ts';
-import { slot, type LoadModel, type ServableModel } from './models.ts';
+import { ServerClosingError, type LoadModel } from './models.ts';
 import { UpdateWeightsBodySchema } from './schemas.ts';
 
 export interface RouteContext extends CompletionContext {
@@ -47,24 +47,32 @@ export async function route(ctx: RouteContext, req: IncomingMessage, res: Server
   throw new HttpError(404, `no route ${method} ${path}`);
 }
 
-/** POST /update_weights_from_disk: loads the directory, then serves it (after the requests on the old model end). */
+/**
+ * POST /update_weights_from_disk: serves the directory from now on, the copy held (no load) or a new one loaded
+ * (requests still running on the previous model finish on it).
+ */
 async function updateWeights(ctx: RouteContext, body: unknown): Promise<unknown> {
   const parsed = UpdateWeightsBodySchema.safeParse(body);
   if (!parsed.success) throw badRequest(parsed.error, body);
   const { model_path: path, checkpoint } = parsed.data;
-  return ctx.models.serialised(async () => {
-    let learner: ServableModel;
+  let loaded: boolean;
+  try {
+    ({ loaded } = await ctx.models.serveDirectory(path, checkpoint ?? null, loadOrBadRequest(ctx.loadModel), ctx.closing));
+  } catch (e) {
+    if (e instanceof ServerClosingError) throw new HttpError(503, e.message);
+    throw e;
+  }
+  if (loaded) policyModelLoads.inc({ via: 'update_weights_from_disk' });
+  return { success: true, message: `serving ${path}`, checkpoint: checkpoint ?? null, loaded };
+}
+
+/** A directory that does not load is the request's fault (400 naming model_path). */
+function loadOrBadRequest(load: LoadModel): LoadModel {
+  return async (path) => {
     try {
-      learner = await ctx.loadModel(path);
+      return await load(path);
     } catch (e) {
       throw new HttpError(400, `model_path: ${JSON.stringify(path)} does not load: ${(e as Error).message}`, 'model_path');
     }
-    if (ctx.closing()) {
-      learner.close();
-      throw new HttpError(503, 'server is closing');
-    }
-    await ctx.models.swapIn(slot(learner, checkpoint ?? null, path, true));
-    policyModelLoads.inc({ via: 'update_weights_from_disk' });
-    return { success: true, message: `serving ${path}`, checkpoint: checkpoint ?? null };
-  });
+  };
 }

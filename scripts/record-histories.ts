@@ -3,8 +3,10 @@
 // Re-record after an intended workflow change; a change that breaks replay of histories of runs still in
 // flight needs patched() until they end. Scenarios (arguments; all when none): `run` (trainingRun-0/1.json:
 // two runs of a continue-as-new chain with pause, update, query and resume, its tracker down so it ends with
-// a trackingCatchUp child, trackingCatchUp-run-0.json; rlIteration-0/1.json) and `fanout`
-// (rlIteration-fanout.json and its rolloutChunk-fanout-*.json children). Record only the one you change.
+// a trackingCatchUp child, trackingCatchUp-run-0.json; rlIteration-0/1.json), `fanout`
+// (rlIteration-fanout.json and its rolloutChunk-fanout-*.json children), `one-step` (trainingRun-one-step-*.json, a
+// chain, and oneStepIteration-0/1.json) and `pump` (trainingRun-pump-admission-*.json, a chain, trainingRun-pump-
+// streaming-0.json, and a rolloutGroup of each). Record only the one you change.
 import { mkdirSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +17,7 @@ import { startDevServer } from '../services/temporal-server.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { startWorkers } from '../workers/index.ts';
 import { pauseSignal, resumeSignal, statusQuery, updateHyperparametersUpdate } from '../workflows/signals.ts';
-import { iterationWorkflowId, rolloutChunkWorkflowId } from '../workflows/shapes.ts';
+import { iterationWorkflowId, rolloutChunkWorkflowId, rolloutGroupWorkflowId } from '../workflows/shapes.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 
 const scenarios = process.argv.slice(2);
@@ -43,6 +45,13 @@ try {
     learner: { device: 'cpu', threads: 1, timeoutMinutes: 10 },
   });
   mkdirSync(outDir, { recursive: true });
+  /** The run ids of a continue-as-new chain, oldest first. */
+  const runChain = async (workflowId: string): Promise<string[]> => {
+    const runs: string[] = [];
+    for await (const w of client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) runs.push(w.runId);
+    const chain = await Promise.all(runs.map(async (r) => ({ r, start: (await client.workflow.getHandle(workflowId, r).describe()).startTime.getTime() })));
+    return chain.sort((a, b) => a.start - b.start).map((x) => x.r);
+  };
   const save = async (workflowId: string, file: string, runId?: string) => {
     const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
     writeFileSync(join(outDir, file), historyToJSON(history));
@@ -72,6 +81,36 @@ try {
     await save(trackingCatchUpWorkflowId(runId), 'trackingCatchUp-run-0.json');
     await catchUp.terminate('recorded');
     console.log(`recorded ${chain.length} trainingRun, 2 rlIteration and 1 trackingCatchUp histories into ${outDir}`);
+  }
+  if (wanted('one-step')) {
+    // async one-step (DESIGN §10): two iterations, one continue-as-new between them carrying the pending batch
+    const runId = 'recorded-one-step';
+    const config = { ...baseConfig(runId), continueAsNewEvery: 1, async: { mode: 'one-step' } };
+    await client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+    const chain = await runChain(runId);
+    let i = 0;
+    for (const r of chain) await save(runId, `trainingRun-one-step-${i++}.json`, r);
+    for (const n of [0, 1]) await save(iterationWorkflowId(runId, n), `oneStepIteration-${n}.json`);
+    console.log(`recorded ${chain.length} one-step trainingRun and 2 oneStepIteration histories into ${outDir}`);
+  }
+  if (wanted('pump')) {
+    // async pump (DESIGN §10), admission order with a continue-as-new after each step (its groups outlive it), and
+    // streaming order in one run; with the first group of each
+    for (const order of ['admission', 'streaming'] as const) {
+      const runId = `recorded-pump-${order}`;
+      const config = {
+        ...baseConfig(runId),
+        maxInflightRollouts: 8,
+        async: { mode: 'pump', maxStaleness: 1, order },
+        ...(order === 'admission' ? { continueAsNewEvery: 1 } : {}),
+      };
+      await client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
+      const chain = await runChain(runId);
+      let i = 0;
+      for (const r of chain) await save(runId, `trainingRun-pump-${order}-${i++}.json`, r);
+      await save(rolloutGroupWorkflowId(runId, 0), `rolloutGroup-${order}-0.json`);
+      console.log(`recorded ${chain.length} pump (${order}) trainingRun histories and a rolloutGroup into ${outDir}`);
+    }
   }
   if (wanted('fanout')) {
     // 3 tasks × 2 samples, 2 rollouts per workflow: three rolloutChunk children of one task, two at a time

@@ -10,6 +10,7 @@ import {
   generateMap,
   hasPath,
   parseAction,
+  stepLatencyMs,
   renderGrid,
 } from '../lib/envs/frozenlake.ts';
 
@@ -136,4 +137,28 @@ test('task ids are deterministic and name their map', () => {
   assert.equal(env.mapSeed, Number(a[0].slice(3)));
   assert.deepEqual(env.map, generateMap(env.mapSeed, 5, 0.2));
   assert.throws(() => frozenLakeFromTaskId('swe-1'), /not a FrozenLake task id/);
+});
+
+test('the long-tailed variant: a seeded lognormal wait per step, its median growing with the step, capped', async () => {
+  const l = { medianMs: 10, sigma: 1, growth: 0.5, maxMs: 1000 };
+  assert.equal(stepLatencyMs(l, 3, 4, 2), stepLatencyMs(l, 3, 4, 2), 'the same episode waits the same');
+  assert.notEqual(stepLatencyMs(l, 3, 4, 2), stepLatencyMs(l, 3, 5, 2));
+  // over many episodes: the median of step t is 10·(1 + 0.5t) (lognormal median = e^μ); the tail is long
+  for (const t of [1, 4]) {
+    const xs = Array.from({ length: 4001 }, (_, e) => stepLatencyMs(l, 1, e, t)).sort((a, b) => a - b);
+    const median = 10 * (1 + 0.5 * t);
+    assert.ok(Math.abs(xs[2000]! / median - 1) < 0.1, `step ${t}: median ${xs[2000]} vs ${median}`);
+    // p99 of a σ = 1 lognormal: e^2.326 ≈ 10.2 × the median
+    assert.ok(xs[3960]! / median > 7 && xs[3960]! / median < 14, `step ${t}: p99 ${xs[3960]}`);
+    assert.ok(xs.at(-1)! <= 1000);
+  }
+  assert.ok(Math.abs(stepLatencyMs({ ...l, sigma: 0 }, 1, 1, 2) - 20) < 1e-9, 'σ = 0: the median itself');
+  // the environment waits it before each step (counted here, not slept)
+  const waits: number[] = [];
+  const env = new FrozenLakeEnv(7, { latency: l }, 9, async (ms) => void waits.push(ms));
+  await env.reset();
+  await env.step('R');
+  await env.step('D');
+  assert.deepEqual(waits, [stepLatencyMs(l, 7, 9, 1), stepLatencyMs(l, 7, 9, 2)]);
+  assert.throws(() => FrozenLakeConfigSchema.parse({ latency: { medianMs: -1 } }), /medianMs/);
 });

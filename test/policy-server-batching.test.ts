@@ -4,7 +4,8 @@
 // request by request, exactly what each gets alone and what the single-stream server (batching: false) gives;
 // n samples and requests with one prompt share a prefill; swaps and training steps never mix weights within a
 // request; maxBatch bounds the batch; a client that goes away ends its sequence; an engine without batched
-// decoding (the CUDA backend refuses decodeAdd, naming its device) is served one request at a time.
+// decoding (the CUDA backend refuses decodeAdd, naming its device) is served one request at a time. Requests
+// pinned to different held versions decode on their own models, in separate batches.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -75,7 +76,7 @@ async function fixture(t: { after(fn: () => Promise<void>): void }) {
   const tokenizer: Tokenizer = await loadTokenizer(ckpt0.dir);
   const learner = await load(ckpt0.dir);
   const servers: PolicyServer[] = [];
-  const serve = async (o: { batching?: boolean; maxBatch?: number; learner?: ServableModel } = {}) => {
+  const serve = async (o: { batching?: boolean; maxBatch?: number; modelCache?: number; learner?: ServableModel } = {}) => {
     const s = await startPolicyServer({ learner: learner, tokenizer, modelName: 'tiny', checkpoint: 0, modelPath: ckpt0.dir, loadModel: load, ...o });
     servers.push(s);
     return s;
@@ -206,9 +207,27 @@ test('a swap during batched decoding: requests on the old model finish on it, la
   });
   assert.ok(onOld >= 2, 'requests in flight during the swap finished on the old model');
   after.forEach((a, i) => assert.deepEqual(a, onNew[i], `request ${i} after the swap`));
-  // a request pinned to the old directory is refused once the new one is served
-  const pinned = await post(server, '/v1/completions', { prompt, max_tokens: 2, model_path: join(ckpt1.dir, '..', 'ckpt-0') });
-  assert.equal(pinned.status, 409);
+  // requests pinned to the two versions at once (the server holds both, policy-server/models.ts): each runs on its
+  // own model, in that model's batch; no decoding step holds sequences of both
+  const ckpt0Dir = join(ckpt1.dir, '..', 'ckpt-0');
+  const h0 = await histogram(policyBatchSize);
+  const pinned = await Promise.all([
+    ...reqs.map((r) => answer(server, [r[0], { ...r[1], model_path: ckpt0Dir }])),
+    ...reqs.map((r) => answer(server, [r[0], { ...r[1], model_path: ckpt1.dir }])),
+  ]);
+  const h1 = await histogram(policyBatchSize);
+  reqs.forEach((_, i) => {
+    assert.deepEqual(pinned[i], old[i], `request ${i} pinned to checkpoint 0`);
+    assert.deepEqual(pinned[reqs.length + i], onNew[i], `request ${i} pinned to checkpoint 1`);
+  });
+  assert.equal(h1.bucket(4) - h0.bucket(4), h1.count - h0.count, 'no step of more than the 4 requests of one version');
+  assert.ok(h1.bucket(1) - h0.bucket(1) < h1.count - h0.count, 'requests of one version decoded together');
+  // a server holding one model lets the old one go once the new one is served: a request pinned to it is refused
+  const single = await serve({ modelCache: 1 });
+  assert.equal((await post(single, '/update_weights_from_disk', { model_path: ckpt1.dir, checkpoint: 1 })).status, 200);
+  const refused = await post(single, '/v1/completions', { prompt, max_tokens: 2, model_path: ckpt0Dir });
+  assert.equal(refused.status, 409);
+  assert.equal(refused.body.error?.param, 'model_path');
 });
 
 test('a training step on the served learner waits for the sequences decoding on it, and holds new ones until it is done', async (t) => {

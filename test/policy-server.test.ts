@@ -11,6 +11,10 @@ import { startPolicyServer, type PolicyServer, type ServableModel } from '../pol
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { FROZENLAKE_ACTION_IDS, writeModel } from '../lib/presets.ts';
 import { createPolicyClient, servesCheckpoint } from '../lib/policy-client.ts';
+import { policyModelLoads } from '../activities/metrics.ts';
+
+/** models /update_weights_from_disk loaded so far (this process's server) */
+const updateLoads = async () => (await policyModelLoads.get()).values.find((v) => v.labels.via === 'update_weights_from_disk')?.value ?? 0;
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const built = existsSync(join(repo, 'gpu-learner', 'index.ts')) && existsSync(join(repo, 'gpu-learner', 'build', 'gpu_learner.node'));
@@ -183,19 +187,30 @@ test('policy server over a real Learner', { skip }, async (t) => {
     const theirs = (await complete(body)).choices[0]!;
     assert.notDeepEqual(theirs.logprobs.token_logprobs, mine.logprobs.token_logprobs);
 
-    // pinned completions: a request for another directory is a 409, and a pinned client reloads its own
-    const raw = await post<ErrorBody>('/v1/completions', { ...body, model: 'tiny', model_path: ckpt1.dir });
+    // pinned completions run on the model of their directory while the server holds it, whichever it serves now
+    const pinned = await post<{ checkpoint: number; choices: { logprobs: { token_logprobs: number[] } }[] }>('/v1/completions', { ...body, model: 'tiny', model_path: ckpt1.dir });
+    assert.equal(pinned.status, 200);
+    assert.deepEqual(pinned.body.choices[0]!.logprobs.token_logprobs, mine.logprobs.token_logprobs);
+    // a directory it does not hold is a 409, and a pinned client loads its own
+    const third = await writeModel(join(root, 'third-run', 'ckpt', '1'), 'tiny', 4);
+    const raw = await post<ErrorBody>('/v1/completions', { ...body, model: 'tiny', model_path: third.dir });
     assert.equal(raw.status, 409);
     assert.equal(raw.body.error.param, 'model_path');
+    const loadsBefore = await updateLoads();
     const a = createPolicyClient({ baseUrl: server.url, model: 'tiny', retries: 0, pin: { dir: ckpt1.dir, checkpoint: 1 } });
     const b = createPolicyClient({ baseUrl: server.url, model: 'tiny', retries: 0, pin: { dir: other.dir, checkpoint: 1 } });
+    const c = createPolicyClient({ baseUrl: server.url, model: 'tiny', retries: 0, pin: { dir: third.dir, checkpoint: 1 } });
     const ask = { promptIds: prompt, maxTokens: 6, temperature: 1, topP: 1, seed: 5 };
-    // two users taking turns on one server, each swapping its own model in: every answer is from its own model
+    // three users on one server at once: every answer is from its own model, and only the one not held was loaded
+    let third0: number[] | null = null;
     for (let i = 0; i < 3; i++) {
-      const [x, y] = await Promise.all([a.complete(ask), b.complete(ask)]);
+      const [x, y, z] = await Promise.all([a.complete(ask), b.complete(ask), c.complete(ask)]);
       assert.deepEqual(x.logprobs, mine.logprobs.token_logprobs);
       assert.deepEqual(y.logprobs, theirs.logprobs.token_logprobs);
+      third0 ??= z.logprobs;
+      assert.deepEqual(z.logprobs, third0);
     }
+    assert.equal((await updateLoads()) - loadsBefore, 1, 'one load: the third directory');
 
     // an evaluated model directory (no run's checkpoint) is index -1, also when a pinned client reloads it
     const path = createPolicyClient({ baseUrl: server.url, model: 'tiny', retries: 0, pin: { dir: ckpt0.dir, checkpoint: -1 } });

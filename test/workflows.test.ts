@@ -16,6 +16,9 @@ import { buildWorkflowBundle } from '../workers/index.ts';
 import { EVAL_DONE_SA, EVAL_PASS1_SA, RL_EVAL_PASS1_SA } from '../workflows/evaluation-signals.ts';
 import { RL_ITERATION_SA, RL_MEAN_REWARD_SA, RL_PHASE_SA } from '../workflows/signals.ts';
 import type { LearnerStepInput, RolloutInput, TrainingRunResult } from '../workflows/shapes.ts';
+import type { GroupResult } from '../activities/pump.ts';
+import { statusQuery, stopAfterIterationSignal } from '../workflows/signals.ts';
+import { mergeIterationSummaries } from '../lib/grpo.ts';
 import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
 import { tinyConfig } from './helpers/temporal.ts';
 
@@ -35,7 +38,7 @@ before(async () => {
     buildWorkflowBundle(),
   ]);
   // every activity name the workflows schedule, each calling the current test's stub
-  const names = ['initCheckpoint', 'sampleBatch', 'syncPolicy', 'rollout', 'learnerStep', 'storeLearnerItems', 'recordMetrics', 'reportRun', 'prepareEvaluation', 'evalEpisode', 'recordEvalError', 'writeEvaluationReport', 'reportEvaluation'] as const;
+  const names = ['initCheckpoint', 'sampleBatch', 'syncPolicy', 'rollout', 'learnerStep', 'storeLearnerItems', 'recordMetrics', 'reportRun', 'prepareEvaluation', 'evalEpisode', 'recordEvalError', 'writeEvaluationReport', 'reportEvaluation', 'recoverPump', 'storeGroupResult', 'collectBatch'] as const;
   const activities = Object.fromEntries(
     names.map((n) => [n, (...args: unknown[]) => {
       const f = stubs[n] as ((...a: unknown[]) => Promise<unknown>) | undefined;
@@ -158,4 +161,84 @@ test('a bad config fails the workflow at once, naming the field and the value', 
       },
     );
   }
+});
+
+/** Stubs of a pump run's activities over an in-memory store: what each rollout and step saw. */
+function pumpStubs() {
+  const groups = new Map<string, GroupResult>();
+  const seen = { rollouts: [] as RolloutInput[], steps: [] as { checkpoint: number; keys: string[] }[], syncs: [] as number[] };
+  const activities: Partial<Activities> = {
+    initCheckpoint: async () => ({ checkpoint: 0, key: 'ckpt/0', created: true }),
+    recoverPump: async () => ({ checkpoint: 0, stored: [], missingMetrics: [] }),
+    sampleBatch: async ({ n }) => ({ taskIds: [`a${n}`, `b${n}`], configKey: `cfg/${n}` }),
+    syncPolicy: async ({ checkpoint }) => {
+      seen.syncs.push(checkpoint);
+      return { policyUrl: 'http://policy', checkpoint };
+    },
+    rollout: async (inp) => {
+      seen.rollouts.push(inp);
+      return summaryOf(inp, inp.sample === 0 ? 1 : 0);
+    },
+    storeGroupResult: async ({ n, j, result }) => {
+      groups.set(`g/${n}/${j}`, result);
+      return { key: `g/${n}/${j}` };
+    },
+    collectBatch: async ({ n, groupsPerBatch }) => {
+      const keys = Array.from({ length: groupsPerBatch }, (_, j) => `g/${n}/${j}`);
+      const parts = keys.map((k) => groups.get(k)!);
+      return { itemParts: keys, summary: mergeIterationSummaries(parts.map((p) => p.summary)), failures: [], rolloutErrors: 0, sampledFrom: Math.min(...parts.map((p) => p.checkpoint)) };
+    },
+    learnerStep: async (inp) => {
+      seen.steps.push({ checkpoint: inp.checkpoint, keys: inp.itemParts ?? [] });
+      const items = (inp.itemParts ?? []).flatMap((k) => groups.get(k)!.items);
+      return { checkpoint: inp.checkpoint + 1, loss: 0, gradNorm: 1, clipFraction: 0, skipped: false, tokens: 8, trajectories: items.length, sequences: items.length, lr: 1e-3, reused: false } as never;
+    },
+    recordMetrics: async () => undefined,
+    reportRun: async () => ({ iterations: 0, plots: [], tracking: null }),
+  };
+  return { activities, seen, groups };
+}
+
+test('pump (admission, η = 1) through continue-as-new after every step: batch n from checkpoint n−1, step k on exactly batch k\'s groups', async () => {
+  const { activities, seen } = pumpStubs();
+  const config = { ...tinyConfig('/tmp/unused', { runId: 'wf-pump', iterations: 4, batch: { tasks: 2, samples: 2 }, maxInflightRollouts: 8, async: { mode: 'pump', maxStaleness: 1 } }), continueAsNewEvery: 1 };
+  const result = (await withWorkers(activities, () => env.client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: 'wf-pump', args: [config] }))) as TrainingRunResult;
+  assert.equal(result.checkpoint, 4);
+  assert.deepEqual(result.recent.map((r) => r.iteration), [0, 1, 2, 3]);
+  assert.deepEqual(seen.steps, [0, 1, 2, 3].map((k) => ({ checkpoint: k, keys: [`g/${k}/0`, `g/${k}/1`] })));
+  for (const r of seen.rollouts) assert.equal(r.checkpoint, Math.max(0, r.n - 1), `${r.taskId}/${r.sample} of batch ${r.n}`);
+  assert.equal(seen.rollouts.length, 4 * 2 * 2, 'each rollout once');
+  assert.ok(seen.rollouts.every((r) => r.streaming === undefined));
+  // a sync of the newest checkpoint at the start and after each step
+  assert.deepEqual(seen.syncs, [0, 1, 2, 3, 4]);
+  const runs: string[] = [];
+  for await (const w of env.client.workflow.list({ query: `WorkflowId = 'wf-pump'` })) runs.push(w.runId);
+  assert.ok(runs.length >= 4, `a chain of ${runs.length} runs`);
+  assert.equal(result.lastMetrics!.sampledFrom, 2);
+});
+
+test('pump (streaming, η = 2): rollouts may move up to their batch; a stop after step 1 admits no later batch and ends once it is trained', async () => {
+  const { activities, seen } = pumpStubs();
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const step = activities.learnerStep!;
+  // the first step waits until the stop request is in
+  activities.learnerStep = async (inp) => {
+    if (inp.checkpoint === 0) await gate;
+    return step(inp);
+  };
+  const config = tinyConfig('/tmp/unused', { runId: 'wf-pump-stop', iterations: 6, batch: { tasks: 2, samples: 2 }, maxInflightRollouts: 12, async: { mode: 'pump', maxStaleness: 2, order: 'streaming' } });
+  const h = await withWorkers(activities, () => env.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: 'wf-pump-stop', args: [config] }));
+  const deadline = Date.now() + 60_000;
+  while (seen.steps.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const st = await h.query(statusQuery);
+  assert.deepEqual(st.pump, { inFlight: 0, done: 4, next: 6 }, 'three batches admitted (C = 12 rollouts), batch 0 in its step, batches 1 and 2 complete');
+  await h.signal(stopAfterIterationSignal, { iteration: 1 });
+  release();
+  const result = (await h.result()) as TrainingRunResult;
+  assert.equal(result.stopped, true);
+  assert.equal(result.checkpoint, 2);
+  assert.deepEqual(seen.steps.map((s) => s.checkpoint), [0, 1]);
+  assert.ok(Math.max(...seen.rollouts.map((r) => r.n)) <= 2, 'nothing of batch 3 or later');
+  for (const r of seen.rollouts) assert.deepEqual(r.streaming, { newest: r.n });
 });

@@ -5,3 +5,5 @@ export { validateTasks } from './validate-tasks.ts';
 export { evaluationRun, evaluationShard } from './evaluation-run.ts';
 export { trackingCatchUp } from './run-reporting.ts';
 export { selectBestOfK, selectionShard } from './select-best-of-k.ts';
+export { oneStepIteration } from './one-step-iteration.ts';
+export { rolloutGroup } from './pump.ts';

@@ -45,7 +45,7 @@ import { rolloutChunkWorkflowId, TASK_QUEUES } from './shapes.ts';
 type Activities = ReturnType<typeof createActivities>;
 
 /** failures listed in the metrics (the count is exact) */
-const MAX_REPORTED_FAILURES = 20;
+export const MAX_REPORTED_FAILURES = 20;
 /** progress signals a rollout child workflow sends its iteration (each costs both histories a few events) */
 const PROGRESS_SIGNALS_PER_CHUNK = 10;
 /** Retired version branches (deprecated: no run needs the old paths): rollouts in child workflows, validation, rollout summaries. */
@@ -84,7 +84,7 @@ export async function rlIteration(input: RlIterationInput): Promise<RlIterationR
   return { checkpoint: step.checkpoint, metrics };
 }
 
-function activitiesFor(config: TrainingConfig) {
+export function activitiesFor(config: TrainingConfig) {
   const store = proxyActivities<Activities>({ taskQueue: TASK_QUEUES.rollout, startToCloseTimeout: '5 minutes', retry: RetryPolicies.short() });
   const learner = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.learner,
@@ -103,13 +103,13 @@ function activitiesFor(config: TrainingConfig) {
 }
 
 /** syncPolicy's input; only vLLM's weightSync is sent, so the inputs of other runs stay as they were. */
-function syncPolicyInput({ runId, checkpoint, config }: Pick<RlIterationInput, 'runId' | 'checkpoint' | 'config'>) {
+export function syncPolicyInput({ runId, checkpoint, config }: Pick<RlIterationInput, 'runId' | 'checkpoint' | 'config'>) {
   const weightSync = config.policy.baseUrl && config.policy.weightSync === 'vllm' ? { weightSync: 'vllm' as const } : {};
   return { storeUrl: config.store.url, runId, checkpoint, policyBaseUrl: config.policy.baseUrl, model: config.policy.model, ...weightSync };
 }
 
 /** The iteration's phase and rollout counts: the progress query, the search attributes and the parent run see them. */
-class IterationProgressView {
+export class IterationProgressView {
   readonly progress: IterationProgress;
   private readonly parent = workflowInfo().parent;
 
@@ -137,7 +137,7 @@ class IterationProgressView {
 }
 
 /** The iteration's rollouts, run here or fanned out: what the learner step reads, their summary and failures. */
-interface Rollouts {
+export interface Rollouts {
   step: Pick<LearnerStepInput, 'items' | 'itemParts'>;
   summary: IterationSummary;
   failures: RolloutFailure[];
@@ -146,7 +146,7 @@ interface Rollouts {
 }
 
 /** Runs the batch's rollouts here, or through child workflows when it is larger than one workflow's share. */
-async function rollOut(input: RlIterationInput, taskIds: string[], policyUrl: string, progress: IterationProgress): Promise<Rollouts> {
+export async function rollOut(input: RlIterationInput, taskIds: string[], policyUrl: string, progress: IterationProgress): Promise<Rollouts> {
   const { config } = input;
   if (progress.rolloutsTotal > (config.rolloutsPerWorkflow ?? ROLLOUTS_PER_WORKFLOW_DEFAULT)) {
     const chunks = await fanOutRollouts(input, taskIds, policyUrl, progress);
@@ -169,12 +169,14 @@ async function rollOut(input: RlIterationInput, taskIds: string[], policyUrl: st
  * whose retries ran out is an infrastructure loss: listed in `failures`, left out of the baselines, the
  * learner's batch and the means.
  */
-async function rollOutTasks(
+export async function rollOutTasks(
   input: Pick<RlIterationInput, 'runId' | 'n' | 'checkpoint' | 'config'>,
   taskIds: string[],
   lanes: number,
   firstPolicyUrl: string,
   onDone: (ok: boolean) => void,
+  /** an async streaming group's (RolloutInput.streaming); absent elsewhere, so other rollouts' inputs stay as they were */
+  extra: Pick<RolloutInput, 'streaming'> = {},
 ): Promise<{ items: LearnerItem[]; summary: IterationSummary; failures: RolloutFailure[] }> {
   const { runId, n, checkpoint, config } = input;
   const { learner, rollouts } = activitiesFor(config);
@@ -182,7 +184,7 @@ async function rollOutTasks(
   // the policy server went away (its learner worker restarted): one shared syncPolicy, then retry
   const policy = policyResync(firstPolicyUrl, async () => (await learner.syncPolicy(syncPolicyInput(input))).policyUrl);
   const inputs = taskIds.flatMap((taskId) =>
-    Array.from({ length: config.batch.samples }, (_, sample): RolloutInput => ({ storeUrl: config.store.url, runId, n, taskId, sample, checkpoint, policyUrl: firstPolicyUrl })),
+    Array.from({ length: config.batch.samples }, (_, sample): RolloutInput => ({ storeUrl: config.store.url, runId, n, taskId, sample, checkpoint, policyUrl: firstPolicyUrl, ...extra })),
   );
   const summaries = await mapInLanes(inputs, lanes, async (inp): Promise<RolloutSummary> => {
     try {
@@ -267,10 +269,10 @@ export async function rolloutChunk(input: RolloutChunkInput): Promise<RolloutChu
   return { chunk, rollouts: total, rolloutErrors: errors, failures: r.failures.slice(0, MAX_REPORTED_FAILURES), summary: r.summary, itemsKey: stored.key };
 }
 
-type Validation = Pick<IterationMetrics, 'eval' | 'evalSeconds' | 'evalErrors'>;
+export type Validation = Pick<IterationMetrics, 'eval' | 'evalSeconds' | 'evalErrors'>;
 
 /** The new checkpoint on the held-out tasks (config.eval), as a child evaluationRun. */
-async function validate(input: RlIterationInput, checkpoint: number, it: IterationProgressView): Promise<Validation> {
+export async function validate(input: RlIterationInput, checkpoint: number, it: IterationProgressView): Promise<Validation> {
   await it.setPhase('evaluating');
   const tEval = Date.now();
   const r = await executeChild(evaluationRun, {
@@ -283,7 +285,7 @@ async function validate(input: RlIterationInput, checkpoint: number, it: Iterati
 }
 
 /** One metrics line of the iteration (metrics.jsonl, the plots, the tracker). */
-function iterationMetrics(
+export function iterationMetrics(
   input: RlIterationInput,
   r: Rollouts,
   step: LearnerStepResult,

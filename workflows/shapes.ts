@@ -3,6 +3,7 @@
 import type { CompactFilteredEnd, EndReason, RolloutSummary } from '../lib/types.ts';
 import type { Hyperparameters, TrainingConfig } from '../lib/config.ts';
 import type { IterationSummary, MismatchStats, StepStats } from '../lib/grpo.ts';
+import type { PumpState } from '../lib/pump.ts';
 
 export type { RolloutSummary };
 
@@ -39,6 +40,11 @@ export interface RolloutInput {
   sample: number;
   checkpoint: number;
   policyUrl: string;
+  /**
+   * An async streaming episode (DESIGN §10): it starts on `checkpoint` and, between turns, moves to the newest
+   * complete checkpoint of the run up to `newest`, recording the version of every token.
+   */
+  streaming?: { newest: number };
 }
 
 export interface LearnerItem { key: string; advantage: number; end: EndReason }
@@ -88,7 +94,8 @@ export interface LearnerStepResult extends StepStats {
   mismatch?: MismatchStats;
 }
 
-export type IterationPhase = 'starting' | 'sampling' | 'syncing' | 'rollouts' | 'learning' | 'evaluating' | 'done' | 'paused' | 'finished';
+/** `overlapped`: a one-step iteration's learner step and the next batch's rollouts at once; `pumping`: a pump run's steady state */
+export type IterationPhase = 'starting' | 'sampling' | 'syncing' | 'rollouts' | 'learning' | 'overlapped' | 'pumping' | 'evaluating' | 'done' | 'paused' | 'finished';
 
 export interface IterationMetrics {
   iteration: number;
@@ -119,8 +126,10 @@ export interface IterationMetrics {
   learnerSeconds: number;
   orchestrationSeconds: number;
   iterationSeconds: number;
-  /** sampler–learner mismatch of this iteration's sampled tokens (mismatch/* in MLflow; DESIGN §9) */
+  /** sampler–learner mismatch of this iteration's sampled tokens (mismatch/* in MLflow; DESIGN §9); staleness in an async run */
   mismatch?: MismatchStats;
+  /** an asynchronous run (DESIGN §10): the oldest checkpoint that sampled the batch this step trained */
+  sampledFrom?: number;
   /** the weight sync to an external server before the rollouts: its time and the probe's |Δ log p| */
   sync?: { seconds: number; reloaded: boolean; probeMaxAbsDelta: number; probeTolerance: number };
   /** validation (config.eval) of this iteration's checkpoint: pass@1 and pass@k on the held-out tasks */
@@ -132,6 +141,35 @@ export interface IterationMetrics {
 
 export interface RlIterationInput { runId: string; n: number; checkpoint: number; config: TrainingConfig }
 export interface RlIterationResult { checkpoint: number; metrics: IterationMetrics }
+
+/**
+ * A batch rolled out and not trained yet (async "one-step"): what its learner step and metrics need, its items as
+ * store keys, so the run's state stays small through continue-as-new.
+ */
+export interface PendingBatch {
+  /** the batch (iteration) index */
+  n: number;
+  /** the checkpoint that sampled it */
+  checkpoint: number;
+  /** store keys of its LearnerItem[] */
+  itemParts: string[];
+  summary: IterationSummary;
+  /** the first failures (bounded) */
+  failures: RolloutFailure[];
+  rolloutErrors: number;
+  rolloutWorkflows?: number;
+  rolloutSeconds: number;
+  sync?: IterationMetrics['sync'];
+}
+/** Iteration n of an async "one-step" run: step n trains `pending` (batch n) while batch n+1 rolls out on checkpoint n (when `next`). */
+export interface OneStepIterationInput extends RlIterationInput {
+  pending: PendingBatch | null;
+  next: boolean;
+}
+export interface OneStepIterationResult extends RlIterationResult {
+  /** batch n+1, rolled out during the step (null when not asked for) */
+  pending: PendingBatch | null;
+}
 
 export interface IterationProgress { n: number; phase: IterationPhase; rolloutsDone: number; rolloutsTotal: number; rolloutErrors: number }
 
@@ -147,6 +185,10 @@ export interface TrainingRunState {
   stopAt: number | null;
   /** the newest evaluation scores seen in an iteration's metrics (for the run's current details) */
   lastEval?: { iteration: number; scores: [string, number][] } | null;
+  /** async "one-step": the next batch, rolled out on the previous checkpoint, not trained yet */
+  pending?: PendingBatch | null;
+  /** async "pump": the groups admitted and complete (lib/pump.ts); the policy server URL the groups use */
+  pump?: PumpState & { policyUrl: string };
 }
 
 export interface TrainingStatus {
@@ -163,6 +205,8 @@ export interface TrainingStatus {
   paused: boolean;
   stopAt: number | null;
   hyperparameters: Hyperparameters;
+  /** an async pump run: groups admitted and running, complete and waiting for their step, and the next to admit */
+  pump?: { inFlight: number; done: number; next: number };
 }
 
 export interface TrainingRunResult {
@@ -196,6 +240,30 @@ export const TASK_QUEUES = { rollout: 'rollout', learner: 'learner' } as const;
 
 export function iterationWorkflowId(runId: string, n: number): string {
   return `${runId}-iter-${n}`;
+}
+
+/** An async pump's group g (task g mod B of batch ⌊g/B⌋): a child workflow that outlives continue-as-new. */
+export interface RolloutGroupInput {
+  runId: string;
+  /** the training run's workflow id, which the group reports to (it survives continue-as-new) */
+  runWorkflowId: string;
+  g: number;
+  /** batch */
+  n: number;
+  /** task index in the batch */
+  j: number;
+  taskId: string;
+  /** the version its episodes start on */
+  checkpoint: number;
+  /** streaming: episodes may move to newer checkpoints up to this one between turns */
+  streaming?: { newest: number };
+  policyUrl: string;
+  config: TrainingConfig;
+}
+export interface RolloutGroupResult { g: number; key: string }
+
+export function rolloutGroupWorkflowId(runId: string, g: number): string {
+  return `${runId}-group-${g}`;
 }
 
 export function rolloutChunkWorkflowId(runId: string, n: number, chunk: number): string {

@@ -13,6 +13,8 @@ export const phaseSignal = defineSignal<[{ n: number; phase: IterationPhase }]>(
 export const updateHyperparametersUpdate = defineUpdate<Hyperparameters, [HyperparametersUpdate]>('updateHyperparameters');
 /** sent by a rolloutChunk child to its rlIteration as its rollouts finish */
 export const chunkProgressSignal = defineSignal<[RolloutChunkProgress]>('rolloutChunkProgress');
+/** sent by an async pump's rolloutGroup child to its run (by workflow id, which survives continue-as-new) once its result is stored */
+export const groupDoneSignal = defineSignal<[{ g: number }]>('rolloutGroupDone');
 /** rlIteration's rollout progress */
 export const progressQuery = defineQuery<IterationProgress>('progress');
 export const statusQuery = defineQuery<TrainingStatus>('status');

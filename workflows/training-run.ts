@@ -20,6 +20,7 @@ import {
 import type { createActivities } from '../activities/index.ts';
 import {
   applyHyperparameters,
+  asyncMode,
   hyperparametersOf,
   validateConfig,
   validateHyperparametersUpdate,
@@ -27,6 +28,8 @@ import {
 } from '../lib/config.ts';
 import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
 import { rlIteration } from './rl-iteration.ts';
+import { oneStepIteration } from './one-step-iteration.ts';
+import { pumpRun, type PumpHost } from './pump.ts';
 import { RL_EVAL_PASS1_SA } from './evaluation-signals.ts';
 import {
   pauseSignal,
@@ -39,7 +42,7 @@ import {
   stopAfterIterationSignal,
   updateHyperparametersUpdate,
 } from './signals.ts';
-import type { IterationMetrics, IterationPhase, TrainingRunResult, TrainingRunState, TrainingStatus } from './shapes.ts';
+import type { IterationMetrics, IterationPhase, RlIterationResult, TrainingRunResult, TrainingRunState, TrainingStatus } from './shapes.ts';
 import { iterationWorkflowId, TASK_QUEUES } from './shapes.ts';
 import { noteEvaluation, runDetails, runReporter, type RunReporter } from './run-reporting.ts';
 
@@ -56,6 +59,8 @@ export async function trainingRun(rawConfig: unknown, previous?: TrainingRunStat
   run.handleMessages();
   try {
     await run.ensureFirstCheckpoint();
+    // an async pump keeps rollouts in flight across iterations: its own loop (workflows/pump.ts)
+    if (asyncMode(run.config) === 'pump') return await pumpRun(run);
     for (let inThisRun = 0; ; inThisRun++) {
       if (run.stopReached()) return await run.finish(true);
       if (run.allIterationsDone()) return await run.finish(false);
@@ -81,7 +86,7 @@ function validTrainingConfig(rawConfig: unknown): TrainingConfig {
 }
 
 /** A training run's state and everything its signals, update and query touch. */
-class TrainingRun {
+class TrainingRun implements PumpHost {
   readonly runId: string;
   readonly state: TrainingRunState;
   private phase: IterationPhase = 'starting';
@@ -90,7 +95,8 @@ class TrainingRun {
   private readonly reporter: RunReporter;
 
   constructor(
-    private config: TrainingConfig,
+    /** the config now: hyperparameter updates replace it */
+    public config: TrainingConfig,
     previous?: TrainingRunState,
   ) {
     this.runId = config.runId!;
@@ -123,6 +129,14 @@ class TrainingRun {
         validator: (update) => {
           const r = validateHyperparametersUpdate(update);
           if (!r.ok) throw nonRetryable(FailureType.InvalidHyperparameters, `invalid hyperparameters: ${r.errors.join('; ')}`);
+          const { batch } = this.config;
+          const batchRollouts = batch.tasks * batch.samples;
+          if (asyncMode(this.config) === 'pump' && update.maxInflightRollouts !== undefined && update.maxInflightRollouts < batchRollouts) {
+            throw nonRetryable(
+              FailureType.InvalidHyperparameters,
+              `invalid hyperparameters: hyperparameters.maxInflightRollouts: must be at least one batch (${batchRollouts}) with async.mode "pump", got ${update.maxInflightRollouts}`,
+            );
+          }
         },
       },
     );
@@ -145,10 +159,11 @@ class TrainingRun {
       paused: state.paused,
       stopAt: state.stopAt,
       hyperparameters: hyperparametersOf(config),
+      ...(state.pump ? { pump: { inFlight: state.pump.inFlight.length, done: state.pump.done.length, next: state.pump.next } } : {}),
     };
   }
 
-  private setPhase(p: IterationPhase): void {
+  setPhase(p: IterationPhase): void {
     this.phase = p;
     upsertSearchAttributes([{ key: RL_PHASE_SA, value: p }]);
     this.showDetails();
@@ -187,22 +202,48 @@ class TrainingRun {
     await condition(() => !this.state.paused || this.stopReached() || workflowInfo().continueAsNewSuggested);
   }
 
-  /** One rlIteration child: checkpoint n → n+1, its metrics into the run's state, search attributes and report. */
+  /**
+   * One iteration child: checkpoint n → n+1, its metrics into the run's state, search attributes and report. An rlIteration,
+   * or (async "one-step") a oneStepIteration, which trains the batch the previous one rolled out while rolling out the next.
+   */
   async iterate(): Promise<void> {
     const { runId, state } = this;
     const n = state.iteration;
     this.running = true;
     this.setPhase('starting');
-    const result = await executeChild(rlIteration, {
+    const options = {
       workflowId: iterationWorkflowId(runId, n),
       taskQueue: TASK_QUEUES.learner,
-      args: [{ runId, n, checkpoint: state.checkpoint, config: this.config }],
       staticSummary: `iteration ${n} of ${runId} (checkpoint ${state.checkpoint} → ${state.checkpoint + 1})`,
-    });
+    };
+    const input = { runId, n, checkpoint: state.checkpoint, config: this.config };
+    let result: RlIterationResult;
+    if (asyncMode(this.config) === 'one-step') {
+      // the next batch is rolled out during this step unless nothing will train it
+      const next = n + 1 < this.config.iterations && (state.stopAt === null || n + 1 < state.stopAt);
+      const r = await executeChild(oneStepIteration, { ...options, args: [{ ...input, pending: state.pending ?? null, next }] });
+      state.pending = r.pending;
+      result = r;
+    } else {
+      result = await executeChild(rlIteration, { ...options, args: [input] });
+    }
     this.running = false;
-    this.recordIteration(n, result.checkpoint, result.metrics);
-    this.reporter.afterIteration(n);
+    this.afterStep(n, result.checkpoint, result.metrics);
     this.setPhase('done');
+  }
+
+  get currentPhase(): IterationPhase {
+    return this.phase;
+  }
+
+  setRunning(running: boolean): void {
+    this.running = running;
+  }
+
+  /** Step n wrote `checkpoint`: the run's state, search attributes and report. */
+  afterStep(n: number, checkpoint: number, metrics: IterationMetrics): void {
+    this.recordIteration(n, checkpoint, metrics);
+    this.reporter.afterIteration(n);
   }
 
   private recordIteration(n: number, checkpoint: number, m: IterationMetrics): void {

@@ -1,6 +1,10 @@
 // FrozenLake as a multi-turn text environment (DESIGN §3): the grid is the observation, one action
 // letter per turn, reward 1 at the goal. Maps come from a seed through our own PRNG, so a task id
-// names its map on every worker. Pure: no I/O, no clocks.
+// names its map on every worker. Pure: no I/O, no clocks; the optional `latency` only waits.
+//
+// `latency` makes a long-tailed variant for asynchronous training (DESIGN §10, bench/async.ts): each step
+// waits a seeded lognormal time whose median grows with the episode's length, as an agent's tool calls and
+// the slowest SWE episodes do, so the tail shows on a small machine without burning its cores.
 
 import { z } from 'zod';
 import type { ChatMessage, EndReason, EnvStep, TextEnvironment } from '../types.ts';
@@ -11,6 +15,32 @@ export const FROZENLAKE_ACTIONS = ['L', 'D', 'R', 'U'] as const;
 export type FrozenLakeAction = (typeof FROZENLAKE_ACTIONS)[number];
 
 const MOVES: Record<FrozenLakeAction, [number, number]> = { L: [0, -1], D: [1, 0], R: [0, 1], U: [-1, 0] };
+
+/** A seeded heavy-tailed wait per environment step: lognormal, median `medianMs · (1 + growth · step)`, at most `maxMs`. */
+export const StepLatencySchema = z
+  .object({
+    medianMs: z.number().min(0).max(600_000),
+    /** σ of the underlying normal: 0 is a fixed wait, 1 already a long tail (p99 ≈ 10 × the median) */
+    sigma: z.number().min(0).max(4).default(1),
+    /** growth of the median per step taken (later turns are slower) */
+    growth: z.number().min(0).max(100).default(0),
+    maxMs: z.number().min(0).max(3_600_000).default(60_000),
+  })
+  .strict();
+export type StepLatency = z.infer<typeof StepLatencySchema>;
+
+/**
+ * The wait of step `step` (1-based) of the episode (mapSeed, episodeSeed), in ms: exp(ln(median) + σ·z), z a standard
+ * normal from a Box–Muller pair of the episode's seeded stream, capped at maxMs. The same episode waits the same.
+ */
+export function stepLatencyMs(l: StepLatency, mapSeed: number, episodeSeed: number, step: number): number {
+  const median = l.medianMs * (1 + l.growth * step);
+  if (median <= 0) return 0;
+  const rng = new Rng(hashInts(mapSeed, episodeSeed, step, 0x1a7e));
+  const u1 = Math.max(rng.next(), 1e-12);
+  const z = Math.sqrt(-2 * Math.log(u1)) * Math.cos(2 * Math.PI * rng.next());
+  return Math.min(l.maxMs, Math.exp(Math.log(median) + l.sigma * z));
+}
 
 export const FrozenLakeConfigSchema = z.object({
   /** side of the square map; S at top-left, G at bottom-right */
@@ -23,6 +53,8 @@ export const FrozenLakeConfigSchema = z.object({
   slippery: z.boolean().default(false),
   /** the system prompt; keep it expressible in the policy's tokenizer */
   systemPrompt: z.string().default('Reach G. Avoid H. Reply L D R U.'),
+  /** a seeded wait per step (the long-tailed variant); absent: none */
+  latency: StepLatencySchema.optional(),
 });
 export type FrozenLakeConfig = z.infer<typeof FrozenLakeConfigSchema>;
 export type FrozenLakeConfigInput = z.input<typeof FrozenLakeConfigSchema>;
@@ -94,8 +126,10 @@ export class FrozenLakeEnv implements TextEnvironment {
   constructor(
     readonly mapSeed: number,
     config: FrozenLakeConfigInput = {},
-    /** seeds the slip draws (slippery maps); defaults to the map seed */
+    /** seeds the slip draws (slippery maps) and the step latency; defaults to the map seed */
     private readonly episodeSeed = mapSeed,
+    /** how a step waits its latency (a test may count instead of waiting) */
+    private readonly wait: (ms: number) => Promise<void> = (ms) => new Promise((r) => setTimeout(r, ms)),
   ) {
     this.config = FrozenLakeConfigSchema.parse(config);
     this.map = generateMap(mapSeed, this.config.size, this.config.holeProbability);
@@ -120,6 +154,7 @@ export class FrozenLakeEnv implements TextEnvironment {
 
   async step(assistantText: string): Promise<EnvStep> {
     if (this.state !== 'running') throw new Error('FrozenLake: step after the episode ended');
+    if (this.config.latency) await this.wait(stepLatencyMs(this.config.latency, this.mapSeed, this.episodeSeed, this.actions.length + 1));
     const action = parseAction(assistantText);
     if (action === null) {
       this.wasted++;

@@ -16,6 +16,7 @@ const WorkerOptionsSchema = z.object({
   policyUrl: z.string().url().optional(),
   device: z.enum(['cpu', 'cuda']),
   threads: z.coerce.number().int().min(0).max(1024),
+  policyModels: z.coerce.number().int().min(1).max(64),
   maxRollouts: z.coerce.number().int().min(1).max(10_000),
   resumeStore: z.string().optional(),
   resumeRun: z.string().optional(),
@@ -37,6 +38,7 @@ export function register(program: Command): void {
     .option('--policy-url <url>', 'URL rollout workers on other hosts use for this policy server (with --policy-host 0.0.0.0 and a fixed --policy-port)')
     .option('--device <device>', 'learner device: cpu or cuda', 'cpu')
     .option('--threads <n>', 'learner CPU threads (0: automatic)', '0')
+    .option('--policy-models <n>', 'checkpoints the policy server holds at once (an asynchronous run uses maxStaleness + 1)', '4')
     .option('--max-rollouts <n>', 'rollouts run at once in this process', '16')
     .option('--resume-store <url>', 'at start, serve the newest checkpoint of --resume-run from this store')
     .option('--resume-run <id>', 'run id for --resume-store')
@@ -60,7 +62,7 @@ export function register(program: Command): void {
         address: o.address,
         namespace: o.namespace,
         queues: o.queues as QueueName[],
-        learner: { device: o.device, threads: o.threads, policyHost: o.policyHost, policyPort: o.policyPort, ...(o.policyUrl ? { advertiseUrl: o.policyUrl } : {}) },
+        learner: { device: o.device, threads: o.threads, policyHost: o.policyHost, policyPort: o.policyPort, policyModels: o.policyModels, ...(o.policyUrl ? { advertiseUrl: o.policyUrl } : {}) },
         maxConcurrentRollouts: o.maxRollouts,
         sandboxSweepSeconds: o.sandboxSweepSeconds,
         connectWaitSeconds: o.connectWaitSeconds,
