@@ -38,6 +38,7 @@ import { UNTIED_HEAD_FILE, untiedHeadFile } from '../services/vllm.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import type { FsdpLearner } from '../gpu-learner/fsdp/index.ts';
+import type { ServableModel } from '../policy-server/index.ts';
 import type {
   InitCheckpointInput,
   InitCheckpointResult,
@@ -60,8 +61,8 @@ export interface LearnerEngine {
   /** writes the weights (and optimizer state) into `dir` */
   save(dir: string): Promise<void>;
 }
-/** The native engine as the worker keeps it (gpu-learner's Learner). */
-export type LearnerHandle = LearnerEngine;
+/** The native engine as the worker keeps it (gpu-learner's Learner): it trains, and its copies serve. */
+export type LearnerHandle = LearnerEngine & ServableModel;
 interface PolicyServerHandle {
   url: string;
   port: number;
@@ -104,9 +105,7 @@ export class LearnerContext {
   /** gpu-learner's Learner.load, or the engine the worker was given. */
   private async loader(): Promise<NonNullable<LearnerWorkerOptions['loadLearner']>> {
     if (this.options.loadLearner) return this.options.loadLearner;
-    const { Learner } = (await import('../gpu-learner/index.ts')) as unknown as {
-      Learner: { load(dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }): Promise<LearnerHandle> };
-    };
+    const { Learner } = await import('../gpu-learner/index.ts');
     return (d, o) => Learner.load(d, o);
   }
 
@@ -148,10 +147,10 @@ export class LearnerContext {
     const load = await this.loader();
     const threads = learnerConfig?.threads || this.options.threads || undefined;
     const learner = await load(dir, { device: learnerConfig?.device ?? this.options.device ?? 'cpu', ...(threads ? { threads } : {}) });
-    const old = this.learner as unknown as { close?: () => void } | null;
+    const old = this.learner;
     this.learner = learner;
     this.loaded = { dir, checkpoint };
-    if (old && old !== (learner as unknown)) old.close?.();
+    if (old && old !== learner) old.close();
     return learner;
   }
 
@@ -173,9 +172,7 @@ export class LearnerContext {
   }
 
   private async startServer(dir: string, checkpoint: number): Promise<PolicyServerHandle> {
-    const { startPolicyServer } = (await import('../policy-server/index.ts')) as unknown as {
-      startPolicyServer(o: { port: number; host: string; modelName: string; checkpoint: number; modelPath: string; loadModel: (dir: string) => Promise<unknown>; modelCache?: number }): Promise<PolicyServerHandle>;
-    };
+    const { startPolicyServer } = await import('../policy-server/index.ts');
     this.server = await startPolicyServer({
       port: this.options.policyPort ?? 0,
       host: this.options.policyHost ?? '127.0.0.1',
@@ -395,7 +392,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
       try {
         return await fn(copy);
       } finally {
-        (copy as unknown as { close?: () => void }).close?.();
+        copy.close();
       }
     }
     return ctx.exclusive(async () => {

@@ -145,7 +145,7 @@ interface Result {
 let learnerSleepMs = 0;
 async function loadSleepyLearner(dir: string, o: { device: 'cpu' | 'cuda'; threads?: number }): Promise<LearnerHandle> {
   const { Learner } = await import('../gpu-learner/index.ts');
-  const l = (await Learner.load(dir, o)) as unknown as LearnerHandle;
+  const l: LearnerHandle = await Learner.load(dir, o);
   return new Proxy(l, {
     get(target, prop) {
       // getters run on the Learner itself: `decoder` reads a private field, which the proxy does not have
