@@ -8,7 +8,16 @@ import { runEpisode, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib
 import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
-import { createChatClient, createPolicyClient, isContextOverflow, PolicyResponseError, PolicyUnavailableError, preflightServer, serverRoot, type ChatApiMessage } from '../lib/policy-client.ts';
+import {
+  createChatClient,
+  createPolicyClient,
+  isContextOverflow,
+  PolicyResponseError,
+  PolicyUnavailableError,
+  preflightServer,
+  serverRoot,
+  type ChatApiMessage,
+} from '../lib/policy-client.ts';
 import { contextFitError } from '../lib/episode-rules.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import { formatLoadError, loadTasks, type SweTask } from '../lib/swe/task.ts';
@@ -155,11 +164,20 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
   let ids = loaded.tasks.map((t) => t.instance_id);
   if (config.tasks) {
     const missing = config.tasks.filter((id) => !byId.has(id));
-    if (missing.length) throw invalid(`config.tasks: ${missing.slice(0, 5).map((x) => JSON.stringify(x)).join(', ')} not valid tasks of ${config.tasksFile}`);
+    if (missing.length)
+      throw invalid(
+        `config.tasks: ${missing
+          .slice(0, 5)
+          .map((x) => JSON.stringify(x))
+          .join(', ')} not valid tasks of ${config.tasksFile}`,
+      );
     ids = [...config.tasks];
   }
   if (config.limit !== undefined) ids = ids.slice(0, config.limit);
-  if (ids.length === 0) throw invalid(`config.tasksFile: no valid task in ${JSON.stringify(config.tasksFile)}${loaded.errors.length ? ` (${loaded.errors.slice(0, 3).map(formatLoadError).join('; ')})` : ''}`);
+  if (ids.length === 0)
+    throw invalid(
+      `config.tasksFile: no valid task in ${JSON.stringify(config.tasksFile)}${loaded.errors.length ? ` (${loaded.errors.slice(0, 3).map(formatLoadError).join('; ')})` : ''}`,
+    );
 
   let checkpoint: number | null = null;
   let modelDir: string | null = null;
@@ -170,13 +188,18 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
       if (!cks.length) throw invalid(`config.model.run: run ${JSON.stringify(m.run)} has no complete checkpoint in ${store.url}`);
       checkpoint = cks.at(-1)!;
     } else {
-      if (!cks.includes(m.checkpoint)) throw invalid(`config.model.checkpoint: run ${JSON.stringify(m.run)} has no checkpoint ${m.checkpoint} in ${store.url} (has ${cks.join(', ') || 'none'})`);
+      if (!cks.includes(m.checkpoint))
+        throw invalid(`config.model.checkpoint: run ${JSON.stringify(m.run)} has no checkpoint ${m.checkpoint} in ${store.url} (has ${cks.join(', ') || 'none'})`);
       checkpoint = m.checkpoint;
     }
     modelDir = keys.checkpoint(m.run, checkpoint);
   }
   const modelName = config.modelName ?? ('run' in m ? `swerl/${m.run}/ckpt-${checkpoint}` : modelNameOf(config));
-  const context = await checkContext(config, modelDir ? store.dirFor(modelDir) : null, ids.map((id) => byId.get(id)!));
+  const context = await checkContext(
+    config,
+    modelDir ? store.dirFor(modelDir) : null,
+    ids.map((id) => byId.get(id)!),
+  );
   const plan: EvalPlan = {
     evalId,
     taskIds: ids,
@@ -211,7 +234,10 @@ async function checkServer(m: ServerModel): Promise<{ contextWindow: number | nu
     return await preflightServer(serverClientOptions(m, 30_000), m.api, m.contextWindow);
   } catch (e) {
     if (e instanceof PolicyUnavailableError) {
-      throw nonRetryable(FailureType.PolicyUnavailable, `config.model.baseUrl: the server at ${serverRoot(m.baseUrl)} does not answer (${e.message}); start it, or correct baseUrl`);
+      throw nonRetryable(
+        FailureType.PolicyUnavailable,
+        `config.model.baseUrl: the server at ${serverRoot(m.baseUrl)} does not answer (${e.message}); start it, or correct baseUrl`,
+      );
     }
     if (e instanceof PolicyResponseError) throw invalid(`config.model: ${e.message}`);
     throw e;
@@ -239,7 +265,9 @@ async function checkContext(config: EvalConfig, runModelDir: string | null, task
   if ('baseUrl' in m) {
     const s = await checkServer(m);
     if (s.contextWindow === null) {
-      throw invalid(`config.model.contextWindow: the server at ${serverRoot(m.baseUrl)} does not report its context window (GET /v1/models has no max_model_len or meta.n_ctx for ${JSON.stringify(m.model)}): set it to the model's context in tokens`);
+      throw invalid(
+        `config.model.contextWindow: the server at ${serverRoot(m.baseUrl)} does not report its context window (GET /v1/models has no max_model_len or meta.n_ctx for ${JSON.stringify(m.model)}): set it to the model's context in tokens`,
+      );
     }
     window = s.contextWindow;
     source = s.serverContextWindow === window ? `GET ${serverRoot(m.baseUrl)}/v1/models` : 'config.model.contextWindow';
@@ -484,7 +512,11 @@ export function submittedNothing(e: EvalEpisodeRecord): boolean {
  * One run's SWE-bench-style prediction of each task that has a finished episode in that run: the graded patch,
  * or `null` (the harness's "no patch", as SWE-agent writes for a run that never submitted) when nothing was submitted.
  */
-export function predictionsOf(plan: EvalPlan, episodes: readonly EvalEpisodeRecord[], run: number): { instance_id: string; model_name_or_path: string; model_patch: string | null }[] {
+export function predictionsOf(
+  plan: EvalPlan,
+  episodes: readonly EvalEpisodeRecord[],
+  run: number,
+): { instance_id: string; model_name_or_path: string; model_patch: string | null }[] {
   const byTask = new Map(episodes.filter((e) => e.run === run).map((e) => [e.taskId, e]));
   return plan.taskIds
     .filter((id) => byTask.has(id))
@@ -543,7 +575,13 @@ export function runReportFiles(
     s.error_instances = s.error_ids.length;
   }
   // ours, beside error_reasons: the episodes that ended without submitting (the harness counts them as empty patches)
-  const summary = { ...s, not_submitted_ids: preds.filter((p) => p.model_patch === null).map((p) => p.instance_id).sort() };
+  const summary = {
+    ...s,
+    not_submitted_ids: preds
+      .filter((p) => p.model_patch === null)
+      .map((p) => p.instance_id)
+      .sort(),
+  };
   files.push([`${dir}/${model}.${runId}.json`, reportJson(summary)]);
   return { files, summary };
 }
@@ -611,4 +649,3 @@ const factsOf = (e: EvalEpisodeRecord): EpisodeFacts => ({
   responseTokens: e.responseTokens,
   seconds: e.seconds,
 });
-

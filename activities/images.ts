@@ -126,10 +126,7 @@ export async function ensureBaseImage(opts: { docker?: Docker; log?: (s: string)
     const mirror = aptMirror();
     opts.log?.(`debootstrap ${BASE_RECIPE.suite} from ${mirror} into ${dir}`);
     const rootfs = join(dir, 'rootfs');
-    await run(
-      `debootstrap --variant=${BASE_RECIPE.variant} --include=${BASE_RECIPE.include.join(',')} ${BASE_RECIPE.suite} '${rootfs}' '${mirror}'`,
-      'debootstrap',
-    );
+    await run(`debootstrap --variant=${BASE_RECIPE.variant} --include=${BASE_RECIPE.include.join(',')} ${BASE_RECIPE.suite} '${rootfs}' '${mirror}'`, 'debootstrap');
     // smaller image: apt lists and caches are not needed at run time
     await run(`rm -rf '${rootfs}'/var/cache/apt/archives/*.deb '${rootfs}'/var/lib/apt/lists/*`, 'clean rootfs');
     const changes = BASE_RECIPE.changes.map((c) => `--change '${c}'`).join(' ');
@@ -155,15 +152,12 @@ export async function ensureTaskImage(task: SweTask, opts: { docker?: Docker } =
   ]);
   const stream = await docker.buildImage(Readable.from(context), { t: name, rm: true, forcerm: true, networkmode: 'none' });
   await new Promise<void>((resolve, reject) => {
-    docker.modem.followProgress(
-      stream,
-      (err: Error | null, out: { error?: string; errorDetail?: { message?: string } }[]) => {
-        const bad = out?.find((o) => o.error || o.errorDetail);
-        if (err) reject(new Error(`building ${name}: ${err.message}`));
-        else if (bad) reject(new Error(`building ${name}: ${bad.errorDetail?.message ?? bad.error}`));
-        else resolve();
-      },
-    );
+    docker.modem.followProgress(stream, (err: Error | null, out: { error?: string; errorDetail?: { message?: string } }[]) => {
+      const bad = out?.find((o) => o.error || o.errorDetail);
+      if (err) reject(new Error(`building ${name}: ${err.message}`));
+      else if (bad) reject(new Error(`building ${name}: ${bad.errorDetail?.message ?? bad.error}`));
+      else resolve();
+    });
   });
   return { image: name, status: 'built', seconds: (Date.now() - t0) / 1000 };
 }

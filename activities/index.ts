@@ -14,7 +14,23 @@ export { registerEnvironment } from './rollout.ts';
 
 /** Rollout-queue activities: rollouts, dataset, bookkeeping, SWE task validation and grading. */
 export function createRolloutActivities() {
-  return { rollout, sampleBatch, recordMetrics, storeLearnerItems, reportRun, reportEvaluation, ...sweActivities, prepareEvaluation, evalEpisode, recordEvalError, writeEvaluationReport, ...verifierActivities, storeGroupResult, recoverPump, collectBatch };
+  return {
+    rollout,
+    sampleBatch,
+    recordMetrics,
+    storeLearnerItems,
+    reportRun,
+    reportEvaluation,
+    ...sweActivities,
+    prepareEvaluation,
+    evalEpisode,
+    recordEvalError,
+    writeEvaluationReport,
+    ...verifierActivities,
+    storeGroupResult,
+    recoverPump,
+    collectBatch,
+  };
 }
 
 /** All activities; the learner ones bound to `ctx`. */

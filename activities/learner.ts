@@ -14,40 +14,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { asyncMode, effectiveCorrection, validateConfig, type ModelSource, type TrainingConfig } from '../lib/config.ts';
 import { FailureType, nonRetryable } from '../lib/failures.ts';
-import {
-  buildTrainBatch,
-  correctedMask,
-  keptTokens,
-  logprobMismatch,
-  type MismatchStats,
-  type PackedTrainBatch,
-  type StepStats,
-} from '../lib/grpo.ts';
+import { buildTrainBatch, correctedMask, keptTokens, logprobMismatch, type MismatchStats, type PackedTrainBatch, type StepStats } from '../lib/grpo.ts';
 import { createPolicyClient, PolicyResponseError, servesCheckpoint } from '../lib/policy-client.ts';
-import {
-  compareProbe,
-  dtypeClass,
-  FP32_PROBE_TOLERANCE,
-  halfPrecisionProbeTolerance,
-  PROBE_NEW_TOKENS,
-  PROBE_SEED,
-  probePrompt,
-  type ProbeResult,
-} from '../lib/sync-probe.ts';
+import { compareProbe, dtypeClass, FP32_PROBE_TOLERANCE, halfPrecisionProbeTolerance, PROBE_NEW_TOKENS, PROBE_SEED, probePrompt, type ProbeResult } from '../lib/sync-probe.ts';
 import { UNTIED_HEAD_FILE, untiedHeadFile } from '../services/vllm.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import type { FsdpLearner } from '../gpu-learner/fsdp/index.ts';
 import type { ServableModel } from '../policy-server/index.ts';
-import type {
-  InitCheckpointInput,
-  InitCheckpointResult,
-  LearnerItem,
-  LearnerStepInput,
-  LearnerStepResult,
-  SyncPolicyInput,
-  SyncPolicyResult,
-} from '../workflows/shapes.ts';
+import type { InitCheckpointInput, InitCheckpointResult, LearnerItem, LearnerStepInput, LearnerStepResult, SyncPolicyInput, SyncPolicyResult } from '../workflows/shapes.ts';
 import { checkpointBytes, checkpointBytesWritten, learnerStepSeconds, mismatchK3, mismatchMaxAbsDelta, mismatchMeanAbsDelta, syncProbeMaxDelta } from './metrics.ts';
 
 /**
@@ -218,15 +193,15 @@ async function sourceCheckpoint(store: ArtifactStore, runId: string, model: Extr
     if (!m && !model.initialRun) {
       throw invalid(`config.model.fromRun: "latest" needs a run started by a Schedule (run id <schedule workflow id>-<time>), got run id ${JSON.stringify(runId)}`);
     }
-    const earlier = m
-      ? (await store.children('runs')).filter((r) => r < runId && SCHEDULED_RUN.exec(r)?.[1] === m[1]).reverse()
-      : [];
+    const earlier = m ? (await store.children('runs')).filter((r) => r < runId && SCHEDULED_RUN.exec(r)?.[1] === m[1]).reverse() : [];
     for (const r of earlier) {
       const n = await newest(r);
       if (n !== undefined) return { run: r, checkpoint: n };
     }
     if (!model.initialRun) {
-      throw invalid(`config.model.fromRun: "latest": no earlier run of schedule workflow ${JSON.stringify(m![1])} has a checkpoint in ${store.url}, and config.model.initialRun is not set`);
+      throw invalid(
+        `config.model.fromRun: "latest": no earlier run of schedule workflow ${JSON.stringify(m![1])} has a checkpoint in ${store.url}, and config.model.initialRun is not set`,
+      );
     }
     run = model.initialRun;
   }
@@ -505,7 +480,12 @@ export function createLearnerActivities(ctx: LearnerContext) {
  * The probe (DESIGN §9): the server samples a seeded continuation of a fixed prompt, `engine` (holding the checkpoint
  * at `dir`) computes the log-probs of the same tokens; compared within the tolerance of the server's dtype.
  */
-export async function probeServedCheckpoint(client: Pick<ReturnType<typeof createPolicyClient>, 'complete'>, engine: LearnerEngine, dir: string, dtype: string): Promise<ProbeResult> {
+export async function probeServedCheckpoint(
+  client: Pick<ReturnType<typeof createPolicyClient>, 'complete'>,
+  engine: LearnerEngine,
+  dir: string,
+  dtype: string,
+): Promise<ProbeResult> {
   const vocab = (JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as { vocab_size: number }).vocab_size;
   const prompt = probePrompt(vocab);
   const out = await client.complete({ promptIds: prompt, maxTokens: PROBE_NEW_TOKENS, temperature: 1, topP: 1, seed: PROBE_SEED });

@@ -32,8 +32,16 @@ export interface MlflowRunInfo {
   lifecycle_stage: string;
 }
 
-export interface MlflowMetric { key: string; value: number; timestamp: number; step: number }
-export interface MlflowKeyValue { key: string; value: string }
+export interface MlflowMetric {
+  key: string;
+  value: number;
+  timestamp: number;
+  step: number;
+}
+export interface MlflowKeyValue {
+  key: string;
+  value: string;
+}
 
 /** MLflow's limits per log-batch request. */
 export const LOG_BATCH_LIMITS = { metrics: 1000, params: 100, tags: 100 } as const;

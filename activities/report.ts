@@ -8,17 +8,7 @@ import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import type { TrainingConfig } from '../lib/config.ts';
 import type { ReportRunInput, ReportRunResult } from '../workflows/shapes.ts';
-import {
-  LOG_BATCH_LIMITS,
-  MLFLOW_EVAL_ID_TAG,
-  MLFLOW_RUN_ID_TAG,
-  MlflowClient,
-  MlflowError,
-  configParams,
-  mlflowKey,
-  numericLeaves,
-  type MlflowMetric,
-} from './mlflow.ts';
+import { LOG_BATCH_LIMITS, MLFLOW_EVAL_ID_TAG, MLFLOW_RUN_ID_TAG, MlflowClient, MlflowError, configParams, mlflowKey, numericLeaves, type MlflowMetric } from './mlflow.ts';
 import { FailureType, retryable } from '../lib/failures.ts';
 
 /** Heartbeats when called from an activity (so a killed worker's report is retried in seconds); a no-op elsewhere (swerl report). */
@@ -316,7 +306,12 @@ export async function reportRun(input: ReportRunInput): Promise<ReportRunResult>
 
 /** The numbers of an evaluation summary as a metrics line: pass@k arrays become `passAtK/<k>`, per-repository rows are left out. */
 export function evaluationLine(summary: { checkpoint?: number | null; metrics: Record<string, unknown> }): MetricsLine {
-  const { perRepo: _perRepo, passAtK, passAtKCompleted, ...rest } = summary.metrics as Record<string, unknown> & { passAtK?: (number | null)[]; passAtKCompleted?: (number | null)[] };
+  const {
+    perRepo: _perRepo,
+    passAtK,
+    passAtKCompleted,
+    ...rest
+  } = summary.metrics as Record<string, unknown> & { passAtK?: (number | null)[]; passAtKCompleted?: (number | null)[] };
   const byK = (xs: (number | null)[] | undefined) => Object.fromEntries((xs ?? []).flatMap((v, i) => (v === null ? [] : [[String(i + 1), v]])));
   return { iteration: summary.checkpoint ?? 0, ...rest, passAtK: byK(passAtK), passAtKCompleted: byK(passAtKCompleted) };
 }
@@ -345,7 +340,12 @@ export async function evaluationSubject(store: ArtifactStore, evalId: string): P
 }
 
 /** The reportEvaluation activity: the evaluation's MLflow run, created, filled and closed (idempotent). */
-export async function reportEvaluation(input: { storeUrl: string; evalId: string; tracking: TrainingConfig['tracking']; requireDelivered?: boolean }): Promise<ReportRunResult['tracking']> {
+export async function reportEvaluation(input: {
+  storeUrl: string;
+  evalId: string;
+  tracking: TrainingConfig['tracking'];
+  requireDelivered?: boolean;
+}): Promise<ReportRunResult['tracking']> {
   const cfg = input.tracking.mlflow;
   if (!cfg) return null;
   const store = openStore(input.storeUrl);

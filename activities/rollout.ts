@@ -202,13 +202,7 @@ export function summaryOf(key: string, t: Trajectory): RolloutSummary {
  * `first` up to `newest` (the store lists a checkpoint once it is whole), each turn pinned to its directory on our
  * server (which holds the versions in use), and the version reported with the turn's tokens.
  */
-function streamingPolicy(
-  store: ArtifactStore,
-  runId: string,
-  first: number,
-  newest: number,
-  client: (dir: string, checkpoint: number) => EpisodePolicy,
-): EpisodePolicy {
+function streamingPolicy(store: ArtifactStore, runId: string, first: number, newest: number, client: (dir: string, checkpoint: number) => EpisodePolicy): EpisodePolicy {
   let current = first;
   const clients = new Map<number, EpisodePolicy>();
   return {
@@ -240,7 +234,11 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   // our server may be shared (another run, an evaluation): pin every completion to this run's checkpoint
   const pin = config.policy.baseUrl ? {} : { pin: { dir: ckptDir, checkpoint } };
   const pinned = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, ...pin });
-  const policy = streaming ? streamingPolicy(store, runId, checkpoint, streaming.newest, (dir, c) => createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, pin: { dir, checkpoint: c } })) : pinned;
+  const policy = streaming
+    ? streamingPolicy(store, runId, checkpoint, streaming.newest, (dir, c) =>
+        createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, pin: { dir, checkpoint: c } }),
+      )
+    : pinned;
   // after a learner restart the server may serve another checkpoint: make it serve ours. One probe, no
   // retries: a server that is gone (restarted on another port) is answered at once by the workflow's resync
   const probe = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, retries: 0, timeoutMs: 30_000 });
@@ -265,26 +263,28 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
     const setup = await factory(config, taskId, seed, labels);
     env = setup.env;
     const { loop } = setup;
-    const result = await unavailableAsFailure(policyUrl, () => runEpisode({
-      env: setup.env,
-      policy,
-      tokenizer,
-      maxSteps: loop.maxSteps ?? config.episode.maxSteps,
-      maxResponseTokens: config.episode.responseBudget,
-      maxTokensPerTurn: config.episode.maxTokensPerTurn,
-      ...(contextWindow !== null ? { contextWindow } : {}),
-      sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
-      seed,
-      allowedActionTokens: loop.allowedActionTokens,
-      stepsRemainingSuffix: loop.stepsRemainingSuffix,
-      tokenWarningAt: loop.tokenWarningAt,
-      tokenWarning: loop.tokenWarning,
-      deadlineMs: started + config.episode.timeoutMinutes * 60_000,
-      onStep: (e) => {
-        if (cancelled.aborted) throw new Error('rollout cancelled');
-        heartbeat({ step: e.step, responseTokens: e.responseTokens });
-      },
-    }));
+    const result = await unavailableAsFailure(policyUrl, () =>
+      runEpisode({
+        env: setup.env,
+        policy,
+        tokenizer,
+        maxSteps: loop.maxSteps ?? config.episode.maxSteps,
+        maxResponseTokens: config.episode.responseBudget,
+        maxTokensPerTurn: config.episode.maxTokensPerTurn,
+        ...(contextWindow !== null ? { contextWindow } : {}),
+        sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
+        seed,
+        allowedActionTokens: loop.allowedActionTokens,
+        stepsRemainingSuffix: loop.stepsRemainingSuffix,
+        tokenWarningAt: loop.tokenWarningAt,
+        tokenWarning: loop.tokenWarning,
+        deadlineMs: started + config.episode.timeoutMinutes * 60_000,
+        onStep: (e) => {
+          if (cancelled.aborted) throw new Error('rollout cancelled');
+          heartbeat({ step: e.step, responseTokens: e.responseTokens });
+        },
+      }),
+    );
     const failed = attempt > 1 ? await failedAttempts(store, runId, n, taskId, sample) : [];
     const trajectory: Trajectory = {
       runId,

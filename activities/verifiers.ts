@@ -57,10 +57,17 @@ export async function prepareSelection(input: { selectionId: string; config: unk
   if (k > plan.runs) throw invalid(`config.k: must be ≤ the evaluation's runs (${plan.runs}), got ${k}`);
   const existing = await store.getJson<unknown>(evalKeys.selectionConfig(c.evalId, input.selectionId));
   const before = existing === null ? null : validateBestOfKConfig(existing);
-  if (before !== null && (!before.ok || !isDeepStrictEqual(before.config, c))) throw invalid(`config.selectionId: selection ${JSON.stringify(input.selectionId)} of ${c.evalId} exists with a different config`);
+  if (before !== null && (!before.ok || !isDeepStrictEqual(before.config, c)))
+    throw invalid(`config.selectionId: selection ${JSON.stringify(input.selectionId)} of ${c.evalId} exists with a different config`);
   await store.putJson(evalKeys.selectionConfig(c.evalId, input.selectionId), c);
   const eps = await readEvalEpisodes(store, c.evalId);
-  const candidates = plan.taskIds.map((taskId) => ({ taskId, runs: eps.filter((e) => e.taskId === taskId && e.run < k).map((e) => e.run).sort((a, b) => a - b) }));
+  const candidates = plan.taskIds.map((taskId) => ({
+    taskId,
+    runs: eps
+      .filter((e) => e.taskId === taskId && e.run < k)
+      .map((e) => e.run)
+      .sort((a, b) => a - b),
+  }));
   return { evalId: c.evalId, selectionId: input.selectionId, k, candidates };
 }
 
@@ -146,7 +153,10 @@ async function applyPatch(sb: Sandbox, patch: string): Promise<boolean> {
 async function runRepoTests(sb: Sandbox, task: SweTask, timeoutS: number): Promise<string[]> {
   const r = await sb.exec(task.test_cmd, timeoutS, { maxOutputBytes: 16 << 20 });
   const statuses = parseTestLog(`${r.stdout}\n${r.stderr}`, logFormatOf(task.test_cmd));
-  return [...statuses].filter(([, s]) => s === 'PASSED').map(([id]) => id).sort();
+  return [...statuses]
+    .filter(([, s]) => s === 'PASSED')
+    .map(([id]) => id)
+    .sort();
 }
 
 export interface RegressionBaseline {
@@ -213,7 +223,7 @@ export async function executeCandidate(ref: CandidateRef): Promise<ExecutionScor
   return once(store, evalKeys.execution(ref.evalId, ref.selectionId, ref.taskId, ref.run), async () => {
     const e = await episodeOf(store, ref);
     const backend = evalConfig.env.backend ?? 'docker';
-    const base = eb.regression ? (await store.getJson<RegressionBaseline>(evalKeys.regressionBase(ref.evalId, ref.selectionId, ref.taskId))) : { passing: [] };
+    const base = eb.regression ? await store.getJson<RegressionBaseline>(evalKeys.regressionBase(ref.evalId, ref.selectionId, ref.taskId)) : { passing: [] };
     if (!base) throw new Error(`regression baseline of ${ref.taskId} is not stored yet`);
     const repro = eb.reproduction ? await store.getJson<ReproductionTests>(evalKeys.reproductionTests(ref.evalId, ref.selectionId, ref.taskId)) : { scripts: [], answers: 0 };
     if (!repro) throw new Error(`reproduction tests of ${ref.taskId} are not stored yet`);
@@ -237,7 +247,10 @@ export async function executeCandidate(ref: CandidateRef): Promise<ExecutionScor
           return 0;
         }
         // in /testbed, as the generator was told: the script's directory is the first import path
-        await sb.copyIn(repro.scripts.map((content, i) => ({ path: `swerl_repro_${i}.py`, content })), '/testbed');
+        await sb.copyIn(
+          repro.scripts.map((content, i) => ({ path: `swerl_repro_${i}.py`, content })),
+          '/testbed',
+        );
         let n = 0;
         for (let i = 0; i < repro.scripts.length; i++) {
           const r = await sb.exec(`python3 swerl_repro_${i}.py`, Math.min(eb.timeoutSeconds, 120));
@@ -257,7 +270,11 @@ export function formatBestOfK(curves: Record<string, (number | null)[]>, atK: Re
   const lines = [`Best@K over ${k} runs (expected resolved rate over random K-subsets; ties at their expected value)`];
   lines.push(`  ${'K'.padEnd(16)} ${Array.from({ length: k }, (_, i) => String(i + 1).padStart(6)).join(' ')}`);
   for (const n of names) lines.push(`  ${n.padEnd(16)} ${curves[n]!.map(pct).join(' ')}`);
-  lines.push(`selected at K = ${k} (ties to the lowest run): ${Object.entries(atK).map(([n, x]) => `${n} ${pct(x).trim()}`).join(', ')}`);
+  lines.push(
+    `selected at K = ${k} (ties to the lowest run): ${Object.entries(atK)
+      .map(([n, x]) => `${n} ${pct(x).trim()}`)
+      .join(', ')}`,
+  );
   return lines.join('\n');
 }
 
@@ -318,7 +335,11 @@ export async function writeSelectionReport(input: { storeUrl: string; evalId: st
   const summary = { evalId: input.evalId, selectionId: input.selectionId, k, tasks: order.length, selectors, curves, exactPassAtK, selections, resolvedAtK: atK, text };
   await store.putJson(`${prefix}/best_of_k.json`, summary);
   await store.put(`${prefix}/best_of_k.txt`, `${text}\n`);
-  const plot = await curvePlotFiles('best_at_k', `Best@K (${input.evalId})`, Object.entries(curves).map(([name, values]) => ({ name, values, dashed: name === 'pass@k' })));
+  const plot = await curvePlotFiles(
+    'best_at_k',
+    `Best@K (${input.evalId})`,
+    Object.entries(curves).map(([name, values]) => ({ name, values, dashed: name === 'pass@k' })),
+  );
   for (const [path, data] of plot) await store.put(`${prefix}/${path}`, data);
   return { evalId: input.evalId, selectionId: input.selectionId, k, curves, resolvedAtK: atK, reportKey: prefix };
 }

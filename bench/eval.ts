@@ -57,7 +57,10 @@ console.log(`grading alone: ${jobs.length} gold patches in ${gradeS.toFixed(1)} 
 const server = await startDevServer({ dir: join(dir, 'temporal'), uiPort: null });
 const connection = await Connection.connect({ address: server.address });
 const client = new Client({ connection });
-const model = await startScriptedModel({ identify: seedTable(0, ids, Math.max(runs, 2)), script: ({ taskId }): ScriptTurn[] => [...editCallsFromPatch(byId.get(taskId)!.patch), FINISH] });
+const model = await startScriptedModel({
+  identify: seedTable(0, ids, Math.max(runs, 2)),
+  script: ({ taskId }): ScriptTurn[] => [...editCallsFromPatch(byId.get(taskId)!.patch), FINISH],
+});
 const storeUrl = fileStoreUrl(join(dir, 'store'));
 const evalConfig = (evalId: string, taskIds: string[], r: number) => ({
   evalId,
@@ -74,13 +77,19 @@ const evalConfig = (evalId: string, taskIds: string[], r: number) => ({
 try {
   const workers = await startWorkers({ address: server.address, queues: ['learner', 'rollout'] });
   const t1 = Date.now();
-  const r = (await (await client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'bench-eval', args: [evalConfig('bench-eval', ids, runs)] })).result()) as { summary: { pass1: number } };
+  const r = (await (await client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'bench-eval', args: [evalConfig('bench-eval', ids, runs)] })).result()) as {
+    summary: { pass1: number };
+  };
   const evalS = (Date.now() - t1) / 1000;
   await workers.shutdown();
   const eps = await readEvalEpisodes(openStore(storeUrl), 'bench-eval');
   const steps = eps.reduce((s, e) => s + e.steps, 0) / eps.length;
-  console.log(`evaluationRun, gold replay: ${eps.length} episodes (pass@1 ${r.summary.pass1}, ${steps.toFixed(1)} steps each) in ${evalS.toFixed(1)} s = ${perMin(eps.length, evalS).toFixed(1)} per minute`);
-  console.log(`ratio evaluation / grading alone: ${(evalS / gradeS).toFixed(2)}× the time (${(100 * (1 - gradeS / evalS)).toFixed(0)}% of an episode is the agent loop, its sandbox and orchestration)`);
+  console.log(
+    `evaluationRun, gold replay: ${eps.length} episodes (pass@1 ${r.summary.pass1}, ${steps.toFixed(1)} steps each) in ${evalS.toFixed(1)} s = ${perMin(eps.length, evalS).toFixed(1)} per minute`,
+  );
+  console.log(
+    `ratio evaluation / grading alone: ${(evalS / gradeS).toFixed(2)}× the time (${(100 * (1 - gradeS / evalS)).toFixed(0)}% of an episode is the agent loop, its sandbox and orchestration)`,
+  );
 
   // 3. resume after a SIGKILLed worker
   const args = ['--queues', 'rollout,learner', '--address', server.address, '--max-rollouts', String(concurrency)];
@@ -91,10 +100,15 @@ try {
   try {
     const h = await client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'bench-resume', args: [evalConfig('bench-resume', small, 2)] });
     const store = openStore(storeUrl);
-    await waitFor('episodes stored and others in flight', async () => {
-      const n = (await readEvalEpisodes(store, 'bench-resume')).length;
-      return n >= 2 && n <= 5 && model.log.some((l) => Date.now() - l.at < 300);
-    }, 300_000, 50);
+    await waitFor(
+      'episodes stored and others in flight',
+      async () => {
+        const n = (await readEvalEpisodes(store, 'bench-resume')).length;
+        return n >= 2 && n <= 5 && model.log.some((l) => Date.now() - l.at < 300);
+      },
+      300_000,
+      50,
+    );
     worker.kill('SIGKILL');
     await new Promise((res) => worker.once('exit', res));
     const before = model.log.length;

@@ -97,7 +97,10 @@ async function measure(runId: string, rollouts: number): Promise<Measure> {
         ),
       );
       maxOne = Math.max(maxOne, ...counts);
-      maxAll = Math.max(maxAll, counts.reduce((a, b) => a + b, 0));
+      maxAll = Math.max(
+        maxAll,
+        counts.reduce((a, b) => a + b, 0),
+      );
       await new Promise((r) => setTimeout(r, 1000));
     }
   })();

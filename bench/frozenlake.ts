@@ -106,7 +106,13 @@ export async function trainFrozenLake(o: BenchOptions): Promise<IterationRecord[
       await Promise.all(Array.from({ length: o.concurrency }, worker));
       const t1 = performance.now();
       const summaries: EpisodeSummary[] = results.map((r) => ({
-        taskId: r.taskId, sample: r.sample, reward: r.reward, end: r.end, tokens: r.ids.length, responseTokens: r.responseTokens, steps: r.steps,
+        taskId: r.taskId,
+        sample: r.sample,
+        reward: r.reward,
+        end: r.end,
+        tokens: r.ids.length,
+        responseTokens: r.responseTokens,
+        steps: r.steps,
       }));
       const adv = groupAdvantages(summaries, m.estimator);
       const batch = buildTrainBatch(results, adv);

@@ -28,22 +28,53 @@ function arg(name: string, dflt: string): string {
 const here = fileURLToPath(new URL('.', import.meta.url));
 
 const tiny: QwenConfig = {
-  vocab_size: 512, hidden_size: 128, intermediate_size: 384, num_hidden_layers: 4, num_attention_heads: 4,
-  num_key_value_heads: 2, head_dim: 32, rms_norm_eps: 1e-6, rope_theta: 1_000_000, max_position_embeddings: 4096,
+  vocab_size: 512,
+  hidden_size: 128,
+  intermediate_size: 384,
+  num_hidden_layers: 4,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 32,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1_000_000,
+  max_position_embeddings: 4096,
   tie_word_embeddings: true,
 };
 const qwen06: QwenConfig = {
-  ...tiny, vocab_size: 151936, hidden_size: 1024, intermediate_size: 3072, num_hidden_layers: 28, num_attention_heads: 16,
-  num_key_value_heads: 8, head_dim: 128, max_position_embeddings: 40960,
+  ...tiny,
+  vocab_size: 151936,
+  hidden_size: 1024,
+  intermediate_size: 3072,
+  num_hidden_layers: 28,
+  num_attention_heads: 16,
+  num_key_value_heads: 8,
+  head_dim: 128,
+  max_position_embeddings: 40960,
 };
-interface Shape { name: string; config: QwenConfig; seqLen: number; seqs: number; gen: number; minSeconds: number }
+interface Shape {
+  name: string;
+  config: QwenConfig;
+  seqLen: number;
+  seqs: number;
+  gen: number;
+  minSeconds: number;
+}
 const SHAPES: Shape[] = [
   { name: 'tiny', config: tiny, seqLen: 512, seqs: 4, gen: 128, minSeconds: 2 },
   { name: '0.6b-2l', config: { ...qwen06, num_hidden_layers: 2 }, seqLen: 512, seqs: 2, gen: 32, minSeconds: 4 },
 ];
 const hp: TrainHyper = {
-  lr: 1e-6, weightDecay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, clipLow: 0.2, clipHigh: 0.28,
-  maxGradNorm: 1, lMax: 32768, mode: 'grpo++', microBatchTokens: 4096,
+  lr: 1e-6,
+  weightDecay: 0.01,
+  beta1: 0.9,
+  beta2: 0.999,
+  eps: 1e-8,
+  clipLow: 0.2,
+  clipHigh: 0.28,
+  maxGradNorm: 1,
+  lMax: 32768,
+  mode: 'grpo++',
+  microBatchTokens: 4096,
 };
 
 function batchOf(config: QwenConfig, n: number, seqLen: number) {
@@ -59,10 +90,12 @@ function batchOf(config: QwenConfig, n: number, seqLen: number) {
 async function rate(threads: number, minSeconds: number, fn: () => Promise<number>): Promise<number> {
   await fn();
   let tokens = 0;
-  const w0 = performance.now(), c0 = process.cpuUsage();
+  const w0 = performance.now(),
+    c0 = process.cpuUsage();
   do tokens += await fn();
   while ((performance.now() - w0) / 1000 < minSeconds);
-  const wall = (performance.now() - w0) / 1000, cu = process.cpuUsage(c0);
+  const wall = (performance.now() - w0) / 1000,
+    cu = process.cpuUsage(c0);
   return tokens / (threads === 1 ? (cu.user + cu.system) / 1e6 : wall);
 }
 
@@ -86,8 +119,25 @@ async function nativeRates(dir: string, sh: Shape, threads: number, naive = fals
 }
 
 function torchRates(python: string, dir: string, sh: Shape, threads: number): Record<Op, number> {
-  const r = spawnSync(python, [join(here, 'learner_torch.py'), '--dir', dir, '--seq', String(sh.seqLen), '--seqs', String(sh.seqs),
-    '--gen', String(sh.gen), '--threads', String(threads), '--min-seconds', String(sh.minSeconds)], { encoding: 'utf8', maxBuffer: 1 << 24 });
+  const r = spawnSync(
+    python,
+    [
+      join(here, 'learner_torch.py'),
+      '--dir',
+      dir,
+      '--seq',
+      String(sh.seqLen),
+      '--seqs',
+      String(sh.seqs),
+      '--gen',
+      String(sh.gen),
+      '--threads',
+      String(threads),
+      '--min-seconds',
+      String(sh.minSeconds),
+    ],
+    { encoding: 'utf8', maxBuffer: 1 << 24 },
+  );
   if (r.status !== 0) throw new Error(`bench/learner_torch.py failed (exit ${r.status}):\n${r.stderr.slice(-3000)}`);
   return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as Record<Op, number>;
 }
@@ -98,8 +148,9 @@ async function batchedDecode(dir: string, sh: Shape, threads: number): Promise<{
   try {
     const prompt = (i: number) => Int32Array.from({ length: 16 }, (_, k) => (i * 131 + k * 17) % sh.config.vocab_size);
     const opts = (i: number) => ({ maxNewTokens: sh.gen, temperature: 1, seed: 1000 + i });
-    await l.generate(prompt(0), opts(0));  // warm-up
-    let t0 = performance.now(), tokens = 0;
+    await l.generate(prompt(0), opts(0)); // warm-up
+    let t0 = performance.now(),
+      tokens = 0;
     for (let i = 0; i < 2; i++) tokens += (await l.generate(prompt(i), opts(i))).ids.length;
     const single = tokens / ((performance.now() - t0) / 1000);
     const batched = new Map<number, number>();
@@ -157,16 +208,24 @@ async function serverStreams(dir: string, sh: Shape, threads: number): Promise<{
   }
 }
 
-const shapes = arg('shapes', SHAPES.map((s) => s.name).join(',')).split(',').map((n) => {
-  const s = SHAPES.find((x) => x.name === n);
-  if (!s) throw new Error(`--shapes: unknown shape ${JSON.stringify(n)} (${SHAPES.map((x) => x.name).join(', ')})`);
-  return s;
-});
+const shapes = arg('shapes', SHAPES.map((s) => s.name).join(','))
+  .split(',')
+  .map((n) => {
+    const s = SHAPES.find((x) => x.name === n);
+    if (!s) throw new Error(`--shapes: unknown shape ${JSON.stringify(n)} (${SHAPES.map((x) => x.name).join(', ')})`);
+    return s;
+  });
 const threadList = arg('threads', '1,2').split(',').map(Number);
 const withTorch = !process.argv.includes('--no-torch');
 const python = withTorch ? fsdpPython('cpu') : '';
 const root = mkdtempSync(join(tmpdir(), 'gl-bench-'));
-interface RowOut { shape: string; op: Op; threads: number; native: number; torch?: number }
+interface RowOut {
+  shape: string;
+  op: Op;
+  threads: number;
+  native: number;
+  torch?: number;
+}
 const rows: RowOut[] = [];
 const decode: { shape: string; single: number; batched: Map<number, number> }[] = [];
 const served: { shape: string; rows: Awaited<ReturnType<typeof serverStreams>> }[] = [];
@@ -187,11 +246,16 @@ try {
   }
   const f = (v: number | undefined, w = 12) => (v === undefined ? '-' : v.toFixed(v < 100 ? 1 : 0)).padStart(w);
   console.log(`gpu-learner vs PyTorch eager ${withTorch ? '' : '(skipped: --no-torch) '}(fp32, CPU): tokens per CPU-second with 1 thread, per wall second with more`);
-  for (const sh of shapes) console.log(`  ${sh.name}: V${sh.config.vocab_size} C${sh.config.hidden_size} L${sh.config.num_hidden_layers} H${sh.config.num_attention_heads}/${sh.config.num_key_value_heads} D${sh.config.head_dim} I${sh.config.intermediate_size}; ${sh.seqs}x${sh.seqLen} tokens per batch; generate ${sh.gen} tokens after a 16-token prompt`);
+  for (const sh of shapes)
+    console.log(
+      `  ${sh.name}: V${sh.config.vocab_size} C${sh.config.hidden_size} L${sh.config.num_hidden_layers} H${sh.config.num_attention_heads}/${sh.config.num_key_value_heads} D${sh.config.head_dim} I${sh.config.intermediate_size}; ${sh.seqs}x${sh.seqLen} tokens per batch; generate ${sh.gen} tokens after a 16-token prompt`,
+    );
   console.log('shape     operation  threads      native       torch   native/torch');
   console.log('--------  ---------  -------  ----------  ----------   ------------');
   for (const r of rows)
-    console.log(`${r.shape.padEnd(8)}  ${r.op.padEnd(9)}  ${String(r.threads).padStart(7)}  ${f(r.native, 10)}  ${f(r.torch, 10)}   ${r.torch ? (r.native / r.torch).toFixed(2).padStart(11) + 'x' : '-'.padStart(12)}`);
+    console.log(
+      `${r.shape.padEnd(8)}  ${r.op.padEnd(9)}  ${String(r.threads).padStart(7)}  ${f(r.native, 10)}  ${f(r.torch, 10)}   ${r.torch ? (r.native / r.torch).toFixed(2).padStart(11) + 'x' : '-'.padStart(12)}`,
+    );
   if (naiveRow) {
     console.log('\nnative vs its naive-matmul reference (tiny, 1 thread; reference: 1x512-token batch, 32 generated tokens):');
     for (const op of OPS) console.log(`  ${op.padEnd(9)} ${f(naiveRow.native[op])} vs ${f(naiveRow.naive[op])}  ${(naiveRow.native[op] / naiveRow.naive[op]).toFixed(1)}x`);
@@ -199,13 +263,21 @@ try {
   console.log(`\nbatched decoding (Learner.decoder, ${Math.max(...threadList)} threads, wall clock): tokens/s of n sequences decoding together vs single-stream generate`);
   console.log('shape     single-stream      n=1        n=8       n=16    n=8 / single');
   for (const d of decode)
-    console.log(`${d.shape.padEnd(8)}  ${f(d.single, 13)}  ${f(d.batched.get(1), 9)}  ${f(d.batched.get(8), 9)}  ${f(d.batched.get(16), 9)}   ${(d.batched.get(8)! / d.single).toFixed(1).padStart(11)}x`);
-  console.log(`\npolicy server (${Math.max(...threadList)} threads, wall clock, HTTP): tokens/s of n concurrent /v1/completions streams, batching vs the single-stream server (batching: false)`);
+    console.log(
+      `${d.shape.padEnd(8)}  ${f(d.single, 13)}  ${f(d.batched.get(1), 9)}  ${f(d.batched.get(8), 9)}  ${f(d.batched.get(16), 9)}   ${(d.batched.get(8)! / d.single).toFixed(1).padStart(11)}x`,
+    );
+  console.log(
+    `\npolicy server (${Math.max(...threadList)} threads, wall clock, HTTP): tokens/s of n concurrent /v1/completions streams, batching vs the single-stream server (batching: false)`,
+  );
   console.log('shape     streams   single-stream    batching   batching / single');
   for (const d of served)
     for (const r of d.rows)
       console.log(`${d.shape.padEnd(8)}  ${String(r.streams).padStart(7)}  ${f(r.single, 14)}  ${f(r.batched, 10)}   ${(r.batched / r.single).toFixed(1).padStart(16)}x`);
-  console.log(`machine: ${cpus().length} CPU threads, load average ${loadavg().map((v) => v.toFixed(1)).join(' / ')}`);
+  console.log(
+    `machine: ${cpus().length} CPU threads, load average ${loadavg()
+      .map((v) => v.toFixed(1))
+      .join(' / ')}`,
+  );
   const ratios = rows.filter((r) => r.torch).map((r) => ({ r, x: r.native / r.torch! }));
   if (ratios.length) {
     const worst = ratios.reduce((a, b) => (b.x < a.x ? b : a));
@@ -242,7 +314,9 @@ async function fsdpRows(): Promise<void> {
     console.log(`native            ${native.toFixed(0).padStart(14)}   ${'1.00x'.padStart(9)}`);
     for (const n of [1, 2]) {
       t0 = performance.now();
-      const tr = await FsdpLearner.start(fsdpOptions(n, { maxTokensPerMicroBatch: 4096, checkpointShardMB: 4096, threads: Math.max(1, Math.floor(cpus().length / n)), stallTimeoutSeconds: 3600 }));
+      const tr = await FsdpLearner.start(
+        fsdpOptions(n, { maxTokensPerMicroBatch: 4096, checkpointShardMB: 4096, threads: Math.max(1, Math.floor(cpus().length / n)), stallTimeoutSeconds: 3600 }),
+      );
       try {
         const start = (performance.now() - t0) / 1000;
         t0 = performance.now();
@@ -255,13 +329,19 @@ async function fsdpRows(): Promise<void> {
         t0 = performance.now();
         await tr.save(join(mdir, `ckpt-${n}`), join(mdir, 'model'));
         const save = (performance.now() - t0) / 1000;
-        console.log(`fsdp ${n} rank${n > 1 ? 's' : ' '}      ${rate.toFixed(0).padStart(14)}   ${(rate / native).toFixed(2).padStart(8)}x   ${start.toFixed(1).padStart(13)}   ${load.toFixed(1).padStart(6)}   ${save.toFixed(2).padStart(18)}`);
+        console.log(
+          `fsdp ${n} rank${n > 1 ? 's' : ' '}      ${rate.toFixed(0).padStart(14)}   ${(rate / native).toFixed(2).padStart(8)}x   ${start.toFixed(1).padStart(13)}   ${load.toFixed(1).padStart(6)}   ${save.toFixed(2).padStart(18)}`,
+        );
       } finally {
         await tr.close();
       }
     }
     console.log('group start: torchrun up to every rank joined (imports included); load: model built on meta, sharded, weights read and broadcast');
-    console.log(`fsdp: activation checkpointing on (one more forward per block), ${cpus().length} CPU threads split over the ranks; machine load average ${loadavg().map((v) => v.toFixed(1)).join(' / ')}`);
+    console.log(
+      `fsdp: activation checkpointing on (one more forward per block), ${cpus().length} CPU threads split over the ranks; machine load average ${loadavg()
+        .map((v) => v.toFixed(1))
+        .join(' / ')}`,
+    );
   } finally {
     rmSync(mdir, { recursive: true, force: true });
   }

@@ -46,8 +46,10 @@ if (!has('cmake')) fail('cmake not found; install it (apt-get install cmake g++ 
 // GEMMs through OpenBLAS unless GL_BLAS=OFF (the engine's own kernels): name the package before CMake does.
 const blas = process.env.GL_BLAS === 'OFF' ? 'OFF' : 'ON';
 if (blas === 'ON' && spawnSync('pkg-config', ['--exists', 'openblas'], { stdio: 'ignore' }).status !== 0)
-  fail('OpenBLAS not found (pkg-config openblas): install Debian\'s libopenblas-dev (apt-get install libopenblas-dev pkg-config; ' +
-    'scripts/setup.sh does it), or build without it: GL_BLAS=OFF node gpu-learner/build.mjs --force');
+  fail(
+    "OpenBLAS not found (pkg-config openblas): install Debian's libopenblas-dev (apt-get install libopenblas-dev pkg-config; " +
+      'scripts/setup.sh does it), or build without it: GL_BLAS=OFF node gpu-learner/build.mjs --force',
+  );
 if (process.argv.includes('--force')) rmSync(build, { recursive: true, force: true });
 mkdirSync(build, { recursive: true });
 
@@ -63,8 +65,18 @@ const run = (args) => {
 
 if (!existsSync(join(build, 'CMakeCache.txt'))) {
   const gen = has('ninja') ? ['-G', 'Ninja'] : [];
-  run([...gen, '-S', here, '-B', build, '-DCMAKE_BUILD_TYPE=Release', `-DNODE_INCLUDE_DIR=${nodeInc}`, `-DNODE_ADDON_API_DIR=${napiDir}`,
-    `-DGL_NODE=${process.execPath}`, `-DGL_BLAS=${blas}`]);  // GL_NODE: the CUDA emulator's source rewrite (emu/emu.cmake)
+  run([
+    ...gen,
+    '-S',
+    here,
+    '-B',
+    build,
+    '-DCMAKE_BUILD_TYPE=Release',
+    `-DNODE_INCLUDE_DIR=${nodeInc}`,
+    `-DNODE_ADDON_API_DIR=${napiDir}`,
+    `-DGL_NODE=${process.execPath}`,
+    `-DGL_BLAS=${blas}`,
+  ]); // GL_NODE: the CUDA emulator's source rewrite (emu/emu.cmake)
 }
 run(['--build', build, '--parallel', String(Math.max(1, Math.min(4, (await import('node:os')).availableParallelism())))]);
 if (!existsSync(join(build, 'gpu_learner.node'))) fail('build finished but build/gpu_learner.node is missing');

@@ -255,7 +255,8 @@ export class Learner {
 
   /** Packed log-probs: entry t = log p(ids[t] | earlier ids of its sequence); 0 for each first token. */
   async logprobs(batch: { ids: Int32Array; offsets: Int32Array }): Promise<Float32Array> {
-    const ids = int32('batch.ids', batch.ids), offsets = int32('batch.offsets', batch.offsets);
+    const ids = int32('batch.ids', batch.ids),
+      offsets = int32('batch.offsets', batch.offsets);
     return this.#run((n) => n.logprobs(ids, offsets));
   }
 
@@ -393,13 +394,16 @@ export class BatchDecoder {
     signal?.throwIfAborted();
     int32('promptIds', promptIds);
     if (!Array.isArray(samples)) throw new TypeError('samples must be an array of generate options');
-    const live = samples.filter((o) => o?.maxNewTokens !== 0);  // maxNewTokens 0: nothing to decode
+    const live = samples.filter((o) => o?.maxNewTokens !== 0); // maxNewTokens 0: nothing to decode
     let got: GenerateResult[] = [];
     if (live.length) {
       const call: Call = { prompt: promptIds, samples: live, pending: [], seqs: [], aborted: false };
-      const results = live.map((o) => new Promise<GenerateResult>((done, fail) => {
-        call.pending.push({ ids: [], logprobs: [], topIds: [], topLogprobs: [], topK: o.topLogprobs ?? 0, done, fail });
-      }));
+      const results = live.map(
+        (o) =>
+          new Promise<GenerateResult>((done, fail) => {
+            call.pending.push({ ids: [], logprobs: [], topIds: [], topLogprobs: [], topK: o.topLogprobs ?? 0, done, fail });
+          }),
+      );
       const abort = () => this.#abort(call, signal!.reason);
       signal?.addEventListener('abort', abort, { once: true });
       this.#queue.push(call);
@@ -411,8 +415,7 @@ export class BatchDecoder {
       }
     }
     let k = 0;
-    return samples.map((o): GenerateResult =>
-      o?.maxNewTokens === 0 ? { ids: new Int32Array(0), logprobs: new Float32Array(0), finishReason: 'length' } : got[k++]);
+    return samples.map((o): GenerateResult => (o?.maxNewTokens === 0 ? { ids: new Int32Array(0), logprobs: new Float32Array(0), finishReason: 'length' } : got[k++]));
   }
 
   /** Rejects every call in flight, running or waiting (their native sequences are gone, e.g. after reload). */
@@ -449,21 +452,29 @@ export class BatchDecoder {
       byPrompt.set(key, [...(byPrompt.get(key) ?? []), c]);
     }
     for (const group of byPrompt.values()) {
-      const fail = (c: Call) => (err: unknown) => { for (const p of c.pending) p.fail(err); };
+      const fail = (c: Call) => (err: unknown) => {
+        for (const p of c.pending) p.fail(err);
+      };
       if (group.length === 1) await this.#add(group).catch(fail(group[0]));
       // a merged admission that fails is retried call by call, so an error reaches only the call it belongs to
-      else await this.#add(group).catch(async () => { for (const c of group) if (!c.aborted) await this.#add([c]).catch(fail(c)); });
+      else
+        await this.#add(group).catch(async () => {
+          for (const c of group) if (!c.aborted) await this.#add([c]).catch(fail(c));
+        });
     }
   }
 
   async #add(group: Call[]): Promise<void> {
-    const seqs = await this.#learner.decodeAdd(group[0].prompt, group.flatMap((c) => c.samples));
+    const seqs = await this.#learner.decodeAdd(
+      group[0].prompt,
+      group.flatMap((c) => c.samples),
+    );
     this.onPrefill?.(seqs.length);
     let k = 0;
     for (const c of group) {
       c.seqs = seqs.slice(k, (k += c.samples.length));
       c.seqs.forEach((seq, i) => this.#waiting.set(seq, c.pending[i]));
-      if (c.aborted) this.#abort(c, undefined);  // aborted while its prompt was prefilled (already rejected)
+      if (c.aborted) this.#abort(c, undefined); // aborted while its prompt was prefilled (already rejected)
     }
   }
 
@@ -500,7 +511,7 @@ export class BatchDecoder {
 
   #deliver(t: DecodeToken): void {
     const w = this.#waiting.get(t.seq);
-    if (!w) return;  // aborted: its removal is queued
+    if (!w) return; // aborted: its removal is queued
     w.ids.push(t.id);
     w.logprobs.push(t.logprob);
     if (w.topK > 0 && t.topIds && t.topLogprobs) {
@@ -537,7 +548,7 @@ export function writeSafetensors(path: string, tensors: NamedTensor[], dtype: St
   const fd = openSync(tmp, 'w');
   try {
     for (const part of encodeSafetensors(tensors, { dtype })) {
-      for (let off = 0; off < part.length; ) off += writeSync(fd, part, off, Math.min(part.length - off, 1 << 30));
+      for (let off = 0; off < part.length;) off += writeSync(fd, part, off, Math.min(part.length - off, 1 << 30));
     }
   } finally {
     closeSync(fd);

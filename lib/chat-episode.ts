@@ -187,8 +187,7 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
         action = parsed.ok ? formatToolCall(parsed.call) : '';
         if (!parsed.ok) refused = `ERROR: ${parsed.error}\nFix the function call and try again.`;
         // every call gets an answer; only the first one runs
-        reply = (obs) =>
-          r.toolCalls.map((c, i) => ({ role: 'tool', tool_call_id: c.id, content: i === 0 ? obs : 'Not executed: only the first function call of a reply runs.' }));
+        reply = (obs) => r.toolCalls.map((c, i) => ({ role: 'tool', tool_call_id: c.id, content: i === 0 ? obs : 'Not executed: only the first function call of a reply runs.' }));
       } else {
         // text is never executed in this format: the reminder speaks of tool calls, not of `<function=…>` text
         action = r.content ?? '';

@@ -55,7 +55,10 @@ export const FsdpConfigSchema = z
     nprocPerNode: int().min(1).max(64).default(1),
     nnodes: int().min(1).max(1024).default(1),
     /** HOST:PORT of torchrun's c10d rendezvous, on the learner worker's node; required when nnodes > 1 */
-    rdzvEndpoint: z.string().regex(/^[^\s:]+:\d+$/, 'must be HOST:PORT').optional(),
+    rdzvEndpoint: z
+      .string()
+      .regex(/^[^\s:]+:\d+$/, 'must be HOST:PORT')
+      .optional(),
     /** the address other nodes' rank 0 reaches the learner worker's control socket on */
     controlHost: z.string().min(1).default('127.0.0.1'),
     /** compute dtype of gathered parameters ("auto": bfloat16 on cuda, float32 on cpu); master weights and AdamW state stay fp32 */
@@ -66,15 +69,30 @@ export const FsdpConfigSchema = z
     cpuOffload: z.boolean().default(false),
     activationCheckpointing: z.boolean().default(true),
     /** tokens per micro-batch and device (whole sequences; a longer sequence is refused); DeepSWE: 32K */
-    maxTokensPerMicroBatch: int().min(1).max(1 << 22).default(32768),
+    maxTokensPerMicroBatch: int()
+      .min(1)
+      .max(1 << 22)
+      .default(32768),
     /** transformers attention ("sdpa"; "flash_attention_2" on GPUs with flash-attn installed) */
     attnImplementation: z.string().min(1).default('sdpa'),
     /** largest safetensors file of a checkpoint */
-    checkpointShardMB: z.number().gt(0).max(1 << 20).default(4096),
+    checkpointShardMB: z
+      .number()
+      .gt(0)
+      .max(1 << 20)
+      .default(4096),
     /** no progress from the group for this long while it works: it is killed and the step retried */
-    stallTimeoutSeconds: z.number().gt(0).max(24 * 3600).default(600),
+    stallTimeoutSeconds: z
+      .number()
+      .gt(0)
+      .max(24 * 3600)
+      .default(600),
     /** torch.distributed timeout of one collective (a dead peer is noticed by then at the latest) */
-    collectiveTimeoutSeconds: z.number().gt(0).max(24 * 3600).default(600),
+    collectiveTimeoutSeconds: z
+      .number()
+      .gt(0)
+      .max(24 * 3600)
+      .default(600),
   })
   .strict();
 export type FsdpConfig = z.infer<typeof FsdpConfigSchema>;
@@ -137,7 +155,10 @@ export const TrackingConfigSchema = z
     mlflow: z
       .object({
         /** the tracking server, e.g. http://mlflow.internal:5000 */
-        uri: z.string().url().regex(/^https?:\/\//, 'must be an http(s):// URL'),
+        uri: z
+          .string()
+          .url()
+          .regex(/^https?:\/\//, 'must be an http(s):// URL'),
         experiment: z.string().min(1).max(500).default('swerl'),
       })
       .strict()
@@ -162,7 +183,11 @@ export const TrainingConfigSchema = z
     rolloutsPerWorkflow: int().min(1).max(ROLLOUTS_PER_WORKFLOW_MAX).default(ROLLOUTS_PER_WORKFLOW_DEFAULT),
     rollout: z
       .object({
-        startToCloseMinutes: z.number().gt(0).max(24 * 60).default(20),
+        startToCloseMinutes: z
+          .number()
+          .gt(0)
+          .max(24 * 60)
+          .default(20),
         heartbeatSeconds: z.number().gt(0).max(600).default(30),
         heartbeatTimeoutSeconds: z.number().gt(0).max(3600).default(60),
         maxAttempts: int().min(1).max(100).default(5),
@@ -172,12 +197,22 @@ export const TrainingConfigSchema = z
     episode: z
       .object({
         maxSteps: int().min(1).max(1000).default(50),
-        responseBudget: int().min(1).max(1 << 20).default(32768),
+        responseBudget: int()
+          .min(1)
+          .max(1 << 20)
+          .default(32768),
         /** a turn's max_tokens is also clamped to the room left in the model's context window (DESIGN §9) */
-        maxTokensPerTurn: int().min(1).max(1 << 20).default(4096),
+        maxTokensPerTurn: int()
+          .min(1)
+          .max(1 << 20)
+          .default(4096),
         temperature: z.number().gt(0).max(5).default(1),
         topP: z.number().gt(0).max(1).default(1),
-        timeoutMinutes: z.number().gt(0).max(24 * 60).default(20),
+        timeoutMinutes: z
+          .number()
+          .gt(0)
+          .max(24 * 60)
+          .default(20),
       })
       .strict()
       .prefault({}),
@@ -193,7 +228,10 @@ export const TrainingConfigSchema = z
         clipLow: z.number().min(0).max(1).default(0.2),
         clipHigh: z.number().min(0).max(10).default(0.28),
         maxGradNorm: z.number().gt(0).max(1e6).default(1.0),
-        lMax: int().min(1).max(1 << 22).default(32768),
+        lMax: int()
+          .min(1)
+          .max(1 << 22)
+          .default(32768),
         microBatchTokens: int().min(1).optional(),
       })
       .strict()
@@ -214,12 +252,20 @@ export const TrainingConfigSchema = z
          * the served model's context window in tokens, for an external server whose GET /v1/models does not report it
          * (when both say, the smaller counts); ours is the checkpoint's max_position_embeddings
          */
-        contextWindow: int().min(1).max(1 << 24).optional(),
+        contextWindow: int()
+          .min(1)
+          .max(1 << 24)
+          .optional(),
       })
       .strict()
       .prefault({}),
     store: z
-      .object({ url: z.string().regex(/^file:\/\//, 'must be a file:// URL').default('file://.runs/store') })
+      .object({
+        url: z
+          .string()
+          .regex(/^file:\/\//, 'must be a file:// URL')
+          .default('file://.runs/store'),
+      })
       .strict()
       .prefault({}),
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }),
@@ -241,7 +287,10 @@ export const TrainingConfigSchema = z
         /** steps per episode; default env.evalMaxSteps (DeepSWE evaluation: 100) */
         maxSteps: int().min(1).max(10_000).optional(),
         /** generated tokens per episode (default 65,536) */
-        contextBudget: int().min(1).max(1 << 22).optional(),
+        contextBudget: int()
+          .min(1)
+          .max(1 << 22)
+          .optional(),
         /** episodes in flight; default maxInflightRollouts */
         concurrency: int().min(1).max(4096).optional(),
       })
@@ -254,7 +303,11 @@ export const TrainingConfigSchema = z
         device: z.enum(['cpu', 'cuda']).default('cpu'),
         /** 0: the learner picks (fsdp on the CPU: torch threads per rank) */
         threads: int().min(0).max(1024).default(0),
-        timeoutMinutes: z.number().gt(0).max(7 * 24 * 60).default(60),
+        timeoutMinutes: z
+          .number()
+          .gt(0)
+          .max(7 * 24 * 60)
+          .default(60),
         /** the learner heartbeats every second while it works: a dead learner worker is noticed after this long */
         heartbeatTimeoutSeconds: z.number().min(2).max(3600).default(60),
         fsdp: FsdpConfigSchema.prefault({}),
@@ -337,7 +390,11 @@ function checkAsync(c: Pick<TrainingConfig, 'async' | 'batch' | 'maxInflightRoll
     });
   }
   if (c.eval) {
-    ctx.addIssue({ code: 'custom', path: ['eval'], message: 'validation during a run is not supported with async.mode "pump" yet: evaluate the checkpoints with `swerl eval`, or use async.mode "one-step"' });
+    ctx.addIssue({
+      code: 'custom',
+      path: ['eval'],
+      message: 'validation during a run is not supported with async.mode "pump" yet: evaluate the checkpoints with `swerl eval`, or use async.mode "one-step"',
+    });
   }
 }
 export type TrainingConfigInput = z.input<typeof TrainingConfigSchema>;
@@ -442,7 +499,7 @@ export function hyperparametersOf(c: TrainingConfig): Hyperparameters {
 
 /** Returns a new config with the update applied (the update was validated first). */
 export function applyHyperparameters(c: TrainingConfig, u: HyperparametersUpdate): TrainingConfig {
-  const pick = <T,>(v: T | undefined, d: T): T => (v === undefined ? d : v);
+  const pick = <T>(v: T | undefined, d: T): T => (v === undefined ? d : v);
   return {
     ...c,
     maxInflightRollouts: pick(u.maxInflightRollouts, c.maxInflightRollouts),

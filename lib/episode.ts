@@ -104,8 +104,7 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
   const progress = { steps: 0, responseTokens: 0 };
   let end: EndReason | undefined;
 
-  const actionTokens =
-    o.allowedActionTokens === true ? o.env.actionTokens : o.allowedActionTokens === false ? undefined : o.allowedActionTokens;
+  const actionTokens = o.allowedActionTokens === true ? o.env.actionTokens : o.allowedActionTokens === false ? undefined : o.allowedActionTokens;
   const allowedIds = actionTokens?.length ? actionTokens.map((t) => tok.tokenId(t)) : undefined;
   const stopIds = [...new Set([tok.imEnd, tok.eos])];
 
@@ -139,7 +138,10 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
     progress.responseTokens += out.ids.length;
     if (out.ids.at(-1) !== tok.imEnd) push([tok.imEnd], 0);
     progress.steps++;
-    const text = tok.decode(out.ids.filter((id) => id !== tok.imEnd && id !== tok.eos), { skipSpecial: false });
+    const text = tok.decode(
+      out.ids.filter((id) => id !== tok.imEnd && id !== tok.eos),
+      { skipSpecial: false },
+    );
 
     const cut = cutTurnEnd(plan, out.finishReason);
     if (cut) {

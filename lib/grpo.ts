@@ -76,10 +76,7 @@ export interface EpisodeSummary {
  * Advantages for a batch of episodes, grouped by taskId (order of the input is kept).
  * Every episode's reward counts in its group baseline, filtered or not (DESIGN §5).
  */
-export function groupAdvantages(
-  summaries: readonly Pick<EpisodeSummary, 'taskId' | 'sample' | 'reward' | 'end'>[],
-  estimator: AdvantageEstimator,
-): number[] {
+export function groupAdvantages(summaries: readonly Pick<EpisodeSummary, 'taskId' | 'sample' | 'reward' | 'end'>[], estimator: AdvantageEstimator): number[] {
   const fn = advantagesByName(estimator);
   const groups = new Map<string, number[]>();
   summaries.forEach((s, i) => {
@@ -149,11 +146,7 @@ export interface TrainBatch extends PackedTrainBatch {
  * compact-filter mask. With dropZeroAdvantage, sequences with A = 0 or no trainable token are
  * left out (they add 0 to Σ mask·ℓ); `episodes` keeps the original count.
  */
-export function buildTrainBatch(
-  trajs: readonly Pick<Trajectory, 'ids' | 'mask' | 'logprobs' | 'end'>[],
-  advantages: readonly number[],
-  opts: TrainBatchOptions = {},
-): TrainBatch {
+export function buildTrainBatch(trajs: readonly Pick<Trajectory, 'ids' | 'mask' | 'logprobs' | 'end'>[], advantages: readonly number[], opts: TrainBatchOptions = {}): TrainBatch {
   if (advantages.length !== trajs.length) {
     throw new Error(`buildTrainBatch: ${trajs.length} trajectories but ${advantages.length} advantages`);
   }
@@ -362,12 +355,7 @@ export function maskedIsWeight(learnerLp: number, behaviourLp: number, cap: numb
  * divisor, so it is exactly Σ m·w·ℓ / (N·L_max); GRPO's per-sequence mean divides by Σ m' (self-normalised).
  * Returns the new mask and how many masked-in tokens got a weight other than 1 (TIS: ρ > C; MIS: dropped).
  */
-export function correctedMask(
-  mask: ArrayLike<number>,
-  learner: ArrayLike<number>,
-  behaviour: ArrayLike<number>,
-  c: Correction,
-): { mask: Float32Array; changed: number } {
+export function correctedMask(mask: ArrayLike<number>, learner: ArrayLike<number>, behaviour: ArrayLike<number>, c: Correction): { mask: Float32Array; changed: number } {
   if (!(c.cap >= 1)) throw new Error(`correction.cap: must be ≥ 1, got ${c.cap}`);
   const weight = c.kind === 'tis' ? truncatedIsWeight : c.kind === 'mis' ? maskedIsWeight : c.kind === 'decoupled' ? decoupledPpoWeight : null;
   if (!weight) throw new Error(`correction.kind: must be "tis", "mis" or "decoupled", got ${JSON.stringify(c.kind)}`);
@@ -424,11 +412,6 @@ export function clippedTokenLoss(lpTheta: number, lpOld: number, advantage: numb
 }
 
 /** Decoupled PPO's token loss: w · clippedTokenLoss(θ, prox), w = decoupledPpoWeight(prox, b, C) (the reference the engines' masked loss is held to). */
-export function decoupledPpoTokenLoss(
-  lp: { theta: number; prox: number; behaviour: number },
-  advantage: number,
-  clip: { low: number; high: number },
-  cap: number,
-): number {
+export function decoupledPpoTokenLoss(lp: { theta: number; prox: number; behaviour: number }, advantage: number, clip: { low: number; high: number }, cap: number): number {
   return decoupledPpoWeight(lp.prox, lp.behaviour, cap) * clippedTokenLoss(lp.theta, lp.prox, advantage, clip.low, clip.high);
 }

@@ -148,7 +148,10 @@ const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replac
 export function rewardHtml(points: RewardPoint[], svg: string, title = DEFAULT_TITLE): string {
   const evalNames = [...new Set(points.flatMap((p) => Object.keys(p.eval ?? {})))].sort();
   const rows = points
-    .map((p) => `<tr><td>${p.iteration}</td><td>${p.meanReward.toFixed(3)}</td><td>${p.successRate.toFixed(3)}</td>${evalNames.map((k) => `<td>${p.eval?.[k]?.toFixed(3) ?? ''}</td>`).join('')}</tr>`)
+    .map(
+      (p) =>
+        `<tr><td>${p.iteration}</td><td>${p.meanReward.toFixed(3)}</td><td>${p.successRate.toFixed(3)}</td>${evalNames.map((k) => `<td>${p.eval?.[k]?.toFixed(3) ?? ''}</td>`).join('')}</tr>`,
+    )
     .join('\n');
   return `<!doctype html>
 <html><head><meta charset="utf-8"><title>${esc(title)}</title>
@@ -197,7 +200,11 @@ export async function writeRewardPlot(metricsJsonlPath: string, outPath: string,
 }
 
 /** A curve chart over k (pass@k, Best@K) as report files: an HTML page with its SVG and a table, the PNG and the Vega-Lite spec. */
-export async function curvePlotFiles(base: string, title: string, series: { name: string; values: (number | null)[]; dashed?: boolean }[]): Promise<[string, string | Uint8Array][]> {
+export async function curvePlotFiles(
+  base: string,
+  title: string,
+  series: { name: string; values: (number | null)[]; dashed?: boolean }[],
+): Promise<[string, string | Uint8Array][]> {
   const chart = await renderChart({
     title,
     xTitle: 'k',

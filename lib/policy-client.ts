@@ -384,7 +384,10 @@ async function vllmLoadWeights(request: ReturnType<typeof jsonRequester>, dir: s
  */
 async function listedModels(request: ReturnType<typeof jsonRequester>): Promise<string[] | null> {
   try {
-    const r = z.object({ data: z.array(z.object({ id: z.string() }).passthrough()) }).passthrough().safeParse(await request('GET', '/v1/models'));
+    const r = z
+      .object({ data: z.array(z.object({ id: z.string() }).passthrough()) })
+      .passthrough()
+      .safeParse(await request('GET', '/v1/models'));
     return r.success ? r.data.data.map((m) => m.id) : null;
   } catch (e) {
     if (e instanceof PolicyResponseError) return null; // a server without the listing: nothing to compare
@@ -449,9 +452,7 @@ const ChatResponseSchema = z.object({
         finish_reason: z.string().nullish(),
         logprobs: z
           .object({
-            content: z
-              .array(z.object({ token: z.string(), logprob: z.number(), top_logprobs: z.array(z.object({ token: z.string(), logprob: z.number() })).nullish() }))
-              .nullish(),
+            content: z.array(z.object({ token: z.string(), logprob: z.number(), top_logprobs: z.array(z.object({ token: z.string(), logprob: z.number() })).nullish() })).nullish(),
           })
           .nullish(),
       }),
@@ -473,7 +474,11 @@ export function parseChatResponse(body: unknown): ChatResult {
   const fr = ch.finish_reason;
   return {
     content: ch.message.content ?? null,
-    toolCalls: (ch.message.tool_calls ?? []).map((c, i) => ({ id: c.id ?? `call_${i}`, type: 'function', function: { name: c.function.name, arguments: c.function.arguments ?? '{}' } })),
+    toolCalls: (ch.message.tool_calls ?? []).map((c, i) => ({
+      id: c.id ?? `call_${i}`,
+      type: 'function',
+      function: { name: c.function.name, arguments: c.function.arguments ?? '{}' },
+    })),
     finishReason: fr === 'length' || fr === 'tool_calls' || fr === 'content_filter' ? fr : 'stop',
     promptTokens: parsed.data.usage?.prompt_tokens ?? 0,
     completionTokens: parsed.data.usage?.completion_tokens ?? 0,
@@ -523,7 +528,10 @@ export interface TokenGenerator {
  * A PolicyClient over a Learner in the same process (benchmarks, tests): same interface as the
  * HTTP client, no server. Weights are the Learner's own, so loadWeights only records the index.
  */
-export function createInProcessPolicyClient(generator: TokenGenerator, checkpoint: number | null = 0): PolicyClient & {
+export function createInProcessPolicyClient(
+  generator: TokenGenerator,
+  checkpoint: number | null = 0,
+): PolicyClient & {
   complete(req: ConstrainedCompletionRequest): Promise<CompletionResult>;
 } {
   let served = checkpoint;
@@ -601,12 +609,18 @@ export async function listServerModels(options: PolicyClientOptions): Promise<Se
     body = await jsonRequester(o)('GET', '/v1/models');
   } catch (e) {
     if (e instanceof PolicyResponseError && e.status === 404) {
-      throw new PolicyResponseError(`${serverRoot(o.baseUrl)}/v1/models is not served (404): is baseUrl ${JSON.stringify(o.baseUrl)} the OpenAI-compatible server's address (http://host:port or http://host:port/v1)?`, 404);
+      throw new PolicyResponseError(
+        `${serverRoot(o.baseUrl)}/v1/models is not served (404): is baseUrl ${JSON.stringify(o.baseUrl)} the OpenAI-compatible server's address (http://host:port or http://host:port/v1)?`,
+        404,
+      );
     }
     throw e;
   }
   const parsed = ModelListSchema.safeParse(body);
-  if (!parsed.success) throw new PolicyResponseError(`GET ${serverRoot(o.baseUrl)}/v1/models: unexpected answer (${parsed.error.issues[0]!.path.join('.')}: ${parsed.error.issues[0]!.message}); body starts ${JSON.stringify(body)?.slice(0, 200)}`);
+  if (!parsed.success)
+    throw new PolicyResponseError(
+      `GET ${serverRoot(o.baseUrl)}/v1/models: unexpected answer (${parsed.error.issues[0]!.path.join('.')}: ${parsed.error.issues[0]!.message}); body starts ${JSON.stringify(body)?.slice(0, 200)}`,
+    );
   const data = parsed.data.data;
   const entry = data.find((m) => m.id === o.model) ?? (data.length === 1 ? data[0] : undefined);
   return { models: data.map((m) => m.id), contextWindow: entry?.max_model_len ?? entry?.meta?.n_ctx ?? null };

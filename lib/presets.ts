@@ -41,14 +41,7 @@ export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'frozenlake', 'froze
 type ModelShape = Required<
   Pick<
     Qwen3ModelConfig,
-    | 'hidden_size'
-    | 'intermediate_size'
-    | 'num_hidden_layers'
-    | 'num_attention_heads'
-    | 'num_key_value_heads'
-    | 'head_dim'
-    | 'tie_word_embeddings'
-    | 'max_position_embeddings'
+    'hidden_size' | 'intermediate_size' | 'num_hidden_layers' | 'num_attention_heads' | 'num_key_value_heads' | 'head_dim' | 'tie_word_embeddings' | 'max_position_embeddings'
   >
 >;
 
@@ -81,8 +74,7 @@ export function byteToUnicode(): string[] {
 }
 
 // Qwen2/Qwen3's pre-tokenizer regex (Oniguruma syntax, as tokenizer.json stores it).
-const QWEN_SPLIT_REGEX =
-  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const QWEN_SPLIT_REGEX = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // The same split in JavaScript syntax, used only to learn merges.
 const JS_SPLIT_REGEX = /'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+/gu;
 
@@ -395,7 +387,8 @@ export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
   // vLLM's CPU attention takes head sizes 32, 64, 80, ... only (frozenlake's 16 kills its engine on the first request)
   frozenlake32: {
     name: 'frozenlake32',
-    description: 'frozenlake with head_dim 32 (a size vLLM\'s CPU attention serves) and 32,768 positions (a SWE prompt in its character vocabulary), hidden 64, 2 layers, GQA 4/2, untied LM head',
+    description:
+      "frozenlake with head_dim 32 (a size vLLM's CPU attention serves) and 32,768 positions (a SWE prompt in its character vocabulary), hidden 64, 2 layers, GQA 4/2, untied LM head",
     shape: FROZENLAKE32_SHAPE,
     tokenizer: frozenLakeTokenizer,
   },
@@ -463,7 +456,10 @@ function hashSeed(text: string): number {
 /** sfc32: small fast counter PRNG, uniform 32-bit outputs. */
 function sfc32(a: number, b: number, c: number, d: number): () => number {
   return () => {
-    a >>>= 0; b >>>= 0; c >>>= 0; d >>>= 0;
+    a >>>= 0;
+    b >>>= 0;
+    c >>>= 0;
+    d >>>= 0;
     let t = (a + b) | 0;
     a = b ^ (b >>> 9);
     b = (c + (c << 3)) | 0;

@@ -26,8 +26,12 @@ export interface QwenConfig extends Qwen3ModelConfig {
 
 /** Hugging Face Qwen3 tensor names and shapes, in the learner's order (optimizer.bin depends on it). */
 export function qwen3TensorShapes(c: Qwen3ModelConfig): [string, number[]][] {
-  const C = c.hidden_size, V = c.vocab_size, I = c.intermediate_size, D = c.head_dim;
-  const QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
+  const C = c.hidden_size,
+    V = c.vocab_size,
+    I = c.intermediate_size,
+    D = c.head_dim;
+  const QD = c.num_attention_heads * D,
+    KD = c.num_key_value_heads * D;
   const out: [string, number[]][] = [['model.embed_tokens.weight', [V, C]]];
   for (let l = 0; l < c.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`;

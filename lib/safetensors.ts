@@ -27,22 +27,36 @@ export function f32ToF16(x: Float32Array): Uint16Array {
   const u = new Uint32Array(x.buffer, x.byteOffset, x.length);
   const out = new Uint16Array(x.length);
   for (let i = 0; i < x.length; i++) {
-    const v = u[i], sign = (v >>> 16) & 0x8000, exp = (v >>> 23) & 0xff, man = v & 0x7fffff;
-    if (exp === 0xff) { out[i] = sign | 0x7c00 | (man ? 0x200 : 0); continue; }
+    const v = u[i],
+      sign = (v >>> 16) & 0x8000,
+      exp = (v >>> 23) & 0xff,
+      man = v & 0x7fffff;
+    if (exp === 0xff) {
+      out[i] = sign | 0x7c00 | (man ? 0x200 : 0);
+      continue;
+    }
     const e = exp - 127 + 15;
-    if (e >= 31) { out[i] = sign | 0x7c00; continue; }
+    if (e >= 31) {
+      out[i] = sign | 0x7c00;
+      continue;
+    }
     if (e <= 0) {
-      if (e < -10) { out[i] = sign; continue; }
-      const m = man | 0x800000, shift = 14 - e;
+      if (e < -10) {
+        out[i] = sign;
+        continue;
+      }
+      const m = man | 0x800000,
+        shift = 14 - e;
       let h = m >>> shift;
-      const rem = m & ((1 << shift) - 1), half = 1 << (shift - 1);
-      if (rem > half || (rem === half && (h & 1))) h++;
+      const rem = m & ((1 << shift) - 1),
+        half = 1 << (shift - 1);
+      if (rem > half || (rem === half && h & 1)) h++;
       out[i] = sign | h;
       continue;
     }
     let h = (e << 10) | (man >>> 13);
     const rem = man & 0x1fff;
-    if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
+    if (rem > 0x1000 || (rem === 0x1000 && h & 1)) h++;
     out[i] = sign | h;
   }
   return out;

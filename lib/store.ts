@@ -38,8 +38,7 @@ export const keys = {
   iterationConfig: (runId: string, n: number) => `runs/${runId}/iter-${n}/config.json`,
   batch: (runId: string, n: number) => `runs/${runId}/iter-${n}/batch.json`,
   trajectories: (runId: string, n: number) => `runs/${runId}/iter-${n}/traj`,
-  trajectory: (runId: string, n: number, taskId: string, sample: number) =>
-    `runs/${runId}/iter-${n}/traj/${safeSegment(taskId)}/${sample}.json`,
+  trajectory: (runId: string, n: number, taskId: string, sample: number) => `runs/${runId}/iter-${n}/traj/${safeSegment(taskId)}/${sample}.json`,
   /** a fanned-out iteration's LearnerItem[] of one child workflow */
   learnerItems: (runId: string, n: number, part: number) => `runs/${runId}/iter-${n}/learner-items/${part}.json`,
   /** an async pump's group j of batch n: its LearnerItem[], summary and failures (DESIGN §10; the run recovers from these) */

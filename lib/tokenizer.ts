@@ -56,13 +56,13 @@ export const CHATML_TEMPLATE =
   "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}" +
   "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}" +
   "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}" +
-  "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}{%- endif %}" +
-  "{%- for message in messages %}" +
+  '{{- \'\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n\' }}{%- endif %}' +
+  '{%- for message in messages %}' +
   "{%- if tools and loop.first and message.role == 'system' %}" +
   "{%- elif message.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}" +
   "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content }}" +
   "{%- if message.tool_calls %}{%- for tc in message.tool_calls %}{%- if message.content or not loop.first %}{{- '\\n' }}{%- endif %}" +
-  "{{- '<tool_call>\\n{\"name\": \"' + tc.function.name + '\", \"arguments\": ' }}" +
+  '{{- \'<tool_call>\\n{"name": "\' + tc.function.name + \'", "arguments": \' }}' +
   "{%- if tc.function.arguments is string %}{{- tc.function.arguments }}{%- else %}{{- tc.function.arguments | tojson }}{%- endif %}{{- '}\\n</tool_call>' }}{%- endfor %}{%- endif %}" +
   "{{- '<|im_end|>\\n' }}{%- endif %}{%- endfor %}" +
   "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
@@ -81,9 +81,7 @@ const tokenizerConfigSchema = z
 const tokenizerJsonSchema = z
   .object({
     model: z.object({ type: z.string(), vocab: z.unknown() }).loose(),
-    added_tokens: z
-      .array(z.object({ id: z.number().int().nonnegative(), content: z.string(), special: z.boolean().optional() }).loose())
-      .optional(),
+    added_tokens: z.array(z.object({ id: z.number().int().nonnegative(), content: z.string(), special: z.boolean().optional() }).loose()).optional(),
   })
   .loose();
 

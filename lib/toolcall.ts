@@ -57,7 +57,10 @@ function tagAt(text: string, i: number): string {
 function readTagName(text: string, from: number): { name: string; end: number } | null {
   const close = text.indexOf('>', from);
   if (close < 0 || close - from > 80) return null;
-  const name = text.slice(from, close).trim().replace(/^["']|["']$/g, '');
+  const name = text
+    .slice(from, close)
+    .trim()
+    .replace(/^["']|["']$/g, '');
   if (!NAME_RE.test(name)) return null;
   return { name, end: close + 1 };
 }
@@ -154,9 +157,7 @@ function validate(call: ToolCall, opts: ParseOptions): ParseResult {
   }
   const r = schema.safeParse(call.args);
   if (!r.success) {
-    const problems = r.error.issues
-      .map((iss) => `\`${iss.path.length ? iss.path.join('.') : '(arguments)'}\`: ${iss.message}`)
-      .join('; ');
+    const problems = r.error.issues.map((iss) => `\`${iss.path.length ? iss.path.join('.') : '(arguments)'}\`: ${iss.message}`).join('; ');
     return fail('invalid_args', `Invalid arguments for \`${name}\`: ${problems}`);
   }
   return { ok: true, call: { name, args: r.data as Record<string, ToolArgValue> } };

@@ -10,7 +10,11 @@ export const MAX_SAMPLES = 64;
 const int = z.number().int();
 const ids = () => z.array(int.nonnegative());
 /** Parameters whose only implemented value is the neutral one (0 penalty, no bias): anything else is a 400. */
-const neutralOnly = (what: string) => z.number().refine((v) => v === 0, `${what} is not implemented by this server (only 0)`).nullish();
+const neutralOnly = (what: string) =>
+  z
+    .number()
+    .refine((v) => v === 0, `${what} is not implemented by this server (only 0)`)
+    .nullish();
 
 /** Sampling parameters both completion endpoints take. */
 const samplingFields = {
@@ -31,7 +35,10 @@ const samplingFields = {
   user: z.string().nullish(),
   presence_penalty: neutralOnly('presence_penalty'),
   frequency_penalty: neutralOnly('frequency_penalty'),
-  logit_bias: z.record(z.string(), z.number()).refine((v) => Object.keys(v).length === 0, 'logit_bias is not implemented by this server (only {})').nullish(),
+  logit_bias: z
+    .record(z.string(), z.number())
+    .refine((v) => Object.keys(v).length === 0, 'logit_bias is not implemented by this server (only {})')
+    .nullish(),
 };
 
 /** POST /v1/completions (vLLM's dialect: token-id prompts, token ids back). */
@@ -52,10 +59,7 @@ export const CompletionBodySchema = z
   .strict();
 export type CompletionBody = z.infer<typeof CompletionBodySchema>;
 
-const ContentSchema = z.union([
-  z.string(),
-  z.array(z.object({ type: z.literal('text'), text: z.string() }).strict(), { error: 'only text content parts are supported' }),
-]);
+const ContentSchema = z.union([z.string(), z.array(z.object({ type: z.literal('text'), text: z.string() }).strict(), { error: 'only text content parts are supported' })]);
 const ToolCallSchema = z
   .object({
     id: z.string().optional(),
@@ -67,9 +71,7 @@ const MessageSchema = z.discriminatedUnion('role', [
   z.object({ role: z.literal('system'), content: ContentSchema, name: z.string().optional() }).strict(),
   z.object({ role: z.literal('developer'), content: ContentSchema, name: z.string().optional() }).strict(),
   z.object({ role: z.literal('user'), content: ContentSchema, name: z.string().optional() }).strict(),
-  z
-    .object({ role: z.literal('assistant'), content: ContentSchema.nullish(), tool_calls: z.array(ToolCallSchema).nullish(), name: z.string().optional() })
-    .strict(),
+  z.object({ role: z.literal('assistant'), content: ContentSchema.nullish(), tool_calls: z.array(ToolCallSchema).nullish(), name: z.string().optional() }).strict(),
   z.object({ role: z.literal('tool'), content: ContentSchema, tool_call_id: z.string() }).strict(),
 ]);
 const ToolSchema = z

@@ -6,9 +6,7 @@
 import { readFileSync } from 'node:fs';
 
 import { buildEmu } from '../gpu-learner/emu/build.ts';
-import {
-  CONFIGS, MANY_SEQS, Workdir, compare, failure, inPool, leaks, mutants, rejectTooLong, run, runMutant, shape, table, type CompareRun,
-} from '../gpu-learner/emu/harness.ts';
+import { CONFIGS, MANY_SEQS, Workdir, compare, failure, inPool, leaks, mutants, rejectTooLong, run, runMutant, shape, table, type CompareRun } from '../gpu-learner/emu/harness.ts';
 import { BASELINE, currentReport, newSpills, table as kernelTable } from './cuda-kernel-report.ts';
 
 const t0 = Date.now();

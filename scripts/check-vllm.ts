@@ -89,7 +89,17 @@ async function main(): Promise<number> {
     await Promise.all([vllm.close(), temporal.stop()]);
   }
   const head = ['run', 'server', 'ckpt', 'sync s', 'probe max|Δ|', 'mismatch mean|Δ|', 'max|Δ|', 'k3 KL', 's/rollout'];
-  const body = rows.map((r) => [r.run, r.server, String(r.iteration), r.syncSeconds === null ? '—' : r.syncSeconds.toFixed(3), fmt(r.probe), fmt(r.mismatchMean), fmt(r.mismatchMax), fmt(r.k3), r.secondsPerRollout.toFixed(3)]);
+  const body = rows.map((r) => [
+    r.run,
+    r.server,
+    String(r.iteration),
+    r.syncSeconds === null ? '—' : r.syncSeconds.toFixed(3),
+    fmt(r.probe),
+    fmt(r.mismatchMean),
+    fmt(r.mismatchMax),
+    fmt(r.k3),
+    r.secondsPerRollout.toFixed(3),
+  ]);
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   const line = (c: string[]) => c.map((x, i) => x.padEnd(widths[i]!)).join('  ');
   console.log(['', line(head), line(widths.map((w) => '-'.repeat(w))), ...body.map(line)].join('\n'));

@@ -41,7 +41,10 @@ const FLAGS = ['-cubin', `-arch=${ARCH}`, '-std=c++17', '-O3', '-Xptxas', '-v'];
 
 function sourcesHash(): string {
   const h = createHash('sha256').update(FLAGS.join(' '));
-  for (const f of readdirSync(CUDA_SRC).filter((f) => KERNEL_FILES.includes(f) || f.endsWith('.cuh')).sort()) h.update(f).update(readFileSync(join(CUDA_SRC, f)));
+  for (const f of readdirSync(CUDA_SRC)
+    .filter((f) => KERNEL_FILES.includes(f) || f.endsWith('.cuh'))
+    .sort())
+    h.update(f).update(readFileSync(join(CUDA_SRC, f)));
   return h.digest('hex');
 }
 
@@ -53,14 +56,21 @@ export function recordedReport(): KernelReport | undefined {
 }
 
 export function findNvcc(): string | undefined {
-  const candidates = [process.env.NVCC, ...(process.env.PATH ?? '').split(':').map((d) => join(d, 'nvcc')), '/usr/local/cuda/bin/nvcc',
-    join(ROOT, '.tools', 'cuda', 'nvidia', 'cu13', 'bin', 'nvcc')];
+  const candidates = [
+    process.env.NVCC,
+    ...(process.env.PATH ?? '').split(':').map((d) => join(d, 'nvcc')),
+    '/usr/local/cuda/bin/nvcc',
+    join(ROOT, '.tools', 'cuda', 'nvidia', 'cu13', 'bin', 'nvcc'),
+  ];
   return candidates.find((c) => !!c && existsSync(c));
 }
 
 // "gl::cuda::(anonymous namespace)::attn_fwd_kernel<4>(bf16*, ...)" → "attn_fwd_kernel<4>"
 function shortName(demangled: string): string {
-  const noArgs = demangled.replace(/^void /, '').replace(/\(anonymous namespace\)::/g, '').replace(/\(.*$/, '');
+  const noArgs = demangled
+    .replace(/^void /, '')
+    .replace(/\(anonymous namespace\)::/g, '')
+    .replace(/\(.*$/, '');
   return noArgs.replace(/^.*::/, '').replace(/__nv_bfloat16/g, 'bf16');
 }
 
@@ -126,7 +136,10 @@ export function newSpills(r: KernelReport, baseline: KernelReport): string[] {
   const base = new Map(baseline.kernels.map((k) => [k.kernel, k]));
   return r.kernels
     .filter((k) => k.spillStores + k.spillLoads > (base.get(k.kernel)?.spillStores ?? 0) + (base.get(k.kernel)?.spillLoads ?? 0))
-    .map((k) => `${k.kernel}: ${k.spillStores} B spill stores, ${k.spillLoads} B spill loads (recorded: ${base.get(k.kernel)?.spillStores ?? 'none'}/${base.get(k.kernel)?.spillLoads ?? 'none'})`);
+    .map(
+      (k) =>
+        `${k.kernel}: ${k.spillStores} B spill stores, ${k.spillLoads} B spill loads (recorded: ${base.get(k.kernel)?.spillStores ?? 'none'}/${base.get(k.kernel)?.spillLoads ?? 'none'})`,
+    );
 }
 
 /** The facts for the current sources: the record when it matches them, else compiled with nvcc (undefined: no nvcc). */
@@ -140,7 +153,8 @@ export function currentReport(): { report: KernelReport; how: string } | undefin
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  if (process.argv.includes('--needs-nvcc')) {  // for setup.sh: only download the compiler when the record is stale
+  if (process.argv.includes('--needs-nvcc')) {
+    // for setup.sh: only download the compiler when the record is stale
     console.log(recordedReport() ? 'no' : 'yes');
     process.exit(0);
   }

@@ -56,7 +56,21 @@ try {
     const ev = await client.workflow.start('evaluationRun', {
       taskQueue: 'learner',
       workflowId: 'recorded-eval-tracking',
-      args: [{ evalId: 'recorded-eval-tracking', tasksFile, tasks: ids.slice(0, 1), runs: 1, seed: 2, model: { baseUrl: model.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 1, shardSize: 1, store: { url: storeUrl }, tracking: { mlflow: { uri: 'http://127.0.0.1:9', experiment: 'recorded' } } }],
+      args: [
+        {
+          evalId: 'recorded-eval-tracking',
+          tasksFile,
+          tasks: ids.slice(0, 1),
+          runs: 1,
+          seed: 2,
+          model: { baseUrl: model.url, model: 'scripted', api: 'chat' },
+          maxSteps: 20,
+          concurrency: 1,
+          shardSize: 1,
+          store: { url: storeUrl },
+          tracking: { mlflow: { uri: 'http://127.0.0.1:9', experiment: 'recorded' } },
+        },
+      ],
     });
     await ev.result();
     await save('recorded-eval-tracking', 'evaluationRun-tracking-0.json');
@@ -69,7 +83,20 @@ try {
     const ev = await client.workflow.start('evaluationRun', {
       taskQueue: 'learner',
       workflowId: 'recorded-eval',
-      args: [{ evalId: 'recorded-eval', tasksFile, tasks: ids, runs: 2, seed: 2, model: { baseUrl: model.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 2, shardSize: 2, store: { url: storeUrl } }],
+      args: [
+        {
+          evalId: 'recorded-eval',
+          tasksFile,
+          tasks: ids,
+          runs: 2,
+          seed: 2,
+          model: { baseUrl: model.url, model: 'scripted', api: 'chat' },
+          maxSteps: 20,
+          concurrency: 2,
+          shardSize: 2,
+          store: { url: storeUrl },
+        },
+      ],
     });
     await ev.result();
     await save('recorded-eval', 'evaluationRun-0.json');
@@ -78,7 +105,16 @@ try {
     const sel = await client.workflow.start('selectBestOfK', {
       taskQueue: 'learner',
       workflowId: 'recorded-selection',
-      args: [{ evalId: 'recorded-eval', selectionId: 'sel', executionFree: { model: { baseUrl: judge.url, model: 'judge' }, maxTokens: 4, topLogprobs: 5, maxPromptChars: 4000 }, executionBased: { timeoutSeconds: 120 }, concurrency: 2, store: { url: storeUrl } }],
+      args: [
+        {
+          evalId: 'recorded-eval',
+          selectionId: 'sel',
+          executionFree: { model: { baseUrl: judge.url, model: 'judge' }, maxTokens: 4, topLogprobs: 5, maxPromptChars: 4000 },
+          executionBased: { timeoutSeconds: 120 },
+          concurrency: 2,
+          store: { url: storeUrl },
+        },
+      ],
     });
     await sel.result();
     await save('recorded-selection', 'selectBestOfK-0.json');

@@ -15,7 +15,10 @@ export interface LlamaInstall {
 
 /** Runs scripts/ensure-llama.sh (seconds when its cache is warm) and returns what it installed. */
 export function ensureLlama(root: string): LlamaInstall {
-  const dir = execFileSync('bash', [join(root, 'scripts/ensure-llama.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim().split('\n').at(-1)!;
+  const dir = execFileSync('bash', [join(root, 'scripts/ensure-llama.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] })
+    .trim()
+    .split('\n')
+    .at(-1)!;
   return llamaInstall(dir);
 }
 
@@ -66,13 +69,20 @@ export async function startLlamaServer(o: LlamaServerOptions): Promise<LlamaServ
   const alias = o.alias ?? 'llama';
   const host = o.host ?? '127.0.0.1';
   const args = [
-    '--model', resolve(o.model),
-    '--alias', alias,
-    '--host', host,
-    '--port', '0',
-    '--ctx-size', String(o.ctxSize ?? 4096),
-    '--parallel', String(o.parallel ?? 1),
-    '--threads', String(o.threads ?? 1),
+    '--model',
+    resolve(o.model),
+    '--alias',
+    alias,
+    '--host',
+    host,
+    '--port',
+    '0',
+    '--ctx-size',
+    String(o.ctxSize ?? 4096),
+    '--parallel',
+    String(o.parallel ?? 1),
+    '--threads',
+    String(o.threads ?? 1),
     // the model's own chat template through llama.cpp's Jinja engine, so OpenAI `tools` are rendered and parsed
     '--jinja',
     '--no-webui',
@@ -102,7 +112,10 @@ export async function startLlamaServer(o: LlamaServerOptions): Promise<LlamaServ
       if (exited) throw new Error(`llama-server exited while starting (${exited}):\n${output.slice(-3000)}`);
       url ??= /listening on (http:\/\/[^\s]+:\d+)/.exec(output)?.[1] ?? null;
       if (url) {
-        const ok = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) }).then((r) => r.ok, () => false);
+        const ok = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) }).then(
+          (r) => r.ok,
+          () => false,
+        );
         if (ok) return { url, pid: child.pid!, alias, log: () => output, stop };
       }
       await new Promise((r) => setTimeout(r, 200));

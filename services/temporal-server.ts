@@ -198,8 +198,22 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
   const httpPort = await freePort(ip);
   const metricsPort = await freePort(ip);
   const dbFile = join(dir, 'temporal.sqlite');
-  const args = ['server', 'start-dev', '--db-filename', dbFile, '--ip', ip, '--port', String(port),
-    '--http-port', String(httpPort), '--metrics-port', String(metricsPort), '--log-level', 'warn'];
+  const args = [
+    'server',
+    'start-dev',
+    '--db-filename',
+    dbFile,
+    '--ip',
+    ip,
+    '--port',
+    String(port),
+    '--http-port',
+    String(httpPort),
+    '--metrics-port',
+    String(metricsPort),
+    '--log-level',
+    'warn',
+  ];
   let uiUrl: string | null = null;
   if (opts.uiPort === null) {
     args.push('--headless');
@@ -211,11 +225,7 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
   if (opts.namespace && opts.namespace !== 'default') args.push('--namespace', opts.namespace);
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
 
-  await checkNotInUse(
-    [{ port, what: 'frontend' }, ...(uiUrl ? [{ port: Number(new URL(uiUrl).port), what: 'web UI' }] : [])],
-    ip,
-    dbFile,
-  );
+  await checkNotInUse([{ port, what: 'frontend' }, ...(uiUrl ? [{ port: Number(new URL(uiUrl).port), what: 'web UI' }] : [])], ip, dbFile);
   const logFile = join(dir, 'temporal.log');
   const logStart = existsSync(logFile) ? statSync(logFile).size : 0;
   const logFd = openSync(logFile, 'a');
@@ -224,8 +234,12 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
   const child = spawn(cmd!, [...pre, ...args], { stdio: ['ignore', logFd, logFd], detached: false });
   closeSync(logFd);
   let exited: number | string | null = null;
-  child.on('exit', (code, signal) => { exited = code ?? signal ?? 'exit'; });
-  child.on('error', (err) => { exited = String(err); });
+  child.on('exit', (code, signal) => {
+    exited = code ?? signal ?? 'exit';
+  });
+  child.on('error', (err) => {
+    exited = String(err);
+  });
 
   const address = `${ip}:${port}`;
   const deadline = Date.now() + (opts.readyTimeoutMs ?? 60_000);
@@ -256,7 +270,10 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
     }
     if (impostor !== null) {
       child.kill('SIGKILL');
-      throw new ServerInUseError(`port ${port} answered from pid ${impostor} (${commandLine(impostor) || 'unknown'}), not from the server started (pid ${child.pid}); stop it with \`kill ${impostor}\``, impostor);
+      throw new ServerInUseError(
+        `port ${port} answered from pid ${impostor} (${commandLine(impostor) || 'unknown'}), not from the server started (pid ${child.pid}); stop it with \`kill ${impostor}\``,
+        impostor,
+      );
     }
     if (Date.now() > deadline) {
       child.kill('SIGKILL');

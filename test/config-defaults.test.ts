@@ -40,7 +40,9 @@ function defaultOf(f: z.ZodType): z.ZodDefault<z.ZodType> | null {
 /** The section with `field`'s default replaced, wrapped as the config wraps it. */
 function withFieldDefault(wrapper: Wrapped, inner: z.ZodObject, field: string, value: unknown): z.ZodType {
   const f = inner.shape[field] as z.ZodType;
-  const d = defaultOf(f)!.unwrap().default(value as never);
+  const d = defaultOf(f)!
+    .unwrap()
+    .default(value as never);
   const section = inner.extend({ [field]: f instanceof z.ZodOptional ? d.optional() : d });
   const fallback = wrapper._zod.def.defaultValue;
   return wrapper instanceof z.ZodPrefault ? section.prefault(fallback as never) : section.default(fallback as never);
@@ -60,7 +62,11 @@ for (const [name, schema] of [
         const next = changed(now, d.unwrap());
         if (next === undefined) continue;
         const parsed = withFieldDefault(wrapper, inner, field, next).parse(undefined) as Record<string, unknown>;
-        assert.deepEqual(parsed[field], next, `${key}.${field}: default changed from ${JSON.stringify(now)} to ${JSON.stringify(next)}, omitted section got ${JSON.stringify(parsed[field])}`);
+        assert.deepEqual(
+          parsed[field],
+          next,
+          `${key}.${field}: default changed from ${JSON.stringify(now)} to ${JSON.stringify(next)}, omitted section got ${JSON.stringify(parsed[field])}`,
+        );
         checked++;
       }
     }

@@ -9,9 +9,7 @@ import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 
 import { buildEmu } from '../gpu-learner/emu/build.ts';
-import {
-  CONFIGS, MANY_SEQS, Workdir, compare, failure, inPool, leaks, mutants, rejectTooLong, run, runMutant, shape, table, type CompareRun,
-} from '../gpu-learner/emu/harness.ts';
+import { CONFIGS, MANY_SEQS, Workdir, compare, failure, inPool, leaks, mutants, rejectTooLong, run, runMutant, shape, table, type CompareRun } from '../gpu-learner/emu/harness.ts';
 import { BASELINE, currentReport, newSpills, table as kernelTable } from '../scripts/cuda-kernel-report.ts';
 
 let w: Workdir;
@@ -20,7 +18,7 @@ const get = (config: string, variant: string) => runs.find((r) => r.config === c
 const explain = (r: CompareRun) => `${r.config} ${r.label}: ${failure(r)}\n${r.stdout.slice(-3000)}${r.stderr.slice(-3000)}`;
 
 before(() => {
-  buildEmu({ mutants: true });  // content-hash cached: nothing runs when the inputs are unchanged
+  buildEmu({ mutants: true }); // content-hash cached: nothing runs when the inputs are unchanged
   w = new Workdir();
 });
 after(() => w?.remove());
@@ -126,6 +124,9 @@ test('compile-time facts for sm_90 (ptxas -v): registers and spills per kernel, 
   const report = cur.report;
   console.log(`${report.nvcc} (${cur.how})\n${kernelTable(report)}`);
   assert.ok(report.kernels.length >= 30 && report.kernels.every((k) => k.registers > 0), 'every kernel reported');
-  assert.deepEqual(newSpills(report, JSON.parse(readFileSync(BASELINE, 'utf8'))), [],
-    'a kernel spills more than gpu-learner/src/cuda/kernel-resources.json records (intended? node --import tsx scripts/cuda-kernel-report.ts --update)');
+  assert.deepEqual(
+    newSpills(report, JSON.parse(readFileSync(BASELINE, 'utf8'))),
+    [],
+    'a kernel spills more than gpu-learner/src/cuda/kernel-resources.json records (intended? node --import tsx scripts/cuda-kernel-report.ts --update)',
+  );
 });

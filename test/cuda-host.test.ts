@@ -24,7 +24,11 @@ test('GPU-machine scripts parse (bash -n, python compile)', () => {
     const r = spawnSync('bash', ['-n', f], { encoding: 'utf8' });
     assert.equal(r.status, 0, `${f}: ${r.stderr}`);
   }
-  const py = spawnSync('python3', ['-c', 'import ast,sys\nfor f in sys.argv[1:]: ast.parse(open(f).read(), f)', 'gpu-learner/tools/check_torch.py', 'gpu-learner/tools/bench_torch.py'], { encoding: 'utf8' });
+  const py = spawnSync(
+    'python3',
+    ['-c', 'import ast,sys\nfor f in sys.argv[1:]: ast.parse(open(f).read(), f)', 'gpu-learner/tools/check_torch.py', 'gpu-learner/tools/bench_torch.py'],
+    { encoding: 'utf8' },
+  );
   // python3 is part of the set-up (scripts/ensure-python.sh): without it this check has not run, which is a failure
   assert.ifError(py.error);
   assert.equal(py.status, 0, py.stderr);

@@ -99,7 +99,10 @@ test('end rules by hand: timeout, budget, context; a reply cut by the budget or 
   assert.deepEqual(afterStep(w, { steps: 2, responseTokens: 60 }, s, 0, 900), { observation: 'obs\nSteps Remaining: 8\n40 left' }, 'the budget nearly spent');
 
   assert.equal(contextFitError(4096, 2900, 'p'), null);
-  assert.match(contextFitError(4096, 4096 - MIN_REPLY_TOKENS + 1, 'the first prompt')!, /context window of 4096 tokens cannot hold a first turn: the first prompt is 4065 tokens, leaving 31/);
+  assert.match(
+    contextFitError(4096, 4096 - MIN_REPLY_TOKENS + 1, 'the first prompt')!,
+    /context window of 4096 tokens cannot hold a first turn: the first prompt is 4065 tokens, leaving 31/,
+  );
   assert.match(contextFitError(4096, 'overflow', 'p')!, /more than the whole window/);
   assert.equal(effectiveContextWindow(4096, undefined), 4096);
   assert.equal(effectiveContextWindow(null, 2048), 2048);
@@ -117,19 +120,32 @@ test('baseUrl with or without /v1 names the same server; GET /v1/models gives th
     const r = await createChatClient({ baseUrl, model: 'policy' }).chat({ messages: [{ role: 'user', content: 'hi' }], maxTokens: 2, temperature: 1, topP: 1, seed: 1 });
     assert.ok(r.usageReported && r.promptTokens > 0, baseUrl);
   }
-  assert.deepEqual(await preflightServer({ baseUrl: `${server.url}/v1`, model: 'policy' }, 'chat', 2000), { models: ['policy'], serverContextWindow: CONTEXT, contextWindow: 2000 });
+  assert.deepEqual(await preflightServer({ baseUrl: `${server.url}/v1`, model: 'policy' }, 'chat', 2000), {
+    models: ['policy'],
+    serverContextWindow: CONTEXT,
+    contextWindow: 2000,
+  });
   // our server refuses another model name: the preflight names it and the served one
-  await assert.rejects(preflightServer({ baseUrl: server.url, model: 'qwen' }, 'chat'), (e: Error) => e instanceof PolicyResponseError && /does not serve model "qwen" \(GET \/v1\/models lists "policy"/.test(e.message));
+  await assert.rejects(
+    preflightServer({ baseUrl: server.url, model: 'qwen' }, 'chat'),
+    (e: Error) => e instanceof PolicyResponseError && /does not serve model "qwen" \(GET \/v1\/models lists "policy"/.test(e.message),
+  );
   // a path that is no OpenAI server
   await assert.rejects(listServerModels({ baseUrl: `${server.url}/api`, model: 'policy', retries: 0 }), /\/api\/v1\/models is not served \(404\): is baseUrl/);
   // nobody listening: unavailable after the client's retries, with the address
   const { freePort } = await import('../services/temporal-server.ts');
   const port = await freePort();
-  await assert.rejects(preflightServer({ baseUrl: `http://127.0.0.1:${port}/v1`, model: 'policy', retries: 1, backoffMs: 10 }, 'chat'), new RegExp(`127.0.0.1:${port}/v1/models unavailable after 2 attempts.*ECONNREFUSED`));
+  await assert.rejects(
+    preflightServer({ baseUrl: `http://127.0.0.1:${port}/v1`, model: 'policy', retries: 1, backoffMs: 10 }, 'chat'),
+    new RegExp(`127.0.0.1:${port}/v1/models unavailable after 2 attempts.*ECONNREFUSED`),
+  );
   // the server's own refusal of a prompt too long for its context is recognised as such
   const tooLong = await createChatClient({ baseUrl: server.url, model: 'policy' })
     .chat({ messages: [{ role: 'user', content: 'x' }], maxTokens: 9000, temperature: 1, topP: 1 })
-    .then(() => null, (e: unknown) => e);
+    .then(
+      () => null,
+      (e: unknown) => e,
+    );
   assert.ok(isContextOverflow(tooLong), String(tooLong));
   assert.ok(!isContextOverflow(new PolicyResponseError('messages.0.role: invalid', 400)));
 });
@@ -181,7 +197,10 @@ test('chat loop (text and openai formats): the server counts a prompt the bound 
       // replies without a tool call never reached the environment: the reminder speaks of tool calls
       const reminders = r.messages.filter((m) => m.role === 'user' && /No tool call was found/.test(m.content));
       assert.ok(reminders.length >= 1 || r.steps === 1);
-      assert.ok(r.messages.every((m) => m.role !== 'user' || !/<function=FUNCTION_NAME>/.test(m.content)), 'no text-format reminder');
+      assert.ok(
+        r.messages.every((m) => m.role !== 'user' || !/<function=FUNCTION_NAME>/.test(m.content)),
+        'no text-format reminder',
+      );
     }
   }
 });
@@ -202,7 +221,10 @@ test('training: a context window that cannot hold the batch first turn fails sam
   await assert.rejects(sampleBatch({ runId: 'r-ctx', n: 0, config } as never), (e: Error & { type?: string; nonRetryable?: boolean }) => {
     assert.equal(e.type, 'InvalidConfig');
     assert.equal(e.nonRetryable, true);
-    assert.match(e.message, /config.model: the model's context window of 4096 tokens cannot hold a first turn: the first prompt of task .*-long is \d+ tokens, leaving 0 for a reply .*max_position_embeddings of checkpoint 0/);
+    assert.match(
+      e.message,
+      /config.model: the model's context window of 4096 tokens cannot hold a first turn: the first prompt of task .*-long is \d+ tokens, leaving 0 for a reply .*max_position_embeddings of checkpoint 0/,
+    );
     return true;
   });
   // the shared tasks fit

@@ -59,7 +59,14 @@ test('token stream is exact: prompt, sampled tokens, im_end, observation', async
   const wantMask: number[] = want.map(() => 0);
   assert.equal(r.promptLength, want.length);
   assert.equal(tok.decode(r.ids.slice(0, r.promptLength)), prompt);
-  const path: [number, number][] = [[0, 1], [0, 2], [0, 3], [1, 3], [2, 3], [3, 3]];
+  const path: [number, number][] = [
+    [0, 1],
+    [0, 2],
+    [0, 3],
+    [1, 3],
+    [2, 3],
+    [3, 3],
+  ];
   path.forEach((pos, k) => {
     want.push(tok.tokenId('RRRDDD'[k]), tok.imEnd);
     wantMask.push(1, 0);
@@ -71,12 +78,18 @@ test('token stream is exact: prompt, sampled tokens, im_end, observation', async
   });
   assert.deepEqual(r.ids, want);
   assert.deepEqual(r.mask, wantMask);
-  assert.deepEqual(r.logprobs, wantMask.map((m) => (m ? -0.25 : 0)));
+  assert.deepEqual(
+    r.logprobs,
+    wantMask.map((m) => (m ? -0.25 : 0)),
+  );
   assert.match(tok.decode(r.ids), /<\|im_end\|>\n<\|im_start\|>user\nSPFF\nFFFF\nFFFF\nFFFG<\|im_end\|>\n<\|im_start\|>assistant\nR<\|im_end\|>/);
   // each request's prompt is the stream so far; per-turn seeds; allowed ids are the action letters
   requests.forEach((q, k) => assert.equal(q.seed, turnSeed(11, k)));
   assert.equal(new Set(requests.map((q) => q.seed)).size, requests.length);
-  assert.deepEqual(requests[0].allowedIds, ['L', 'D', 'R', 'U'].map((c) => tok.tokenId(c)));
+  assert.deepEqual(
+    requests[0].allowedIds,
+    ['L', 'D', 'R', 'U'].map((c) => tok.tokenId(c)),
+  );
   assert.deepEqual(requests[0].stopIds, [tok.imEnd]);
   assert.deepEqual(requests[1].promptIds, r.ids.slice(0, requests[1].promptIds.length));
   assert.equal(r.info.outcome, 'goal');
@@ -115,7 +128,10 @@ test('max_steps, max_context, timeout', async () => {
   assert.equal(mc.responseTokens, 3);
   assert.equal(mc.steps, 2);
   assert.equal(calls, 2);
-  assert.equal(mc.mask.reduce((a, b) => a + b, 0), 3);
+  assert.equal(
+    mc.mask.reduce((a, b) => a + b, 0),
+    3,
+  );
   assert.equal(mc.info.wastedSteps, 1); // 'xx' was a wasted step, the cut 'x' never reached the env
 
   let t = 0;
@@ -126,7 +142,16 @@ test('max_steps, max_context, timeout', async () => {
 
 test('steps-remaining suffix and token-budget warning', async () => {
   const { policy } = scripted('U');
-  const r = await runEpisode({ ...base, maxSteps: 5, maxResponseTokens: 4, stepsRemainingSuffix: true, tokenWarningAt: 2, env: new FrozenLakeEnv(openSeed()), policy, tokenizer: tok });
+  const r = await runEpisode({
+    ...base,
+    maxSteps: 5,
+    maxResponseTokens: 4,
+    stepsRemainingSuffix: true,
+    tokenWarningAt: 2,
+    env: new FrozenLakeEnv(openSeed()),
+    policy,
+    tokenizer: tok,
+  });
   const text = tok.decode(r.ids.slice(r.promptLength));
   assert.match(text, /^U<\|im_end\|>\n<\|im_start\|>user\nPFFF\nFFFF\nFFFF\nFFFG\nSteps Remaining: 4<\|im_end\|>\n<\|im_start\|>assistant\nU/);
   assert.ok(!text.split('Steps Remaining: 3')[0].includes(TOKEN_BUDGET_WARNING));
@@ -135,7 +160,16 @@ test('steps-remaining suffix and token-budget warning', async () => {
 
   // an environment's own warning text, told how many response tokens are left
   const again = scripted('U');
-  const r2 = await runEpisode({ ...base, maxSteps: 5, maxResponseTokens: 4, tokenWarningAt: 2, tokenWarning: (n) => `only ${n} left`, env: new FrozenLakeEnv(openSeed()), policy: again.policy, tokenizer: tok });
+  const r2 = await runEpisode({
+    ...base,
+    maxSteps: 5,
+    maxResponseTokens: 4,
+    tokenWarningAt: 2,
+    tokenWarning: (n) => `only ${n} left`,
+    env: new FrozenLakeEnv(openSeed()),
+    policy: again.policy,
+    tokenizer: tok,
+  });
   const text2 = tok.decode(r2.ids.slice(r2.promptLength));
   assert.match(text2, /only 2 left<\|im_end\|>/);
   assert.ok(!text2.includes(TOKEN_BUDGET_WARNING));
@@ -143,7 +177,10 @@ test('steps-remaining suffix and token-budget warning', async () => {
 
 test('reset, step, reward and policy failures propagate (infrastructure); an environment may end an episode with error', async () => {
   const env: TextEnvironment = {
-    reset: async () => [{ role: 'system', content: 'x' }, { role: 'user', content: 'y' }],
+    reset: async () => [
+      { role: 'system', content: 'x' },
+      { role: 'user', content: 'y' },
+    ],
     step: async () => {
       throw new Error('sandbox exploded');
     },
@@ -168,12 +205,27 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
   assert.equal(r.steps, 1);
 
   // reset and reward failures are infrastructure (no sandbox, no grading run): they propagate so the rollout is retried
-  const noSandbox: TextEnvironment = { ...env, reset: async () => { throw new Error('no such image'); } };
+  const noSandbox: TextEnvironment = {
+    ...env,
+    reset: async () => {
+      throw new Error('no such image');
+    },
+  };
   await assert.rejects(runEpisode({ ...base, env: noSandbox, policy, tokenizer: tok }), /no such image/);
-  const noGrading: TextEnvironment = { ...env, step: async () => ({ observation: 'ok', done: true, end: 'submitted' }), reward: async () => { throw new Error('grading container failed to start'); } };
+  const noGrading: TextEnvironment = {
+    ...env,
+    step: async () => ({ observation: 'ok', done: true, end: 'submitted' }),
+    reward: async () => {
+      throw new Error('grading container failed to start');
+    },
+  };
   await assert.rejects(runEpisode({ ...base, env: noGrading, policy, tokenizer: tok }), /grading container/);
 
-  const down: EpisodePolicy = { complete: async () => { throw new PolicyUnavailableError('down'); } };
+  const down: EpisodePolicy = {
+    complete: async () => {
+      throw new PolicyUnavailableError('down');
+    },
+  };
   await assert.rejects(runEpisode({ ...base, env: new FrozenLakeEnv(1), policy: down, tokenizer: tok }), PolicyUnavailableError);
 });
 
@@ -190,12 +242,25 @@ test('real Learner: stream invariants and log-probs equal Learner.logprobs', { s
     const ends = new Set<string>();
     for (let k = 0; k < 6; k++) {
       const env = new FrozenLakeEnv(100 + k);
-      const r = await runEpisode({ ...base, maxSteps: 6, maxTokensPerTurn: k % 2 === 0 ? 1 : 3, maxResponseTokens: 12, env, policy, tokenizer: tok, seed: k, allowedActionTokens: k % 2 === 0 });
+      const r = await runEpisode({
+        ...base,
+        maxSteps: 6,
+        maxTokensPerTurn: k % 2 === 0 ? 1 : 3,
+        maxResponseTokens: 12,
+        env,
+        policy,
+        tokenizer: tok,
+        seed: k,
+        allowedActionTokens: k % 2 === 0,
+      });
       ends.add(r.end);
       const prompt = tok.applyChatTemplate(await new FrozenLakeEnv(100 + k).reset(), { addGenerationPrompt: true });
       assert.equal(tok.decode(r.ids.slice(0, r.promptLength)), prompt);
       assert.ok(r.mask.slice(0, r.promptLength).every((m) => m === 0));
-      assert.equal(r.mask.reduce((a, b) => a + b, 0), r.responseTokens);
+      assert.equal(
+        r.mask.reduce((a, b) => a + b, 0),
+        r.responseTokens,
+      );
       assert.equal(r.ids.length, r.mask.length);
       assert.equal(r.ids.length, r.logprobs.length);
       const lp = await learner.logprobs({ ids: Int32Array.from(r.ids), offsets: Int32Array.from([0, r.ids.length]) });

@@ -34,11 +34,14 @@ const run = promisify(execFile);
 
 let t: TestTemporal;
 let tasks: SweTask[];
-useTemporalWithWorker((x) => (t = x), async () => {
-  await requireDocker();
-  tasks = await sharedTasks();
-  await imagesFor(tasks);
-});
+useTemporalWithWorker(
+  (x) => (t = x),
+  async () => {
+    await requireDocker();
+    tasks = await sharedTasks();
+    await imagesFor(tasks);
+  },
+);
 
 /** Per task: a fix that does not fix, a test-file edit, and a script that reproduces the issue. */
 const CASES: Record<string, { wrong: string; testFile: string; repro: string }> = {
@@ -132,17 +135,33 @@ test('Best@K: the execution-based verifier picks gold among {gold, empty, wrong 
   const storeUrl = fileStoreUrl(join(t.dir, 'store'));
   try {
     // the evaluation started, queried and listed with the official `temporal` CLI, as the README shows
-    const evalConfig = { tasksFile: TASKS_FILE, tasks: ids, runs: 4, seed: 4, model: { baseUrl: agent.url, model: 'scripted', api: 'chat' }, maxSteps: 20, concurrency: 6, store: { url: storeUrl } };
+    const evalConfig = {
+      tasksFile: TASKS_FILE,
+      tasks: ids,
+      runs: 4,
+      seed: 4,
+      model: { baseUrl: agent.url, model: 'scripted', api: 'chat' },
+      maxSteps: 20,
+      concurrency: 6,
+      store: { url: storeUrl },
+    };
     const temporal = async (...args: string[]) => (await run(temporalBinary(), [...args, '--address', t.server.address], { encoding: 'utf8', timeout: 120_000 })).stdout;
     await temporal('workflow', 'start', '--type', 'evaluationRun', '--task-queue', 'learner', '--workflow-id', 'eval-bok', '--input', JSON.stringify(evalConfig));
     const er = (await t.client.workflow.getHandle('eval-bok').result()) as EvaluationRunResult;
     assert.deepEqual(er.summary.episodes, { planned: 8, completed: 8, resolved: 2, errors: 0 });
-    const st = JSON.parse(await temporal('workflow', 'query', '--workflow-id', 'eval-bok', '--type', 'status', '--output', 'json')) as { queryResult: { phase: string; total: number; done: number; resolved: number; errors: number }[] };
+    const st = JSON.parse(await temporal('workflow', 'query', '--workflow-id', 'eval-bok', '--type', 'status', '--output', 'json')) as {
+      queryResult: { phase: string; total: number; done: number; resolved: number; errors: number }[];
+    };
     assert.deepEqual(st.queryResult[0], { ...st.queryResult[0], phase: 'done', total: 8, done: 8, resolved: 2, errors: 0 });
-    const listed = await waitFor('the evaluation in the visibility list', async () => {
-      const out = await temporal('workflow', 'list', '--query', "EvalPass1 > 0.2 AND EvalDone = 8", '--output', 'json');
-      return out.includes('eval-bok') ? out : undefined;
-    }, 30_000, 500);
+    const listed = await waitFor(
+      'the evaluation in the visibility list',
+      async () => {
+        const out = await temporal('workflow', 'list', '--query', 'EvalPass1 > 0.2 AND EvalDone = 8', '--output', 'json');
+        return out.includes('eval-bok') ? out : undefined;
+      },
+      30_000,
+      500,
+    );
     assert.match(listed, /eval-bok/);
 
     const genUrl = `http://127.0.0.1:${(generator.address() as AddressInfo).port}`;
@@ -171,14 +190,22 @@ test('Best@K: the execution-based verifier picks gold among {gold, empty, wrong 
       assert.ok(scores.get('empty')!.regressionOf >= 10);
       assert.equal(scores.get('gold')!.regression, scores.get('gold')!.regressionOf);
       assert.equal(scores.get('test-edit')!.regression, scores.get('test-edit')!.regressionOf);
-      assert.deepEqual([...scores].map(([k, s]) => [k, s.reproduction]).sort(), [['empty', 0], ['gold', 1], ['test-edit', 0], ['wrong', 0]]);
+      assert.deepEqual([...scores].map(([k, s]) => [k, s.reproduction]).sort(), [
+        ['empty', 0],
+        ['gold', 1],
+        ['test-edit', 0],
+        ['wrong', 0],
+      ]);
       const gold = eps.find((e) => e.taskId === id && e.run === goldRun(id))!;
       assert.ok(gold.resolved);
     }
     assert.equal(r.resolvedAtK.executionBased, 1);
     assert.equal(r.resolvedAtK.reproduction, 1);
     // pass@K ceiling: one resolved run of four per task
-    assert.deepEqual(r.curves['pass@k']!.map((x) => x!.toFixed(12)), [1, 2, 3, 4].map((k) => passAtK(4, 1, k).toFixed(12)));
+    assert.deepEqual(
+      r.curves['pass@k']!.map((x) => x!.toFixed(12)),
+      [1, 2, 3, 4].map((k) => passAtK(4, 1, k).toFixed(12)),
+    );
     assert.equal(r.curves.executionBased!.at(-1), 1);
     // the selected predictions and reports are the evaluation's own for those patches
     const chosenReport = (id: string) => store.get(`${r.reportKey}/executionBased/logs/run_evaluation/eval-bok-sel-1-executionBased/scripted/${id}/report.json`);
@@ -191,12 +218,13 @@ test('Best@K: the execution-based verifier picks gold among {gold, empty, wrong 
     let found = 0;
     const efScores = async (sel: string) => {
       const out: number[] = [];
-      for (const id of ids) for (let run = 0; run < 4; run++) {
-        const s = (await store.getJson<ExecutionFreeResult>(evalKeys.executionFree('eval-bok', sel, id, run)))!;
-        assert.ok(s.score >= 0 && s.score <= 1, JSON.stringify(s));
-        out.push(s.score);
-        found += s.how === 'none' ? 0 : 1;
-      }
+      for (const id of ids)
+        for (let run = 0; run < 4; run++) {
+          const s = (await store.getJson<ExecutionFreeResult>(evalKeys.executionFree('eval-bok', sel, id, run)))!;
+          assert.ok(s.score >= 0 && s.score <= 1, JSON.stringify(s));
+          out.push(s.score);
+          found += s.how === 'none' ? 0 : 1;
+        }
       return out;
     };
     const first = await efScores('sel-1');

@@ -34,7 +34,8 @@ test('a worker SIGKILLed mid-evaluation and restarted: every episode once, the u
   const byId = new Map(tasks.map((x) => [x.instance_id, x]));
   const model = await startScriptedModel({
     identify: seedTable(9, order, 3),
-    script: ({ taskId, run }): ScriptTurn[] => ((order.indexOf(taskId) + run) % 3 === 0 ? [...editCallsFromPatch(byId.get(taskId)!.patch), FINISH] : [{ text: 'Thinking.' }, FINISH]),
+    script: ({ taskId, run }): ScriptTurn[] =>
+      (order.indexOf(taskId) + run) % 3 === 0 ? [...editCallsFromPatch(byId.get(taskId)!.patch), FINISH] : [{ text: 'Thinking.' }, FINISH],
     delayMs: 300,
   });
   const storeUrl = fileStoreUrl(join(t.dir, 'store'));
@@ -58,10 +59,15 @@ test('a worker SIGKILLed mid-evaluation and restarted: every episode once, the u
     const store = openStore(storeUrl);
     // kill once a few episodes are stored and others are under way: an episode that asked the model and is not
     // stored yet (a fact, not a time window a loaded host's poll could miss)
-    await waitFor('episodes stored and others in flight', async () => {
-      const stored = new Set((await readEvalEpisodes(store, 'eval-kill')).map((e) => `${e.taskId}#${e.run}`));
-      return stored.size >= 3 && stored.size <= 8 && model.log.some((l) => !stored.has(`${l.taskId}#${l.run}`));
-    }, 240_000, 100);
+    await waitFor(
+      'episodes stored and others in flight',
+      async () => {
+        const stored = new Set((await readEvalEpisodes(store, 'eval-kill')).map((e) => `${e.taskId}#${e.run}`));
+        return stored.size >= 3 && stored.size <= 8 && model.log.some((l) => !stored.has(`${l.taskId}#${l.run}`));
+      },
+      240_000,
+      100,
+    );
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
     const before = new Set((await readEvalEpisodes(store, 'eval-kill')).map((e) => `${e.taskId}#${e.run}`));
@@ -71,11 +77,16 @@ test('a worker SIGKILLed mid-evaluation and restarted: every episode once, the u
     pids.push(worker.pid!);
     const r = (await h.result()) as EvaluationRunResult;
     const resumed = model.log.slice(requestsBefore).find((l) => l.at > killedAt);
-    console.log(`resume: first model request ${resumed ? ((resumed.at - killedAt) / 1000).toFixed(1) : '?'} s after the restart (heartbeat timeout 6 s); ${before.size} episodes were stored before the kill`);
+    console.log(
+      `resume: first model request ${resumed ? ((resumed.at - killedAt) / 1000).toFixed(1) : '?'} s after the restart (heartbeat timeout 6 s); ${before.size} episodes were stored before the kill`,
+    );
 
     assert.deepEqual(r.summary.episodes, { planned: 12, completed: 12, resolved: 4, errors: 0 });
     assert.equal(r.summary.pass1, 1 / 3);
-    assert.deepEqual(r.summary.passAtK.map((x) => x!.toFixed(12)), [1, 2, 3].map((k) => passAtK(3, 1, k).toFixed(12)));
+    assert.deepEqual(
+      r.summary.passAtK.map((x) => x!.toFixed(12)),
+      [1, 2, 3].map((k) => passAtK(3, 1, k).toFixed(12)),
+    );
     const eps = await readEvalEpisodes(store, 'eval-kill');
     assert.equal(eps.length, 12);
     assert.deepEqual(new Set(eps.map((e) => `${e.taskId}#${e.run}`)).size, 12);

@@ -103,7 +103,10 @@ function config(evalId: string, toolFormat: 'text' | 'openai', taskIds: readonly
 test('both tool formats through llama-server: every episode a model outcome, every turn the right observation; the harness reads the reports', async () => {
   const worker = spawnWorker(['--queues', 'rollout,learner', '--address', t.server.address, '--max-rollouts', '2'], join(t.dir, 'worker-formats.log'));
   try {
-    for (const [format, ids] of [['text', [tasks[2]!.instance_id]], ['openai', [tasks[4]!.instance_id]]] as const) {
+    for (const [format, ids] of [
+      ['text', [tasks[2]!.instance_id]],
+      ['openai', [tasks[4]!.instance_id]],
+    ] as const) {
       const evalId = `llama-${format}`;
       const configPath = join(t.dir, `${evalId}.json`);
       writeFileSync(configPath, JSON.stringify(config(evalId, format, ids)));
@@ -123,12 +126,20 @@ test('both tool formats through llama-server: every episode a model outcome, eve
         for (const k of ['calls', 'reminders', 'errors'] as const) counts[k] += c[k];
       }
       const ends = eps.map((e) => e.end).join(', ');
-      console.log(`${format}: ${eps.length} episodes in ${((Date.now() - started) / 1000).toFixed(0)} s; ends ${ends}; turns: ${counts.calls} calls run, ${counts.reminders} reminders, ${counts.errors} call errors`);
+      console.log(
+        `${format}: ${eps.length} episodes in ${((Date.now() - started) / 1000).toFixed(0)} s; ends ${ends}; turns: ${counts.calls} calls run, ${counts.reminders} reminders, ${counts.errors} call errors`,
+      );
       // the official harness loads the predictions and the instance reports, and counts as we do
-      const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' }).trim().split('\n').at(-1)!;
+      const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' })
+        .trim()
+        .split('\n')
+        .at(-1)!;
       const runId = harnessRunId(evalId, 0);
       const harness = JSON.parse(
-        execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), join(out, 'run-0'), TASKS_FILE, runId, join(t.dir, 'harness', runId)], { encoding: 'utf8' }).trim().split('\n').at(-1)!,
+        execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), join(out, 'run-0'), TASKS_FILE, runId, join(t.dir, 'harness', runId)], { encoding: 'utf8' })
+          .trim()
+          .split('\n')
+          .at(-1)!,
       ) as Record<string, unknown>;
       const ours = JSON.parse(readFileSync(join(out, 'run-0', `smollm2.${runId}.json`), 'utf8')) as Record<string, unknown>;
       for (const k of ['submitted_instances', 'completed_instances', 'resolved_instances', 'empty_patch_instances', 'error_instances', 'empty_patch_ids', 'resolved_ids']) {
@@ -169,14 +180,26 @@ test('malformed calls from a model held to a grammar of them: each turn gets the
   const worker = spawnWorker(['--queues', 'rollout,learner', '--address', t.server.address, '--max-rollouts', '1'], join(t.dir, 'worker-grammar.log'));
   try {
     const configPath = join(t.dir, 'llama-grammar.json');
-    writeFileSync(configPath, JSON.stringify({ ...config('llama-grammar', 'text', [tasks[3]!.instance_id], { maxSteps: 8, seed: 11 }), model: { baseUrl: held.url, model: 'smollm2', api: 'chat', toolFormat: 'text' } }));
+    writeFileSync(
+      configPath,
+      JSON.stringify({
+        ...config('llama-grammar', 'text', [tasks[3]!.instance_id], { maxSteps: 8, seed: 11 }),
+        model: { baseUrl: held.url, model: 'smollm2', api: 'chat', toolFormat: 'text' },
+      }),
+    );
     const o = await evaluateCli({ config: configPath, out: join(t.dir, 'out-llama-grammar'), address: t.server.address, quiet: true });
     assert.equal(o.result.summary.episodes.errors, 0, JSON.stringify(o.result.summary.errors));
     const [e] = await readEvalEpisodes(openStore(fileStoreUrl(join(t.dir, 'store'))), 'llama-grammar');
     const c = checkObservations(e!, 'text');
-    const named = e!.turns.filter((x) => /^ERROR: (Malformed function call: ("<|the tag "<)|Unknown function `|Invalid arguments for `\w+`: `|Malformed function call: parameter `cmd` is not closed)/.test(x.observation));
+    const named = e!.turns.filter((x) =>
+      /^ERROR: (Malformed function call: ("<|the tag "<)|Unknown function `|Invalid arguments for `\w+`: `|Malformed function call: parameter `cmd` is not closed)/.test(
+        x.observation,
+      ),
+    );
     const kinds = new Set(named.map((x) => /^ERROR: (Malformed function call: (parameter|the tag|")|Unknown function|Invalid arguments)/.exec(x.observation)![1]));
-    console.log(`grammar: ${e!.turns.length} turns, ${c.calls} calls run, ${c.errors} call errors (${named.length} naming the tag or parameter; kinds: ${[...kinds].join(' | ')}), end ${e!.end}`);
+    console.log(
+      `grammar: ${e!.turns.length} turns, ${c.calls} calls run, ${c.errors} call errors (${named.length} naming the tag or parameter; kinds: ${[...kinds].join(' | ')}), end ${e!.end}`,
+    );
     assert.ok(c.errors >= 2 && kinds.size >= 2, `malformed calls of several kinds were made: ${JSON.stringify(e!.turns.map((x) => x.observation.slice(0, 120)))}`);
     assert.equal(named.length, c.errors, `every error names what is wrong: ${JSON.stringify(e!.turns.map((x) => [x.action.slice(-150), x.observation.slice(0, 150)]))}`);
   } finally {
@@ -195,7 +218,11 @@ test('a worker SIGKILLed mid-evaluation against llama-server: every episode stor
   let worker: ChildProcess = spawnWorker(args, logFile);
   const pids = [worker.pid!];
   try {
-    const h = await t.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'llama-kill', args: [config('llama-kill', 'text', ids, { heartbeatTimeoutSeconds: 8 })] });
+    const h = await t.client.workflow.start('evaluationRun', {
+      taskQueue: 'learner',
+      workflowId: 'llama-kill',
+      args: [config('llama-kill', 'text', ids, { heartbeatTimeoutSeconds: 8 })],
+    });
     const store = openStore(storeUrl);
     await waitFor('an episode stored and others in flight', async () => (await readEvalEpisodes(store, 'llama-kill')).length >= 1, 600_000, 200);
     worker.kill('SIGKILL');

@@ -7,7 +7,18 @@ import { bootstrapMeanCI, evaluationMetrics, formatEvalMetrics, passAtK, passAtK
 import { judgeMessages, judgementScore, reportsResolved, scriptFrom, trajectoryText } from '../lib/eval/verifiers.ts';
 import { readFileSync } from 'node:fs';
 import { validateBestOfKConfig, validateEvalConfig } from '../lib/eval/config.ts';
-import { bestAtKCurve, executionBasedSelect, expectedResolved, hybridKeep, hybridSelect, kSubsets, oracleSelect, pickOne, SELECTORS, type Candidate } from '../lib/eval/best-of-k.ts';
+import {
+  bestAtKCurve,
+  executionBasedSelect,
+  expectedResolved,
+  hybridKeep,
+  hybridSelect,
+  kSubsets,
+  oracleSelect,
+  pickOne,
+  SELECTORS,
+  type Candidate,
+} from '../lib/eval/best-of-k.ts';
 
 function choose(n: number, k: number): bigint {
   if (k < 0 || k > n) return 0n;
@@ -40,7 +51,9 @@ test('pass@k product form equals 1 − C(n−c,k)/C(n,k) for every n ≤ 24', ()
 const modThree = (tasks: number, runs: number): { c: number[]; facts: EpisodeFacts[] } => {
   const c = Array.from({ length: tasks }, (_, i) => Array.from({ length: runs }, (_, r) => ((i + r) % 3 === 0 ? 1 : 0)).reduce((a: number, b: number) => a + b, 0));
   const facts: EpisodeFacts[] = [];
-  for (let i = 0; i < tasks; i++) for (let r = 0; r < runs; r++) facts.push({ taskId: `o__r-${i}`, run: r, resolved: (i + r) % 3 === 0, end: 'submitted', steps: 3, tokens: 100, responseTokens: 10, seconds: 1 });
+  for (let i = 0; i < tasks; i++)
+    for (let r = 0; r < runs; r++)
+      facts.push({ taskId: `o__r-${i}`, run: r, resolved: (i + r) % 3 === 0, end: 'submitted', steps: 3, tokens: 100, responseTokens: 10, seconds: 1 });
   return { c, facts };
 };
 
@@ -50,7 +63,10 @@ test('(i + r) mod 3 with 8 tasks and N = 4: pass@1 = 11/32, pass@2 = 5/8, pass@3
   const plan = { taskIds: c.map((_, i) => `o__r-${i}`), repos: {}, runs: 4 };
   const m = evaluationMetrics(plan, facts, []);
   assert.equal(m.pass1, 11 / 32);
-  assert.deepEqual(m.passAtK.map((x) => Number(x!.toFixed(12))), [11 / 32, 5 / 8, 27 / 32, 1]);
+  assert.deepEqual(
+    m.passAtK.map((x) => Number(x!.toFixed(12))),
+    [11 / 32, 5 / 8, 27 / 32, 1],
+  );
   assert.deepEqual(m.passAtK, m.passAtKCompleted);
   assert.equal(m.episodes.resolved, 11);
   assert.deepEqual(m.ends, { submitted: 32 });
@@ -95,30 +111,66 @@ test('hybrid cascade on hand-made tables: top max(3, ⌊K/2⌋) by EF → regres
   assert.deepEqual([1, 2, 3, 4, 6, 7, 8, 16].map(hybridKeep), [3, 3, 3, 3, 3, 3, 4, 8]);
   // K = 8: keep the 4 highest EF (0.9, 0.8, 0.7, 0.6); most regression among them: runs 1 and 3 (10);
   // reproduction: run 3 (2 > 1). Run 0 (regression 12) is cut by EF first.
-  const t1 = [C(0, false, 0.1, 12, 3), C(1, false, 0.9, 10, 1), C(2, false, 0.8, 9, 3), C(3, true, 0.7, 10, 2), C(4, false, 0.6, 8, 0), C(5, false, 0.5, 10, 3), C(6, false, 0.2, 10, 3), C(7, false, 0.3, 1, 3)];
-  assert.deepEqual(hybridSelect(t1).map((c) => c.run), [3]);
+  const t1 = [
+    C(0, false, 0.1, 12, 3),
+    C(1, false, 0.9, 10, 1),
+    C(2, false, 0.8, 9, 3),
+    C(3, true, 0.7, 10, 2),
+    C(4, false, 0.6, 8, 0),
+    C(5, false, 0.5, 10, 3),
+    C(6, false, 0.2, 10, 3),
+    C(7, false, 0.3, 1, 3),
+  ];
+  assert.deepEqual(
+    hybridSelect(t1).map((c) => c.run),
+    [3],
+  );
   // ties at the EF cutoff are all kept: 0.9, 0.8 and three at 0.5 → K = 6 keeps 3 + 2 tied = 5
   const t2 = [C(0, false, 0.9, 1, 0), C(1, false, 0.8, 1, 0), C(2, true, 0.5, 5, 1), C(3, false, 0.5, 5, 1), C(4, false, 0.5, 2, 0), C(5, false, 0.1, 9, 9)];
   const tied = hybridSelect(t2);
-  assert.deepEqual(tied.map((c) => c.run), [2, 3]); // regression 5, reproduction 1, EF 0.5: a true tie
+  assert.deepEqual(
+    tied.map((c) => c.run),
+    [2, 3],
+  ); // regression 5, reproduction 1, EF 0.5: a true tie
   assert.equal(expectedResolved(tied), 0.5);
   assert.equal(pickOne(tied).run, 2);
   // final EF stage breaks a regression/reproduction tie
   const t3 = [C(0, false, 0.4, 3, 1), C(1, true, 0.6, 3, 1), C(2, false, 0.5, 3, 1)];
-  assert.deepEqual(hybridSelect(t3).map((c) => c.run), [1]);
+  assert.deepEqual(
+    hybridSelect(t3).map((c) => c.run),
+    [1],
+  );
   // K = 1 and K = 2
-  assert.deepEqual(hybridSelect([C(5, true, 0.2, 0, 0)]).map((c) => c.run), [5]);
-  assert.deepEqual(hybridSelect([C(0, false, 0.9, 2, 0), C(1, true, 0.1, 3, 0)]).map((c) => c.run), [1]);
+  assert.deepEqual(
+    hybridSelect([C(5, true, 0.2, 0, 0)]).map((c) => c.run),
+    [5],
+  );
+  assert.deepEqual(
+    hybridSelect([C(0, false, 0.9, 2, 0), C(1, true, 0.1, 3, 0)]).map((c) => c.run),
+    [1],
+  );
   // missing verifier stages pass everyone on
-  assert.deepEqual(hybridSelect([{ run: 0, resolved: false, ef: 0.2 }, { run: 1, resolved: true, ef: 0.3 }]).map((c) => c.run), [1]);
+  assert.deepEqual(
+    hybridSelect([
+      { run: 0, resolved: false, ef: 0.2 },
+      { run: 1, resolved: true, ef: 0.3 },
+    ]).map((c) => c.run),
+    [1],
+  );
   assert.deepEqual(hybridSelect([]), []);
 });
 
 test('execution-based selection: empty patches pass every regression test, reproduction tells gold apart', () => {
   // gold, empty, wrong fix (breaks a test), test-file edit
   const cands = [C(0, true, 0.5, 30, 3), C(1, false, 0.5, 30, 0), C(2, false, 0.5, 28, 0), C(3, false, 0.5, 30, 0)];
-  assert.deepEqual(SELECTORS.regression(cands).map((c) => c.run), [0, 1, 3]);
-  assert.deepEqual(executionBasedSelect(cands).map((c) => c.run), [0]);
+  assert.deepEqual(
+    SELECTORS.regression(cands).map((c) => c.run),
+    [0, 1, 3],
+  );
+  assert.deepEqual(
+    executionBasedSelect(cands).map((c) => c.run),
+    [0],
+  );
 });
 
 test('Best@K: exact over all subsets when few, ties at their expected value, oracle = pass@k', () => {
@@ -127,12 +179,21 @@ test('Best@K: exact over all subsets when few, ties at their expected value, ora
   // one task: runs resolved [1, 0, 0, 1]; EF scores all equal → every selection is a full tie
   const task = [C(0, true, 0.5, 0, 0), C(1, false, 0.5, 0, 0), C(2, false, 0.5, 0, 0), C(3, true, 0.5, 0, 0)];
   const tie = bestAtKCurve([task], SELECTORS.executionFree, { maxK: 4 });
-  assert.deepEqual(tie.map((x) => Number(x!.toFixed(12))), [0.5, 0.5, 0.5, 0.5]); // a tie is worth its expected value, for every K
+  assert.deepEqual(
+    tie.map((x) => Number(x!.toFixed(12))),
+    [0.5, 0.5, 0.5, 0.5],
+  ); // a tie is worth its expected value, for every K
   const oracle = bestAtKCurve([task], oracleSelect, { maxK: 4 });
-  assert.deepEqual(oracle.map((x) => Number(x!.toFixed(12))), [1, 2, 3, 4].map((k) => Number(passAtK(4, 2, k).toFixed(12))));
+  assert.deepEqual(
+    oracle.map((x) => Number(x!.toFixed(12))),
+    [1, 2, 3, 4].map((k) => Number(passAtK(4, 2, k).toFixed(12))),
+  );
   // a perfect verifier reaches the ceiling; a reversed one the floor
   const perfect = task.map((c) => ({ ...c, ef: c.resolved ? 1 : 0 }));
-  assert.deepEqual(bestAtKCurve([perfect], SELECTORS.executionFree, { maxK: 4 }).map((x) => x!.toFixed(12)), oracle.map((x) => x!.toFixed(12)));
+  assert.deepEqual(
+    bestAtKCurve([perfect], SELECTORS.executionFree, { maxK: 4 }).map((x) => x!.toFixed(12)),
+    oracle.map((x) => x!.toFixed(12)),
+  );
   // many runs: sampled subsets (seeded) land close to the exact value
   const many = Array.from({ length: 20 }, (_, r) => C(r, r % 4 === 0, r % 4 === 0 ? 0.9 : Math.random() * 0.5, 0, 0));
   const a = bestAtKCurve([many], oracleSelect, { maxK: 20, subsets: 1000, seed: 1 });
@@ -148,26 +209,69 @@ const lp = (token: string, logprob: number, top: [string, number][] = []) => ({ 
 test('execution-free score: P(YES)/(P(YES)+P(NO)) at the answer token, wherever it appears', () => {
   const ln = Math.log;
   // after the last <judgement> marker, not at a fixed position; spelling variants summed
-  const marked = [lp('No', ln(0.5)), lp(' wait', ln(0.9)), lp('<judgement>', ln(0.9)), lp('YES', ln(0.6), [['YES', ln(0.6)], ['NO', ln(0.2)], [' Yes', ln(0.1)], ['maybe', ln(0.05)]]), lp('</judgement>', 0)];
+  const marked = [
+    lp('No', ln(0.5)),
+    lp(' wait', ln(0.9)),
+    lp('<judgement>', ln(0.9)),
+    lp('YES', ln(0.6), [
+      ['YES', ln(0.6)],
+      ['NO', ln(0.2)],
+      [' Yes', ln(0.1)],
+      ['maybe', ln(0.05)],
+    ]),
+    lp('</judgement>', 0),
+  ];
   const j = judgementScore(marked);
   assert.equal(j.how, 'marker');
   assert.equal(j.position, 3);
   assert.ok(Math.abs(j.score - 0.7 / 0.9) < 1e-12, String(j.score));
   // the answer merged with the marker's end into one token (`>YES`): that token, not the closing tag after it
-  const merged = judgementScore([lp('<judgement', 0), lp('>NO', ln(0.3), [['>YES', ln(0.6)], ['>NO', ln(0.3)], ['>', ln(0.05)]]), lp('</judgement>', 0, [['</judgement>', 0]])]);
+  const merged = judgementScore([
+    lp('<judgement', 0),
+    lp('>NO', ln(0.3), [
+      ['>YES', ln(0.6)],
+      ['>NO', ln(0.3)],
+      ['>', ln(0.05)],
+    ]),
+    lp('</judgement>', 0, [['</judgement>', 0]]),
+  ]);
   assert.deepEqual([merged.how, merged.position], ['marker', 1]);
   assert.ok(Math.abs(merged.score - 0.6 / 0.9) < 1e-12, String(merged.score));
   // a marker split over tokens, the answer after a space token
-  const split = judgementScore([lp('<jud', 0), lp('gement>', 0), lp(' ', 0), lp('No', ln(0.8), [['No', ln(0.8)], ['Yes', ln(0.2)]])]);
+  const split = judgementScore([
+    lp('<jud', 0),
+    lp('gement>', 0),
+    lp(' ', 0),
+    lp('No', ln(0.8), [
+      ['No', ln(0.8)],
+      ['Yes', ln(0.2)],
+    ]),
+  ]);
   assert.deepEqual([split.how, split.position], ['marker', 3]);
   assert.ok(Math.abs(split.score - 0.2) < 1e-12);
   // no marker: the last sampled YES/NO word
-  const sampled = judgementScore([lp('Yes', ln(0.3), [['Yes', ln(0.3)], ['No', ln(0.6)]]), lp(',', 0), lp(' no', ln(0.8), [[' no', ln(0.8)], [' yes', ln(0.2)]])]);
+  const sampled = judgementScore([
+    lp('Yes', ln(0.3), [
+      ['Yes', ln(0.3)],
+      ['No', ln(0.6)],
+    ]),
+    lp(',', 0),
+    lp(' no', ln(0.8), [
+      [' no', ln(0.8)],
+      [' yes', ln(0.2)],
+    ]),
+  ]);
   assert.equal(sampled.how, 'sampled');
   assert.equal(sampled.position, 2);
   assert.ok(Math.abs(sampled.score - 0.2) < 1e-12);
   // a multi-token spelling: the first token (Y / N) is the answer token
-  const prefix = judgementScore([lp('x', ln(0.5), [['x', ln(0.5)], ['Y', ln(0.1)], ['N', ln(0.3)]])]);
+  const prefix = judgementScore([
+    lp('x', ln(0.5), [
+      ['x', ln(0.5)],
+      ['Y', ln(0.1)],
+      ['N', ln(0.3)],
+    ]),
+  ]);
   assert.equal(prefix.how, 'prefix');
   assert.ok(Math.abs(prefix.score - 0.25) < 1e-12);
   assert.deepEqual(judgementScore([lp('hmm', 0)]), { score: 0.5, position: -1, pYes: 0, pNo: 0, how: 'none' });

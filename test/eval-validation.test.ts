@@ -14,10 +14,13 @@ import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from './helpers/doc
 import { ROOT, useTemporalWithWorker, type TestTemporal } from './helpers/temporal.ts';
 
 let t: TestTemporal;
-useTemporalWithWorker((x) => (t = x), async () => {
-  await requireDocker();
-  await imagesFor(await sharedTasks());
-});
+useTemporalWithWorker(
+  (x) => (t = x),
+  async () => {
+    await requireDocker();
+    await imagesFor(await sharedTasks());
+  },
+);
 
 test('eval: {every: 1} runs a child evaluationRun of checkpoint 1 and records its pass@1', async () => {
   const config = JSON.parse(readFileSync(join(ROOT, 'configs/swe.json'), 'utf8'));

@@ -30,11 +30,14 @@ import { ROOT, useTemporalWithWorker, type TestTemporal } from './helpers/tempor
 
 let t: TestTemporal;
 let tasks: SweTask[];
-useTemporalWithWorker((x) => (t = x), async () => {
-  await requireDocker();
-  tasks = await sharedTasks();
-  await imagesFor(tasks);
-});
+useTemporalWithWorker(
+  (x) => (t = x),
+  async () => {
+    await requireDocker();
+    tasks = await sharedTasks();
+    await imagesFor(tasks);
+  },
+);
 
 const storeUrl = () => fileStoreUrl(join(t.dir, 'store'));
 
@@ -66,7 +69,10 @@ const chain = (e: unknown): string => {
 
 /** The SWE-bench harness's run summary of one run directory (scripts/checks/swebench_outputs.py). */
 function harnessSummary(runDir: string, runId: string): Record<string, unknown> {
-  const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' }).trim().split('\n').at(-1)!;
+  const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' })
+    .trim()
+    .split('\n')
+    .at(-1)!;
   const out = execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), runDir, TASKS_FILE, runId, join(t.dir, 'harness', runId)], { encoding: 'utf8' });
   return JSON.parse(out.trim().split('\n').at(-1)!) as Record<string, unknown>;
 }
@@ -77,14 +83,21 @@ test('config errors name the field and the value', async () => {
   const bad = validateEvalConfig({ tasksFile: TASKS_FILE, model: { baseUrl: 'http://x:1', model: 'm', api: 'completions' }, runs: 0 });
   assert.ok(!bad.ok);
   assert.ok(bad.errors.includes('config.runs: must be ≥ 1, got 0'), bad.errors.join('\n'));
-  assert.ok(bad.errors.some((e) => e.startsWith('config.model.tokenizer: required with api "completions"')), bad.errors.join('\n'));
+  assert.ok(
+    bad.errors.some((e) => e.startsWith('config.model.tokenizer: required with api "completions"')),
+    bad.errors.join('\n'),
+  );
   const v = validateEvalConfig({ tasksFile: 'x.jsonl', model: { run: 'r1' } });
   assert.ok(v.ok);
   assert.equal(v.config.maxSteps, 100);
   assert.equal(v.config.contextBudget, 65_536);
   assert.equal(v.config.sampling.temperature, 1);
   assert.deepEqual(v.config.model, { run: 'r1', checkpoint: 'latest' });
-  const h = await t.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'eval-bad', args: [{ tasksFile: TASKS_FILE, model: { path: '/m' }, concurrency: -2 }] });
+  const h = await t.client.workflow.start('evaluationRun', {
+    taskQueue: 'learner',
+    workflowId: 'eval-bad',
+    args: [{ tasksFile: TASKS_FILE, model: { path: '/m' }, concurrency: -2 }],
+  });
   await assert.rejects(h.result(), (e: unknown) => e instanceof WorkflowFailedError && /config\.concurrency: must be ≥ 1, got -2/.test(chain(e)));
   const missing = await t.client.workflow.start('evaluationRun', {
     taskQueue: 'learner',
@@ -117,8 +130,15 @@ test('gold replay on the 8 shared tasks → pass@1 = 1; submitting nothing → 0
       assert.equal((e.grade as { reason?: string }).reason, 'passed');
       assert.ok(e.messages!.length >= 3 && e.turns.length === e.steps);
     }
-    const preds = (await store.get(`${evalKeys.report('eval-gold')}/run-0/predictions.jsonl`))!.toString().trim().split('\n').map((l) => JSON.parse(l));
-    assert.deepEqual(preds.map((p) => p.instance_id), ids);
+    const preds = (await store.get(`${evalKeys.report('eval-gold')}/run-0/predictions.jsonl`))!
+      .toString()
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    assert.deepEqual(
+      preds.map((p) => p.instance_id),
+      ids,
+    );
     assert.ok(preds.every((p) => p.model_name_or_path === 'scripted' && p.model_patch.startsWith('diff --git')));
     const none = await readEvalEpisodes(store, 'eval-nothing');
     assert.ok(none.every((e) => e.end === 'submitted' && e.prediction === '' && !e.resolved && e.steps === 2));
@@ -136,12 +156,29 @@ test('gold replay on the 8 shared tasks → pass@1 = 1; submitting nothing → 0
     }
 
     // the official harness's readers load the predictions and reports and count what we counted
-    for (const [evalId, resolved] of [['eval-gold', ids], ['eval-nothing', []]] as const) {
+    for (const [evalId, resolved] of [
+      ['eval-gold', ids],
+      ['eval-nothing', []],
+    ] as const) {
       const runDir = store.dirFor(`${evalKeys.report(evalId)}/run-0`);
       const ours = JSON.parse(readFileSync(join(runDir, `scripted.${harnessRunId(evalId, 0)}.json`), 'utf8')) as Record<string, unknown>;
       const theirs = harnessSummary(runDir, harnessRunId(evalId, 0));
       assert.deepEqual(theirs.resolved_ids, [...resolved].sort());
-      for (const k of ['total_instances', 'submitted_instances', 'completed_instances', 'resolved_instances', 'unresolved_instances', 'empty_patch_instances', 'error_instances', 'completed_ids', 'resolved_ids', 'unresolved_ids', 'empty_patch_ids', 'error_ids', 'incomplete_ids']) {
+      for (const k of [
+        'total_instances',
+        'submitted_instances',
+        'completed_instances',
+        'resolved_instances',
+        'unresolved_instances',
+        'empty_patch_instances',
+        'error_instances',
+        'completed_ids',
+        'resolved_ids',
+        'unresolved_ids',
+        'empty_patch_ids',
+        'error_ids',
+        'incomplete_ids',
+      ]) {
         assert.deepEqual(ours[k], theirs[k], `${evalId}: ${k}`);
       }
     }
@@ -174,7 +211,10 @@ test('(i + r) mod 3 over 8 tasks × 4 runs with OpenAI tool calls, a sandbox fai
     return start.call(backend, image, limits, labels);
   };
   try {
-    const r = await evaluate('eval-mod3', evalConfig(model, { tasks: order, runs: 4, seed: 3, concurrency: 8, model: { baseUrl: model.url, model: 'scripted', api: 'chat', toolFormat: 'openai' } }));
+    const r = await evaluate(
+      'eval-mod3',
+      evalConfig(model, { tasks: order, runs: 4, seed: 3, concurrency: 8, model: { baseUrl: model.url, model: 'scripted', api: 'chat', toolFormat: 'openai' } }),
+    );
     assert.equal(failed.length, 3);
     assert.deepEqual(round(r.summary.passAtK), [11 / 32, 5 / 8, 27 / 32, 1]);
     assert.equal(r.summary.pass1, 11 / 32);
@@ -184,7 +224,10 @@ test('(i + r) mod 3 over 8 tasks × 4 runs with OpenAI tool calls, a sandbox fai
     const eps = await readEvalEpisodes(openStore(storeUrl()), 'eval-mod3');
     assert.equal(eps.length, 32);
     const solved = eps.find((e) => e.resolved)!;
-    assert.ok(solved.messages!.some((m) => m.role === 'tool'), 'tool results go back as tool messages');
+    assert.ok(
+      solved.messages!.some((m) => m.role === 'tool'),
+      'tool results go back as tool messages',
+    );
     const st = await t.client.workflow.getHandle('eval-mod3').query(evaluationStatusQuery);
     assert.equal(st.phase, 'done');
     assert.equal(st.done, 32);
@@ -201,7 +244,12 @@ test('an unreachable server or an unknown model fails the evaluation at once, na
   const id = tasks[3]!.instance_id;
   const port = await freePort();
   const t0 = Date.now();
-  const failure = await evaluate('eval-unreachable', { tasksFile: TASKS_FILE, tasks: [id], model: { baseUrl: `http://127.0.0.1:${port}/v1`, model: 'nobody', api: 'chat' }, store: { url: storeUrl() } }).then(
+  const failure = await evaluate('eval-unreachable', {
+    tasksFile: TASKS_FILE,
+    tasks: [id],
+    model: { baseUrl: `http://127.0.0.1:${port}/v1`, model: 'nobody', api: 'chat' },
+    store: { url: storeUrl() },
+  }).then(
     () => null,
     (e: unknown) => e,
   );
@@ -220,7 +268,12 @@ test('an unreachable server or an unknown model fails the evaluation at once, na
   const learner = await Learner.load(dir, { threads: 1 });
   const server = await startPolicyServer({ learner: learner as never, tokenizer: await loadTokenizer(dir) });
   try {
-    const wrong = await evaluate('eval-unknown-model', { tasksFile: TASKS_FILE, tasks: [id], model: { baseUrl: server.url, model: 'qwen-coder', api: 'chat' }, store: { url: storeUrl() } }).then(
+    const wrong = await evaluate('eval-unknown-model', {
+      tasksFile: TASKS_FILE,
+      tasks: [id],
+      model: { baseUrl: server.url, model: 'qwen-coder', api: 'chat' },
+      store: { url: storeUrl() },
+    }).then(
       () => null,
       (e: unknown) => e,
     );
@@ -236,11 +289,25 @@ test('swerl eval (CLI) when every episode is an error: the reasons are in summar
   const model = await startScriptedModel({ identify: seedTable(1, [id], 1), script: () => [FINISH], failEpisodesWith: 500 });
   try {
     const configPath = join(t.dir, 'failing.json');
-    writeFileSync(configPath, JSON.stringify({ tasksFile: TASKS_FILE, tasks: [id], seed: 1, model: { baseUrl: `${model.url}/v1`, model: 'scripted', api: 'chat' }, maxAttempts: 2, store: { url: storeUrl() } }));
+    writeFileSync(
+      configPath,
+      JSON.stringify({
+        tasksFile: TASKS_FILE,
+        tasks: [id],
+        seed: 1,
+        model: { baseUrl: `${model.url}/v1`, model: 'scripted', api: 'chat' },
+        maxAttempts: 2,
+        store: { url: storeUrl() },
+      }),
+    );
     const out = join(t.dir, 'out-failing');
     // asynchronously: the worker that runs the evaluation lives in this process
     const cli = await new Promise<{ status: number | null; stdout: string; stderr: string }>((res) => {
-      const p = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/cli.ts'), 'eval', '--config', configPath, '--out', out, '--address', t.server.address, '--eval-id', 'eval-failing'], { cwd: ROOT });
+      const p = spawn(
+        process.execPath,
+        ['--import', 'tsx', join(ROOT, 'scripts/cli.ts'), 'eval', '--config', configPath, '--out', out, '--address', t.server.address, '--eval-id', 'eval-failing'],
+        { cwd: ROOT },
+      );
       let stdout = '';
       let stderr = '';
       p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
@@ -254,9 +321,15 @@ test('swerl eval (CLI) when every episode is an error: the reasons are in summar
     assert.ok(await store.getJson<EvalEpisodeRecord>(evalKeys.error('eval-failing', id, 0)));
     const summaryTxt = readFileSync(join(out, 'summary.txt'), 'utf8');
     assert.match(summaryTxt, /1 episodes; completed 0, resolved 0, errors 1/);
-    assert.match(summaryTxt, new RegExp(`errors \\(1 episodes that could not happen; not scored\\):\\n  1 × .*unavailable after .* attempts: HTTP 500.*failing with 500 as told[^\\n]*\\n      ${id}/0`));
+    assert.match(
+      summaryTxt,
+      new RegExp(`errors \\(1 episodes that could not happen; not scored\\):\\n  1 × .*unavailable after .* attempts: HTTP 500.*failing with 500 as told[^\\n]*\\n      ${id}/0`),
+    );
     // the run summary lists it under error_ids with its reason
-    const runSummary = JSON.parse(readFileSync(join(out, 'run-0', `scripted.${harnessRunId('eval-failing', 0)}.json`), 'utf8')) as { error_ids: string[]; error_reasons: Record<string, string> };
+    const runSummary = JSON.parse(readFileSync(join(out, 'run-0', `scripted.${harnessRunId('eval-failing', 0)}.json`), 'utf8')) as {
+      error_ids: string[];
+      error_reasons: Record<string, string>;
+    };
     assert.deepEqual(runSummary.error_ids, [id]);
     assert.match(runSummary.error_reasons[id]!, /HTTP 500/);
     for (const f of ['summary.json', 'summary.txt', 'pass_at_k.html', 'pass_at_k.png', 'run-0/predictions.jsonl']) assert.ok(existsSync(join(out, f)), f);

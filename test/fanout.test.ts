@@ -59,8 +59,7 @@ function maxPendingRollouts(events: HistoryEvent[]): number {
       pending.add(String(e.eventId));
       max = Math.max(max, pending.size);
     }
-    const closed =
-      e.activityTaskCompletedEventAttributes ?? e.activityTaskFailedEventAttributes ?? e.activityTaskTimedOutEventAttributes ?? e.activityTaskCanceledEventAttributes;
+    const closed = e.activityTaskCompletedEventAttributes ?? e.activityTaskFailedEventAttributes ?? e.activityTaskTimedOutEventAttributes ?? e.activityTaskCanceledEventAttributes;
     if (closed?.scheduledEventId) pending.delete(String(closed.scheduledEventId));
   }
   return max;
@@ -72,7 +71,10 @@ function rolloutsScheduled(events: HistoryEvent[]): number {
 
 async function metricsOf(storeUrl: string, runId: string): Promise<IterationMetrics[]> {
   const text = (await openStore(storeUrl).get(keys.metrics(runId)))?.toString('utf8') ?? '';
-  return text.trim().split('\n').map((l) => JSON.parse(l) as IterationMetrics);
+  return text
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as IterationMetrics);
 }
 
 test('a batch beyond rolloutsPerWorkflow fans out through child workflows and matches the inline iteration', async () => {
@@ -129,7 +131,11 @@ test('a rollout whose retries run out for infrastructure is a rollout error: cou
     const victim = victims.get(runId)!;
     const [m] = await metricsOf(c.store.url, runId);
     assert.equal(m.rolloutErrors, 1, `${runId}: counted`);
-    assert.deepEqual(m.rolloutFailures?.map((f) => [f.taskId, f.sample]), [[victim, 1]], `${runId}: listed`);
+    assert.deepEqual(
+      m.rolloutFailures?.map((f) => [f.taskId, f.sample]),
+      [[victim, 1]],
+      `${runId}: listed`,
+    );
     assert.match(m.rolloutFailures![0]!.error, /sandbox sbx-test is dead: container killed during a tool command/);
     assert.equal(m.episodes, 11, `${runId}: not an episode`);
     assert.equal(m.learnerTrajectories, 11, `${runId}: left out of training`);
@@ -139,7 +145,10 @@ test('a rollout whose retries run out for infrastructure is a rollout error: cou
     assert.ok(!trajs.some((tr) => tr!.taskId === victim && tr!.sample === 1), `${runId}: no trajectory for the lost rollout`);
     // every attempt's error is on record in the store
     const failed = await failedAttempts(store, runId, 0, victim, 1);
-    assert.deepEqual(failed.map((f) => f.attempt), [1, 2]);
+    assert.deepEqual(
+      failed.map((f) => f.attempt),
+      [1, 2],
+    );
     for (const f of failed) assert.match(f.error, /^SandboxDeadError: sandbox sbx-test is dead/);
   }
 });

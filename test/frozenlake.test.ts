@@ -33,10 +33,21 @@ test('maps are deterministic, S top-left, G bottom-right, always solvable', () =
     if (JSON.stringify(m) !== JSON.stringify(generateMap(seed + 1, 5, 0.35))) differ++;
   }
   assert.ok(differ > 250, 'maps should vary with the seed');
-  const holes = Array.from({ length: 200 }, (_, s) => generateMap(s).flat().filter((c) => c === 'H').length);
+  const holes = Array.from(
+    { length: 200 },
+    (_, s) =>
+      generateMap(s)
+        .flat()
+        .filter((c) => c === 'H').length,
+  );
   const mean = holes.reduce((a, b) => a + b, 0) / holes.length;
   assert.ok(mean > 1.5 && mean < 3.5, `mean holes ${mean} for 14 cells at p .2`);
-  assert.ok(!hasPath([['S', 'H'], ['H', 'G']]));
+  assert.ok(
+    !hasPath([
+      ['S', 'H'],
+      ['H', 'G'],
+    ]),
+  );
 });
 
 test('parseAction takes the first action letter', () => {

@@ -50,14 +50,20 @@ async function run(runId: string, over: Record<string, unknown>) {
   const path = join(t.dir, `${runId}.json`);
   writeFileSync(path, JSON.stringify(config));
   const o = await train({ config: path, out: join(t.dir, runId), address: t.server.address, runId, quiet: true });
-  const metrics = readFileSync(o.metricsPath, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const metrics = readFileSync(o.metricsPath, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   return { o, metrics, store: openStore(config.store.url) };
 }
 const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-30);
 
-test('fsdp on 2 ranks: the native run\'s metrics; a killed rank, a half-written checkpoint and a hung rank are survived', async () => {
+test("fsdp on 2 ranks: the native run's metrics; a killed rank, a half-written checkpoint and a hung rank are survived", async () => {
   const native = await run('native', {});
-  assert.ok(native.metrics.every((m) => m.gradNorm > 0 && !m.skipped), `every iteration trains: ${JSON.stringify(native.metrics.map((m) => m.gradNorm))}`);
+  assert.ok(
+    native.metrics.every((m) => m.gradNorm > 0 && !m.skipped),
+    `every iteration trains: ${JSON.stringify(native.metrics.map((m) => m.gradNorm))}`,
+  );
 
   const store = openStore(base().store.url);
   const ckptDir = store.dirFor(keys.checkpoints('fsdp'));
@@ -76,7 +82,8 @@ test('fsdp on 2 ranks: the native run\'s metrics; a killed rank, a half-written 
     if (!g || g === watched) return;
     watched = g;
     const group = w.ctx.trainerStarts;
-    let steps = 0, saves = 0;
+    let steps = 0,
+      saves = 0;
     g.on('progress', (p: FsdpProgress) => {
       if (p.phase === 'train' && p.microBatch === 1) steps++;
       if (p.phase === 'save' && p.part === 'weights') saves++;
@@ -97,7 +104,10 @@ test('fsdp on 2 ranks: the native run\'s metrics; a killed rank, a half-written 
   const started = Date.now();
   const fsdp = await run('fsdp', {
     learner: {
-      engine: 'fsdp', device: 'cpu', threads: 1, timeoutMinutes: 10,
+      engine: 'fsdp',
+      device: 'cpu',
+      threads: 1,
+      timeoutMinutes: 10,
       fsdp: { nprocPerNode: 2, paramDtype: 'float32', maxTokensPerMicroBatch: 400, checkpointShardMB: 0.1, stallTimeoutSeconds: 15, collectiveTimeoutSeconds: 120 },
     },
   }).finally(() => clearInterval(watch));
@@ -109,25 +119,35 @@ test('fsdp on 2 ranks: the native run\'s metrics; a killed rank, a half-written 
   assert.deepEqual(await listCheckpoints(fsdp.store, 'fsdp'), [0, 1, 2, 3]);
   assert.deepEqual(readdirSync(ckptDir).sort(), ['0', '1', '2', '3'], 'no half-written checkpoint left behind');
   for (const n of ['1', '2', '3']) assert.equal(inodes.get(n)?.size, 1, `checkpoint ${n} written once (directories seen: ${[...(inodes.get(n) ?? [])]})`);
-  assert.deepEqual(fsdp.metrics.map((m) => m.iteration), [0, 1, 2], 'one metrics line per iteration');
+  assert.deepEqual(
+    fsdp.metrics.map((m) => m.iteration),
+    [0, 1, 2],
+    'one metrics line per iteration',
+  );
 
   for (const [n, a] of fsdp.metrics.entries()) {
     const b = native.metrics[n];
-    for (const k of ['meanReward', 'episodes', 'tokens', 'responseTokens', 'learnerTrajectories', 'skipped']) assert.deepEqual(a[k], b[k], `iteration ${n} ${k}: the same rollouts`);
+    for (const k of ['meanReward', 'episodes', 'tokens', 'responseTokens', 'learnerTrajectories', 'skipped'])
+      assert.deepEqual(a[k], b[k], `iteration ${n} ${k}: the same rollouts`);
     const tol = n === 0 ? TOL.first : TOL.later;
     assert.ok(rel(a.loss, b.loss) <= tol, `iteration ${n} loss ${a.loss} vs native ${b.loss}`);
     assert.ok(rel(a.gradNorm, b.gradNorm) <= tol, `iteration ${n} grad norm ${a.gradNorm} vs native ${b.gradNorm}`);
-    console.log(`iteration ${n}: grad norm ${b.gradNorm.toPrecision(6)}, relative difference loss ${rel(a.loss, b.loss).toExponential(1)}, grad norm ${rel(a.gradNorm, b.gradNorm).toExponential(1)}`);
+    console.log(
+      `iteration ${n}: grad norm ${b.gradNorm.toPrecision(6)}, relative difference loss ${rel(a.loss, b.loss).toExponential(1)}, grad norm ${rel(a.gradNorm, b.gradNorm).toExponential(1)}`,
+    );
   }
   // every checkpoint the group wrote loads in the native engine; the weight change after 3 steps matches native's
   const w0 = await weightsOf(fsdp.store.dirFor(keys.checkpoint('fsdp', 0)));
   for (const n of [1, 2]) assert.equal((await weightsOf(fsdp.store.dirFor(keys.checkpoint('fsdp', n)))).size, w0.size);
   const wf = await weightsOf(fsdp.store.dirFor(keys.checkpoint('fsdp', 3)));
   const wn = await weightsOf(native.store.dirFor(keys.checkpoint('native', 3)));
-  let worst = 0, at = '';
+  let worst = 0,
+    at = '';
   for (const [name, x0] of w0) {
-    const f = wf.get(name)!, nv = wn.get(name)!;
-    let d = 0, s = 0;
+    const f = wf.get(name)!,
+      nv = wn.get(name)!;
+    let d = 0,
+      s = 0;
     for (let i = 0; i < x0.length; i++) {
       d += (f[i] - nv[i]) ** 2;
       s += (nv[i] - x0[i]) ** 2;

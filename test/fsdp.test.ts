@@ -9,9 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import {
-  FSDP_CONFIG, FSDP_HP, compareTraces, formatRows, fsdpOptions, fsdpSteps, nativeSteps, packedBatch, weightsOf, type StepTrace,
-} from '../gpu-learner/fsdp/crosscheck.ts';
+import { FSDP_CONFIG, FSDP_HP, compareTraces, formatRows, fsdpOptions, fsdpSteps, nativeSteps, packedBatch, weightsOf, type StepTrace } from '../gpu-learner/fsdp/crosscheck.ts';
 import { FsdpInputError, FsdpLearner, validateOptions, writeTrainBatch } from '../gpu-learner/fsdp/index.ts';
 import { writeRandomCheckpoint } from '../gpu-learner/index.ts';
 import { validateConfig } from '../lib/config.ts';
@@ -75,26 +73,38 @@ test('idle past the collective timeout, then resuming from the checkpoint after 
   await two.load(join(root, 'after-1'));
   assert.equal(two.step, 1);
   const resumed = [await two.trainStep(b(2), FSDP_HP), await two.trainStep(b(3), FSDP_HP)];
-  assert.deepEqual(resumed.map((s) => s.gradNorm), cont.map((s) => s.gradNorm));
+  assert.deepEqual(
+    resumed.map((s) => s.gradNorm),
+    cont.map((s) => s.gradNorm),
+  );
   assert.equal(two.step, 3);
 });
 
 test('bad input names the field; the process group goes on', async () => {
   const v = validateConfig({ learner: { engine: 'deepspeed' } });
   assert.match(v.ok ? '' : v.errors.join(), /config.learner.engine: must be one of "native", "fsdp", got "deepspeed"/);
-  assert.throws(() => validateOptions(fsdpOptions(64)), (e: Error) => e instanceof FsdpInputError && /config.learner.fsdp.nprocPerNode: 64 processes per node but this host has \d+ CPU cores/.test(e.message));
+  assert.throws(
+    () => validateOptions(fsdpOptions(64)),
+    (e: Error) => e instanceof FsdpInputError && /config.learner.fsdp.nprocPerNode: 64 processes per node but this host has \d+ CPU cores/.test(e.message),
+  );
 
   await two.load(model);
   const long = join(root, 'long.safetensors');
   writeTrainBatch(long, packedBatch(FSDP_CONFIG.vocab_size, 1, [30, 95]));
-  await assert.rejects(two.trainStep(long, FSDP_HP), (e: Error) =>
-    e instanceof FsdpInputError && /config.learner.fsdp.maxTokensPerMicroBatch: sequence 1 has 95 tokens, more than the budget of 80/.test(e.message));
+  await assert.rejects(
+    two.trainStep(long, FSDP_HP),
+    (e: Error) => e instanceof FsdpInputError && /config.learner.fsdp.maxTokensPerMicroBatch: sequence 1 has 95 tokens, more than the budget of 80/.test(e.message),
+  );
 
   const alien = join(root, 'alien');
   mkdirSync(alien);
   writeFileSync(join(alien, 'config.json'), JSON.stringify({ architectures: ['FrobnicatorForCausalLM'], model_type: 'frobnicator', hidden_size: 8 }));
-  await assert.rejects(two.load(alien), (e: Error) =>
-    e instanceof FsdpInputError && /alien\/config.json: model_type "frobnicator" \(architectures \["FrobnicatorForCausalLM"\]\) is not a model transformers \S+ knows/.test(e.message));
+  await assert.rejects(
+    two.load(alien),
+    (e: Error) =>
+      e instanceof FsdpInputError &&
+      /alien\/config.json: model_type "frobnicator" \(architectures \["FrobnicatorForCausalLM"\]\) is not a model transformers \S+ knows/.test(e.message),
+  );
 
   const oov = join(root, 'oov.safetensors');
   const bad = packedBatch(FSDP_CONFIG.vocab_size, 1);

@@ -17,8 +17,16 @@ const modelDir = join(root, 'model');
 // Large enough that every kernel takes its vector paths and tails: hidden 72 (not a multiple of 16), head_dim 20,
 // GQA 6/2, untied head over a vocabulary of 300, two layers.
 const config: QwenConfig = {
-  vocab_size: 300, hidden_size: 72, intermediate_size: 100, num_hidden_layers: 2, num_attention_heads: 6,
-  num_key_value_heads: 2, head_dim: 20, rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 160,
+  vocab_size: 300,
+  hidden_size: 72,
+  intermediate_size: 100,
+  num_hidden_layers: 2,
+  num_attention_heads: 6,
+  num_key_value_heads: 2,
+  head_dim: 20,
+  rms_norm_eps: 1e-6,
+  rope_theta: 10000,
+  max_position_embeddings: 160,
   tie_word_embeddings: false,
 };
 let learner: Learner;
@@ -37,13 +45,13 @@ after(() => {
 const prompts = [
   Int32Array.from([5, 17, 42, 99, 3, 250]),
   Int32Array.from([7]),
-  Int32Array.from({ length: 70 }, (_, i) => (i * 37 + 11) % 300),  // a prefill longer than one attention block (64)
+  Int32Array.from({ length: 70 }, (_, i) => (i * 37 + 11) % 300), // a prefill longer than one attention block (64)
   Int32Array.from([1, 2, 3, 4]),
 ];
 const opts: GenerateOptions[] = [
   { maxNewTokens: 40, temperature: 1, seed: 7, topLogprobs: 3 },
   { maxNewTokens: 25, temperature: 0.7, topP: 0.9, seed: 11 },
-  { maxNewTokens: 30, temperature: 0, seed: 0 },  // stopIds: the 9th greedy token (set in before())
+  { maxNewTokens: 30, temperature: 0, seed: 0 }, // stopIds: the 9th greedy token (set in before())
   { maxNewTokens: 12, temperature: 1.3, seed: 5, allowedIds: [4, 8, 15, 16, 23, 42] },
 ];
 
@@ -63,14 +71,21 @@ test('a sequence decodes the same alone and in a batch of others, joining at any
   // Drive the steps by hand: sequences 1 and 2 start, 0 joins after 3 steps, 3 after 9; a group of three more
   // samples of prompt 0 with other seeds joins at step 5.
   const got = new Map<number, { ids: number[]; lps: number[]; tops: number[]; topLps: number[]; finish?: string }>();
-  const seqOf = new Map<number, number>();  // sequence id -> request index (0..3) or 100+k for the group
+  const seqOf = new Map<number, number>(); // sequence id -> request index (0..3) or 100+k for the group
   const add = async (idx: number[], prompt: Int32Array, o: GenerateOptions[]) => {
     const ids = await learner.decodeAdd(prompt, o);
-    ids.forEach((s, k) => { seqOf.set(s, idx[k]); got.set(s, { ids: [], lps: [], tops: [], topLps: [] }); });
+    ids.forEach((s, k) => {
+      seqOf.set(s, idx[k]);
+      got.set(s, { ids: [], lps: [], tops: [], topLps: [] });
+    });
   };
   await add([1], prompts[1], [opts[1]]);
   await add([2], prompts[2], [opts[2]]);
-  const group = [{ ...opts[0], seed: 100 }, { ...opts[0], seed: 101, temperature: 0.5 }, { ...opts[0], seed: 102, topLogprobs: 0 }];
+  const group = [
+    { ...opts[0], seed: 100 },
+    { ...opts[0], seed: 101, temperature: 0.5 },
+    { ...opts[0], seed: 102, topLogprobs: 0 },
+  ];
   let maxBatch = 0;
   for (let step = 0; ; step++) {
     if (step === 3) await add([0], prompts[0], [opts[0]]);
@@ -79,19 +94,28 @@ test('a sequence decodes the same alone and in a batch of others, joining at any
     const toks = await learner.decodeStep();
     if (toks.length === 0 && step > 9) break;
     maxBatch = Math.max(maxBatch, toks.length);
-    assert.deepEqual(toks.map((t) => t.seq), [...toks.map((t) => t.seq)].sort((a, b) => a - b), 'tokens by increasing sequence id');
+    assert.deepEqual(
+      toks.map((t) => t.seq),
+      [...toks.map((t) => t.seq)].sort((a, b) => a - b),
+      'tokens by increasing sequence id',
+    );
     for (const t of toks) {
       const g = got.get(t.seq)!;
       assert.equal(g.finish, undefined, 'no token after the last');
       g.ids.push(t.id);
       g.lps.push(t.logprob);
-      if (t.topIds) { g.tops.push(...t.topIds); g.topLps.push(...t.topLogprobs!); }
+      if (t.topIds) {
+        g.tops.push(...t.topIds);
+        g.topLps.push(...t.topLogprobs!);
+      }
       g.finish = t.finishReason;
     }
   }
   assert.ok(maxBatch >= 5, `batches of several sequences (largest ${maxBatch})`);
   const asResult = (g: NonNullable<ReturnType<typeof got.get>>, k: number): GenerateResult => ({
-    ids: Int32Array.from(g.ids), logprobs: Float32Array.from(g.lps), finishReason: g.finish as 'stop' | 'length',
+    ids: Int32Array.from(g.ids),
+    logprobs: Float32Array.from(g.lps),
+    finishReason: g.finish as 'stop' | 'length',
     ...(k > 0 ? { topIds: Int32Array.from(g.tops), topLogprobs: Float32Array.from(g.topLps) } : {}),
   });
   for (const [seq, idx] of seqOf) {
@@ -108,10 +132,10 @@ test('a sequence decodes the same alone and in a batch of others, joining at any
 test('BatchDecoder: concurrent callers share steps and get what generate gives each alone', async () => {
   const alone = await Promise.all(prompts.map((p, i) => learner.generate(p, opts[i])));
   const group = [1, 2, 3, 4, 5, 6].map((s) => ({ maxNewTokens: 20, temperature: 1, seed: s }));
-  const [a, b, c, d, g] = await Promise.all([
+  const [a, b, c, d, g] = (await Promise.all([
     ...prompts.map((p, i) => learner.decoder.generate(p, [opts[i]]).then((r) => r[0])),
     learner.decoder.generate(prompts[3], group),
-  ]) as [GenerateResult, GenerateResult, GenerateResult, GenerateResult, GenerateResult[]];
+  ])) as [GenerateResult, GenerateResult, GenerateResult, GenerateResult, GenerateResult[]];
   [a, b, c, d].forEach((r, i) => same(r as GenerateResult, alone[i], `caller ${i}`));
   for (let i = 0; i < group.length; i++) same(g[i], await learner.generate(prompts[3], group[i]), `group sample ${i}`);
   assert.equal(learner.decoder.running, 0);
@@ -128,7 +152,11 @@ test('removing or aborting a sequence leaves the others untouched; reload ends t
     if (step === 4) assert.equal(await learner.decodeRemove(drop), true);
     const toks = await learner.decodeStep();
     if (toks.length === 0) break;
-    if (step >= 4) assert.ok(toks.every((t) => t.seq !== drop), 'a removed sequence gets no more tokens');
+    if (step >= 4)
+      assert.ok(
+        toks.every((t) => t.seq !== drop),
+        'a removed sequence gets no more tokens',
+      );
     ids.push(...toks.filter((t) => t.seq === keep).map((t) => t.id));
   }
   assert.deepEqual(Int32Array.from(ids), want.ids);
@@ -137,7 +165,7 @@ test('removing or aborting a sequence leaves the others untouched; reload ends t
   const ac = new AbortController();
   const aborted = learner.decoder.generate(prompts[2], [{ maxNewTokens: 100, seed: 1 }], ac.signal);
   const other = learner.decoder.generate(prompts[1], [opts[1]]);
-  ac.abort(new Error('client went away'));  // while its prompt is being prefilled
+  ac.abort(new Error('client went away')); // while its prompt is being prefilled
   await assert.rejects(aborted, /client went away/);
   same((await other)[0], await learner.generate(prompts[1], opts[1]), 'the sequence beside an aborted one');
 
@@ -168,7 +196,19 @@ test('results do not depend on the thread count: generation, batched decoding, l
     assert.deepEqual(await one.logprobs({ ids, offsets }), await learner.logprobs({ ids, offsets }));
     // a training step from the same weights: same statistics and the same bytes of every parameter after it
     const batch = { ids, offsets, mask: Float32Array.from(ids, (_, t) => (t % 3 ? 1 : 0)), advantages: Float32Array.from([1, -0.5, 0.25]) };
-    const hp = { lr: 1e-3, weightDecay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, clipLow: 0.2, clipHigh: 0.28, maxGradNorm: 1, lMax: 64, mode: 'grpo++' as const, microBatchTokens: 40 };
+    const hp = {
+      lr: 1e-3,
+      weightDecay: 0.01,
+      beta1: 0.9,
+      beta2: 0.999,
+      eps: 1e-8,
+      clipLow: 0.2,
+      clipHigh: 0.28,
+      maxGradNorm: 1,
+      lMax: 64,
+      mode: 'grpo++' as const,
+      microBatchTokens: 40,
+    };
     const two = await Learner.load(modelDir, { threads: 2 });
     try {
       const [s1, s2] = [await one.trainStep(batch, hp), await two.trainStep(batch, hp)];
@@ -184,13 +224,20 @@ test('results do not depend on the thread count: generation, batched decoding, l
 
 // The SIMD variants this CPU runs, each in its own process (the variant is chosen once per process).
 const flags = readFileSync('/proc/cpuinfo', 'utf8');
-const variants = ['baseline', ...(/\bavx2\b/.test(flags) && /\bfma\b/.test(flags) ? ['avx2'] : []),
-  ...(['avx512f', 'avx512dq', 'avx512bw', 'avx512vl'].every((f) => new RegExp(`\\b${f}\\b`).test(flags)) ? ['avx512'] : [])];
+const variants = [
+  'baseline',
+  ...(/\bavx2\b/.test(flags) && /\bfma\b/.test(flags) ? ['avx2'] : []),
+  ...(['avx512f', 'avx512dq', 'avx512bw', 'avx512vl'].every((f) => new RegExp(`\\b${f}\\b`).test(flags)) ? ['avx512'] : []),
+];
 const driver = new URL('../gpu-learner/build/gl_driver', import.meta.url).pathname;
 
 test(`run-time dispatch: every SIMD variant this CPU has (${variants.join(', ')}) computes the same log-probs`, () => {
   const run = (v: string | undefined) => spawnSync(driver, ['forward', modelDir, '--threads', '2'], { encoding: 'utf8', env: { ...process.env, GL_SIMD: v ?? '' } });
-  const parse = (out: string) => out.trim().split('\n').map((l) => Number(l.split(' ')[2]));
+  const parse = (out: string) =>
+    out
+      .trim()
+      .split('\n')
+      .map((l) => Number(l.split(' ')[2]));
   const ref = run(undefined);
   assert.equal(ref.status, 0, ref.stderr);
   const want = parse(ref.stdout);

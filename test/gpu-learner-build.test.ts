@@ -28,8 +28,16 @@ test('the no-BLAS build (GL_BLAS=OFF kernels) computes what the BLAS build does:
   const b = spawnSync('cmake', ['--build', join(gl, 'build'), '--target', 'gl_driver_noblas'], { encoding: 'utf8' });
   assert.equal(b.status, 0, b.stdout + b.stderr);
   const config: QwenConfig = {
-    vocab_size: 300, hidden_size: 80, intermediate_size: 144, num_hidden_layers: 2, num_attention_heads: 4,
-    num_key_value_heads: 2, head_dim: 20, rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 64,
+    vocab_size: 300,
+    hidden_size: 80,
+    intermediate_size: 144,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 20,
+    rms_norm_eps: 1e-6,
+    rope_theta: 10000,
+    max_position_embeddings: 64,
   };
   const dir = join(root, 'model');
   writeRandomCheckpoint(dir, config, 5, { std: 0.2, normNoise: 0.2 });
@@ -38,7 +46,11 @@ test('the no-BLAS build (GL_BLAS=OFF kernels) computes what the BLAS build does:
     assert.equal(r.status, 0, r.stderr);
     return r.stdout;
   };
-  const logprobs = (out: string) => out.trim().split('\n').map((l) => Number(l.split(' ')[2]));
+  const logprobs = (out: string) =>
+    out
+      .trim()
+      .split('\n')
+      .map((l) => Number(l.split(' ')[2]));
   const analytic = (out: string) => new Map([...out.matchAll(/^(\S+)\s+analytic\s+(\S+)\s+numeric\s+(\S+)/gm)].map((m) => [m[1], [Number(m[2]), Number(m[3])]]));
   const [lpBlas, lpOwn] = [logprobs(run('gl_driver', 'forward')), logprobs(run('gl_driver_noblas', 'forward'))];
   assert.equal(lpOwn.length, 16);

@@ -11,13 +11,29 @@ import { Learner, writeRandomCheckpoint, type QwenConfig, type TrainHyper } from
 
 const root = mkdtempSync(join(tmpdir(), 'gl-err-'));
 const config: QwenConfig = {
-  vocab_size: 32, hidden_size: 16, intermediate_size: 24, num_hidden_layers: 1, num_attention_heads: 2,
-  num_key_value_heads: 1, head_dim: 8, rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 64,
+  vocab_size: 32,
+  hidden_size: 16,
+  intermediate_size: 24,
+  num_hidden_layers: 1,
+  num_attention_heads: 2,
+  num_key_value_heads: 1,
+  head_dim: 8,
+  rms_norm_eps: 1e-6,
+  rope_theta: 10000,
+  max_position_embeddings: 64,
   tie_word_embeddings: false,
 };
 const hp: TrainHyper = {
-  lr: 1e-3, weightDecay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, clipLow: 0.2, clipHigh: 0.28,
-  maxGradNorm: 1, lMax: 16, mode: 'grpo++',
+  lr: 1e-3,
+  weightDecay: 0.01,
+  beta1: 0.9,
+  beta2: 0.999,
+  eps: 1e-8,
+  clipLow: 0.2,
+  clipHigh: 0.28,
+  maxGradNorm: 1,
+  lMax: 16,
+  mode: 'grpo++',
 };
 const good = join(root, 'good');
 let learner: Learner;
@@ -90,7 +106,8 @@ test('load: missing config field, truncated file, header garbage, wrong shape, m
   const st = join(truncated, 'model.safetensors');
   truncateSync(st, statSync(st).size - 100);
   await assert.rejects(Learner.load(truncated), (e: Error) =>
-    /truncated\/model.safetensors: tensor "[^"]+": data ends at byte \d+ but the file has only \d+ bytes \(truncated file\)/.test(e.message));
+    /truncated\/model.safetensors: tensor "[^"]+": data ends at byte \d+ but the file has only \d+ bytes \(truncated file\)/.test(e.message),
+  );
 
   const garbage = mk('garbage');
   const buf = Buffer.alloc(24);
@@ -118,7 +135,10 @@ test('non-finite gradient norm skips the update; the model keeps working; closed
   const l = await Learner.load(good, { threads: 1 });
   const w = await l.getParam('model.norm.weight');
   const emb = await l.getParam('model.embed_tokens.weight');
-  await l.setParam('model.norm.weight', Float32Array.from(w, (v, i) => (i === 0 ? Infinity : v)));
+  await l.setParam(
+    'model.norm.weight',
+    Float32Array.from(w, (v, i) => (i === 0 ? Infinity : v)),
+  );
   const st = await l.trainStep(batch(), hp);
   assert.equal(st.skipped, true);
   assert.equal(st.step, 0);
@@ -145,11 +165,15 @@ test('config.json as transformers 5 writes it: rope_parameters read, other RoPE 
     return d;
   };
   // transformers 5: no top-level rope_theta, rope_parameters {rope_type, rope_theta}, "dtype", layer_types
-  const v5 = mk('v5', (c) => {
-    delete c.rope_theta;
-    delete c.torch_dtype;
-    Object.assign(c, { rope_parameters: { rope_theta: 10000, rope_type: 'default' }, dtype: 'bfloat16', layer_types: ['full_attention'] });
-  }, 'BF16');
+  const v5 = mk(
+    'v5',
+    (c) => {
+      delete c.rope_theta;
+      delete c.torch_dtype;
+      Object.assign(c, { rope_parameters: { rope_theta: 10000, rope_type: 'default' }, dtype: 'bfloat16', layer_types: ['full_attention'] });
+    },
+    'BF16',
+  );
   const v4 = mk('v4', (c) => Object.assign(c, { rope_scaling: null }), 'BF16');
   const a = await Learner.load(v5, { threads: 1 });
   const b = await Learner.load(v4, { threads: 1 });

@@ -14,18 +14,35 @@ const root = mkdtempSync(join(tmpdir(), 'gl-gradcheck-'));
 after(() => rmSync(root, { recursive: true, force: true }));
 
 const base: QwenConfig = {
-  vocab_size: 64, hidden_size: 32, intermediate_size: 48, num_hidden_layers: 2, num_attention_heads: 4,
-  num_key_value_heads: 2, head_dim: 12, rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 256,
+  vocab_size: 64,
+  hidden_size: 32,
+  intermediate_size: 48,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 12,
+  rms_norm_eps: 1e-6,
+  rope_theta: 10000,
+  max_position_embeddings: 256,
 };
 
 const hp: TrainHyper = {
-  lr: 1e-3, weightDecay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, clipLow: 0.2, clipHigh: 0.28,
-  maxGradNorm: 1, lMax: 8, mode: 'grpo++', microBatchTokens: 12,
+  lr: 1e-3,
+  weightDecay: 0.01,
+  beta1: 0.9,
+  beta2: 0.999,
+  eps: 1e-8,
+  clipLow: 0.2,
+  clipHigh: 0.28,
+  maxGradNorm: 1,
+  lMax: 8,
+  mode: 'grpo++',
+  microBatchTokens: 12,
 };
 
 function rng(seed: number) {
   let s = seed >>> 0;
-  return () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 4294967296);
+  return () => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 4294967296;
 }
 
 async function gradcheck(name: string, config: QwenConfig, mode: 'grpo++' | 'grpo') {
@@ -39,7 +56,10 @@ async function gradcheck(name: string, config: QwenConfig, mode: 'grpo++' | 'grp
     const ids = Int32Array.from({ length: 21 }, () => Math.floor(r() * config.vocab_size));
     const mask = Float32Array.from({ length: 21 }, (_, t) => (t % 5 === 2 ? 0 : 1));
     const advantages = Float32Array.from([1.0, -0.8, 0.5]);
-    assert.equal(lens.reduce((a, b) => a + b), ids.length);
+    assert.equal(
+      lens.reduce((a, b) => a + b),
+      ids.length,
+    );
     // Old log-probs shifted from the current ones by δ ∈ {+0.5, −0.5, 0, +0.1}: ρ ∈ {0.61, 1.65, 1, 0.90},
     // far from the kinks at 0.8 / 1.28, so both the clipped and the unclipped branch occur for A > 0 and A < 0.
     const cur = await learner.logprobs({ ids, offsets });
@@ -47,7 +67,8 @@ async function gradcheck(name: string, config: QwenConfig, mode: 'grpo++' | 'grp
     const oldLogprobs = Float32Array.from(cur, (v, t) => Math.min(0, v + deltas[t % 4]));
     const batch = { ids, offsets, mask, advantages, oldLogprobs };
     const h = { ...hp, mode };
-    let clipped = 0, unclipped = 0;
+    let clipped = 0,
+      unclipped = 0;
     for (let s = 0; s < 3; s++)
       for (let t = offsets[s] + 1; t < offsets[s + 1]; t++)
         if (mask[t]) {
@@ -71,9 +92,15 @@ async function gradcheck(name: string, config: QwenConfig, mode: 'grpo++' | 'grp
       const u = Float32Array.from(w, () => 2 * r() - 1);
       let analytic = 0;
       for (let i = 0; i < g.length; i++) analytic += g[i] * u[i];
-      await learner.setParam(pname, Float32Array.from(w, (v, i) => v + eps * u[i]));
+      await learner.setParam(
+        pname,
+        Float32Array.from(w, (v, i) => v + eps * u[i]),
+      );
       const lp = await learner.debugLoss(batch, h);
-      await learner.setParam(pname, Float32Array.from(w, (v, i) => v - eps * u[i]));
+      await learner.setParam(
+        pname,
+        Float32Array.from(w, (v, i) => v - eps * u[i]),
+      );
       const lm = await learner.debugLoss(batch, h);
       await learner.setParam(pname, w);
       const numeric = (lp - lm) / (2 * eps);
@@ -109,9 +136,18 @@ test('gradcheck: untied head with attention bias, GRPO (symmetric clip, per-sequ
 // attention bias, GQA 4/2, head_dim 4 ≠ hidden/heads) — no direction can hide a wrong element.
 test('gradcheck: every element of every parameter tensor (micro model, GRPO++)', async () => {
   const config: QwenConfig = {
-    vocab_size: 16, hidden_size: 8, intermediate_size: 12, num_hidden_layers: 2, num_attention_heads: 4,
-    num_key_value_heads: 2, head_dim: 4, rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 64,
-    tie_word_embeddings: false, attention_bias: true,
+    vocab_size: 16,
+    hidden_size: 8,
+    intermediate_size: 12,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 4,
+    rms_norm_eps: 1e-6,
+    rope_theta: 10000,
+    max_position_embeddings: 64,
+    tie_word_embeddings: false,
+    attention_bias: true,
   };
   const dir = join(root, 'micro');
   writeRandomCheckpoint(dir, config, 23, { std: 0.5, normNoise: 0.3 });
@@ -129,7 +165,8 @@ test('gradcheck: every element of every parameter tensor (micro model, GRPO++)',
     const h: TrainHyper = { ...hp, lMax: 2, microBatchTokens: 64 };
     const { grads } = await learner.debugGradients(batch, h);
     const eps = 1e-2;
-    let checked = 0, worst = 0;
+    let checked = 0,
+      worst = 0;
     for (const { name } of await learner.paramInfo()) {
       const g = grads.get(name)!;
       const w = await learner.getParam(name);

@@ -12,8 +12,16 @@ import { Learner, writeRandomCheckpoint, writeSafetensors, type QwenConfig } fro
 
 const root = mkdtempSync(join(tmpdir(), 'gl-sharded-'));
 const config: QwenConfig = {
-  vocab_size: 40, hidden_size: 16, intermediate_size: 24, num_hidden_layers: 3, num_attention_heads: 4,
-  num_key_value_heads: 2, head_dim: 8, rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 64,
+  vocab_size: 40,
+  hidden_size: 16,
+  intermediate_size: 24,
+  num_hidden_layers: 3,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 8,
+  rms_norm_eps: 1e-6,
+  rope_theta: 10000,
+  max_position_embeddings: 64,
   tie_word_embeddings: false,
 };
 const single = join(root, 'single');

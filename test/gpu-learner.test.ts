@@ -11,13 +11,29 @@ import { Learner, grpoTokenLoss, writeRandomCheckpoint, type QwenConfig, type Tr
 
 const root = mkdtempSync(join(tmpdir(), 'gl-test-'));
 const config: QwenConfig = {
-  vocab_size: 64, hidden_size: 32, intermediate_size: 48, num_hidden_layers: 2, num_attention_heads: 4,
-  num_key_value_heads: 2, head_dim: 12, rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 256,
+  vocab_size: 64,
+  hidden_size: 32,
+  intermediate_size: 48,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 12,
+  rms_norm_eps: 1e-6,
+  rope_theta: 10000,
+  max_position_embeddings: 256,
   tie_word_embeddings: true,
 };
 const hp: TrainHyper = {
-  lr: 3e-3, weightDecay: 0.0, beta1: 0.9, beta2: 0.999, eps: 1e-8, clipLow: 0.2, clipHigh: 0.28,
-  maxGradNorm: 1, lMax: 16, mode: 'grpo++',
+  lr: 3e-3,
+  weightDecay: 0.0,
+  beta1: 0.9,
+  beta2: 0.999,
+  eps: 1e-8,
+  clipLow: 0.2,
+  clipHigh: 0.28,
+  maxGradNorm: 1,
+  lMax: 16,
+  mode: 'grpo++',
 };
 const modelDir = join(root, 'f32');
 let learner: Learner;
@@ -47,22 +63,34 @@ test('native GRPO++ token loss: hand-computed cases', () => {
   const close = (a: number, b: number) => assert.ok(Math.abs(a - b) < 1e-12, `${a} vs ${b}`);
   // clip-high: A=1, ρ=1.5 > 1.28 → ℓ = max(−1.5, −1.28) = −1.28, clipped, no gradient
   let r = grpoTokenLoss(Math.log(1.5), 0, 1, 0.2, 0.28);
-  close(r.ratio, 1.5); close(r.loss, -1.28); assert.equal(r.clipped, true); assert.equal(r.dlogp, 0);
+  close(r.ratio, 1.5);
+  close(r.loss, -1.28);
+  assert.equal(r.clipped, true);
+  assert.equal(r.dlogp, 0);
   // inside the trust region: A=1, ρ=1.1 → ℓ = −1.1, dℓ/dlogp = −A·ρ
   r = grpoTokenLoss(Math.log(1.1), 0, 1, 0.2, 0.28);
-  close(r.loss, -1.1); close(r.dlogp, -1.1); assert.equal(r.clipped, false);
+  close(r.loss, -1.1);
+  close(r.dlogp, -1.1);
+  assert.equal(r.clipped, false);
   // clip-low: A=−1, ρ=0.5 < 0.8 → ℓ = max(0.5, 0.8) = 0.8, clipped
   r = grpoTokenLoss(-2 + Math.log(0.5), -2, -1, 0.2, 0.28);
-  close(r.loss, 0.8); assert.equal(r.clipped, true); assert.equal(r.dlogp, 0);
+  close(r.loss, 0.8);
+  assert.equal(r.clipped, true);
+  assert.equal(r.dlogp, 0);
   // A=−1, ρ=1.5: the clip would lower the loss, so the unclipped branch is kept: ℓ = 1.5, dℓ = 1.5
   r = grpoTokenLoss(Math.log(1.5), 0, -1, 0.2, 0.28);
-  close(r.loss, 1.5); close(r.dlogp, 1.5); assert.equal(r.clipped, false);
+  close(r.loss, 1.5);
+  close(r.dlogp, 1.5);
+  assert.equal(r.clipped, false);
   // A=1, ρ=0.5: unclipped −0.5 > clipped −0.8 → ℓ = −0.5
   r = grpoTokenLoss(Math.log(0.5), 0, 1, 0.2, 0.28);
-  close(r.loss, -0.5); close(r.dlogp, -0.5); assert.equal(r.clipped, false);
+  close(r.loss, -0.5);
+  close(r.dlogp, -0.5);
+  assert.equal(r.clipped, false);
   // zero advantage: no loss, no gradient
   r = grpoTokenLoss(-1, -3, 0, 0.2, 0.28);
-  assert.equal(Math.abs(r.loss), 0); assert.equal(Math.abs(r.dlogp), 0);
+  assert.equal(Math.abs(r.loss), 0);
+  assert.equal(Math.abs(r.dlogp), 0);
 });
 
 test('batch loss: mask, length normalisation by N·lMax, GRPO per-sequence mean', async () => {
@@ -75,7 +103,8 @@ test('batch loss: mask, length normalisation by N·lMax, GRPO per-sequence mean'
   const expected = (mode: 'grpo++' | 'grpo', lMax: number) => {
     let total = 0;
     for (let s = 0; s < 3; s++) {
-      let sum = 0, m = 0;
+      let sum = 0,
+        m = 0;
       for (let t = packed.offsets[s] + 1; t < packed.offsets[s + 1]; t++) {
         if (!mask[t]) continue;
         sum += grpoTokenLoss(lp[t], oldLogprobs[t], advantages[s], 0.2, mode === 'grpo' ? 0.2 : 0.28).loss;
@@ -111,7 +140,7 @@ test('gradient accumulation over micro-batches equals one big batch', async () =
   for (const [name, g] of big.grads) assert.ok(maxAbsDiff(g, small.grads.get(name)!) < 1e-6, name);
 });
 
-test('normSequences: leaving out zero-advantage sequences keeps the full batch\'s loss and gradients', async () => {
+test("normSequences: leaving out zero-advantage sequences keeps the full batch's loss and gradients", async () => {
   const n = packed.ids.length;
   const lp = await learner.logprobs(packed);
   const mask = Float32Array.from({ length: n }, (_, t) => (t % 4 === 0 ? 0 : 1));
@@ -141,7 +170,7 @@ test('normSequences: leaving out zero-advantage sequences keeps the full batch\'
   }
 });
 
-test('normSequences below the batch\'s sequence count, negative or fractional, is rejected naming the field', async () => {
+test("normSequences below the batch's sequence count, negative or fractional, is rejected naming the field", async () => {
   const n = packed.ids.length;
   const batch: TrainBatch = { ...packed, mask: new Float32Array(n).fill(1), advantages: Float32Array.from([1, -1, 0.5]) };
   const step = learner.step;
@@ -153,7 +182,7 @@ test('normSequences below the batch\'s sequence count, negative or fractional, i
   assert.ok(Number.isFinite(await learner.debugLoss(batch, { ...hp, normSequences: 3 })));
 });
 
-test('log-probs equal packed, one by one, and through generate\'s KV cache', async () => {
+test("log-probs equal packed, one by one, and through generate's KV cache", async () => {
   const all = await learner.logprobs(packed);
   assert.equal(all.length, packed.ids.length);
   for (const s of [0, 8, 13]) assert.equal(all[s], 0, 'first token of each sequence gets 0');
@@ -180,7 +209,10 @@ test('log-probs equal packed, one by one, and through generate\'s KV cache', asy
   assert.ok([...ga.ids].every((t) => allowed.includes(t)));
   const lpa = (await learner.logprobs(single(Int32Array.from([...prompt, ...ga.ids])))).slice(prompt.length);
   assert.ok(maxAbsDiff(lpa, ga.logprobs) < 1e-4);
-  assert.ok(ga.logprobs.every((v) => v < Math.log(0.999)), 'not renormalised over the allowed ids');
+  assert.ok(
+    ga.logprobs.every((v) => v < Math.log(0.999)),
+    'not renormalised over the allowed ids',
+  );
 });
 
 test('seeds: same seed ⇒ same tokens, different seed ⇒ different; greedy and stop ids', async () => {
@@ -235,7 +267,7 @@ test('save → load round trip: bit-identical log-probs and identical next steps
   const saved = join(root, 'saved');
   await a.save(saved);
   for (const f of ['model.safetensors', 'config.json', 'optimizer.bin']) assert.ok(existsSync(join(saved, f)), f);
-  const b = await Learner.load(saved, { threads: 1 });  // results do not depend on the thread count
+  const b = await Learner.load(saved, { threads: 1 }); // results do not depend on the thread count
   try {
     assert.equal(b.step, 3);
     assert.deepEqual(b.config, a.config);
@@ -254,11 +286,15 @@ test('save → load round trip: bit-identical log-probs and identical next steps
 });
 
 test('BF16 and F16 checkpoints load and match the F32 model within tolerance', async () => {
-  const bf = join(root, 'bf16'), hf = join(root, 'f16');
+  const bf = join(root, 'bf16'),
+    hf = join(root, 'f16');
   writeRandomCheckpoint(bf, config, 3, { std: 0.3, normNoise: 0.1, dtype: 'BF16' });
   writeRandomCheckpoint(hf, config, 3, { std: 0.3, normNoise: 0.1, dtype: 'F16' });
   const ref = await learner.logprobs(packed);
-  for (const [dir, tol] of [[bf, 0.1], [hf, 0.02]] as const) {
+  for (const [dir, tol] of [
+    [bf, 0.1],
+    [hf, 0.02],
+  ] as const) {
     const l = await Learner.load(dir, { threads: 2 });
     try {
       const lp = await l.logprobs(packed);

@@ -45,10 +45,7 @@ test('--predictions gold: every shared task resolved; harness-shaped reports and
     const rep = JSON.parse(readFileSync(join(inst, 'report.json'), 'utf8')) as Record<string, Record<string, unknown>>;
     assert.deepEqual(Object.keys(rep), [id]);
     const x = rep[id]!;
-    assert.deepEqual(
-      Object.keys(x).slice(0, 6),
-      ['patch_is_None', 'patch_exists', 'patch_successfully_applied', 'resolved', 'infra_failure', 'tests_status'],
-    );
+    assert.deepEqual(Object.keys(x).slice(0, 6), ['patch_is_None', 'patch_exists', 'patch_successfully_applied', 'resolved', 'infra_failure', 'tests_status']);
     assert.equal(x.resolved, true);
     const ts = x.tests_status as Record<string, { success: string[]; failure: string[] }>;
     assert.deepEqual(Object.keys(ts), ['FAIL_TO_PASS', 'PASS_TO_PASS', 'FAIL_TO_FAIL', 'PASS_TO_FAIL']);
@@ -62,9 +59,28 @@ test('--predictions gold: every shared task resolved; harness-shaped reports and
 
 /** The official harness's own readers (swebench's get_predictions_from_file, make_run_report) on the directory give our counts and id lists. */
 function harnessAgrees(out: string, runId: string, summary: Record<string, unknown>): void {
-  const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' }).trim().split('\n').at(-1)!;
-  const harness = JSON.parse(execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), out, TASKS_FILE, runId, join(dir, `harness-${runId}`)], { encoding: 'utf8' }).trim().split('\n').at(-1)!) as Record<string, unknown>;
-  for (const k of ['total_instances', 'submitted_instances', 'completed_instances', 'resolved_instances', 'unresolved_instances', 'empty_patch_instances', 'error_instances', 'resolved_ids', 'unresolved_ids', 'error_ids']) {
+  const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' })
+    .trim()
+    .split('\n')
+    .at(-1)!;
+  const harness = JSON.parse(
+    execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), out, TASKS_FILE, runId, join(dir, `harness-${runId}`)], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .at(-1)!,
+  ) as Record<string, unknown>;
+  for (const k of [
+    'total_instances',
+    'submitted_instances',
+    'completed_instances',
+    'resolved_instances',
+    'unresolved_instances',
+    'empty_patch_instances',
+    'error_instances',
+    'resolved_ids',
+    'unresolved_ids',
+    'error_ids',
+  ]) {
     assert.deepEqual(harness[k], summary[k], k);
   }
 }
@@ -81,13 +97,27 @@ test('empty and None patches resolve none and run no container; JSON dict format
   assert.equal(summary.completed_instances, 0);
   assert.deepEqual(summary.resolved_ids, []);
   const rep = JSON.parse(readFileSync(join(out, 'logs/run_evaluation/swerl-grade/org__empty', ids[0]!, 'report.json'), 'utf8')) as Record<string, Record<string, unknown>>;
-  assert.deepEqual(rep[ids[0]!], { patch_is_None: true, patch_exists: false, patch_successfully_applied: false, resolved: false, infra_failure: false, grader_version: GRADER_VERSION, reason: 'empty_patch' });
+  assert.deepEqual(rep[ids[0]!], {
+    patch_is_None: true,
+    patch_exists: false,
+    patch_successfully_applied: false,
+    resolved: false,
+    infra_failure: false,
+    grader_version: GRADER_VERSION,
+    reason: 'empty_patch',
+  });
   harnessAgrees(out, 'swerl-grade', summary);
 });
 
 test('a prediction for an unknown instance is refused by name; a malformed file names line and field', () => {
   const preds = join(dir, 'bad.jsonl');
-  writeFileSync(preds, [JSON.stringify({ instance_id: ids[0], model_name_or_path: 'm', model_patch: '' }), JSON.stringify({ instance_id: 'nobody__nothing-1', model_name_or_path: 'm', model_patch: 'x' })].join('\n'));
+  writeFileSync(
+    preds,
+    [
+      JSON.stringify({ instance_id: ids[0], model_name_or_path: 'm', model_patch: '' }),
+      JSON.stringify({ instance_id: 'nobody__nothing-1', model_name_or_path: 'm', model_patch: 'x' }),
+    ].join('\n'),
+  );
   const r = swerl('--predictions', preds, '--out', join(dir, 'bad'));
   assert.notEqual(r.status, 0);
   assert.match(r.stderr, /instance_id "nobody__nothing-1" is not a task in/);

@@ -150,13 +150,24 @@ test('plugin run contradictions', () => {
   const fewer = readPluginRecords([start, t('a', 'call', 'failed'), finish({ logstart: 2 })].join('\n'));
   assert.match(pluginRunContradictions({ run: fewer, exitCode: 1, patchedFiles: new Set() }).join(), /2 tests started, 5 collected/);
   const hooked = readPluginRecords(
-    [start, t('a', 'call', 'failed'), finish({ audit: { hookimpls: [{ hook: 'pytest_runtest_makereport', plugin: 'x', file: '/testbed/src/pkg/core.py', exists: true }], plugins: [] } })].join('\n'),
+    [
+      start,
+      t('a', 'call', 'failed'),
+      finish({ audit: { hookimpls: [{ hook: 'pytest_runtest_makereport', plugin: 'x', file: '/testbed/src/pkg/core.py', exists: true }], plugins: [] } }),
+    ].join('\n'),
   );
-  assert.match(pluginRunContradictions({ run: hooked, exitCode: 1, patchedFiles: new Set(['/testbed/src/pkg/core.py']) }).join(), /implemented in \/testbed\/src\/pkg\/core\.py, which the patch changed/);
+  assert.match(
+    pluginRunContradictions({ run: hooked, exitCode: 1, patchedFiles: new Set(['/testbed/src/pkg/core.py']) }).join(),
+    /implemented in \/testbed\/src\/pkg\/core\.py, which the patch changed/,
+  );
   assert.deepEqual(pluginRunContradictions({ run: hooked, exitCode: 1, patchedFiles: new Set() }), []);
-  const ghost = readPluginRecords([start, finish({ audit: { hookimpls: [{ hook: 'pytest_runtest_logreport', plugin: 'x', file: '/nowhere.py', exists: false }], plugins: [] } })].join('\n'));
+  const ghost = readPluginRecords(
+    [start, finish({ audit: { hookimpls: [{ hook: 'pytest_runtest_logreport', plugin: 'x', file: '/nowhere.py', exists: false }], plugins: [] } })].join('\n'),
+  );
   assert.match(pluginRunContradictions({ run: ghost, exitCode: 1, patchedFiles: new Set() }).join(), /does not exist/);
-  const changed = readPluginRecords([start, rec({ event: 'test', nodeid: 'a', when: 'call', outcome: 'passed', xfail: false, changed: ['_pytest.runner:call_and_report'] }), finish()].join('\n'));
+  const changed = readPluginRecords(
+    [start, rec({ event: 'test', nodeid: 'a', when: 'call', outcome: 'passed', xfail: false, changed: ['_pytest.runner:call_and_report'] }), finish()].join('\n'),
+  );
   assert.match(pluginRunContradictions({ run: changed, exitCode: 1, patchedFiles: new Set() }).join(), /replaced during the run: _pytest\.runner:call_and_report/);
   const scribbled = readPluginRecords([start, 'PASSED a', finish()].join('\n'));
   assert.match(pluginRunContradictions({ run: scribbled, exitCode: 1, patchedFiles: new Set() }).join(), /1 lines in the results file/);

@@ -32,15 +32,43 @@ function grade(statuses: Record<string, TestOutcome>, over: Partial<GradeResult>
 
 test('FAIL_TO_PASS: only PASSED succeeds (XFAIL, XPASS, SKIPPED, MISSING, FAILED, ERROR fail)', () => {
   for (const s of ['XFAIL', 'XPASS', 'SKIPPED', 'MISSING', 'FAILED', 'ERROR'] as TestOutcome[]) {
-    const v = judgeTests(listedTests(task, new Map<string, TestOutcome>([['t.py::f1', 'PASSED'], ['t.py::f2', s], ['t.py::p1', 'PASSED'], ['t.py::p2', 'PASSED']])));
+    const v = judgeTests(
+      listedTests(
+        task,
+        new Map<string, TestOutcome>([
+          ['t.py::f1', 'PASSED'],
+          ['t.py::f2', s],
+          ['t.py::p1', 'PASSED'],
+          ['t.py::p2', 'PASSED'],
+        ]),
+      ),
+    );
     assert.equal(v.resolved, false, s);
     assert.deepEqual(v.FAIL_TO_PASS.failure, ['t.py::f2'], s);
   }
 });
 
 test('PASS_TO_PASS as SWE-bench 5: SKIPPED and XFAIL maintained; FAILED, ERROR, MISSING, XPASS fail', () => {
-  for (const [s, ok] of [['SKIPPED', true], ['XFAIL', true], ['PASSED', true], ['FAILED', false], ['ERROR', false], ['MISSING', false], ['XPASS', false]] as [TestOutcome, boolean][]) {
-    const v = judgeTests(listedTests(task, new Map<string, TestOutcome>([['t.py::f1', 'PASSED'], ['t.py::f2', 'PASSED'], ['t.py::p1', s], ['t.py::p2', 'PASSED']])));
+  for (const [s, ok] of [
+    ['SKIPPED', true],
+    ['XFAIL', true],
+    ['PASSED', true],
+    ['FAILED', false],
+    ['ERROR', false],
+    ['MISSING', false],
+    ['XPASS', false],
+  ] as [TestOutcome, boolean][]) {
+    const v = judgeTests(
+      listedTests(
+        task,
+        new Map<string, TestOutcome>([
+          ['t.py::f1', 'PASSED'],
+          ['t.py::f2', 'PASSED'],
+          ['t.py::p1', s],
+          ['t.py::p2', 'PASSED'],
+        ]),
+      ),
+    );
     assert.equal(v.resolved, ok, s);
   }
 });
@@ -89,7 +117,10 @@ test('instance report in the harness shape', () => {
 });
 
 test('run summary: counts and sorted id lists as make_run_report', () => {
-  const ok = instanceReport({ instance_id: 'b', model_patch: 'd' }, { ...grade({ 't.py::f1': 'PASSED', 't.py::f2': 'PASSED', 't.py::p1': 'PASSED', 't.py::p2': 'PASSED' }), instanceId: 'b' })['b']!;
+  const ok = instanceReport(
+    { instance_id: 'b', model_patch: 'd' },
+    { ...grade({ 't.py::f1': 'PASSED', 't.py::f2': 'PASSED', 't.py::p1': 'PASSED', 't.py::p2': 'PASSED' }), instanceId: 'b' },
+  )['b']!;
   const bad = instanceReport({ instance_id: 'a', model_patch: 'd' }, { ...grade({}), instanceId: 'a' })['a']!;
   const s = runSummary({
     datasetIds: ['a', 'b', 'c', 'd', 'e', 'f'],
@@ -155,7 +186,9 @@ test('predictions: JSONL, JSON list and JSON dict load the same', () => {
 });
 
 test('predictions: bad records are named by line/item/key, field and value; all are listed', () => {
-  const text = ['{"instance_id":"a","model_name_or_path":"m","model_patch":"d"}', '{"instance_id":"b","model_patch":3}', 'not json', '{"instance_id":"a","model_patch":"d2"}'].join('\n');
+  const text = ['{"instance_id":"a","model_name_or_path":"m","model_patch":"d"}', '{"instance_id":"b","model_patch":3}', 'not json', '{"instance_id":"a","model_patch":"d2"}'].join(
+    '\n',
+  );
   assert.throws(
     () => parsePredictions(text, 'p.jsonl'),
     (e: unknown) => {

@@ -43,7 +43,14 @@ test('GRPO std-normalised advantages by hand', () => {
 
 test('compact-filter mask per end reason', () => {
   const want: Record<EndReason, 0 | 1> = {
-    submitted: 1, done: 1, error: 1, env_timeout: 1, max_steps: 0, max_context: 0, context_exhausted: 0, timeout: 0,
+    submitted: 1,
+    done: 1,
+    error: 1,
+    env_timeout: 1,
+    max_steps: 0,
+    max_context: 0,
+    context_exhausted: 0,
+    timeout: 0,
   };
   for (const [end, m] of Object.entries(want)) assert.equal(compactFilterMask(end as EndReason), m, end);
 });
@@ -62,14 +69,12 @@ test('groupAdvantages groups by task; filtered rewards count in the baseline', (
 
 test('buildTrainBatch packs, masks and drops', () => {
   const traj = (ids: number[], mask: number[], end: EndReason) => ({
-    ids, mask, logprobs: mask.map((m, i) => (m ? -0.1 * (i + 1) : 0)), end,
+    ids,
+    mask,
+    logprobs: mask.map((m, i) => (m ? -0.1 * (i + 1) : 0)),
+    end,
   });
-  const trajs = [
-    traj([1, 2, 3, 4], [0, 0, 1, 1], 'done'),
-    traj([5, 6, 7], [0, 1, 1], 'max_context'),
-    traj([8, 9], [0, 1], 'done'),
-    traj([10, 11, 12], [0, 1, 0], 'submitted'),
-  ];
+  const trajs = [traj([1, 2, 3, 4], [0, 0, 1, 1], 'done'), traj([5, 6, 7], [0, 1, 1], 'max_context'), traj([8, 9], [0, 1], 'done'), traj([10, 11, 12], [0, 1, 0], 'submitted')];
   const adv = [0.5, -0.5, 0, -1];
   const b = buildTrainBatch(trajs, adv, { includeOldLogprobs: true });
   assert.deepEqual([...b.ids], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
@@ -78,7 +83,11 @@ test('buildTrainBatch packs, masks and drops', () => {
   assert.deepEqual([...b.advantages], [0.5, -0.5, 0, -1]);
   assert.equal(b.episodes, 4);
   assert.equal(b.trainableTokens, 4);
-  close([...b.oldLogprobs!], [0, 0, -0.3, -0.4, 0, -0.2, -0.3, 0, -0.2, 0, -0.2, 0].map((x) => Math.fround(x)), 1e-7);
+  close(
+    [...b.oldLogprobs!],
+    [0, 0, -0.3, -0.4, 0, -0.2, -0.3, 0, -0.2, 0, -0.2, 0].map((x) => Math.fround(x)),
+    1e-7,
+  );
 
   const d = buildTrainBatch(trajs, adv, { dropZeroAdvantage: true });
   assert.deepEqual(d.kept, [0, 3]); // 1: filtered (no trainable token), 2: A = 0

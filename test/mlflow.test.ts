@@ -29,7 +29,10 @@ after(async () => {
   await t?.close();
 });
 
-interface Run { info: { run_id: string; status: string; artifact_uri: string }; data: { params?: { key: string; value: string }[]; tags?: { key: string; value: string }[] } }
+interface Run {
+  info: { run_id: string; status: string; artifact_uri: string };
+  data: { params?: { key: string; value: string }[]; tags?: { key: string; value: string }[] };
+}
 
 async function mlflowRuns(experiment: string, runId: string): Promise<Run[]> {
   const exp = await mlflow.api<{ experiment: { experiment_id: string } }>(`experiments/get-by-name?experiment_name=${experiment}`).catch(() => null);
@@ -54,14 +57,23 @@ test('every iteration logged once through a worker SIGKILL and a tracking-server
   try {
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
     // iteration 0 in MLflow; then kill the worker as iteration 1's report is likely under way
-    const [run] = await waitFor('the MLflow run with step 0', async () => {
-      const runs = await mlflowRuns(experiment, runId);
-      return runs.length && (await history(runs[0].info.run_id, 'meanReward')).length ? runs : null;
-    }, 150_000);
-    await waitFor('iteration 2 started', async () => {
-      const s = await h.query(statusQuery);
-      return s.iteration >= 2;
-    }, 150_000, 50);
+    const [run] = await waitFor(
+      'the MLflow run with step 0',
+      async () => {
+        const runs = await mlflowRuns(experiment, runId);
+        return runs.length && (await history(runs[0].info.run_id, 'meanReward')).length ? runs : null;
+      },
+      150_000,
+    );
+    await waitFor(
+      'iteration 2 started',
+      async () => {
+        const s = await h.query(statusQuery);
+        return s.iteration >= 2;
+      },
+      150_000,
+      50,
+    );
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
     worker = spawnWorker(args, logFile);
@@ -70,13 +82,20 @@ test('every iteration logged once through a worker SIGKILL and a tracking-server
     // away and the run's last iteration(s) go on without it
     await h.signal(pauseSignal);
     const store = openStore(config.store.url);
-    const paused = await waitFor('paused', async () => {
-      const s = await h.query(statusQuery);
-      return s.phase === 'paused' ? s : null;
-    }, 240_000);
+    const paused = await waitFor(
+      'paused',
+      async () => {
+        const s = await h.query(statusQuery);
+        return s.phase === 'paused' ? s : null;
+      },
+      240_000,
+    );
     assert.ok(paused.iteration < iterations);
     await waitFor('what ran so far delivered', async () => (await store.getJson<MlflowState>(keys.mlflowState(runId)))?.sentLines === paused.iteration, 240_000);
-    assert.deepEqual((await history(run.info.run_id, 'meanReward')).map((m) => m.step), Array.from({ length: paused.iteration }, (_, i) => i));
+    assert.deepEqual(
+      (await history(run.info.run_id, 'meanReward')).map((m) => m.step),
+      Array.from({ length: paused.iteration }, (_, i) => i),
+    );
     await mlflow.stop();
     await h.signal(resumeSignal);
     const result = (await h.result()) as TrainingRunResult;
@@ -108,14 +127,22 @@ test('every iteration logged once through a worker SIGKILL and a tracking-server
     assert.equal(runs[0].info.status, 'FINISHED');
     for (const key of ['meanReward', 'successRate', 'loss', 'gradNorm', 'tokens', 'filtered/max_steps', 'iterationSeconds']) {
       const h = await history(id, key);
-      assert.deepEqual(h.map((m) => m.step), [0, 1, 2, 3, 4], `${key}: steps 0..4, each once`);
+      assert.deepEqual(
+        h.map((m) => m.step),
+        [0, 1, 2, 3, 4],
+        `${key}: steps 0..4, each once`,
+      );
       const field = key.split('/');
       assert.deepEqual(
         h.map((m) => m.value),
         lines.map((l) => Number(field.reduce<unknown>((o, k) => (o as Record<string, unknown>)[k], l))),
         `${key}: the values of metrics.jsonl`,
       );
-      assert.deepEqual(h.map((m) => m.timestamp), lines.map((l) => l.time), `${key}: at the time each line was recorded`);
+      assert.deepEqual(
+        h.map((m) => m.timestamp),
+        lines.map((l) => l.time),
+        `${key}: at the time each line was recorded`,
+      );
     }
     const params = Object.fromEntries((runs[0].data.params ?? []).map((p) => [p.key, p.value]));
     assert.equal(params['algorithm.lr'], '0.001');
@@ -144,10 +171,16 @@ test('an evaluation becomes its own MLflow run: pass@k at step = checkpoint, con
   const store = openStore(fileStoreUrl(join(t.dir, 'eval-store')));
   await store.putJson(evalKeys.config(evalId), { evalId, tasksFile: 'tasks.jsonl', model: { run: 'tracked', checkpoint: 3 }, runs: 4 });
   const metrics = {
-    tasks: 8, runs: 4, episodes: { planned: 32, completed: 31, resolved: 9, errors: 1 },
-    pass1: 0.28125, pass1Completed: 0.29, pass1CI: { low: 0.1, high: 0.45, level: 0.95 },
-    passAtK: [0.28125, 0.4, null, 0.5], passAtKCompleted: [0.29, 0.41, 0.47, 0.5],
-    ends: { submitted: 30, max_steps: 1 }, mean: { steps: 12.5, tokens: 9000, responseTokens: 2000, seconds: 40 },
+    tasks: 8,
+    runs: 4,
+    episodes: { planned: 32, completed: 31, resolved: 9, errors: 1 },
+    pass1: 0.28125,
+    pass1Completed: 0.29,
+    pass1CI: { low: 0.1, high: 0.45, level: 0.95 },
+    passAtK: [0.28125, 0.4, null, 0.5],
+    passAtKCompleted: [0.29, 0.41, 0.47, 0.5],
+    ends: { submitted: 30, max_steps: 1 },
+    mean: { steps: 12.5, tokens: 9000, responseTokens: 2000, seconds: 40 },
     perRepo: [{ repo: 'a/b', tasks: 8 }],
   };
   await store.putJson(`${evalKeys.report(evalId)}/summary.json`, { evalId, checkpoint: 3, metrics });
@@ -160,9 +193,20 @@ test('an evaluation becomes its own MLflow run: pass@k at step = checkpoint, con
   assert.equal(found.runs?.length, 1);
   const run = found.runs![0];
   assert.equal(run.info.status, 'FINISHED');
-  for (const [key, value] of [['pass1', 0.28125], ['passAtK/2', 0.4], ['passAtK/4', 0.5], ['passAtKCompleted/3', 0.47], ['episodes/errors', 1], ['pass1CI/low', 0.1]] as const) {
+  for (const [key, value] of [
+    ['pass1', 0.28125],
+    ['passAtK/2', 0.4],
+    ['passAtK/4', 0.5],
+    ['passAtKCompleted/3', 0.47],
+    ['episodes/errors', 1],
+    ['pass1CI/low', 0.1],
+  ] as const) {
     const h = await history(run.info.run_id, key);
-    assert.deepEqual(h.map((m) => [m.step, m.value]), [[3, value]], `${key} once, at the checkpoint's step`);
+    assert.deepEqual(
+      h.map((m) => [m.step, m.value]),
+      [[3, value]],
+      `${key} once, at the checkpoint's step`,
+    );
   }
   assert.deepEqual(await history(run.info.run_id, 'passAtK/3'), [], 'pass@k without a value is not logged');
   const params = Object.fromEntries((run.data.params ?? []).map((p) => [p.key, p.value]));
@@ -179,10 +223,14 @@ test('a terminated run (no workflow code runs) is closed KILLED in MLflow by swe
   const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
   try {
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-    await waitFor('the MLflow run with step 0', async () => {
-      const runs = await mlflowRuns(experiment, runId);
-      return runs.length && (await history(runs[0].info.run_id, 'meanReward')).length ? runs : null;
-    }, 150_000);
+    await waitFor(
+      'the MLflow run with step 0',
+      async () => {
+        const runs = await mlflowRuns(experiment, runId);
+        return runs.length && (await history(runs[0].info.run_id, 'meanReward')).length ? runs : null;
+      },
+      150_000,
+    );
     await h.terminate('operator');
   } finally {
     await workers.shutdown();

@@ -15,7 +15,11 @@ const root = await mkdtemp(join(tmpdir(), 'swerl-init-'));
 test.after(() => rm(root, { recursive: true, force: true }));
 const repo = fileURLToPath(new URL('..', import.meta.url));
 
-interface Tensor { dtype: string; shape: number[]; data: Float32Array }
+interface Tensor {
+  dtype: string;
+  shape: number[];
+  data: Float32Array;
+}
 async function readSafetensors(path: string): Promise<Map<string, Tensor>> {
   const buf = await readFile(path);
   const n = Number(buf.readBigUInt64LE(0));
@@ -53,8 +57,14 @@ test('same seed gives identical files; a different seed gives different weights 
 });
 
 for (const [preset, expect] of [
-  ['tiny', { vocab_size: 512, hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 32, intermediate_size: 384, tie_word_embeddings: true }],
-  ['frozenlake', { vocab_size: 117, hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 16, intermediate_size: 192, tie_word_embeddings: false }],
+  [
+    'tiny',
+    { vocab_size: 512, hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 32, intermediate_size: 384, tie_word_embeddings: true },
+  ],
+  [
+    'frozenlake',
+    { vocab_size: 117, hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 16, intermediate_size: 192, tie_word_embeddings: false },
+  ],
 ] as const) {
   test(`${preset}: config fields and tensors`, async () => {
     const m = await writeModel(join(root, `cfg-${preset}`), preset, 1);
@@ -83,15 +93,27 @@ for (const [preset, expect] of [
       assert.ok(t, `${name} present`);
       assert.equal(t.dtype, 'F32');
       assert.deepEqual(t.shape, shape, name);
-      if (shape.length === 1) assert.ok(t.data.every((x) => x === 1), `${name} is ones`);
+      if (shape.length === 1)
+        assert.ok(
+          t.data.every((x) => x === 1),
+          `${name} is ones`,
+        );
       else {
-        let s = 0, s2 = 0;
-        for (const x of t.data) { s += x; s2 += x * x; }
-        const mean = s / t.data.length, std = Math.sqrt(s2 / t.data.length - mean * mean);
+        let s = 0,
+          s2 = 0;
+        for (const x of t.data) {
+          s += x;
+          s2 += x * x;
+        }
+        const mean = s / t.data.length,
+          std = Math.sqrt(s2 / t.data.length - mean * mean);
         assert.ok(Math.abs(mean) < 0.002 && Math.abs(std - 0.02) < 0.002, `${name}: mean ${mean}, std ${std}`);
       }
     }
-    assert.equal(m.parameters, shapes.reduce((a, [, s]) => a + s.reduce((x, y) => x * y, 1), 0));
+    assert.equal(
+      m.parameters,
+      shapes.reduce((a, [, s]) => a + s.reduce((x, y) => x * y, 1), 0),
+    );
   });
 }
 
@@ -120,11 +142,14 @@ test('swerl model init on the command line', async () => {
   const { stdout } = await run(process.execPath, ['scripts/swerl.mjs', 'model', 'init', '--out', out, '--preset', 'frozenlake', '--seed', '5'], { cwd: repo });
   assert.match(stdout, /wrote frozenlake model \(seed 5/);
   assert.ok(existsSync(join(out, 'model.safetensors')));
-  await assert.rejects(run(process.execPath, ['scripts/swerl.mjs', 'model', 'init', '--out', join(root, 'cli2'), '--preset', 'big'], { cwd: repo }), (e: { code: number; stderr: string }) => {
-    assert.equal(e.code, 2);
-    assert.match(e.stderr, /preset: expected one of tiny, frozenlake, frozenlake32, frozenlake32-tied, got "big"/);
-    return true;
-  });
+  await assert.rejects(
+    run(process.execPath, ['scripts/swerl.mjs', 'model', 'init', '--out', join(root, 'cli2'), '--preset', 'big'], { cwd: repo }),
+    (e: { code: number; stderr: string }) => {
+      assert.equal(e.code, 2);
+      assert.match(e.stderr, /preset: expected one of tiny, frozenlake, frozenlake32, frozenlake32-tied, got "big"/);
+      return true;
+    },
+  );
 });
 
 test('checkpoints load in the native learner', async (t) => {
@@ -143,7 +168,12 @@ test('checkpoints load in the native learner', async (t) => {
       assert.ok(lp.length >= 3 && Array.from(lp).every((x) => Number.isFinite(x) && x <= 0), `finite log-probs for ${preset}`);
       // random init at std 0.02 is close to uniform
       const uniform = -Math.log(m.config.vocab_size);
-      assert.ok(Array.from(lp).slice(1).every((x) => Math.abs(x - uniform) < 0.5), `near-uniform for ${preset}: ${Array.from(lp)}`);
+      assert.ok(
+        Array.from(lp)
+          .slice(1)
+          .every((x) => Math.abs(x - uniform) < 0.5),
+        `near-uniform for ${preset}: ${Array.from(lp)}`,
+      );
     } finally {
       learner.close();
     }

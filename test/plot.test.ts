@@ -8,7 +8,6 @@ import { PNG } from 'pngjs';
 import { pointLabels } from './helpers/plots.ts';
 import { parseMetricsJsonl, renderChart, rewardChart, writeRewardPlot } from '../lib/plot.ts';
 
-
 function inkIn(png: PNG, x0: number, y0: number, x1: number, y1: number): number {
   let n = 0;
   for (let y = y0; y < y1; y++)
@@ -41,12 +40,15 @@ test('writeRewardPlot: SVG with one point per iteration and series, labelled axe
         rewards.map((_, i) => i),
         `${series}: one point per iteration`,
       );
-      assert.deepEqual(mine.map((l) => Number(/success rate: ([\d.]+)/.exec(l)![1])), rewards, `${series}: the values`);
+      assert.deepEqual(
+        mine.map((l) => Number(/success rate: ([\d.]+)/.exec(l)![1])),
+        rewards,
+        `${series}: the values`,
+      );
     }
     assert.equal(labels.length, 2 * rewards.length, 'no other points');
     assert.match(svg, /stroke-dasharray="6,4"/, 'success rate dashed so the mean reward shows through');
-    for (const label of ['FrozenLake reward', '>iteration<', '>mean reward / success rate<', '>mean reward<', '>success rate<'])
-      assert.ok(svg.includes(label), `SVG has ${label}`);
+    for (const label of ['FrozenLake reward', '>iteration<', '>mean reward / success rate<', '>mean reward<', '>success rate<']) assert.ok(svg.includes(label), `SVG has ${label}`);
     const html = await readFile(htmlPath, 'utf8');
     assert.ok(html.includes(svg), 'the HTML page embeds the SVG');
     assert.equal((html.match(/<tr><td>/g) ?? []).length, rewards.length, 'one table row per iteration');
@@ -75,9 +77,15 @@ test('evaluation scores in the metrics become their own series, at the iteration
   const points = parseMetricsJsonl(text);
   assert.deepEqual(points[1].eval, { pass1: 0.15, 'passAtK.4': 0.3 });
   const chart = rewardChart(points, 'with eval');
-  assert.deepEqual(chart.series.map((s) => s.name), ['mean reward', 'success rate', 'eval pass1', 'eval passAtK.4']);
+  assert.deepEqual(
+    chart.series.map((s) => s.name),
+    ['mean reward', 'success rate', 'eval pass1', 'eval passAtK.4'],
+  );
   const { svg, png } = await renderChart(chart);
   const evalPoints = pointLabels(svg).filter((l) => l.endsWith('series: eval pass1'));
-  assert.deepEqual(evalPoints.map((l) => Number(/iteration: (\d+)/.exec(l)![1])), [1, 3]);
+  assert.deepEqual(
+    evalPoints.map((l) => Number(/iteration: (\d+)/.exec(l)![1])),
+    [1, 3],
+  );
   assert.ok(PNG.sync.read(png).width > 0);
 });

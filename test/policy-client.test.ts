@@ -7,14 +7,7 @@ import { validateConfig } from '../lib/config.ts';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, relative, resolve } from 'node:path';
-import {
-  PolicyResponseError,
-  PolicyUnavailableError,
-  createPolicyClient,
-  parseCompletionResponse,
-  weightVersion,
-  servesCheckpoint,
-} from '../lib/policy-client.ts';
+import { PolicyResponseError, PolicyUnavailableError, createPolicyClient, parseCompletionResponse, weightVersion, servesCheckpoint } from '../lib/policy-client.ts';
 
 // A real HTTP server whose answer depends on the `model` field of the request.
 let server: http.Server;
@@ -47,7 +40,9 @@ before(async () => {
       switch (body.model) {
         case 'ids':
           return json(200, {
-            choices: [{ text: 'RD', finish_reason: 'stop', token_ids: [5, 6, 2], logprobs: { tokens: ['token_id:5', 'token_id:6', 'token_id:2'], token_logprobs: [-0.5, -1.25, -0.01] } }],
+            choices: [
+              { text: 'RD', finish_reason: 'stop', token_ids: [5, 6, 2], logprobs: { tokens: ['token_id:5', 'token_id:6', 'token_id:2'], token_logprobs: [-0.5, -1.25, -0.01] } },
+            ],
           });
         case 'strings':
           return json(200, {
@@ -141,7 +136,7 @@ test('persistent 5xx and a closed port end in PolicyUnavailableError', async () 
   await assert.rejects(c.servedModel(), PolicyUnavailableError);
 });
 
-test('SGLang: loadWeights, then get_model_info names the directory served, which tells two runs\' checkpoint 4 apart', async () => {
+test("SGLang: loadWeights, then get_model_info names the directory served, which tells two runs' checkpoint 4 apart", async () => {
   const c = createPolicyClient({ baseUrl: baseUrl + '/', retries: 0 });
   const fresh = await c.servedModel();
   assert.deepEqual(fresh, { checkpoint: null, path: 'Qwen/Qwen3-0.6B' });
@@ -151,7 +146,7 @@ test('SGLang: loadWeights, then get_model_info names the directory served, which
   const served = await c.servedModel();
   assert.equal(servesCheckpoint(served, '/store/runs/a/ckpt/4', 4), true);
   assert.equal(servesCheckpoint(served, '/store/runs/a/ckpt/4/', 4), true, 'the same directory spelled with a slash');
-  assert.equal(servesCheckpoint(served, '/store/runs/b/ckpt/4', 4), false, 'run b\'s checkpoint 4 is another model');
+  assert.equal(servesCheckpoint(served, '/store/runs/b/ckpt/4', 4), false, "run b's checkpoint 4 is another model");
   // a server without /get_model_info: the index from /health, no directory to compare
   noModelInfo = true;
   try {
@@ -219,7 +214,8 @@ function vllmContractServer() {
           if (!state.session) return abort('start_weight_update must be called before loading a checkpoint');
           if (state.loaded) return abort('The disk backend accepts exactly one checkpoint per update session');
           if (typeof path !== 'string' || !isAbsolute(path)) return abort('`path` must be an absolute local directory');
-          if (!existsSync(path) || !readdirSync(path).some((f) => f.endsWith('.safetensors'))) return abort(`Shared-disk checkpoint directory contains no safetensors files: ${path}`);
+          if (!existsSync(path) || !readdirSync(path).some((f) => f.endsWith('.safetensors')))
+            return abort(`Shared-disk checkpoint directory contains no safetensors files: ${path}`);
           state.loaded = path;
           return json(200, { message: 'Weights updated' });
         }
@@ -266,16 +262,19 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
 
     const dir = ckpt(4, ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', 'model.safetensors.index.json']);
     await c.loadWeights(dir, 4);
-    assert.deepEqual(log.map((l) => [l.method, l.url, l.body, l.paused]), [
-      ['GET', '/weight_info', undefined, false],
-      ['GET', '/server_info?config_format=json', undefined, false],
-      ['POST', '/pause?mode=wait', undefined, false],
-      ['POST', '/init_weight_transfer_engine', { init_info: {} }, true],
-      ['POST', '/start_weight_update', undefined, true],
-      ['POST', '/update_weights', { update_info: { path: dir } }, true],
-      ['POST', '/finish_weight_update', { weight_version: weightVersion(dir, 4) }, true],
-      ['POST', '/resume', undefined, true],
-    ]);
+    assert.deepEqual(
+      log.map((l) => [l.method, l.url, l.body, l.paused]),
+      [
+        ['GET', '/weight_info', undefined, false],
+        ['GET', '/server_info?config_format=json', undefined, false],
+        ['POST', '/pause?mode=wait', undefined, false],
+        ['POST', '/init_weight_transfer_engine', { init_info: {} }, true],
+        ['POST', '/start_weight_update', undefined, true],
+        ['POST', '/update_weights', { update_info: { path: dir } }, true],
+        ['POST', '/finish_weight_update', { weight_version: weightVersion(dir, 4) }, true],
+        ['POST', '/resume', undefined, true],
+      ],
+    );
     assert.deepEqual([state.paused, state.session, state.version], [false, false, weightVersion(dir, 4)]);
     assert.deepEqual(await c.servedModel(), { checkpoint: 4, path: dir });
 
@@ -290,7 +289,11 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
     log.length = 0;
     const empty = ckpt(6, ['config.json']);
     await assert.rejects(c.loadWeights(empty, 6), /update_weights unavailable after 1 attempts: HTTP 500: .*contains no safetensors files/);
-    assert.deepEqual(log.map((l) => l.url), ['/server_info?config_format=json', '/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/update_weights', '/resume'], 'one attempt per step, then resume');
+    assert.deepEqual(
+      log.map((l) => l.url),
+      ['/server_info?config_format=json', '/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/update_weights', '/resume'],
+      'one attempt per step, then resume',
+    );
     assert.deepEqual([state.paused, state.session], [false, false]);
     assert.equal((await c.servedModel()).checkpoint, 5);
 
@@ -299,14 +302,28 @@ test('vLLM weight sync: the documented disk-backend sequence, paused around it; 
     assert.equal(state.session, true);
     log.length = 0;
     await c.loadWeights(ckpt(7), 7);
-    assert.deepEqual(log.map((l) => l.url), [
-      '/server_info?config_format=json', '/pause?mode=wait', '/init_weight_transfer_engine', '/start_weight_update', '/finish_weight_update', '/start_weight_update', '/update_weights', '/finish_weight_update', '/resume',
-    ]);
+    assert.deepEqual(
+      log.map((l) => l.url),
+      [
+        '/server_info?config_format=json',
+        '/pause?mode=wait',
+        '/init_weight_transfer_engine',
+        '/start_weight_update',
+        '/finish_weight_update',
+        '/start_weight_update',
+        '/update_weights',
+        '/finish_weight_update',
+        '/resume',
+      ],
+    );
     assert.equal((await c.servedModel()).checkpoint, 7);
 
     // a vLLM without its development endpoints: the error says how to start it
     state.devMode = false;
-    await assert.rejects(c.loadWeights(ckpt(8), 8), (e: Error) => e instanceof PolicyResponseError && /GET \/server_info is not served \(404\): start vLLM with VLLM_SERVER_DEV_MODE=1/.test(e.message));
+    await assert.rejects(
+      c.loadWeights(ckpt(8), 8),
+      (e: Error) => e instanceof PolicyResponseError && /GET \/server_info is not served \(404\): start vLLM with VLLM_SERVER_DEV_MODE=1/.test(e.message),
+    );
   } finally {
     srv.close();
     rmSync(root, { recursive: true, force: true });
@@ -323,7 +340,11 @@ test('SGLang weight sync: update_weights_from_disk {model_path}; its 400 {succes
       got.push([req.method, req.url, body]);
       const ok = typeof body.model_path === 'string' && body.model_path.endsWith('/good');
       res.writeHead(ok ? 200 : 400, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(ok ? { success: true, message: 'Succeeded to update model weights.', num_paused_requests: 0 } : { success: false, message: `Failed to load ${body.model_path}` }));
+      res.end(
+        JSON.stringify(
+          ok ? { success: true, message: 'Succeeded to update model weights.', num_paused_requests: 0 } : { success: false, message: `Failed to load ${body.model_path}` },
+        ),
+      );
     });
   });
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));

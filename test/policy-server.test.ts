@@ -65,7 +65,10 @@ test('policy server over a real Learner', { skip }, async (t) => {
     assert.equal(ch.finish_reason, 'length');
     assert.equal(ch.token_ids.length, 12);
     assert.equal(ch.logprobs.token_logprobs.length, 12);
-    assert.deepEqual(ch.logprobs.tokens, ch.token_ids.map((id) => `token_id:${id}`));
+    assert.deepEqual(
+      ch.logprobs.tokens,
+      ch.token_ids.map((id) => `token_id:${id}`),
+    );
     assert.ok(ch.token_ids.every((id) => Number.isInteger(id) && id >= 0 && id < 512));
     assert.ok(ch.logprobs.token_logprobs.every((x) => Number.isFinite(x) && x <= 0));
     assert.equal(ch.text, tokenizer.decode(ch.token_ids, { skipSpecial: true }));
@@ -94,13 +97,19 @@ test('policy server over a real Learner', { skip }, async (t) => {
     const allowed = Object.values(FROZENLAKE_ACTION_IDS);
     const c = (await complete({ prompt, max_tokens: 24, seed: 9, allowed_token_ids: allowed })).choices[0]!;
     assert.equal(c.token_ids.length, 24);
-    assert.ok(c.token_ids.every((id) => allowed.includes(id)), `${c.token_ids}`);
+    assert.ok(
+      c.token_ids.every((id) => allowed.includes(id)),
+      `${c.token_ids}`,
+    );
   });
 
   await t.test('text prompt with the tokenizer loaded', async () => {
     const c = await complete({ prompt: 'Hello there', max_tokens: 3, seed: 1, return_tokens_as_token_ids: false });
     assert.equal(c.usage.prompt_tokens, tokenizer.encode('Hello there').length);
-    assert.deepEqual(c.choices[0]!.logprobs.tokens, c.choices[0]!.token_ids.map((id) => tokenizer.decode([id])));
+    assert.deepEqual(
+      c.choices[0]!.logprobs.tokens,
+      c.choices[0]!.token_ids.map((id) => tokenizer.decode([id])),
+    );
   });
 
   await t.test('bad bodies get 400 naming the field', async () => {
@@ -171,7 +180,7 @@ test('policy server over a real Learner', { skip }, async (t) => {
     assert.equal(missing.body.error.param, 'model_path');
   });
 
-  await t.test('two runs\' checkpoint 1 are told apart by directory (get_model_info), so a rollout reloads the other run\'s', async () => {
+  await t.test("two runs' checkpoint 1 are told apart by directory (get_model_info), so a rollout reloads the other run's", async () => {
     const client = createPolicyClient({ baseUrl: server.url, model: 'tiny', retries: 0 });
     const served = await client.servedModel();
     assert.deepEqual(served, { checkpoint: 1, path: ckpt1.dir });
@@ -351,7 +360,9 @@ test('chat completions, top log-probs, stop strings and strict parameters, throu
   });
 
   await t.test('tools reach the template; <tool_call> blocks come back as OpenAI tool calls', async () => {
-    const tools = [{ type: 'function' as const, function: { name: 'finish', description: 'Submit.', parameters: { type: 'object', properties: { command: { type: 'string' } } } } }];
+    const tools = [
+      { type: 'function' as const, function: { name: 'finish', description: 'Submit.', parameters: { type: 'object', properties: { command: { type: 'string' } } } } },
+    ];
     const withTools = await client.chat.completions.create({ model: 'tiny', messages, tools, max_tokens: 2, seed: 1 });
     const without = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, seed: 1 });
     const rendered = tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true, tools });
@@ -364,7 +375,11 @@ test('chat completions, top log-probs, stop strings and strict parameters, throu
       tools,
       max_tokens: 2,
       seed: 1,
-      messages: [...messages, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'finish', arguments: '{"command":"submit"}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'ok' }],
+      messages: [
+        ...messages,
+        { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'finish', arguments: '{"command":"submit"}' } }] },
+        { role: 'tool', tool_call_id: 'c1', content: 'ok' },
+      ],
     });
     assert.ok(follow.usage!.prompt_tokens > withTools.usage!.prompt_tokens);
     const { parseToolCallBlocks } = await import('../policy-server/index.ts');

@@ -25,18 +25,31 @@ test('mapInLanes keeps at most `lanes` calls running, starts items in order and 
   assert.deepEqual(out, [50, 10, 40, 20, 30, 0, 60]);
   assert.equal(most, 3);
   assert.deepEqual(started.slice(0, 3), [0, 1, 2], 'the first lanes take the first items');
-  assert.deepEqual([...started].sort((a, b) => a - b), [0, 1, 2, 3, 4, 5, 6], 'every item once');
+  assert.deepEqual(
+    [...started].sort((a, b) => a - b),
+    [0, 1, 2, 3, 4, 5, 6],
+    'every item once',
+  );
 });
 
 test('mapInLanes: fewer items than lanes, no items, a failing item, bad lanes', async () => {
   assert.deepEqual(await mapInLanes([1], 8, async (x) => x + 1), [2]);
   assert.deepEqual(await mapInLanes([], 2, async (x: number) => x), []);
-  await assert.rejects(mapInLanes([1, 2, 3], 2, async (x) => {
-    if (x === 2) throw new Error('item 2 failed');
-    return x;
-  }), /item 2 failed/);
-  await assert.rejects(mapInLanes([1], 0, async (x) => x), /lanes: must be a positive integer, got 0/);
-  await assert.rejects(mapInLanes([1], 1.5, async (x) => x), /got 1\.5/);
+  await assert.rejects(
+    mapInLanes([1, 2, 3], 2, async (x) => {
+      if (x === 2) throw new Error('item 2 failed');
+      return x;
+    }),
+    /item 2 failed/,
+  );
+  await assert.rejects(
+    mapInLanes([1], 0, async (x) => x),
+    /lanes: must be a positive integer, got 0/,
+  );
+  await assert.rejects(
+    mapInLanes([1], 1.5, async (x) => x),
+    /got 1\.5/,
+  );
 });
 
 test('lanesPerGroup splits the lanes over the groups running at once, at least one each', () => {
@@ -76,11 +89,20 @@ test('policyResync: other failures, no sync, and a server that stays gone stand'
     syncs++;
     return `http://s${syncs}`;
   });
-  await assert.rejects(policy.run(() => Promise.reject(other)), (e) => e === other);
+  await assert.rejects(
+    policy.run(() => Promise.reject(other)),
+    (e) => e === other,
+  );
   assert.equal(syncs, 0);
-  await assert.rejects(policyResync('http://a').run(() => Promise.reject(unavailable())), ActivityFailure);
+  await assert.rejects(
+    policyResync('http://a').run(() => Promise.reject(unavailable())),
+    ActivityFailure,
+  );
   let tries = 0;
-  await assert.rejects(policy.run(() => (tries++, Promise.reject(unavailable()))), ActivityFailure);
+  await assert.rejects(
+    policy.run(() => (tries++, Promise.reject(unavailable()))),
+    ActivityFailure,
+  );
   assert.equal(tries, MAX_POLICY_RESYNCS + 1);
   assert.equal(syncs, MAX_POLICY_RESYNCS);
 });

@@ -38,7 +38,7 @@ const one = async (q: string): Promise<number> => {
   return r[0].value;
 };
 
-test('the scrape has our metrics, in agreement with metrics.jsonl, and the SDK\'s with their labels', async () => {
+test("the scrape has our metrics, in agreement with metrics.jsonl, and the SDK's with their labels", async () => {
   const runId = 'prom';
   const config = tinyConfig(t.dir, { runId, iterations: 3 });
   await t.client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
@@ -46,7 +46,7 @@ test('the scrape has our metrics, in agreement with metrics.jsonl, and the SDK\'
   assert.equal(lines.length, 3);
   const sel = `{run_id="${runId}"}`;
   // a scrape after the run completed
-  await waitFor('the run\'s end scraped', async () => (await prom.query('temporal_workflow_completed{workflow_type="trainingRun"}'))[0]?.value === 1, 60_000);
+  await waitFor("the run's end scraped", async () => (await prom.query('temporal_workflow_completed{workflow_type="trainingRun"}'))[0]?.value === 1, 60_000);
 
   assert.equal(await one(`swerl_run_mean_reward${sel}`), Number(lines[2].meanReward));
   assert.equal(await one(`swerl_run_success_rate${sel}`), Number(lines[2].successRate));
@@ -75,21 +75,44 @@ test('the scrape has our metrics, in agreement with metrics.jsonl, and the SDK\'
     assert.equal(s.metric.task_queue, 'rollout');
     assert.equal(s.metric.job, 'swerl-worker');
   }
-  assert.equal(rolloutLatency.reduce((a, s) => a + s.value, 0), 3 * 4 * 2, 'one per rollout');
+  assert.equal(
+    rolloutLatency.reduce((a, s) => a + s.value, 0),
+    3 * 4 * 2,
+    'one per rollout',
+  );
   const completed = await prom.query('sum by (workflow_type) (temporal_workflow_completed)');
   assert.deepEqual(Object.fromEntries(completed.map((s) => [s.metric.workflow_type, s.value])), { trainingRun: 1, rlIteration: 3 });
 
   // families without samples in a FrozenLake run are still declared for dashboards
   const text = await fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text());
   if (process.env.SWERL_PRINT_METRICS) console.log([...text.matchAll(/^# TYPE (\S+) (\S+)/gm)].map((m) => `${m[1]} ${m[2]}`).join('\n'));
-  for (const m of ['swerl_sandbox_starts_total', 'swerl_sandbox_start_failures_total', 'swerl_sandbox_start_seconds', 'swerl_grading_seconds', 'swerl_policy_tokens_per_second', 'swerl_policy_model_loads_total'])
+  for (const m of [
+    'swerl_sandbox_starts_total',
+    'swerl_sandbox_start_failures_total',
+    'swerl_sandbox_start_seconds',
+    'swerl_grading_seconds',
+    'swerl_policy_tokens_per_second',
+    'swerl_policy_model_loads_total',
+  ])
     assert.match(text, new RegExp(`^# TYPE ${m} `, 'm'));
   assert.equal(await fetch(`http://127.0.0.1:${metricsPort}/nothing`).then((r) => r.status), 404);
 });
 
-test('every query of the Grafana dashboard (docs/grafana-dashboard.json) runs in Prometheus; the run\'s panels have data', async () => {
+test("every query of the Grafana dashboard (docs/grafana-dashboard.json) runs in Prometheus; the run's panels have data", async () => {
   const dash = JSON.parse(readFileSync(join(ROOT, 'docs', 'grafana-dashboard.json'), 'utf8')) as { panels: { title: string; targets?: { expr: string }[] }[] };
-  const withData = ['Iteration', 'Mean reward', 'Success rate', 'Rollouts in flight', 'Rollouts finished per minute, by end reason', 'Policy server tokens/s', 'Policy model loads per minute, by way', 'Learner step time', 'Checkpoint size', 'Activity execution latency p95, by type', 'Free task slots, by task queue and kind'];
+  const withData = [
+    'Iteration',
+    'Mean reward',
+    'Success rate',
+    'Rollouts in flight',
+    'Rollouts finished per minute, by end reason',
+    'Policy server tokens/s',
+    'Policy model loads per minute, by way',
+    'Learner step time',
+    'Checkpoint size',
+    'Activity execution latency p95, by type',
+    'Free task slots, by task queue and kind',
+  ];
   let queries = 0;
   for (const p of dash.panels) {
     for (const { expr } of p.targets ?? []) {
@@ -103,5 +126,9 @@ test('every query of the Grafana dashboard (docs/grafana-dashboard.json) runs in
     }
   }
   assert.ok(queries >= 20, `${queries} queries`);
-  assert.deepEqual(withData.filter((t) => !dash.panels.some((p) => p.title === t)), [], 'panels named above exist');
+  assert.deepEqual(
+    withData.filter((t) => !dash.panels.some((p) => p.title === t)),
+    [],
+    'panels named above exist',
+  );
 });

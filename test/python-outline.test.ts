@@ -43,7 +43,7 @@ class Thing(Base):
         pass
 `;
 
-test('long function bodies and the middle of long class docstrings are elided; line numbers are the file\'s', async () => {
+test("long function bodies and the middle of long class docstrings are elided; line numbers are the file's", async () => {
   const rows = await condensePython(SOURCE);
   assert.ok(rows);
   assert.equal(
@@ -75,7 +75,14 @@ test('long function bodies and the middle of long class docstrings are elided; l
       '33|        pass',
     ].join('\n'),
   );
-  assert.deepEqual(rows.filter((r) => r.elided).map((r) => r.elided), [[11, 15], [20, 23], [27, 30]]);
+  assert.deepEqual(
+    rows.filter((r) => r.elided).map((r) => r.elided),
+    [
+      [11, 15],
+      [20, 23],
+      [27, 30],
+    ],
+  );
 });
 
 test('a body of exactly 3 lines and a 4-line class docstring are kept whole; a file without a trailing newline keeps its last line', async () => {
@@ -99,7 +106,11 @@ test('a real module: toolz/itertoolz.py keeps every signature and shrinks about 
   const lines = src.split('\n');
   const defs = lines.map((l, i) => [i + 1, l] as const).filter(([, l]) => /^(async )?def |^class /.test(l));
   assert.ok(defs.length > 30, `${defs.length} top-level definitions`);
-  for (const [n, l] of defs) assert.ok(rows.some((r) => r.line === n && r.text === l), `line ${n} "${l}" kept`);
+  for (const [n, l] of defs)
+    assert.ok(
+      rows.some((r) => r.line === n && r.text === l),
+      `line ${n} "${l}" kept`,
+    );
   // every kept row is the file's own line at its own number; notices cover disjoint, increasing ranges
   let last = 0;
   for (const r of rows) {

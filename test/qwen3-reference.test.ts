@@ -61,8 +61,14 @@ function rope(x: Float64Array, T: number, H: number, D: number, theta: number): 
 
 /** log p(ids[t] | ids[<t]) for one sequence (entry 0 is 0), and the largest |logit|. */
 function referenceLogprobs(c: QwenConfig, w: Weights, ids: number[]): { logprobs: number[]; maxLogit: number } {
-  const T = ids.length, C = c.hidden_size, H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
-  const I = c.intermediate_size, V = c.vocab_size, eps = c.rms_norm_eps;
+  const T = ids.length,
+    C = c.hidden_size,
+    H = c.num_attention_heads,
+    KV = c.num_key_value_heads,
+    D = c.head_dim;
+  const I = c.intermediate_size,
+    V = c.vocab_size,
+    eps = c.rms_norm_eps;
   const g = (n: string) => {
     const t = w.get(n);
     if (!t) throw new Error(`missing ${n}`);
@@ -137,8 +143,16 @@ function roundingBound(c: QwenConfig, maxLogit: number, longestSeq: number): num
 }
 
 const base: QwenConfig = {
-  vocab_size: 50, hidden_size: 24, intermediate_size: 40, num_hidden_layers: 2, num_attention_heads: 4,
-  num_key_value_heads: 2, head_dim: 10, rms_norm_eps: 1e-6, rope_theta: 1000, max_position_embeddings: 128,
+  vocab_size: 50,
+  hidden_size: 24,
+  intermediate_size: 40,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 10,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1000,
+  max_position_embeddings: 128,
 };
 
 const cases: [string, QwenConfig][] = [
@@ -155,7 +169,10 @@ for (const [name, config] of cases) {
     try {
       const weights: Weights = new Map();
       for (const p of await learner.paramInfo()) weights.set(p.name, await learner.getParam(p.name));
-      const seqs = [[3, 17, 42, 8, 8, 1, 49, 20, 11, 0, 33], [5, 6, 7, 30, 2]];
+      const seqs = [
+        [3, 17, 42, 8, 8, 1, 49, 20, 11, 0, 33],
+        [5, 6, 7, 30, 2],
+      ];
       const flat = Int32Array.from(seqs.flat());
       const offsets = Int32Array.from([0, seqs[0].length, seqs[0].length + seqs[1].length]);
       const got = await learner.logprobs({ ids: flat, offsets });
@@ -168,7 +185,10 @@ for (const [name, config] of cases) {
       assert.ok(worst <= bound, `max |Δ logprob| = ${worst} > the fp32 rounding bound ${bound}`);
       // and the result is not trivially uniform (the check would be weak otherwise)
       const uniform = -Math.log(config.vocab_size);
-      assert.ok(want.slice(1).some((x) => Math.abs(x - uniform) > 0.5), 'reference log-probs are far from uniform');
+      assert.ok(
+        want.slice(1).some((x) => Math.abs(x - uniform) > 0.5),
+        'reference log-probs are far from uniform',
+      );
     } finally {
       learner.close();
     }

@@ -87,12 +87,18 @@ test('a 6-iteration run is one trainingRun row with live current details, plots 
     assert.equal(result.iterations, 6);
 
     // one row for the run, six for its iterations (visibility is eventually consistent)
-    await waitFor('visibility', async () => (await count(`WorkflowId = '${runId}'`)) === 1 && (await count(`WorkflowType = 'rlIteration' AND WorkflowId STARTS_WITH '${runId}-iter-'`)) === 6);
+    await waitFor(
+      'visibility',
+      async () => (await count(`WorkflowId = '${runId}'`)) === 1 && (await count(`WorkflowType = 'rlIteration' AND WorkflowId STARTS_WITH '${runId}-iter-'`)) === 6,
+    );
     assert.equal(await count(`WorkflowType = 'trainingRun' AND WorkflowId = '${runId}'`), 1, 'no continue-as-new rows');
 
     const store = openStore(config.store.url);
     const lines = await readMetricsLines(store, runId);
-    assert.deepEqual(lines.map((l) => l.iteration), [0, 1, 2, 3, 4, 5]);
+    assert.deepEqual(
+      lines.map((l) => l.iteration),
+      [0, 1, 2, 3, 4, 5],
+    );
     const last = lines.at(-1)!;
     const details = await currentDetails(runId);
     assert.ok(details.includes(`reward **${Number(last.meanReward).toFixed(3)}**`), details);
@@ -102,8 +108,13 @@ test('a 6-iteration run is one trainingRun row with live current details, plots 
     const events = (await t.client.workflow.getHandle(`${runId}-iter-5`).fetchHistory()).events ?? [];
     const rollouts = events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'rollout');
     const summaries = rollouts.map((e) => JSON.parse(Buffer.from(e.userMetadata?.summary?.data ?? []).toString('utf8') || 'null') as string | null);
-    const inputs = rollouts.map((e) => JSON.parse(Buffer.from(e.activityTaskScheduledEventAttributes!.input!.payloads![0].data!).toString('utf8')) as { taskId: string; sample: number });
-    assert.deepEqual(summaries, inputs.map((x) => `task ${x.taskId} · sample ${x.sample}`));
+    const inputs = rollouts.map(
+      (e) => JSON.parse(Buffer.from(e.activityTaskScheduledEventAttributes!.input!.payloads![0].data!).toString('utf8')) as { taskId: string; sample: number },
+    );
+    assert.deepEqual(
+      summaries,
+      inputs.map((x) => `task ${x.taskId} · sample ${x.sample}`),
+    );
     assert.equal(new Set(summaries).size, 4 * 2, 'every rollout of the iteration (4 tasks × 2 samples) named apart');
 
     // the workflow redrew the plots after each iteration: one point per iteration and series
@@ -114,8 +125,14 @@ test('a 6-iteration run is one trainingRun row with live current details, plots 
     const out: string[] = [];
     const r = await report({ runId, store: config.store.url, log: (s) => out.push(s) });
     assert.match(out[0], new RegExp(`^run ${runId}: 6 iteration\\(s\\)`));
-    assert.ok(out.some((l) => l.startsWith('reward ') && l.includes(Number(last.meanReward).toFixed(3))), out.join('\n'));
-    assert.ok(out.some((l) => l.startsWith('plots ') && l.includes('reward.png')), out.join('\n'));
+    assert.ok(
+      out.some((l) => l.startsWith('reward ') && l.includes(Number(last.meanReward).toFixed(3))),
+      out.join('\n'),
+    );
+    assert.ok(
+      out.some((l) => l.startsWith('plots ') && l.includes('reward.png')),
+      out.join('\n'),
+    );
     assert.ok(r.plots.every((p) => p.startsWith(store.dirFor(keys.plots(runId)))));
 
     // the list as a run dashboard: the saved view's query, RL columns
@@ -137,6 +154,10 @@ test('continueAsNewEvery: a run continues-as-new every K iterations and carries 
   const config = tinyConfig(t.dir, { runId, iterations: 3, continueAsNewEvery: 2, batch: { tasks: 2, samples: 2 } });
   const result = (await t.client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] })) as TrainingRunResult;
   assert.equal(result.iterations, 3);
-  assert.deepEqual(result.recent.map((r) => r.iteration), [0, 1, 2], 'recent metrics carried across the continue-as-new');
+  assert.deepEqual(
+    result.recent.map((r) => r.iteration),
+    [0, 1, 2],
+    'recent metrics carried across the continue-as-new',
+  );
   await waitFor('two executions', async () => (await count(`WorkflowId = '${runId}'`)) === 2);
 });

@@ -134,7 +134,10 @@ test('owner labels: a sweep removes the sandboxes of a dead owner on this host a
 
   const expired = await backend.start(image, {}, { [OWNER_LABELS.expires]: String(Math.floor(Date.now() / 1000) - 1) });
   const r = await sweepSandboxes();
-  assert.ok(r.deadOwner.some((id) => id.length > 0), 'the dead owner’s sandbox');
+  assert.ok(
+    r.deadOwner.some((id) => id.length > 0),
+    'the dead owner’s sandbox',
+  );
   assert.equal((await docker.listContainers({ all: true, filters: { name: [name] } })).length, 0, 'dead owner: removed');
   assert.equal(await expired.isRunning(), false, 'expired: removed');
   assert.equal(await sb.isRunning(), true, 'ours: alive');

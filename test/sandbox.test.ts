@@ -36,7 +36,7 @@ describe('docker sandbox', () => {
   });
 
   test('no network: only lo, and connecting out fails', async () => {
-    const ifs = await sb.exec("awk -F: 'NR>2 {gsub(/ /,\"\",$1); print $1}' /proc/net/dev", 10);
+    const ifs = await sb.exec('awk -F: \'NR>2 {gsub(/ /,"",$1); print $1}\' /proc/net/dev', 10);
     assert.deepEqual(ifs.stdout.trim().split('\n'), ['lo']);
     const r = await sb.exec(`python3 -c "import socket; socket.create_connection(('1.1.1.1', 53), timeout=3); print('connected')"`, 20);
     assert.notEqual(r.exit, 0);

@@ -25,11 +25,15 @@ function weights(store: ArtifactStore, run: string, n: number): Buffer {
 /** Triggers schedule `id` and returns the result of the run it starts (the `count`-th run of the schedule). */
 async function triggerAndWait(client: Client, id: string, count: number): Promise<{ runId: string; result: TrainingRunResult }> {
   await triggerSchedule(client, id);
-  const runId = await waitFor(`run ${count} of schedule ${id}`, async () => {
-    const d = await client.schedule.getHandle(id).describe();
-    const a = d.info.recentActions[count - 1]?.action;
-    return a?.type === 'startWorkflow' ? a.workflow.workflowId : undefined;
-  }, 30_000);
+  const runId = await waitFor(
+    `run ${count} of schedule ${id}`,
+    async () => {
+      const d = await client.schedule.getHandle(id).describe();
+      const a = d.info.recentActions[count - 1]?.action;
+      return a?.type === 'startWorkflow' ? a.workflow.workflowId : undefined;
+    },
+    30_000,
+  );
   const result = (await client.workflow.getHandle(runId).result()) as TrainingRunResult;
   return { runId, result };
 }

@@ -65,7 +65,11 @@ test('a worker started before its Temporal server waits for it (--connect-wait-s
   try {
     const port = await freePort();
     const address = `127.0.0.1:${port}`;
-    const impatient = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts', 'cli.ts'), 'worker', '--queues', 'learner', '--address', address, '--connect-wait-seconds', '0'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const impatient = spawn(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'scripts', 'cli.ts'), 'worker', '--queues', 'learner', '--address', address, '--connect-wait-seconds', '0'],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let err = '';
     impatient.stderr!.on('data', (d: Buffer) => (err += d.toString()));
     const code = await new Promise<number | null>((r) => impatient.once('exit', (c) => r(c)));

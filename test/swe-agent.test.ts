@@ -98,7 +98,9 @@ test('editing the test file so the failing test passes trivially → 0 (grading 
   const env = await createSweEnvironment(id, cfg);
   const cheat = formatToolCall({
     name: 'execute_bash',
-    args: { cmd: "printf '\\n\\ndef test_partition_all():\\n    pass\\n' >> toolz/tests/test_itertoolz.py && python3 -m pytest -q -p no:cacheprovider toolz/tests/test_itertoolz.py -k test_partition_all" },
+    args: {
+      cmd: "printf '\\n\\ndef test_partition_all():\\n    pass\\n' >> toolz/tests/test_itertoolz.py && python3 -m pytest -q -p no:cacheprovider toolz/tests/test_itertoolz.py -k test_partition_all",
+    },
   });
   const r = await scripted(env, [cheat, finish]);
   assert.match(r.observations[0]!, /1 passed/);
@@ -132,9 +134,35 @@ function rng(seed: number): () => number {
 
 test('fuzz: a few hundred random and adversarial replies through a real env step never throw', async () => {
   const r = rng(11);
-  const pieces = ['<function=', '<function=file_editor>', '<function=search>', '<function=execute_bash>', '</function>', '<parameter=', '<parameter=command>',
-    '<parameter=path>', '<parameter=search_term>', '<parameter=view_range>', '</parameter>', 'view', 'insert', 'undo_edit', '/testbed', '/etc', '..', '[1, -1]',
-    '[9999, 1]', 'x', '\n', '日本', '\u0000', '\uD800', '>', '<', '<function=finish>'];
+  const pieces = [
+    '<function=',
+    '<function=file_editor>',
+    '<function=search>',
+    '<function=execute_bash>',
+    '</function>',
+    '<parameter=',
+    '<parameter=command>',
+    '<parameter=path>',
+    '<parameter=search_term>',
+    '<parameter=view_range>',
+    '</parameter>',
+    'view',
+    'insert',
+    'undo_edit',
+    '/testbed',
+    '/etc',
+    '..',
+    '[1, -1]',
+    '[9999, 1]',
+    'x',
+    '\n',
+    '日本',
+    '\u0000',
+    '\uD800',
+    '>',
+    '<',
+    '<function=finish>',
+  ];
   const texts: string[] = [];
   for (let k = 0; k < 300; k++) {
     if (k % 3 === 0) texts.push(Array.from({ length: Math.floor(r() * 120) }, () => String.fromCharCode(Math.floor(r() * 0x10000))).join(''));

@@ -56,7 +56,9 @@ test('a malformed line and a record missing a field are reported; the others loa
 });
 
 test('parquet round trip (hyparquet-writer → loader)', async () => {
-  const { parquetWriteBuffer } = (await import('hyparquet-writer')) as { parquetWriteBuffer: (o: { columnData: { name: string; data: unknown[]; type?: string }[] }) => ArrayBuffer };
+  const { parquetWriteBuffer } = (await import('hyparquet-writer')) as {
+    parquetWriteBuffer: (o: { columnData: { name: string; data: unknown[]; type?: string }[] }) => ArrayBuffer;
+  };
   const recs = lines.slice(0, 3).map((l) => JSON.parse(l) as Record<string, unknown>);
   const cols = ['instance_id', 'repo', 'base_commit', 'problem_statement', 'patch', 'test_patch', 'test_cmd', 'source_tarball', 'FAIL_TO_PASS', 'PASS_TO_PASS'];
   // SWE-bench's parquet exports keep the test lists as strings

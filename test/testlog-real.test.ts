@@ -40,7 +40,7 @@ for (const name of FIXTURES) {
 for (const name of FIXTURES.filter((f) => existsSync(`${DIR}${f}.plugin.jsonl`))) {
   test(`results plugin on the real run ${name}: every test, skips included, with the status the run gave it`, () => {
     const run = readPluginRecords(readFileSync(`${DIR}${name}.plugin.jsonl`, 'utf8'));
-    const truth = (JSON.parse(readFileSync(`${DIR}${name}.truth.json`, 'utf8')) as { truth: Record<string, string>; recorded: { exit: number } });
+    const truth = JSON.parse(readFileSync(`${DIR}${name}.truth.json`, 'utf8')) as { truth: Record<string, string>; recorded: { exit: number } };
     assert.deepEqual(Object.fromEntries([...run.statuses].sort()), Object.fromEntries(Object.entries(truth.truth).sort()));
     assert.deepEqual(pluginRunContradictions({ run, exitCode: truth.recorded.exit, patchedFiles: new Set() }), []);
   });

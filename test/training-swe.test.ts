@@ -15,10 +15,13 @@ import { metricValue } from './helpers/metrics.ts';
 
 let t: TestTemporal;
 
-useTemporalWithWorker((x) => (t = x), async () => {
-  await requireDocker();
-  await imagesFor(await sharedTasks());
-});
+useTemporalWithWorker(
+  (x) => (t = x),
+  async () => {
+    await requireDocker();
+    await imagesFor(await sharedTasks());
+  },
+);
 
 test('an SWE training iteration runs rollouts in sandboxes, grades them and steps the learner', async () => {
   const config = JSON.parse(readFileSync(join(ROOT, 'configs/swe.json'), 'utf8'));
@@ -57,6 +60,10 @@ test('an SWE training iteration runs rollouts in sandboxes, grades them and step
   const starts = (await metricValue('swerl_sandbox_starts_total', { backend: 'docker' })) - before.starts;
   assert.ok(starts >= 4 + graded, `${starts} sandbox starts: one per episode and one per grading`);
   assert.equal(await metricValue('swerl_sandbox_start_failures_total', { backend: 'docker' }), 0);
-  assert.equal(await metricValue('swerl_sandbox_start_seconds_count', { backend: 'docker' }), await metricValue('swerl_sandbox_starts_total', { backend: 'docker' }), 'every start timed');
+  assert.equal(
+    await metricValue('swerl_sandbox_start_seconds_count', { backend: 'docker' }),
+    await metricValue('swerl_sandbox_starts_total', { backend: 'docker' }),
+    'every start timed',
+  );
   assert.equal((await metricValue('swerl_grading_seconds_count')) - before.graded, graded, `${graded} grading(s) timed`);
 });

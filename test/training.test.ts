@@ -36,14 +36,23 @@ test('a short FrozenLake run completes with every trajectory and checkpoint in t
       assert.equal(tr.ids.length, tr.mask.length);
     }
   }
-  const lines = readFileSync(o.metricsPath, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-  assert.deepEqual(lines.map((m) => m.iteration), [0, 1]);
+  const lines = readFileSync(o.metricsPath, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
+  assert.deepEqual(
+    lines.map((m) => m.iteration),
+    [0, 1],
+  );
   for (const m of lines) {
     assert.equal(m.learnerTrajectories, 8);
     assert.equal(m.episodes, 8);
     assert.ok(m.rolloutSeconds >= 0 && m.learnerSeconds >= 0 && m.orchestrationSeconds >= 0);
   }
-  assert.ok(o.plotPaths.every((p) => existsSync(p)), 'reward plot written');
+  assert.ok(
+    o.plotPaths.every((p) => existsSync(p)),
+    'reward plot written',
+  );
 
   const desc = await t.client.workflow.getHandle('short-run').describe();
   assert.equal(desc.status.name, 'COMPLETED');

@@ -193,11 +193,38 @@ test('mismatch/* reaches MLflow (nested keys) and the run details in the UI', as
     assert.ok(keysOf.includes(k), `${k} in ${keysOf.join(', ')}`);
   }
   const m = {
-    iteration: 2, checkpoint: 3, meanReward: 0.5, successRate: 0.5, episodes: 8, rolloutErrors: 0, filtered: { max_context: 0, max_steps: 0, timeout: 0 }, ends: {},
-    zeroAdvantageGroups: 0, tokens: 100, responseTokens: 40, meanSteps: 3, loss: 0, gradNorm: 0, clipFraction: 0, skipped: false, learnerTrajectories: 8, lr: 1e-3,
-    rolloutSeconds: 1, learnerSeconds: 1, orchestrationSeconds: 0, iterationSeconds: 2, mismatch, sync: { seconds: 0.12, reloaded: true, probeMaxAbsDelta: 4e-7, probeTolerance: 1e-4 },
+    iteration: 2,
+    checkpoint: 3,
+    meanReward: 0.5,
+    successRate: 0.5,
+    episodes: 8,
+    rolloutErrors: 0,
+    filtered: { max_context: 0, max_steps: 0, timeout: 0 },
+    ends: {},
+    zeroAdvantageGroups: 0,
+    tokens: 100,
+    responseTokens: 40,
+    meanSteps: 3,
+    loss: 0,
+    gradNorm: 0,
+    clipFraction: 0,
+    skipped: false,
+    learnerTrajectories: 8,
+    lr: 1e-3,
+    rolloutSeconds: 1,
+    learnerSeconds: 1,
+    orchestrationSeconds: 0,
+    iterationSeconds: 2,
+    mismatch,
+    sync: { seconds: 0.12, reloaded: true, probeMaxAbsDelta: 4e-7, probeTolerance: 1e-4 },
   };
-  const text = runDetails({ runId: 'r', state: { iteration: 3, checkpoint: 3, lastMetrics: m, recent: [], paused: false, stopAt: null }, config: { iterations: 5 } as never, phase: 'rollouts', running: true });
+  const text = runDetails({
+    runId: 'r',
+    state: { iteration: 3, checkpoint: 3, lastMetrics: m, recent: [], paused: false, stopAt: null },
+    config: { iterations: 5 } as never,
+    phase: 'rollouts',
+    running: true,
+  });
   assert.match(text, /mismatch \|Δ log p\| mean 1\.20e-2 · max 3\.00e-1 · KL k3 4\.00e-4 · corrected 5\.0% of tokens · sync 0\.12 s, probe 4\.0e-7/);
 });
 
@@ -221,5 +248,7 @@ test('the probe of a bf16 server: within 4× what bf16 weights change (derived b
   assert.ok(half.tolerance < 0.05, `the derived bound stays tight: ${half.tolerance}`);
   const wrong = await probeServedCheckpoint(createInProcessPolicyClient(stale), learner, m0.dir, 'bfloat16');
   assert.equal(wrong.ok, false, `another checkpoint in bf16 fails: ${JSON.stringify(wrong)}`);
-  console.log(`# probe max |Δ log p|: fp32 server ${fp32Server.maxAbsDelta.toExponential(1)}; bf16 copy ${half.maxAbsDelta.toExponential(1)} (bound ${half.tolerance.toExponential(1)}); another checkpoint in bf16 ${wrong.maxAbsDelta.toExponential(1)}`);
+  console.log(
+    `# probe max |Δ log p|: fp32 server ${fp32Server.maxAbsDelta.toExponential(1)}; bf16 copy ${half.maxAbsDelta.toExponential(1)} (bound ${half.tolerance.toExponential(1)}); another checkpoint in bf16 ${wrong.maxAbsDelta.toExponential(1)}`,
+  );
 });

@@ -70,14 +70,24 @@ function vllmConfig(runId: string, preset: 'frozenlake32' | 'frozenlake32-tied',
 /** No rollout lost or run twice: a trajectory per (task, sample) from checkpoint n, each consumed once by the learner. */
 async function checkRun(storeUrl: string, runId: string, iterations: number, perIteration: number): Promise<IterationMetrics[]> {
   const store = openStore(storeUrl);
-  assert.deepEqual(await listCheckpoints(store, runId), Array.from({ length: iterations + 1 }, (_, i) => i));
+  assert.deepEqual(
+    await listCheckpoints(store, runId),
+    Array.from({ length: iterations + 1 }, (_, i) => i),
+  );
   for (let n = 0; n < iterations; n++) {
     const trajKeys = await store.list(keys.trajectories(runId, n));
     assert.equal(trajKeys.length, perIteration, `iteration ${n}: one trajectory per (task, sample)`);
     for (const k of trajKeys) assert.equal((await store.getJson<Trajectory>(k))!.checkpoint, n);
   }
-  const lines = ((await store.get(keys.metrics(runId)))?.toString('utf8') ?? '').trim().split('\n').map((l) => JSON.parse(l) as IterationMetrics);
-  assert.deepEqual(lines.map((m) => m.iteration), Array.from({ length: iterations }, (_, i) => i), 'one metrics line per iteration');
+  const lines = ((await store.get(keys.metrics(runId)))?.toString('utf8') ?? '')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as IterationMetrics);
+  assert.deepEqual(
+    lines.map((m) => m.iteration),
+    Array.from({ length: iterations }, (_, i) => i),
+    'one metrics line per iteration',
+  );
   for (const m of lines) {
     assert.equal(m.learnerTrajectories, perIteration, `iteration ${m.iteration}: the learner consumed every trajectory once`);
     assert.equal(m.rolloutErrors, 0);
@@ -199,10 +209,15 @@ test('a worker SIGKILLed mid-run with vLLM kept up: the run completes, no rollou
   let worker: ChildProcess = spawnWorker(args, logFile);
   try {
     const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-    await waitFor('iteration 1 under way', async () => {
-      const s = await t.client.workflow.getHandle(runId).query(statusQuery);
-      return s.running && s.iteration === 1 && s.phase === 'rollouts';
-    }, 300_000, 50);
+    await waitFor(
+      'iteration 1 under way',
+      async () => {
+        const s = await t.client.workflow.getHandle(runId).query(statusQuery);
+        return s.running && s.iteration === 1 && s.phase === 'rollouts';
+      },
+      300_000,
+      50,
+    );
     worker.kill('SIGKILL');
     await new Promise((r) => worker.once('exit', r));
     worker = spawnWorker(args, logFile);
@@ -273,7 +288,10 @@ test('a run whose policy.model vLLM does not serve fails at its first sync, once
     assert.equal(failed[0]!.applicationFailureInfo?.nonRetryable, true);
     assert.match(failed[0]!.message ?? '', /policy.model "Qwen3-0.6B" is not a model .* serves \(GET \/v1\/models lists \["policy"\]\)/);
     const attempts = events.filter((e) => e.activityTaskStartedEventAttributes).map((e) => e.activityTaskStartedEventAttributes!.attempt);
-    assert.ok(attempts.every((a) => a === 1), `every activity (sampleBatch, syncPolicy) ran once: attempts ${attempts}`);
+    assert.ok(
+      attempts.every((a) => a === 1),
+      `every activity (sampleBatch, syncPolicy) ran once: attempts ${attempts}`,
+    );
     assert.ok(Date.now() - t0 < 60_000, `failed in ${(Date.now() - t0) / 1000} s`);
   } finally {
     await workers.shutdown();

@@ -38,13 +38,33 @@ before(async () => {
     buildWorkflowBundle(),
   ]);
   // every activity name the workflows schedule, each calling the current test's stub
-  const names = ['initCheckpoint', 'sampleBatch', 'syncPolicy', 'rollout', 'learnerStep', 'storeLearnerItems', 'recordMetrics', 'reportRun', 'prepareEvaluation', 'evalEpisode', 'recordEvalError', 'writeEvaluationReport', 'reportEvaluation', 'recoverPump', 'storeGroupResult', 'collectBatch'] as const;
+  const names = [
+    'initCheckpoint',
+    'sampleBatch',
+    'syncPolicy',
+    'rollout',
+    'learnerStep',
+    'storeLearnerItems',
+    'recordMetrics',
+    'reportRun',
+    'prepareEvaluation',
+    'evalEpisode',
+    'recordEvalError',
+    'writeEvaluationReport',
+    'reportEvaluation',
+    'recoverPump',
+    'storeGroupResult',
+    'collectBatch',
+  ] as const;
   const activities = Object.fromEntries(
-    names.map((n) => [n, (...args: unknown[]) => {
-      const f = stubs[n] as ((...a: unknown[]) => Promise<unknown>) | undefined;
-      if (!f) throw ApplicationFailure.nonRetryable(`activity ${n} is not stubbed in this test`);
-      return f(...args);
-    }]),
+    names.map((n) => [
+      n,
+      (...args: unknown[]) => {
+        const f = stubs[n] as ((...a: unknown[]) => Promise<unknown>) | undefined;
+        if (!f) throw ApplicationFailure.nonRetryable(`activity ${n} is not stubbed in this test`);
+        return f(...args);
+      },
+    ]),
   );
   workers = await Promise.all(['learner', 'rollout'].map((taskQueue) => Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities })));
   running = Promise.all(workers.map((w) => w.run()));
@@ -61,7 +81,17 @@ async function withWorkers<T>(activities: Partial<Activities>, fn: () => Promise
   return fn();
 }
 
-const summaryOf = (inp: RolloutInput, reward: number) => ({ key: `traj/${inp.n}/${inp.taskId}/${inp.sample}`, taskId: inp.taskId, sample: inp.sample, reward, end: 'submitted' as const, steps: 3, tokens: 10, responseTokens: 4, seconds: 0.1 });
+const summaryOf = (inp: RolloutInput, reward: number) => ({
+  key: `traj/${inp.n}/${inp.taskId}/${inp.sample}`,
+  taskId: inp.taskId,
+  sample: inp.sample,
+  reward,
+  end: 'submitted' as const,
+  steps: 3,
+  tokens: 10,
+  responseTokens: 4,
+  seconds: 0.1,
+});
 
 test('trainingRun: iterations through continue-as-new, LOO advantages to the learner, a moved policy server resynced once, a lost rollout counted apart', async () => {
   const calls = { syncs: [] as string[], steps: [] as LearnerStepInput[], reports: 0, rollouts: [] as string[] };
@@ -87,7 +117,18 @@ test('trainingRun: iterations through continue-as-new, LOO advantages to the lea
     },
     learnerStep: async (inp) => {
       calls.steps.push(inp);
-      return { checkpoint: inp.checkpoint + 1, loss: 0.5, gradNorm: 1, clipFraction: 0, skipped: false, tokens: 40, trajectories: inp.items.length, sequences: inp.items.length, lr: 1e-3, reused: false } as never;
+      return {
+        checkpoint: inp.checkpoint + 1,
+        loss: 0.5,
+        gradNorm: 1,
+        clipFraction: 0,
+        skipped: false,
+        tokens: 40,
+        trajectories: inp.items.length,
+        sequences: inp.items.length,
+        lr: 1e-3,
+        reused: false,
+      } as never;
     },
     recordMetrics: async () => undefined,
     reportRun: async () => {
@@ -96,24 +137,51 @@ test('trainingRun: iterations through continue-as-new, LOO advantages to the lea
     },
   };
   const config = { ...tinyConfig('/tmp/unused', { runId: 'wf-unit', iterations: 3, batch: { tasks: 2, samples: 2 }, maxInflightRollouts: 2 }), continueAsNewEvery: 2 };
-  const result = await withWorkers(activities, () => env.client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: 'wf-unit', args: [config] })) as TrainingRunResult;
+  const result = (await withWorkers(activities, () =>
+    env.client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: 'wf-unit', args: [config] }),
+  )) as TrainingRunResult;
 
   assert.equal(result.iterations, 3);
   assert.equal(result.checkpoint, 3);
-  assert.deepEqual(result.recent.map((r) => r.iteration), [0, 1, 2], 'state carried over continue-as-new');
-  assert.deepEqual(calls.steps.map((s) => s.checkpoint), [0, 1, 2]);
+  assert.deepEqual(
+    result.recent.map((r) => r.iteration),
+    [0, 1, 2],
+    'state carried over continue-as-new',
+  );
+  assert.deepEqual(
+    calls.steps.map((s) => s.checkpoint),
+    [0, 1, 2],
+  );
   // rewards 1 (sample 0) and 0 (sample 1) per task: leave-one-out advantages +1 and -1
-  assert.deepEqual(calls.steps[0]!.items.map((i) => [i.key, i.advantage]), [['traj/0/a0/0', 1], ['traj/0/a0/1', -1], ['traj/0/b0/0', 1], ['traj/0/b0/1', -1]]);
+  assert.deepEqual(
+    calls.steps[0]!.items.map((i) => [i.key, i.advantage]),
+    [
+      ['traj/0/a0/0', 1],
+      ['traj/0/a0/1', -1],
+      ['traj/0/b0/0', 1],
+      ['traj/0/b0/1', -1],
+    ],
+  );
   // iteration 1: one sync at its start, one shared resync however many rollouts saw the old server
   assert.deepEqual(calls.syncs, ['0', '1', '1', '2']);
   const iteration1 = calls.rollouts.filter((r) => r.startsWith('1/'));
   assert.ok(iteration1.filter((r) => r.endsWith('@http://policy-1')).length <= 2, 'only the rollouts in flight when it moved saw the old server');
   assert.equal(iteration1.filter((r) => r.endsWith('@http://policy-2')).length, 4, 'every rollout ran again on the new one');
   // iteration 2: the lost rollout is out of the batch and its group's baseline (b2 has one episode: A = r)
-  assert.deepEqual(calls.steps[2]!.items.map((i) => [i.key, i.advantage]), [['traj/2/a2/0', 1], ['traj/2/a2/1', -1], ['traj/2/b2/0', 1]]);
+  assert.deepEqual(
+    calls.steps[2]!.items.map((i) => [i.key, i.advantage]),
+    [
+      ['traj/2/a2/0', 1],
+      ['traj/2/a2/1', -1],
+      ['traj/2/b2/0', 1],
+    ],
+  );
   assert.equal(result.lastMetrics!.rolloutErrors, 1);
   assert.equal(result.lastMetrics!.episodes, 3);
-  assert.deepEqual(result.lastMetrics!.rolloutFailures!.map((f) => [f.taskId, f.sample]), [['b2', 1]]);
+  assert.deepEqual(
+    result.lastMetrics!.rolloutFailures!.map((f) => [f.taskId, f.sample]),
+    [['b2', 1]],
+  );
   assert.equal(calls.reports, 4, 'a report after each iteration and a final one');
 });
 
@@ -134,10 +202,18 @@ test('evaluationRun: episodes in shards, an episode that could not happen record
     writeEvaluationReport: async () => ({ pass1: 0.5, passAtK: [0.5, 0.66], episodes: { planned: 6, completed: 5, resolved: 3, errors: 1 } }) as never,
   };
   const config = { evalId: 'ev-unit', tasksFile: 'tasks.jsonl', model: { run: 'r', checkpoint: 4 }, runs: 2, shardSize: 4, concurrency: 2, store: { url: 'file:///tmp/unused' } };
-  const r = await withWorkers(activities, () => env.client.workflow.execute('evaluationRun', { taskQueue: 'learner', workflowId: 'ev-unit', args: [config] })) as EvaluationRunResult;
+  const r = (await withWorkers(activities, () =>
+    env.client.workflow.execute('evaluationRun', { taskQueue: 'learner', workflowId: 'ev-unit', args: [config] }),
+  )) as EvaluationRunResult;
   assert.equal(r.summary.pass1, 0.5);
-  assert.deepEqual([...episodes].sort(), ['t1#0', 't1#1', 't2#0', 't2#1', 't3#0', 't3#1'].map((e) => `${e}@http://policy`));
-  assert.deepEqual(errors.map((e) => [e.taskId, e.run]), [['t2', 1]]);
+  assert.deepEqual(
+    [...episodes].sort(),
+    ['t1#0', 't1#1', 't2#0', 't2#1', 't3#0', 't3#1'].map((e) => `${e}@http://policy`),
+  );
+  assert.deepEqual(
+    errors.map((e) => [e.taskId, e.run]),
+    [['t2', 1]],
+  );
   assert.match(errors[0]!.reason, /SandboxUnavailableError: docker unreachable/);
   const shards: string[] = [];
   for await (const w of env.client.workflow.list({ query: `WorkflowType = 'evaluationShard'` })) shards.push(w.workflowId);
@@ -186,12 +262,29 @@ function pumpStubs() {
     collectBatch: async ({ n, groupsPerBatch }) => {
       const keys = Array.from({ length: groupsPerBatch }, (_, j) => `g/${n}/${j}`);
       const parts = keys.map((k) => groups.get(k)!);
-      return { itemParts: keys, summary: mergeIterationSummaries(parts.map((p) => p.summary)), failures: [], rolloutErrors: 0, sampledFrom: Math.min(...parts.map((p) => p.checkpoint)) };
+      return {
+        itemParts: keys,
+        summary: mergeIterationSummaries(parts.map((p) => p.summary)),
+        failures: [],
+        rolloutErrors: 0,
+        sampledFrom: Math.min(...parts.map((p) => p.checkpoint)),
+      };
     },
     learnerStep: async (inp) => {
       seen.steps.push({ checkpoint: inp.checkpoint, keys: inp.itemParts ?? [] });
       const items = (inp.itemParts ?? []).flatMap((k) => groups.get(k)!.items);
-      return { checkpoint: inp.checkpoint + 1, loss: 0, gradNorm: 1, clipFraction: 0, skipped: false, tokens: 8, trajectories: items.length, sequences: items.length, lr: 1e-3, reused: false } as never;
+      return {
+        checkpoint: inp.checkpoint + 1,
+        loss: 0,
+        gradNorm: 1,
+        clipFraction: 0,
+        skipped: false,
+        tokens: 8,
+        trajectories: items.length,
+        sequences: items.length,
+        lr: 1e-3,
+        reused: false,
+      } as never;
     },
     recordMetrics: async () => undefined,
     reportRun: async () => ({ iterations: 0, plots: [], tracking: null }),
@@ -199,13 +292,24 @@ function pumpStubs() {
   return { activities, seen, groups };
 }
 
-test('pump (admission, η = 1) through continue-as-new after every step: batch n from checkpoint n−1, step k on exactly batch k\'s groups', async () => {
+test("pump (admission, η = 1) through continue-as-new after every step: batch n from checkpoint n−1, step k on exactly batch k's groups", async () => {
   const { activities, seen } = pumpStubs();
-  const config = { ...tinyConfig('/tmp/unused', { runId: 'wf-pump', iterations: 4, batch: { tasks: 2, samples: 2 }, maxInflightRollouts: 8, async: { mode: 'pump', maxStaleness: 1 } }), continueAsNewEvery: 1 };
-  const result = (await withWorkers(activities, () => env.client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: 'wf-pump', args: [config] }))) as TrainingRunResult;
+  const config = {
+    ...tinyConfig('/tmp/unused', { runId: 'wf-pump', iterations: 4, batch: { tasks: 2, samples: 2 }, maxInflightRollouts: 8, async: { mode: 'pump', maxStaleness: 1 } }),
+    continueAsNewEvery: 1,
+  };
+  const result = (await withWorkers(activities, () =>
+    env.client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: 'wf-pump', args: [config] }),
+  )) as TrainingRunResult;
   assert.equal(result.checkpoint, 4);
-  assert.deepEqual(result.recent.map((r) => r.iteration), [0, 1, 2, 3]);
-  assert.deepEqual(seen.steps, [0, 1, 2, 3].map((k) => ({ checkpoint: k, keys: [`g/${k}/0`, `g/${k}/1`] })));
+  assert.deepEqual(
+    result.recent.map((r) => r.iteration),
+    [0, 1, 2, 3],
+  );
+  assert.deepEqual(
+    seen.steps,
+    [0, 1, 2, 3].map((k) => ({ checkpoint: k, keys: [`g/${k}/0`, `g/${k}/1`] })),
+  );
   for (const r of seen.rollouts) assert.equal(r.checkpoint, Math.max(0, r.n - 1), `${r.taskId}/${r.sample} of batch ${r.n}`);
   assert.equal(seen.rollouts.length, 4 * 2 * 2, 'each rollout once');
   assert.ok(seen.rollouts.every((r) => r.streaming === undefined));
@@ -227,7 +331,13 @@ test('pump (streaming, η = 2): rollouts may move up to their batch; a stop afte
     if (inp.checkpoint === 0) await gate;
     return step(inp);
   };
-  const config = tinyConfig('/tmp/unused', { runId: 'wf-pump-stop', iterations: 6, batch: { tasks: 2, samples: 2 }, maxInflightRollouts: 12, async: { mode: 'pump', maxStaleness: 2, order: 'streaming' } });
+  const config = tinyConfig('/tmp/unused', {
+    runId: 'wf-pump-stop',
+    iterations: 6,
+    batch: { tasks: 2, samples: 2 },
+    maxInflightRollouts: 12,
+    async: { mode: 'pump', maxStaleness: 2, order: 'streaming' },
+  });
   const h = await withWorkers(activities, () => env.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: 'wf-pump-stop', args: [config] }));
   const deadline = Date.now() + 60_000;
   while (seen.steps.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
@@ -238,7 +348,10 @@ test('pump (streaming, η = 2): rollouts may move up to their batch; a stop afte
   const result = (await h.result()) as TrainingRunResult;
   assert.equal(result.stopped, true);
   assert.equal(result.checkpoint, 2);
-  assert.deepEqual(seen.steps.map((s) => s.checkpoint), [0, 1]);
+  assert.deepEqual(
+    seen.steps.map((s) => s.checkpoint),
+    [0, 1],
+  );
   assert.ok(Math.max(...seen.rollouts.map((r) => r.n)) <= 2, 'nothing of batch 3 or later');
   for (const r of seen.rollouts) assert.deepEqual(r.streaming, { newest: r.n });
 });

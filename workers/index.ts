@@ -54,7 +54,10 @@ function bundleKey(): string {
   const h = createHash('sha256');
   for (const d of ['workflows', 'lib']) {
     const files = (readdirSync(join(ROOT, d), { recursive: true }) as string[]).filter((f) => f.endsWith('.ts')).sort();
-    for (const f of files) h.update(`${d}/${f}\0`).update(readFileSync(join(ROOT, d, f))).update('\0');
+    for (const f of files)
+      h.update(`${d}/${f}\0`)
+        .update(readFileSync(join(ROOT, d, f)))
+        .update('\0');
   }
   for (const f of ['package-lock.json', 'package.json']) if (existsSync(join(ROOT, f))) h.update(readFileSync(join(ROOT, f)));
   return h.digest('hex').slice(0, 16);
@@ -91,7 +94,7 @@ export async function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap
 /** The first connection, tried again every second until `waitS` has passed; says once that it is waiting. */
 async function connectWaiting(address: string, waitS: number): Promise<NativeConnection> {
   const deadline = Date.now() + waitS * 1000;
-  for (let said = false; ; ) {
+  for (let said = false; ;) {
     try {
       return await NativeConnection.connect({ address });
     } catch (e) {
@@ -170,7 +173,8 @@ async function recoverOrphans(address: string, namespace: string): Promise<void>
     const connection = await Connection.connect({ address });
     try {
       const failed = await failOrphanedActivities(connection, namespace, Object.values(TASK_QUEUES));
-      for (const a of failed) console.warn(`[worker] ${a.activityType} ${a.activityId} of ${a.workflowId} was running on dead worker ${a.identity.split(' ')[0]}: failed it so it is retried now`);
+      for (const a of failed)
+        console.warn(`[worker] ${a.activityType} ${a.activityId} of ${a.workflowId} was running on dead worker ${a.identity.split(' ')[0]}: failed it so it is retried now`);
     } finally {
       await connection.close();
     }

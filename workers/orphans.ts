@@ -39,15 +39,19 @@ export async function failOrphanedActivities(connection: Connection, namespace: 
   const query = `ExecutionStatus = "Running" AND (${taskQueues.map((q) => `TaskQueue = "${q}"`).join(' OR ')})`;
   const failed: OrphanedActivity[] = [];
   for await (const wf of client.workflow.list({ query })) {
-    const description = await client.workflow.getHandle(wf.workflowId, wf.runId).describe().catch(() => null);
+    const description = await client.workflow
+      .getHandle(wf.workflowId, wf.runId)
+      .describe()
+      .catch(() => null);
     for (const a of description?.raw.pendingActivities ?? []) {
       const identity = a.lastWorkerIdentity ?? '';
       // 2 = PENDING_ACTIVITY_STATE_STARTED: running (as far as the server knows) on that worker
       if (Number(a.state) !== 2 || !a.activityId || !identityOfDeadLocalWorker(identity)) continue;
       const id = { workflowId: wf.workflowId, runId: wf.runId, activityId: a.activityId };
-      const ok = await client.activity
-        .fail(id, retryable(FailureType.WorkerDied, `worker ${identity.split(' ')[0]} died while running it`))
-        .then(() => true, () => false); // completed or timed out meanwhile: nothing to do
+      const ok = await client.activity.fail(id, retryable(FailureType.WorkerDied, `worker ${identity.split(' ')[0]} died while running it`)).then(
+        () => true,
+        () => false,
+      ); // completed or timed out meanwhile: nothing to do
       if (ok) failed.push({ workflowId: wf.workflowId, activityId: a.activityId, activityType: a.activityType?.name ?? '', identity });
     }
   }

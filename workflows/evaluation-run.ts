@@ -110,13 +110,19 @@ class EvaluationProgress {
 }
 
 /** Our policy server and how to sync it again, when it serves the model (a run's checkpoint or a directory); none for an external server. */
-async function servePolicy(config: EvalConfig & { evalId: string }, checkpoint: number | null, progress: EvaluationProgress): Promise<Pick<EvaluationShardInput, 'policyUrl' | 'sync'>> {
+async function servePolicy(
+  config: EvalConfig & { evalId: string },
+  checkpoint: number | null,
+  progress: EvaluationProgress,
+): Promise<Pick<EvaluationShardInput, 'policyUrl' | 'sync'>> {
   const m = config.model;
   if ('baseUrl' in m) return {};
   progress.status.phase = 'syncing';
   const storeUrl = config.store.url;
   const sync: SyncPolicyInput =
-    'run' in m ? { storeUrl, runId: m.run, checkpoint: checkpoint!, model: 'policy' } : { storeUrl, runId: `eval-${config.evalId}`, checkpoint: -1, model: 'policy', modelDir: m.path };
+    'run' in m
+      ? { storeUrl, runId: m.run, checkpoint: checkpoint!, model: 'policy' }
+      : { storeUrl, runId: `eval-${config.evalId}`, checkpoint: -1, model: 'policy', modelDir: m.path };
   const { policyUrl } = await learnerActivities().syncPolicy(sync);
   return { policyUrl, sync };
 }
@@ -126,7 +132,12 @@ function learnerActivities() {
 }
 
 /** The episodes in child shards of at most `shardSize`, `concurrency` episodes in flight over all of them. */
-async function runShards(config: EvalConfig & { evalId: string }, items: EvalItem[], policy: Pick<EvaluationShardInput, 'policyUrl' | 'sync'>, progress: EvaluationProgress): Promise<void> {
+async function runShards(
+  config: EvalConfig & { evalId: string },
+  items: EvalItem[],
+  policy: Pick<EvaluationShardInput, 'policyUrl' | 'sync'>,
+  progress: EvaluationProgress,
+): Promise<void> {
   const shards: EvalItem[][] = [];
   for (let i = 0; i < items.length; i += config.shardSize) shards.push(items.slice(i, i + config.shardSize));
   progress.status.shards = shards.length;

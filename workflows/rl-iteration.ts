@@ -184,7 +184,16 @@ export async function rollOutTasks(
   // the policy server went away (its learner worker restarted): one shared syncPolicy, then retry
   const policy = policyResync(firstPolicyUrl, async () => (await learner.syncPolicy(syncPolicyInput(input))).policyUrl);
   const inputs = taskIds.flatMap((taskId) =>
-    Array.from({ length: config.batch.samples }, (_, sample): RolloutInput => ({ storeUrl: config.store.url, runId, n, taskId, sample, checkpoint, policyUrl: firstPolicyUrl, ...extra })),
+    Array.from({ length: config.batch.samples }, (_, sample): RolloutInput => ({
+      storeUrl: config.store.url,
+      runId,
+      n,
+      taskId,
+      sample,
+      checkpoint,
+      policyUrl: firstPolicyUrl,
+      ...extra,
+    })),
   );
   const summaries = await mapInLanes(inputs, lanes, async (inp): Promise<RolloutSummary> => {
     try {

@@ -77,7 +77,19 @@ export async function selectBestOfK(rawConfig: unknown): Promise<SelectionResult
     const r = await executeChild(selectionShard, {
       workflowId: `${config.evalId}-${selectionId}-shard-${i}`,
       taskQueue: TASK_QUEUES.learner,
-      args: [{ storeUrl: config.store.url, evalId: config.evalId, selectionId, tasks, lanes, executionFree: ef, executionBased: eb, reproduction: repro, maxAttempts: config.maxAttempts }],
+      args: [
+        {
+          storeUrl: config.store.url,
+          evalId: config.evalId,
+          selectionId,
+          tasks,
+          lanes,
+          executionFree: ef,
+          executionBased: eb,
+          reproduction: repro,
+          maxAttempts: config.maxAttempts,
+        },
+      ],
     });
     status.done += r.done;
     status.errors += r.errors;

@@ -7,11 +7,26 @@ import type { PumpState } from '../lib/pump.ts';
 
 export type { RolloutSummary };
 
-export interface SampleBatchInput { runId: string; n: number; config: TrainingConfig }
-export interface SampleBatchResult { taskIds: string[]; configKey: string }
+export interface SampleBatchInput {
+  runId: string;
+  n: number;
+  config: TrainingConfig;
+}
+export interface SampleBatchResult {
+  taskIds: string[];
+  configKey: string;
+}
 
-export interface InitCheckpointInput { storeUrl: string; runId: string; model: TrainingConfig['model'] }
-export interface InitCheckpointResult { checkpoint: number; key: string; created: boolean }
+export interface InitCheckpointInput {
+  storeUrl: string;
+  runId: string;
+  model: TrainingConfig['model'];
+}
+export interface InitCheckpointResult {
+  checkpoint: number;
+  key: string;
+  created: boolean;
+}
 
 export interface SyncPolicyInput {
   storeUrl: string;
@@ -47,16 +62,37 @@ export interface RolloutInput {
   streaming?: { newest: number };
 }
 
-export interface LearnerItem { key: string; advantage: number; end: EndReason }
+export interface LearnerItem {
+  key: string;
+  advantage: number;
+  end: EndReason;
+}
 /**
  * `items` inline, or (a fanned-out iteration) `itemParts`: store keys of LearnerItem[] written by
  * `storeLearnerItems`, so no payload grows with the batch.
  */
-export interface LearnerStepInput { storeUrl: string; runId: string; n: number; checkpoint: number; items: LearnerItem[]; itemParts?: string[] }
-export interface StoreLearnerItemsInput { storeUrl: string; runId: string; n: number; part: number; items: LearnerItem[] }
+export interface LearnerStepInput {
+  storeUrl: string;
+  runId: string;
+  n: number;
+  checkpoint: number;
+  items: LearnerItem[];
+  itemParts?: string[];
+}
+export interface StoreLearnerItemsInput {
+  storeUrl: string;
+  runId: string;
+  n: number;
+  part: number;
+  items: LearnerItem[];
+}
 
 /** A rollout whose attempts all failed (infrastructure): left out of training, reported with its last error. */
-export interface RolloutFailure { taskId: string; sample: number; error: string }
+export interface RolloutFailure {
+  taskId: string;
+  sample: number;
+  error: string;
+}
 
 /** One child workflow of a fanned-out iteration: whole tasks, so group advantages are computed there. */
 export interface RolloutChunkInput {
@@ -80,7 +116,11 @@ export interface RolloutChunkResult {
   /** store key of this chunk's LearnerItem[] */
   itemsKey: string;
 }
-export interface RolloutChunkProgress { chunk: number; done: number; errors: number }
+export interface RolloutChunkProgress {
+  chunk: number;
+  done: number;
+  errors: number;
+}
 export interface LearnerStepResult extends StepStats {
   checkpoint: number;
   /** trajectories the learner read from the store for this step */
@@ -139,8 +179,16 @@ export interface IterationMetrics {
   evalErrors?: number;
 }
 
-export interface RlIterationInput { runId: string; n: number; checkpoint: number; config: TrainingConfig }
-export interface RlIterationResult { checkpoint: number; metrics: IterationMetrics }
+export interface RlIterationInput {
+  runId: string;
+  n: number;
+  checkpoint: number;
+  config: TrainingConfig;
+}
+export interface RlIterationResult {
+  checkpoint: number;
+  metrics: IterationMetrics;
+}
 
 /**
  * A batch rolled out and not trained yet (async "one-step"): what its learner step and metrics need, its items as
@@ -171,7 +219,13 @@ export interface OneStepIterationResult extends RlIterationResult {
   pending: PendingBatch | null;
 }
 
-export interface IterationProgress { n: number; phase: IterationPhase; rolloutsDone: number; rolloutsTotal: number; rolloutErrors: number }
+export interface IterationProgress {
+  n: number;
+  phase: IterationPhase;
+  rolloutsDone: number;
+  rolloutsTotal: number;
+  rolloutErrors: number;
+}
 
 export interface TrainingRunState {
   /** iterations completed so far (= index of the next one) */
@@ -260,7 +314,10 @@ export interface RolloutGroupInput {
   policyUrl: string;
   config: TrainingConfig;
 }
-export interface RolloutGroupResult { g: number; key: string }
+export interface RolloutGroupResult {
+  g: number;
+  key: string;
+}
 
 export function rolloutGroupWorkflowId(runId: string, g: number): string {
   return `${runId}-group-${g}`;

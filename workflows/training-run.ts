@@ -18,14 +18,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { createActivities } from '../activities/index.ts';
-import {
-  applyHyperparameters,
-  asyncMode,
-  hyperparametersOf,
-  validateConfig,
-  validateHyperparametersUpdate,
-  type TrainingConfig,
-} from '../lib/config.ts';
+import { applyHyperparameters, asyncMode, hyperparametersOf, validateConfig, validateHyperparametersUpdate, type TrainingConfig } from '../lib/config.ts';
 import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
 import { rlIteration } from './rl-iteration.ts';
 import { oneStepIteration } from './one-step-iteration.ts';

@@ -8,15 +8,7 @@ import Docker from 'dockerode';
 import { posix } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import {
-  DEFAULT_LIMITS,
-  SandboxUnavailableError,
-  type ExecOptions,
-  type ExecResult,
-  type Sandbox,
-  type SandboxBackend,
-  type SandboxLimits,
-} from '../../lib/sandbox.ts';
+import { DEFAULT_LIMITS, SandboxUnavailableError, type ExecOptions, type ExecResult, type Sandbox, type SandboxBackend, type SandboxLimits } from '../../lib/sandbox.ts';
 import {
   CappedSink,
   DEFAULT_MAX_OUTPUT,
@@ -206,7 +198,8 @@ export class DockerBackend implements SandboxBackend {
       hostConfig.StorageOpt = { size: `${mib}M` };
     }
     let container: Docker.Container;
-    const create = () => this.docker.createContainer({ name, Image: image, Cmd: ['sleep', 'infinity'], WorkingDir: TESTBED, NetworkDisabled: true, Labels: allLabels, HostConfig: hostConfig });
+    const create = () =>
+      this.docker.createContainer({ name, Image: image, Cmd: ['sleep', 'infinity'], WorkingDir: TESTBED, NetworkDisabled: true, Labels: allLabels, HostConfig: hostConfig });
     try {
       try {
         container = await create();
@@ -299,11 +292,14 @@ export class DockerSandbox implements Sandbox {
     this.docker.modem.demuxStream(stream, stdout, stderr);
     let hostTimedOut = false;
     await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        hostTimedOut = true;
-        stream.destroy();
-        resolve();
-      }, (timeoutS + HOST_GRACE_S) * 1000);
+      const timer = setTimeout(
+        () => {
+          hostTimedOut = true;
+          stream.destroy();
+          resolve();
+        },
+        (timeoutS + HOST_GRACE_S) * 1000,
+      );
       const unwatch = watch?.();
       const done = () => {
         clearTimeout(timer);
@@ -429,11 +425,9 @@ export class DockerSandbox implements Sandbox {
 
   /** Reads the memory cgroup's oom_kill counter (v1 memory.oom_control or v2 memory.events); true when it grew. */
   private async checkOom(): Promise<boolean> {
-    const r = await this.rawExec(
-      ['sh', '-c', 'cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null'],
-      10,
-      { cwd: '/' },
-    ).catch(() => undefined);
+    const r = await this.rawExec(['sh', '-c', 'cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null'], 10, { cwd: '/' }).catch(
+      () => undefined,
+    );
     const m = r && /oom_kill (\d+)/.exec(r.stdout.text());
     if (!m) return false;
     const n = Number(m[1]);

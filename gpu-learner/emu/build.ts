@@ -33,10 +33,20 @@ function files(dir: string): string[] {
 
 function inputsHash(targets: string[]): string {
   const h = createHash('sha256');
-  const inputs = [...files(join(GL, 'src')), ...files(join(GL, 'include')), ...files(EMU_DIR), join(GL, 'tools', 'gpu_driver.cpp'),
-    join(GL, 'CMakeLists.txt'), join(GL, 'build.mjs')].sort();
+  const inputs = [
+    ...files(join(GL, 'src')),
+    ...files(join(GL, 'include')),
+    ...files(EMU_DIR),
+    join(GL, 'tools', 'gpu_driver.cpp'),
+    join(GL, 'CMakeLists.txt'),
+    join(GL, 'build.mjs'),
+  ].sort();
   for (const f of inputs) h.update(relative(GL, f)).update('\0').update(readFileSync(f)).update('\0');
-  for (const [cmd, arg] of [['c++', '--version'], ['cmake', '--version']]) h.update(spawnSync(cmd, [arg], { encoding: 'utf8' }).stdout ?? '');
+  for (const [cmd, arg] of [
+    ['c++', '--version'],
+    ['cmake', '--version'],
+  ])
+    h.update(spawnSync(cmd, [arg], { encoding: 'utf8' }).stdout ?? '');
   return h.update(targets.join(',')).digest('hex');
 }
 

@@ -24,26 +24,50 @@ const chunkRows = (rows: number) => ['--logits-budget', String(rows * V)];
 /** Together: GQA and MQA, head_dim 8..256 and ≠ hidden/heads, tied and untied, bias, packed batches with empty and
  *  one-token sequences, several micro-batches, small LM-head chunks, GRPO and GRPO++ (DESIGN §5). */
 export const CONFIGS: EmuConfig[] = [
-  { name: 'gqa2-d32', tiny: ['--heads', '4', '--kv', '2', '--head-dim', '32'], compare: ['--lens', '33,0,1,3,20', ...chunkRows(7)],
-    covers: 'GQA 4/2, head_dim 32 (≠ 64/4), untied, GRPO++, LM head in 7-row chunks' },
-  { name: 'mqa-d8-tied-grpo', tiny: ['--heads', '4', '--kv', '1', '--head-dim', '8', '--tied', '1'],
+  {
+    name: 'gqa2-d32',
+    tiny: ['--heads', '4', '--kv', '2', '--head-dim', '32'],
+    compare: ['--lens', '33,0,1,3,20', ...chunkRows(7)],
+    covers: 'GQA 4/2, head_dim 32 (≠ 64/4), untied, GRPO++, LM head in 7-row chunks',
+  },
+  {
+    name: 'mqa-d8-tied-grpo',
+    tiny: ['--heads', '4', '--kv', '1', '--head-dim', '8', '--tied', '1'],
     compare: ['--lens', '0,0,40,5,0,1', '--mode', 'grpo', ...chunkRows(5)],
-    covers: 'MQA 4/1, head_dim 8, tied, GRPO; first micro-batch only empty sequences on a fresh engine (finding 2)' },
-  { name: 'mha-d64-tied-bias', tiny: ['--heads', '2', '--kv', '2', '--head-dim', '64', '--tied', '1', '--bias', '1'],
+    covers: 'MQA 4/1, head_dim 8, tied, GRPO; first micro-batch only empty sequences on a fresh engine (finding 2)',
+  },
+  {
+    name: 'mha-d64-tied-bias',
+    tiny: ['--heads', '2', '--kv', '2', '--head-dim', '64', '--tied', '1', '--bias', '1'],
     compare: ['--lens', '3,0*200,20,33', ...chunkRows(3)],
-    covers: 'MHA 2/2, head_dim 64, tied, attention bias; 3 tokens then 200 empty sequences (finding 1)' },
-  { name: 'mqa4-d128-bias-3l', tiny: ['--heads', '4', '--kv', '1', '--head-dim', '128', '--bias', '1', '--layers', '3'],
-    compare: ['--lens', '33,3,1,12', '--mode', 'grpo'], covers: 'GQA group 4 (MQA), head_dim 128, bias, 3 layers, GRPO' },
-  { name: 'mqa-d256', tiny: ['--heads', '2', '--kv', '1', '--head-dim', '256'], compare: ['--lens', '1,33,0,12'],
-    covers: 'head_dim 256 (8 dims per lane), a one-token sequence first' },
-  { name: 'gqa3-d48-tied', tiny: ['--heads', '6', '--kv', '2', '--head-dim', '48', '--tied', '1', '--hidden', '96', '--inter', '160'],
-    compare: ['--lens', '12,0,33,1,9', ...chunkRows(1)], covers: 'GQA 6/2 (group 3), head_dim 48 (lanes 48–63 idle), hidden 96, 1-row chunks' },
+    covers: 'MHA 2/2, head_dim 64, tied, attention bias; 3 tokens then 200 empty sequences (finding 1)',
+  },
+  {
+    name: 'mqa4-d128-bias-3l',
+    tiny: ['--heads', '4', '--kv', '1', '--head-dim', '128', '--bias', '1', '--layers', '3'],
+    compare: ['--lens', '33,3,1,12', '--mode', 'grpo'],
+    covers: 'GQA group 4 (MQA), head_dim 128, bias, 3 layers, GRPO',
+  },
+  {
+    name: 'mqa-d256',
+    tiny: ['--heads', '2', '--kv', '1', '--head-dim', '256'],
+    compare: ['--lens', '1,33,0,12'],
+    covers: 'head_dim 256 (8 dims per lane), a one-token sequence first',
+  },
+  {
+    name: 'gqa3-d48-tied',
+    tiny: ['--heads', '6', '--kv', '2', '--head-dim', '48', '--tied', '1', '--hidden', '96', '--inter', '160'],
+    compare: ['--lens', '12,0,33,1,9', ...chunkRows(1)],
+    covers: 'GQA 6/2 (group 3), head_dim 48 (lanes 48–63 idle), hidden 96, 1-row chunks',
+  },
 ];
 
 /** Finding 4: more than 65,535 sequences in one micro-batch (attention's gridDim.y). */
 export const MANY_SEQS: EmuConfig = {
-  name: 'many-seqs', tiny: ['--heads', '1', '--kv', '1', '--head-dim', '8', '--layers', '1'],
-  compare: ['--lens', '2,0*65600,5,0*10,3', '--steps', '0', '--gen', '0'], covers: '65,613 sequences (10 tokens) in one micro-batch (finding 4)',
+  name: 'many-seqs',
+  tiny: ['--heads', '1', '--kv', '1', '--head-dim', '8', '--layers', '1'],
+  compare: ['--lens', '2,0*65600,5,0*10,3', '--steps', '0', '--gen', '0'],
+  covers: '65,613 sequences (10 tokens) in one micro-batch (finding 4)',
 };
 
 export function configByName(name: string): EmuConfig {
@@ -63,7 +87,8 @@ export function run(bin: string, args: string[], env: Record<string, string> = {
   const t0 = Date.now();
   return new Promise((resolve, reject) => {
     const p = spawn(join(BUILD_DIR, bin), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '', stderr = '';
+    let stdout = '',
+      stderr = '';
     p.stdout.on('data', (d) => (stdout += d));
     p.stderr.on('data', (d) => (stderr += d));
     p.on('error', reject);
@@ -75,12 +100,14 @@ export function run(bin: string, args: string[], env: Record<string, string> = {
 export async function inPool<T>(tasks: (() => Promise<T>)[], n = 2): Promise<T[]> {
   const out: T[] = new Array(tasks.length);
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(n, tasks.length) }, async () => {
-    while (next < tasks.length) {
-      const i = next++;
-      out[i] = await tasks[i]();
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(n, tasks.length) }, async () => {
+      while (next < tasks.length) {
+        const i = next++;
+        out[i] = await tasks[i]();
+      }
+    }),
+  );
   return out;
 }
 
@@ -127,7 +154,7 @@ export class Workdir {
 }
 
 export interface CompareOptions {
-  binary?: string;  // default gpu_driver_emu_<variant>
+  binary?: string; // default gpu_driver_emu_<variant>
   extra?: string[]; // appended to the config's compare options
   env?: Record<string, string>;
   label?: string;
@@ -144,11 +171,18 @@ export async function compare(w: Workdir, c: EmuConfig, variant: Variant, o: Com
   const res: CompareRun = { ...r, config: c.name, variant, label: o.label ?? variant, ok: false, checks: [] };
   try {
     const j = JSON.parse(readFileSync(json, 'utf8'));
-    Object.assign(res, { checks: j.checks, digest: j.digest, logitScale: j.logit_scale, greedySame: j.greedy_same, sampledSame: j.sampled_same,
-      generated: j.generated, stats: j.emu?.stats });
+    Object.assign(res, {
+      checks: j.checks,
+      digest: j.digest,
+      logitScale: j.logit_scale,
+      greedySame: j.greedy_same,
+      sampledSame: j.sampled_same,
+      generated: j.generated,
+      stats: j.emu?.stats,
+    });
     res.ok = r.status === 0 && j.pass === true;
   } catch {
-    res.ok = false;  // crashed or refused before writing its report
+    res.ok = false; // crashed or refused before writing its report
   }
   return res;
 }
@@ -156,8 +190,12 @@ export async function compare(w: Workdir, c: EmuConfig, variant: Variant, o: Com
 /** The first thing that failed: a FAIL line, the emulator's diagnosis or the driver's error. */
 export function failure(r: Proc): string {
   const lines = (r.stdout + '\n' + r.stderr).split('\n');
-  const f = lines.find((l) => / FAIL$/.test(l)) ?? lines.find((l) => l.startsWith('gl-emu:')) ?? lines.find((l) => l.startsWith('gpu_driver:')) ??
-    lines.find((l) => l.includes('AddressSanitizer')) ?? lines.find((l) => /LEAKS FAIL|REJECT FAIL/.test(l));
+  const f =
+    lines.find((l) => / FAIL$/.test(l)) ??
+    lines.find((l) => l.startsWith('gl-emu:')) ??
+    lines.find((l) => l.startsWith('gpu_driver:')) ??
+    lines.find((l) => l.includes('AddressSanitizer')) ??
+    lines.find((l) => /LEAKS FAIL|REJECT FAIL/.test(l));
   return (f ?? `exit status ${r.status}`).replace(/\s+/g, ' ').trim();
 }
 
@@ -169,9 +207,16 @@ export function table(runs: CompareRun[]): string {
   const fmt = (c?: Check) => (c ? `${c.err.toExponential(1)}/${c.tol.toExponential(0)}` : '—');
   const head = ['config', 'mode', 'logp Δ/tol', 'loss', 'grad (worst)', 'update (worst)', 'gen logp', 'greedy', 'sampled', 's', 'ok'];
   const rows = runs.map((r) => [
-    r.config, r.label, fmt(worst(r.checks, 'logprobs')), fmt(worst(r.checks, 'loss relative diff')), fmt(worst(r.checks, 'grad ')),
-    fmt(worst(r.checks, 'update after')), fmt(worst(r.checks, 'generate: log-probs')),
-    r.generated ? `${r.greedySame}/${r.generated}` : '—', r.generated ? `${r.sampledSame}/${r.generated}` : '—', r.seconds.toFixed(1),
+    r.config,
+    r.label,
+    fmt(worst(r.checks, 'logprobs')),
+    fmt(worst(r.checks, 'loss relative diff')),
+    fmt(worst(r.checks, 'grad ')),
+    fmt(worst(r.checks, 'update after')),
+    fmt(worst(r.checks, 'generate: log-probs')),
+    r.generated ? `${r.greedySame}/${r.generated}` : '—',
+    r.generated ? `${r.sampledSame}/${r.generated}` : '—',
+    r.seconds.toFixed(1),
     r.ok ? 'ok' : `FAIL: ${failure(r)}`,
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (i === head.length - 1 ? 0 : r[i].length))));

@@ -28,8 +28,10 @@ export function rewrite(text, file) {
   let out = text;
   out = out.replace(/extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:]*)\s+([A-Za-z_]\w*)\s*\[\s*\]\s*;/g, 'GL_EMU_EXTERN_SHARED($1, $2);');
   out = out.replace(/__shared__\s+([A-Za-z_][\w:]*)\s+([A-Za-z_]\w*)\s*((?:\[[^\]\n;]+\])+)\s*;/g, 'GL_EMU_SHARED($1, $2, $3);');
-  out = out.replace(/([A-Za-z_][\w:]*(?:<[^<>;()\n]*>)?)\s*<<<([^;]*?)>>>\s*\(\s*(\)?)/g, (_m, k, cfg, close) =>
-    `::gl_emu::Launch(${JSON.stringify(k)}, __FILE__, __LINE__, ${cfg.trim()}).run(${k}${close ? ')' : ', '}`);
+  out = out.replace(
+    /([A-Za-z_][\w:]*(?:<[^<>;()\n]*>)?)\s*<<<([^;]*?)>>>\s*\(\s*(\)?)/g,
+    (_m, k, cfg, close) => `::gl_emu::Launch(${JSON.stringify(k)}, __FILE__, __LINE__, ${cfg.trim()}).run(${k}${close ? ')' : ', '}`,
+  );
   const code = out.replace(/"(?:[^"\\\n]|\\.)*"/g, '""').replace(/\/\/.*$/gm, '');
   for (const bad of ['__shared__', '<<<', '>>>'])
     if (code.includes(bad)) {

@@ -44,11 +44,82 @@ export interface Row {
 const base = { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 256 };
 /** Tiny Qwen3 shapes covering the variants real checkpoints use. */
 export const ORACLE_CONFIGS: { name: string; config: QwenConfig; writer: 'native' | 'transformers' }[] = [
-  { name: 'tied GQA 4/2', writer: 'native', config: { ...base, vocab_size: 97, hidden_size: 32, intermediate_size: 48, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8, tie_word_embeddings: true } },
-  { name: 'untied MQA 4/1', writer: 'native', config: { ...base, vocab_size: 97, hidden_size: 32, intermediate_size: 48, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 1, head_dim: 8, tie_word_embeddings: false } },
-  { name: 'head_dim 12 != 48/6', writer: 'native', config: { ...base, vocab_size: 64, hidden_size: 48, intermediate_size: 40, num_hidden_layers: 2, num_attention_heads: 6, num_key_value_heads: 3, head_dim: 12, tie_word_embeddings: false } },
-  { name: 'attention bias', writer: 'native', config: { ...base, vocab_size: 64, hidden_size: 32, intermediate_size: 48, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8, tie_word_embeddings: true, attention_bias: true } },
-  { name: 'written by transformers 5', writer: 'transformers', config: { ...base, vocab_size: 80, hidden_size: 32, intermediate_size: 48, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8, tie_word_embeddings: false } },
+  {
+    name: 'tied GQA 4/2',
+    writer: 'native',
+    config: {
+      ...base,
+      vocab_size: 97,
+      hidden_size: 32,
+      intermediate_size: 48,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 8,
+      tie_word_embeddings: true,
+    },
+  },
+  {
+    name: 'untied MQA 4/1',
+    writer: 'native',
+    config: {
+      ...base,
+      vocab_size: 97,
+      hidden_size: 32,
+      intermediate_size: 48,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 1,
+      head_dim: 8,
+      tie_word_embeddings: false,
+    },
+  },
+  {
+    name: 'head_dim 12 != 48/6',
+    writer: 'native',
+    config: {
+      ...base,
+      vocab_size: 64,
+      hidden_size: 48,
+      intermediate_size: 40,
+      num_hidden_layers: 2,
+      num_attention_heads: 6,
+      num_key_value_heads: 3,
+      head_dim: 12,
+      tie_word_embeddings: false,
+    },
+  },
+  {
+    name: 'attention bias',
+    writer: 'native',
+    config: {
+      ...base,
+      vocab_size: 64,
+      hidden_size: 32,
+      intermediate_size: 48,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 8,
+      tie_word_embeddings: true,
+      attention_bias: true,
+    },
+  },
+  {
+    name: 'written by transformers 5',
+    writer: 'transformers',
+    config: {
+      ...base,
+      vocab_size: 80,
+      hidden_size: 32,
+      intermediate_size: 48,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 8,
+      tie_word_embeddings: false,
+    },
+  },
 ];
 
 /** A packed batch: sequences of 37, 3, 71 and 20 tokens, a masked span, mixed advantages. */
@@ -73,7 +144,8 @@ function runPython(args: string[]): void {
 }
 
 const relL2 = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
-  let d = 0, n = 0;
+  let d = 0,
+    n = 0;
   for (let i = 0; i < a.length; i++) {
     d += (a[i] - b[i]) ** 2;
     n += b[i] ** 2;
@@ -81,7 +153,15 @@ const relL2 = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
   return Math.sqrt(d) / Math.max(Math.sqrt(n), 1e-30);
 };
 const rel = (a: number, b: number): number => Math.abs(a - b) / Math.max(Math.abs(b), 1e-30);
-const row = (check: Row['check'], config: string, quantity: string, diff: number, tol: number, at?: string): Row => ({ check, config, quantity, diff, tol, ok: diff <= tol, ...(at ? { at } : {}) });
+const row = (check: Row['check'], config: string, quantity: string, diff: number, tol: number, at?: string): Row => ({
+  check,
+  config,
+  quantity,
+  diff,
+  tol,
+  ok: diff <= tol,
+  ...(at ? { at } : {}),
+});
 
 const CLIP = { clipLow: 0.2, clipHigh: 0.28, lMax: 64 };
 
@@ -118,29 +198,53 @@ export async function oracleRows(root: string): Promise<Row[]> {
     for (let i = 0; i < tl.length; i++) lpDiff = Math.max(lpDiff, Math.abs(tl[i] - n.logp[i]));
     rows.push(row('oracle', n.name, 'log-probs max |Δ| (nats)', lpDiff, TOLERANCE.logprobs));
     rows.push(row('oracle', n.name, 'GRPO++ loss, relative', rel(n.loss, ref.loss), TOLERANCE.loss));
-    let worst = 0, at = '';
+    let worst = 0,
+      at = '';
     for (const [name, g] of n.grads) {
       const r = t.get('grad.' + name);
       const e = r ? relL2(g, r.data) : Infinity;
       if (e > worst || !r) [worst, at] = [e, name];
     }
     const missing = [...t.keys()].filter((k) => k.startsWith('grad.') && !n.grads.has(k.slice(5)));
-    rows.push(row('oracle', n.name, `every gradient (${n.grads.size}), rel-L2`, missing.length ? Infinity : worst, TOLERANCE.gradient, missing.length ? `torch-only ${missing[0]}` : at));
+    rows.push(
+      row('oracle', n.name, `every gradient (${n.grads.size}), rel-L2`, missing.length ? Infinity : worst, TOLERANCE.gradient, missing.length ? `torch-only ${missing[0]}` : at),
+    );
   }
   return rows;
 }
 
 export const FSDP_CONFIG: QwenConfig = {
-  ...base, vocab_size: 97, hidden_size: 32, intermediate_size: 48, num_hidden_layers: 3, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8,
-  tie_word_embeddings: false, attention_bias: true,
+  ...base,
+  vocab_size: 97,
+  hidden_size: 32,
+  intermediate_size: 48,
+  num_hidden_layers: 3,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 8,
+  tie_word_embeddings: false,
+  attention_bias: true,
 };
 export const FSDP_HP: TrainHyper = { lr: 1e-3, weightDecay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, maxGradNorm: 0.05, mode: 'grpo++', ...CLIP };
 
 export function fsdpOptions(nproc: number, over: Partial<FsdpOptions> = {}): FsdpOptions {
   return {
-    device: 'cpu', nprocPerNode: nproc, nnodes: 1, controlHost: '127.0.0.1', paramDtype: 'float32', reduceDtype: 'float32', cpuOffload: false,
-    activationCheckpointing: true, maxTokensPerMicroBatch: 80, attnImplementation: 'sdpa', checkpointShardMB: 0.02, stallTimeoutSeconds: 120,
-    collectiveTimeoutSeconds: 120, threads: 1, python: python(), ...over,
+    device: 'cpu',
+    nprocPerNode: nproc,
+    nnodes: 1,
+    controlHost: '127.0.0.1',
+    paramDtype: 'float32',
+    reduceDtype: 'float32',
+    cpuOffload: false,
+    activationCheckpointing: true,
+    maxTokensPerMicroBatch: 80,
+    attnImplementation: 'sdpa',
+    checkpointShardMB: 0.02,
+    stallTimeoutSeconds: 120,
+    collectiveTimeoutSeconds: 120,
+    threads: 1,
+    python: python(),
+    ...over,
   };
 }
 
@@ -198,11 +302,14 @@ export function compareTraces(config: string, t: StepTrace, ref: StepTrace, init
   rows.push(row('fsdp', config, 'loss, relative', dl, TOLERANCE.loss, `step ${sl}`));
   const [dg, sg] = worstOf(t.gradNorm, ref.gradNorm);
   rows.push(row('fsdp', config, 'grad norm, relative', dg, TOLERANCE.gradNorm, `step ${sg}`));
-  let worst = 0, at = '';
+  let worst = 0,
+    at = '';
   for (const [name, w0] of initial) {
-    const a = t.weights.get(name), b = ref.weights.get(name);
+    const a = t.weights.get(name),
+      b = ref.weights.get(name);
     if (!a || !b) return [...rows, row('fsdp', config, 'weights after 3 steps', Infinity, TOLERANCE.weights, `missing ${name}`)];
-    const da = a.map((v, i) => v - w0[i]), db = b.map((v, i) => v - w0[i]);
+    const da = a.map((v, i) => v - w0[i]),
+      db = b.map((v, i) => v - w0[i]);
     const e = relL2(da, db);
     if (e > worst) [worst, at] = [e, name];
   }

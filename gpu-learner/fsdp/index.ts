@@ -147,8 +147,18 @@ export class FsdpLearner extends EventEmitter {
         ? ['--standalone', `--nnodes=1`]
         : [`--nnodes=${opts.nnodes}`, `--node-rank=${opts.nodeRank ?? 0}`, '--rdzv-backend=c10d', `--rdzv-endpoint=${opts.rdzvEndpoint}`];
     const args = [
-      '-m', 'torch.distributed.run', ...launch, `--nproc-per-node=${opts.nprocPerNode}`, '--max-restarts=0', '--monitor-interval=0.5',
-      '-m', 'swerl_fsdp.trainer', '--control', `${opts.controlHost}:${port}`, '--config', JSON.stringify(trainerConfig),
+      '-m',
+      'torch.distributed.run',
+      ...launch,
+      `--nproc-per-node=${opts.nprocPerNode}`,
+      '--max-restarts=0',
+      '--monitor-interval=0.5',
+      '-m',
+      'swerl_fsdp.trainer',
+      '--control',
+      `${opts.controlHost}:${port}`,
+      '--config',
+      JSON.stringify(trainerConfig),
     ];
     const child = spawn(python, args, {
       env: { ...process.env, PYTHONPATH: here, OMP_NUM_THREADS: String(threads), PYTHONUNBUFFERED: '1', TRANSFORMERS_VERBOSITY: 'error' },
@@ -180,7 +190,7 @@ export class FsdpLearner extends EventEmitter {
       ]);
       const lines = lineReader(sock);
       const hello = JSON.parse(await Promise.race([lines.next(), exited.then(() => Promise.reject(new Error(`FSDP process group exited before starting: ${tail()}`)))]));
-      if (hello.fatal) throw (hello.kind === 'input' ? new FsdpInputError(hello.fatal) : new Error(hello.fatal));
+      if (hello.fatal) throw hello.kind === 'input' ? new FsdpInputError(hello.fatal) : new Error(hello.fatal);
       const l = new FsdpLearner(child, sock, server, hello, opts, stderrTail, exited, `${opts.controlHost}:${port}`);
       void (async () => {
         for (;;) {
@@ -198,7 +208,10 @@ export class FsdpLearner extends EventEmitter {
   }
 
   private tail(): string {
-    return this.stderrTail.filter((l) => !/Warning|warn\(/.test(l)).slice(-12).join('\n');
+    return this.stderrTail
+      .filter((l) => !/Warning|warn\(/.test(l))
+      .slice(-12)
+      .join('\n');
   }
 
   private onMessage(m: Record<string, unknown>): void {
@@ -261,8 +274,15 @@ export class FsdpLearner extends EventEmitter {
     const r = await this.call({ op: 'step', batch: batchPath, hp }, onProgress);
     this.step = r.step as number;
     return {
-      loss: r.loss as number, gradNorm: r.gradNorm as number, clipFraction: r.clipFraction as number, meanRatio: r.meanRatio as number,
-      tokens: r.tokens as number, seconds: r.seconds as number, skipped: r.skipped as boolean, step: r.step as number, microBatches: r.microBatches as number,
+      loss: r.loss as number,
+      gradNorm: r.gradNorm as number,
+      clipFraction: r.clipFraction as number,
+      meanRatio: r.meanRatio as number,
+      tokens: r.tokens as number,
+      seconds: r.seconds as number,
+      skipped: r.skipped as boolean,
+      step: r.step as number,
+      microBatches: r.microBatches as number,
     };
   }
 
@@ -354,9 +374,7 @@ function lineReader(sock: Socket): { next(): Promise<string> } {
 /** Host facts the schema cannot check (errors name the config field). */
 export function validateOptions(o: FsdpOptions): void {
   if (o.device === 'cpu' && o.nprocPerNode > cpus().length) {
-    throw new FsdpInputError(
-      `config.learner.fsdp.nprocPerNode: ${o.nprocPerNode} processes per node but this host has ${cpus().length} CPU cores (learner.device "cpu")`,
-    );
+    throw new FsdpInputError(`config.learner.fsdp.nprocPerNode: ${o.nprocPerNode} processes per node but this host has ${cpus().length} CPU cores (learner.device "cpu")`);
   }
   if (o.nnodes > 1 && !o.rdzvEndpoint) throw new FsdpInputError(`config.learner.fsdp.rdzvEndpoint: required when nnodes is ${o.nnodes} (HOST:PORT of the rendezvous)`);
 }

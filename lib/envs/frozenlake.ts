@@ -96,9 +96,7 @@ export function generateMap(seed: number, size = 4, holeProbability = 0.2): Cell
     if (hasPath(map)) return map;
   }
   // unreachable for holeProbability ≤ 0.8 in practice; an open map is always solvable
-  return Array.from({ length: size }, (_, r) =>
-    Array.from({ length: size }, (_, c): Cell => (r === 0 && c === 0 ? 'S' : r === size - 1 && c === size - 1 ? 'G' : 'F')),
-  );
+  return Array.from({ length: size }, (_, r) => Array.from({ length: size }, (_, c): Cell => (r === 0 && c === 0 ? 'S' : r === size - 1 && c === size - 1 ? 'G' : 'F')));
 }
 
 /** Grid text with the agent shown as P, rows joined by newlines (no trailing newline). */

@@ -56,7 +56,10 @@ export function hybridSelect(cs: readonly Candidate[]): Candidate[] {
 
 /** Execution-based verifier alone: most regression passes, then the best reproduction score. */
 export function executionBasedSelect(cs: readonly Candidate[]): Candidate[] {
-  return argmaxAll(argmaxAll(cs, (c) => c.regression), (c) => c.reproduction);
+  return argmaxAll(
+    argmaxAll(cs, (c) => c.regression),
+    (c) => c.reproduction,
+  );
 }
 
 export const SELECTORS = {
@@ -117,11 +120,7 @@ export function kSubsets(n: number, k: number, limit: number, rand: () => number
  * at most `subsets` of them, else over `subsets` seeded random ones (≥ 1,000 by default). Entry K−1
  * is null when no task has K candidates.
  */
-export function bestAtKCurve(
-  tasks: readonly (readonly Candidate[])[],
-  select: Selector,
-  opts: { maxK: number; subsets?: number; seed?: number },
-): (number | null)[] {
+export function bestAtKCurve(tasks: readonly (readonly Candidate[])[], select: Selector, opts: { maxK: number; subsets?: number; seed?: number }): (number | null)[] {
   const limit = opts.subsets ?? 1000;
   const out: (number | null)[] = [];
   for (let k = 1; k <= opts.maxK; k++) {

@@ -21,12 +21,20 @@ export const ServerModelSchema = z
     /** chat only: the R2E-Gym `<function=…>` text format (stops at `</function>`) or OpenAI tool calls */
     toolFormat: z.enum(['text', 'openai']).default('text'),
     /** name of an environment variable of the rollout workers that holds the API key (never the key itself) */
-    apiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name').optional(),
+    apiKeyEnv: z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name')
+      .optional(),
     /**
      * the model's context window in tokens (prompt + reply of a turn), for servers whose GET /v1/models does not
      * report it (vLLM, SGLang and llama-server do); when both say, the smaller one counts
      */
-    contextWindow: z.number().int().min(1).max(1 << 24).optional(),
+    contextWindow: z
+      .number()
+      .int()
+      .min(1)
+      .max(1 << 24)
+      .optional(),
   })
   .strict();
 export type ServerModel = z.infer<typeof ServerModelSchema>;
@@ -53,7 +61,12 @@ const EvalEnvSchema = SweEnvConfigSchema.pick({
   .strict();
 
 const StoreSchema = z
-  .object({ url: z.string().regex(/^file:\/\//, 'must be a file:// URL').default('file://.runs/store') })
+  .object({
+    url: z
+      .string()
+      .regex(/^file:\/\//, 'must be a file:// URL')
+      .default('file://.runs/store'),
+  })
   .strict()
   .prefault({});
 
@@ -84,9 +97,19 @@ export const EvalConfigSchema = z
      * does not bound the prompt: every turn's max_tokens is also clamped to the room left in the model's context
      * window, and an episode with no room left ends `context_exhausted` (DESIGN §9), so no request exceeds it.
      */
-    contextBudget: int().min(1).max(1 << 22).default(65_536),
-    maxTokensPerTurn: int().min(1).max(1 << 20).default(8192),
-    episodeTimeoutMinutes: z.number().gt(0).max(24 * 60).default(20),
+    contextBudget: int()
+      .min(1)
+      .max(1 << 22)
+      .default(65_536),
+    maxTokensPerTurn: int()
+      .min(1)
+      .max(1 << 20)
+      .default(8192),
+    episodeTimeoutMinutes: z
+      .number()
+      .gt(0)
+      .max(24 * 60)
+      .default(20),
     /** test-run limit of grading (DeepSWE: 5 min) */
     gradeTimeoutSeconds: int().min(1).max(7200).default(300),
     /** episodes in flight at once */
@@ -141,7 +164,10 @@ export const BestOfKConfigSchema = z
       .object({
         model: VerifierModelSchema,
         /** tokens the verifier may think before its YES/NO */
-        maxTokens: int().min(1).max(1 << 16).default(1024),
+        maxTokens: int()
+          .min(1)
+          .max(1 << 16)
+          .default(1024),
         temperature: z.number().min(0).max(5).default(0),
         /** alternatives read at each position (the answer token's P(YES) and P(NO) come from these) */
         topLogprobs: int().min(2).max(20).default(20),
@@ -159,7 +185,10 @@ export const BestOfKConfigSchema = z
             model: VerifierModelSchema,
             /** generated tests per task */
             tests: int().min(1).max(50).default(3),
-            maxTokens: int().min(1).max(1 << 16).default(2048),
+            maxTokens: int()
+              .min(1)
+              .max(1 << 16)
+              .default(2048),
             temperature: z.number().min(0).max(5).default(1),
           })
           .strict()
@@ -220,7 +249,14 @@ export function validationEvalConfig(config: TrainingConfig, runId: string, chec
     ...(env
       ? {
           gradeTimeoutSeconds: env.gradeTimeoutS,
-          env: { backend: env.backend, limits: env.limits, commandTimeoutS: env.commandTimeoutS, scratchGlobs: env.scratchGlobs, maxObservationChars: env.maxObservationChars, tokenWarningAt: env.tokenWarningAt },
+          env: {
+            backend: env.backend,
+            limits: env.limits,
+            commandTimeoutS: env.commandTimeoutS,
+            scratchGlobs: env.scratchGlobs,
+            maxObservationChars: env.maxObservationChars,
+            tokenWarningAt: env.tokenWarningAt,
+          },
         }
       : {}),
     store: config.store,

@@ -127,9 +127,7 @@ export function evaluationMetrics(
   errors: readonly { taskId: string; run: number }[],
   opts: { bootstrapSamples?: number; seed?: number } = {},
 ): EvalMetrics {
-  const counts = new Map<string, TaskCounts>(
-    plan.taskIds.map((id) => [id, { taskId: id, repo: plan.repos[id] ?? repoOf(id), runs: plan.runs, completed: 0, resolved: 0 }]),
-  );
+  const counts = new Map<string, TaskCounts>(plan.taskIds.map((id) => [id, { taskId: id, repo: plan.repos[id] ?? repoOf(id), runs: plan.runs, completed: 0, resolved: 0 }]));
   const ends: Record<string, number> = {};
   const sum = { steps: 0, tokens: 0, responseTokens: 0, seconds: 0 };
   for (const e of episodes) {
@@ -186,17 +184,30 @@ const pct = (x: number | null | undefined) => (x === null || x === undefined ? '
 /** The summary table `swerl eval` and `swerl eval report` print. */
 export function formatEvalMetrics(m: EvalMetrics, title = 'evaluation'): string {
   const lines: string[] = [];
-  lines.push(`${title}: ${m.tasks} tasks × ${m.runs} runs = ${m.episodes.planned} episodes; completed ${m.episodes.completed}, resolved ${m.episodes.resolved}, errors ${m.episodes.errors}`);
+  lines.push(
+    `${title}: ${m.tasks} tasks × ${m.runs} runs = ${m.episodes.planned} episodes; completed ${m.episodes.completed}, resolved ${m.episodes.resolved}, errors ${m.episodes.errors}`,
+  );
   const ci = m.pass1CI ? ` (${Math.round(m.pass1CI.level * 100)}% CI ${pct(m.pass1CI.low).trim()} – ${pct(m.pass1CI.high).trim()})` : '';
   lines.push(`pass@1 ${pct(m.pass1).trim()}${ci} against the dataset; ${pct(m.pass1Completed).trim()} against completed episodes`);
   lines.push(`  k        ${m.passAtK.map((_, i) => String(i + 1).padStart(6)).join(' ')}`);
   lines.push(`  pass@k   ${m.passAtK.map(pct).join(' ')}`);
   lines.push(`  (compl.) ${m.passAtKCompleted.map(pct).join(' ')}`);
-  lines.push(`ends: ${Object.entries(m.ends).sort().map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`);
-  lines.push(`mean per episode: ${m.mean.steps.toFixed(1)} steps, ${Math.round(m.mean.tokens)} tokens (${Math.round(m.mean.responseTokens)} generated), ${m.mean.seconds.toFixed(1)} s`);
+  lines.push(
+    `ends: ${
+      Object.entries(m.ends)
+        .sort()
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ') || 'none'
+    }`,
+  );
+  lines.push(
+    `mean per episode: ${m.mean.steps.toFixed(1)} steps, ${Math.round(m.mean.tokens)} tokens (${Math.round(m.mean.responseTokens)} generated), ${m.mean.seconds.toFixed(1)} s`,
+  );
   lines.push('repository                          tasks  episodes  resolved  errors  pass@1');
   for (const r of m.perRepo) {
-    lines.push(`${r.repo.padEnd(34).slice(0, 34)}  ${String(r.tasks).padStart(5)}  ${String(r.episodes).padStart(8)}  ${String(r.resolved).padStart(8)}  ${String(r.errors).padStart(6)}  ${pct(r.pass1)}`);
+    lines.push(
+      `${r.repo.padEnd(34).slice(0, 34)}  ${String(r.tasks).padStart(5)}  ${String(r.episodes).padStart(8)}  ${String(r.resolved).padStart(8)}  ${String(r.errors).padStart(6)}  ${pct(r.pass1)}`,
+    );
   }
   return lines.join('\n');
 }

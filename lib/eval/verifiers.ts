@@ -31,12 +31,18 @@ export function trajectoryText(turns: readonly Turn[], maxChars: number): string
   const MIN = 200;
   let text = render();
   for (let guard = 0; text.length > maxChars && guard < 10_000; guard++) {
-    const thoughts = parts.map((p, i) => [p.thought.length, i] as const).filter(([n]) => n > MIN).sort((a, b) => b[0] - a[0]);
+    const thoughts = parts
+      .map((p, i) => [p.thought.length, i] as const)
+      .filter(([n]) => n > MIN)
+      .sort((a, b) => b[0] - a[0]);
     if (thoughts.length) {
       const i = thoughts[0]![1];
       parts[i]!.thought = condense(parts[i]!.thought, Math.max(MIN, Math.floor(parts[i]!.thought.length / 2)));
     } else {
-      const obs = parts.map((p, i) => [p.observation.length, i] as const).filter(([n]) => n > MIN).sort((a, b) => b[0] - a[0]);
+      const obs = parts
+        .map((p, i) => [p.observation.length, i] as const)
+        .filter(([n]) => n > MIN)
+        .sort((a, b) => b[0] - a[0]);
       if (!obs.length) break;
       const i = obs[0]![1];
       parts[i]!.observation = condense(parts[i]!.observation, Math.max(MIN, Math.floor(parts[i]!.observation.length / 2)));

@@ -30,16 +30,30 @@ export const SweEnvConfigSchema = z
     limits: z
       .object({
         cpus: z.number().gt(0).max(64).default(DEFAULT_LIMITS.cpus),
-        memoryBytes: z.number().int().min(8 << 20).default(DEFAULT_LIMITS.memoryBytes),
+        memoryBytes: z
+          .number()
+          .int()
+          .min(8 << 20)
+          .default(DEFAULT_LIMITS.memoryBytes),
         pids: z.number().int().min(16).default(DEFAULT_LIMITS.pids),
         /** what the sandbox may write, MiB (a storage quota, the ephemeral-storage limit or a watchdog; docs/limits.md); 0: none */
-        diskMiB: z.number().int().min(0).max(1 << 20).default(DEFAULT_LIMITS.diskMiB),
+        diskMiB: z
+          .number()
+          .int()
+          .min(0)
+          .max(1 << 20)
+          .default(DEFAULT_LIMITS.diskMiB),
       })
       .strict()
       .prefault({}),
     maxObservationChars: z.number().int().min(1000).max(1_000_000).default(10_000),
     /** a patch (new files or diff) larger than this ends with reward 0, reason `patch_too_large` */
-    maxPatchBytes: z.number().int().min(1024).max(64 << 20).default(DEFAULT_MAX_PATCH_BYTES),
+    maxPatchBytes: z
+      .number()
+      .int()
+      .min(1024)
+      .max(64 << 20)
+      .default(DEFAULT_MAX_PATCH_BYTES),
     /** warn the agent once fewer response tokens than this remain (episode loop) */
     tokenWarningAt: z.number().int().min(0).default(2048),
   })

@@ -104,6 +104,9 @@ export function goldPredictions(tasks: readonly { instance_id: string; patch: st
 export function checkPredictionIds(predictions: readonly Prediction[], taskIds: ReadonlySet<string>, tasksSource: string): void {
   const unknown = predictions.map((p) => p.instance_id).filter((id) => !taskIds.has(id));
   if (unknown.length) {
-    throw new PredictionsError('predictions', unknown.map((id) => `instance_id ${show(id)} is not a task in ${tasksSource}`));
+    throw new PredictionsError(
+      'predictions',
+      unknown.map((id) => `instance_id ${show(id)} is not a task in ${tasksSource}`),
+    );
   }
 }

@@ -189,7 +189,10 @@ export function parseSympyLog(log: string): Map<string, TestStatus> {
   const m = new Map<string, TestStatus>();
   let pending: string | undefined;
   const statusAtEnd = (text: string): TestStatus | undefined => {
-    const t = text.replace(/\s+\[(OK|FAIL)\]$/, '').replace(/\s+\[[\d.]+s\]$/, '').trimEnd();
+    const t = text
+      .replace(/\s+\[(OK|FAIL)\]$/, '')
+      .replace(/\s+\[[\d.]+s\]$/, '')
+      .trimEnd();
     const last = /(?:^|\s)(ok|F|E|f|X|s|w|T|K)$/.exec(t);
     return last ? SYMPY_STATUS[last[1]!] : undefined;
   };

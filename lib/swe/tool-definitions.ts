@@ -27,7 +27,11 @@ export const SWE_OPENAI_TOOLS = [
       command: { type: 'string', enum: ['view', 'create', 'str_replace', 'insert', 'undo_edit'] },
       path: { type: 'string', description: 'Absolute path, e.g. /testbed/package/module.py' },
       view_range: { type: 'array', items: { type: 'integer' }, description: '[start, end], 1-based; end -1 is the last line.' },
-      concise: { type: 'boolean', description: 'view of a .py file: true elides function bodies over 3 lines (their line numbers are shown), false shows every line. Default: condensed for files over 150 lines viewed whole.' },
+      concise: {
+        type: 'boolean',
+        description:
+          'view of a .py file: true elides function bodies over 3 lines (their line numbers are shown), false shows every line. Default: condensed for files over 150 lines viewed whole.',
+      },
       file_text: { type: 'string', description: 'Content of the new file (create).' },
       old_str: { type: 'string', description: 'Text to replace (str_replace).' },
       new_str: { type: 'string', description: 'Replacement (str_replace) or text to insert (insert).' },
@@ -35,7 +39,9 @@ export const SWE_OPENAI_TOOLS = [
     },
     ['command', 'path'],
   ),
-  fn('finish', 'End the task and submit your changes.', { command: { type: 'string', enum: ['submit'] }, result: { type: 'string', description: 'A short summary of the fix.' } }, ['command']),
+  fn('finish', 'End the task and submit your changes.', { command: { type: 'string', enum: ['submit'] }, result: { type: 'string', description: 'A short summary of the fix.' } }, [
+    'command',
+  ]),
 ];
 
 /** System prompt when the tools are given as OpenAI function definitions. */

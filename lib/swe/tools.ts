@@ -26,15 +26,18 @@ const intLike = z.preprocess((v) => (typeof v === 'string' && v.trim() !== '' ? 
 
 const boolLike = z.preprocess((v) => (typeof v === 'string' && /^(true|false)$/i.test(v.trim()) ? v.trim().toLowerCase() === 'true' : v), z.boolean());
 
-const viewRange = z.preprocess((v) => {
-  if (typeof v !== 'string') return v;
-  const s = v.trim();
-  try {
-    return JSON.parse(s.startsWith('[') ? s : `[${s}]`);
-  } catch {
-    return s;
-  }
-}, z.tuple([z.number().int(), z.number().int()]));
+const viewRange = z.preprocess(
+  (v) => {
+    if (typeof v !== 'string') return v;
+    const s = v.trim();
+    try {
+      return JSON.parse(s.startsWith('[') ? s : `[${s}]`);
+    } catch {
+      return s;
+    }
+  },
+  z.tuple([z.number().int(), z.number().int()]),
+);
 
 export const ExecuteBashArgs = z.object({ cmd: z.string().min(1, 'must not be empty') });
 export const SearchArgs = z.object({ search_term: z.string().min(1, 'must not be empty'), path: z.string().optional() });
@@ -304,11 +307,7 @@ export class SweTools {
       if (lines.length === 0) return `No matches found for "${term}" in ${abs}`;
       return clip(`Matches for "${term}" in ${abs}:\n${lines.join('\n')}`, this.maxChars, 'narrow the search term');
     }
-    const r = await this.sandbox.exec(
-      `grep -r -I -c -F --exclude-dir='.?*' --exclude='.?*' -e ${shq(term)} -- . 2>/dev/null | grep -v ':0$'`,
-      60,
-      { cwd: abs },
-    );
+    const r = await this.sandbox.exec(`grep -r -I -c -F --exclude-dir='.?*' --exclude='.?*' -e ${shq(term)} -- . 2>/dev/null | grep -v ':0$'`, 60, { cwd: abs });
     const rows = r.stdout
       .split('\n')
       .filter((l) => l !== '')

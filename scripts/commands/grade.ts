@@ -51,7 +51,10 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
   const preds: Prediction[] = o.predictions === 'gold' ? goldPredictions(tasks) : await loadPredictions(o.predictions);
   checkPredictionIds(preds, new Set(byId.keys()), o.tasksFile);
   const toRun = preds.filter((p) => p.model_patch !== null && p.model_patch.trim() !== '');
-  await buildImages(toRun.map((p) => byId.get(p.instance_id)!), { concurrency: 2 });
+  await buildImages(
+    toRun.map((p) => byId.get(p.instance_id)!),
+    { concurrency: 2 },
+  );
   const backend = o.backend ?? (await createSandboxBackend());
   const reports = new Map<string, InstanceReport>();
   const failures = new Map<string, string>();
@@ -110,53 +113,65 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
 }
 
 export function register(program: Command): void {
-  withBackendOptions(program
-    .command('grade')
-    .description('grade a SWE-bench predictions file (or the gold patches) in fresh containers (or pods); harness-shaped reports'))
+  withBackendOptions(program.command('grade').description('grade a SWE-bench predictions file (or the gold patches) in fresh containers (or pods); harness-shaped reports'))
     .option('--tasks <file>', 'tasks file (.jsonl or .parquet)')
     .requiredOption('--predictions <file|gold>', 'predictions: JSONL, JSON list or dict of {instance_id, model_name_or_path, model_patch}; "gold" for the tasks\' own patches')
     .requiredOption('--out <dir>', 'output directory')
     .option('--concurrency <n>', 'predictions graded at once (one container each)', '2')
     .option('--run-id <id>', 'names the summary file <model>.<run-id>.json', 'swerl-grade')
     .option('--timeout <s>', 'test command limit in seconds (default 300)')
-    .action(async (opt: { tasks?: string; predictions: string; out: string; concurrency: string; runId: string; timeout?: string; backend: string; kubeconfig?: string; namespace?: string }) => {
-      const backend = await sandboxBackendFrom(parseBackendOptions(opt));
-      const tasksFile = opt.tasks ?? defaultTasksFile();
-      if (!tasksFile) throw new Error('--tasks FILE is required (no default tasks file found)');
-      const concurrency = Number(opt.concurrency);
-      if (!Number.isInteger(concurrency) || concurrency < 1) throw new Error(`--concurrency must be a positive integer, got ${opt.concurrency}`);
-      const timeoutS = opt.timeout === undefined ? undefined : Number(opt.timeout);
-      if (timeoutS !== undefined && !(timeoutS > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${opt.timeout}`);
-      const bar = process.stderr.isTTY ? new cliProgress.SingleBar({ format: 'grading [{bar}] {value}/{total} {last}', stream: process.stderr }, cliProgress.Presets.shades_classic) : null;
-      let started = false;
-      const { summary, summaryPath, loadErrors } = await gradePredictions({
-        tasksFile: resolve(tasksFile),
-        predictions: opt.predictions === 'gold' ? 'gold' : resolve(opt.predictions),
-        outDir: resolve(opt.out),
-        runId: opt.runId,
-        concurrency,
-        backend,
-        ...(timeoutS !== undefined ? { timeoutS } : {}),
-        onProgress: (done, total, last) => {
-          if (bar) {
-            if (!started) bar.start(total, 0, { last: '' });
-            started = true;
-            bar.update(done, { last: `${last.instanceId}: ${last.outcome}` });
-          } else console.error(`[grade] ${done}/${total} ${last.instanceId}: ${last.outcome}`);
-        },
-      });
-      bar?.stop();
-      for (const e of loadErrors) console.error(`[grade] ${tasksFile}: ${e}`);
-      console.log(`Total instances: ${summary.total_instances}`);
-      console.log(`Instances submitted: ${summary.submitted_instances}`);
-      console.log(`Instances completed: ${summary.completed_instances}`);
-      console.log(`Instances incomplete: ${summary.incomplete_ids.length}`);
-      console.log(`Instances resolved: ${summary.resolved_instances}`);
-      console.log(`Instances unresolved: ${summary.unresolved_instances}`);
-      console.log(`Instances with empty patches: ${summary.empty_patch_instances}`);
-      console.log(`Instances with errors: ${summary.error_instances}`);
-      for (const [id, why] of Object.entries(summary.error_reasons)) console.log(`  error ${id}: ${why}`);
-      console.log(`Report written to ${summaryPath}`);
-      process.exitCode = summary.error_instances ? 1 : 0;
-    });
+    .action(
+      async (opt: {
+        tasks?: string;
+        predictions: string;
+        out: string;
+        concurrency: string;
+        runId: string;
+        timeout?: string;
+        backend: string;
+        kubeconfig?: string;
+        namespace?: string;
+      }) => {
+        const backend = await sandboxBackendFrom(parseBackendOptions(opt));
+        const tasksFile = opt.tasks ?? defaultTasksFile();
+        if (!tasksFile) throw new Error('--tasks FILE is required (no default tasks file found)');
+        const concurrency = Number(opt.concurrency);
+        if (!Number.isInteger(concurrency) || concurrency < 1) throw new Error(`--concurrency must be a positive integer, got ${opt.concurrency}`);
+        const timeoutS = opt.timeout === undefined ? undefined : Number(opt.timeout);
+        if (timeoutS !== undefined && !(timeoutS > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${opt.timeout}`);
+        const bar = process.stderr.isTTY
+          ? new cliProgress.SingleBar({ format: 'grading [{bar}] {value}/{total} {last}', stream: process.stderr }, cliProgress.Presets.shades_classic)
+          : null;
+        let started = false;
+        const { summary, summaryPath, loadErrors } = await gradePredictions({
+          tasksFile: resolve(tasksFile),
+          predictions: opt.predictions === 'gold' ? 'gold' : resolve(opt.predictions),
+          outDir: resolve(opt.out),
+          runId: opt.runId,
+          concurrency,
+          backend,
+          ...(timeoutS !== undefined ? { timeoutS } : {}),
+          onProgress: (done, total, last) => {
+            if (bar) {
+              if (!started) bar.start(total, 0, { last: '' });
+              started = true;
+              bar.update(done, { last: `${last.instanceId}: ${last.outcome}` });
+            } else console.error(`[grade] ${done}/${total} ${last.instanceId}: ${last.outcome}`);
+          },
+        });
+        bar?.stop();
+        for (const e of loadErrors) console.error(`[grade] ${tasksFile}: ${e}`);
+        console.log(`Total instances: ${summary.total_instances}`);
+        console.log(`Instances submitted: ${summary.submitted_instances}`);
+        console.log(`Instances completed: ${summary.completed_instances}`);
+        console.log(`Instances incomplete: ${summary.incomplete_ids.length}`);
+        console.log(`Instances resolved: ${summary.resolved_instances}`);
+        console.log(`Instances unresolved: ${summary.unresolved_instances}`);
+        console.log(`Instances with empty patches: ${summary.empty_patch_instances}`);
+        console.log(`Instances with errors: ${summary.error_instances}`);
+        for (const [id, why] of Object.entries(summary.error_reasons)) console.log(`  error ${id}: ${why}`);
+        console.log(`Report written to ${summaryPath}`);
+        process.exitCode = summary.error_instances ? 1 : 0;
+      },
+    );
 }

@@ -32,7 +32,11 @@ export function register(program: Command): void {
   const model = program.command('model').description('model checkpoints (presets, initialisation)');
   model
     .command('init')
-    .description(`write a randomly initialised Qwen3 checkpoint: ${Object.values(PRESETS).map((p) => `${p.name} (${p.description})`).join('; ')}`)
+    .description(
+      `write a randomly initialised Qwen3 checkpoint: ${Object.values(PRESETS)
+        .map((p) => `${p.name} (${p.description})`)
+        .join('; ')}`,
+    )
     .requiredOption('--out <dir>', 'output directory (must not exist, or be empty)')
     .requiredOption('--preset <name>', `one of ${PRESET_NAMES.join(', ')}`)
     .option('--seed <n>', 'RNG seed for the weights', '0')

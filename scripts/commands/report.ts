@@ -102,7 +102,14 @@ async function endedWithoutReport(address: string, namespace: string, runId: str
   }
 }
 
-export async function report(o: { runId: string; store: string; sync?: boolean; address?: string; namespace?: string; log?: (s: string) => void }): Promise<{ lines: MetricsLine[]; plots: string[] }> {
+export async function report(o: {
+  runId: string;
+  store: string;
+  sync?: boolean;
+  address?: string;
+  namespace?: string;
+  log?: (s: string) => void;
+}): Promise<{ lines: MetricsLine[]; plots: string[] }> {
   const log = o.log ?? console.log;
   const storeUrl = o.store.includes('://') ? o.store : fileStoreUrl(o.store);
   const store = openStore(storeUrl);
@@ -129,8 +136,8 @@ export function register(program: Command): void {
     .command('report')
     .description("redraw a run's curves into its store directory and print a summary")
     .argument('<run>', 'run id')
-    .option('--store <url-or-dir>', 'the run\'s artifact store (file:// URL or directory)', 'file://.runs/store')
-    .option('--sync', 'also send what MLflow has not received yet (when the run has config.tracking.mlflow); a terminated run\'s MLflow run is closed KILLED')
+    .option('--store <url-or-dir>', "the run's artifact store (file:// URL or directory)", 'file://.runs/store')
+    .option('--sync', "also send what MLflow has not received yet (when the run has config.tracking.mlflow); a terminated run's MLflow run is closed KILLED")
     .option('--address <host:port>', 'Temporal frontend, asked with --sync how the run ended', process.env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233')
     .option('--namespace <ns>', 'Temporal namespace', process.env.TEMPORAL_NAMESPACE ?? 'default')
     .action(async (runId: string, raw: { store: string; sync?: boolean; address: string; namespace: string }) => {

@@ -17,7 +17,9 @@ const ServerOptionsSchema = z.object({
 export function register(program: Command): void {
   program
     .command('server')
-    .description('run a local Temporal dev server (SQLite) with the search attributes of runs and evaluations (RlIteration, RlMeanReward, RlPhase, RlEvalPass1, EvalPass1, EvalDone)')
+    .description(
+      'run a local Temporal dev server (SQLite) with the search attributes of runs and evaluations (RlIteration, RlMeanReward, RlPhase, RlEvalPass1, EvalPass1, EvalDone)',
+    )
     .option('--dir <dir>', 'directory for temporal.sqlite and temporal.log', '.runs/temporal')
     .option('--port <port>', 'frontend gRPC port', '7233')
     .option('--ui-port <port>', 'web UI port', '8233')
@@ -42,7 +44,7 @@ export function register(program: Command): void {
         return;
       }
       console.log(`Temporal dev server at ${server.address} (db ${server.dbFile})${server.uiUrl ? `, web UI ${server.uiUrl}` : ''}`);
-      if (server.uiUrl) console.log('the run dashboard views and columns: `swerl ui-views`, pasted into the web UI\'s browser console (docs/monitoring.md)');
+      if (server.uiUrl) console.log("the run dashboard views and columns: `swerl ui-views`, pasted into the web UI's browser console (docs/monitoring.md)");
       const stop = () => void server.stop().then(() => process.exit(0));
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
@@ -51,7 +53,7 @@ export function register(program: Command): void {
 
   program
     .command('ui-views')
-    .description("print JavaScript that adds the training-run saved views and columns to the Temporal web UI (paste into its browser console)")
+    .description('print JavaScript that adds the training-run saved views and columns to the Temporal web UI (paste into its browser console)')
     .option('--namespace <ns>', 'Temporal namespace', process.env.TEMPORAL_NAMESPACE ?? 'default')
     .action((o: { namespace: string }) => {
       console.log(uiViewsScript(o.namespace));

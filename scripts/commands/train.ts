@@ -48,10 +48,11 @@ function readMetrics(storeUrl: string, runId: string): IterationMetrics[] {
   try {
     const text = readFileSync(openStore(storeUrl).dirFor(keys.metrics(runId)), 'utf8');
     const byIter = new Map<number, IterationMetrics>();
-    for (const l of text.split('\n')) if (l.trim()) {
-      const m = JSON.parse(l) as IterationMetrics;
-      if (!byIter.has(m.iteration)) byIter.set(m.iteration, m);
-    }
+    for (const l of text.split('\n'))
+      if (l.trim()) {
+        const m = JSON.parse(l) as IterationMetrics;
+        if (!byIter.has(m.iteration)) byIter.set(m.iteration, m);
+      }
     return [...byIter.values()].sort((a, b) => a.iteration - b.iteration);
   } catch {
     return [];
@@ -95,7 +96,9 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
     const embedded = { server, workers };
     const onSignal = (sig: NodeJS.Signals) => {
       console.error(`\n${sig}: stopping the embedded worker and server (resume with the same --out and --run-id ${runId})`);
-      void Promise.allSettled([embedded.workers.shutdown()]).then(() => embedded.server.stop()).then(() => process.exit(130));
+      void Promise.allSettled([embedded.workers.shutdown()])
+        .then(() => embedded.server.stop())
+        .then(() => process.exit(130));
     };
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
@@ -128,12 +131,13 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
     const flushMetrics = () => {
       const ms = readMetrics(config.store.url, runId);
       if (ms.length) writeFileSync(metricsPath, ms.map((m) => JSON.stringify(m)).join('\n') + '\n');
-      for (const m of ms) if (m.iteration > printed) {
-        bar?.stop();
-        bar = null;
-        log(formatMetrics(m));
-        printed = m.iteration;
-      }
+      for (const m of ms)
+        if (m.iteration > printed) {
+          bar?.stop();
+          bar = null;
+          log(formatMetrics(m));
+          printed = m.iteration;
+        }
     };
     while (!finished) {
       await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);

@@ -7,7 +7,12 @@ import { startWorkerMetrics } from '../../workers/metrics-server.ts';
 const WorkerOptionsSchema = z.object({
   queues: z
     .string()
-    .transform((s) => s.split(',').map((q) => q.trim()).filter(Boolean))
+    .transform((s) =>
+      s
+        .split(',')
+        .map((q) => q.trim())
+        .filter(Boolean),
+    )
     .pipe(z.array(z.enum(['rollout', 'learner'])).min(1)),
   address: z.string().min(1),
   namespace: z.string().min(1),
@@ -42,7 +47,7 @@ export function register(program: Command): void {
     .option('--max-rollouts <n>', 'rollouts run at once in this process', '16')
     .option('--resume-store <url>', 'at start, serve the newest checkpoint of --resume-run from this store')
     .option('--resume-run <id>', 'run id for --resume-store')
-    .option('--metrics-port <port>', 'serve Prometheus metrics (ours and the Temporal SDK\'s) on this port at /metrics (0: a free port)')
+    .option('--metrics-port <port>', "serve Prometheus metrics (ours and the Temporal SDK's) on this port at /metrics (0: a free port)")
     .option('--metrics-host <host>', 'address the metrics endpoint binds', '127.0.0.1')
     .option('--connect-wait-seconds <n>', 'keep trying the first connection to the Temporal frontend this long (0: one try)', '60')
     .option('--sandbox-sweep-seconds <n>', 'remove sandboxes of dead workers on this host at start, expired ones every n seconds (0: never)', '60')
@@ -57,12 +62,19 @@ export function register(program: Command): void {
       const o = parsed.data;
       // before any connection: the SDK's metrics exporter is part of its runtime
       const metrics = o.metricsPort === undefined ? null : await startWorkerMetrics({ host: o.metricsHost, port: o.metricsPort });
-      if (metrics) console.log(`metrics on ${metrics.url}${metrics.sdk ? ' (ours and the Temporal SDK\'s)' : ''}`);
+      if (metrics) console.log(`metrics on ${metrics.url}${metrics.sdk ? " (ours and the Temporal SDK's)" : ''}`);
       const running = await startWorkers({
         address: o.address,
         namespace: o.namespace,
         queues: o.queues as QueueName[],
-        learner: { device: o.device, threads: o.threads, policyHost: o.policyHost, policyPort: o.policyPort, policyModels: o.policyModels, ...(o.policyUrl ? { advertiseUrl: o.policyUrl } : {}) },
+        learner: {
+          device: o.device,
+          threads: o.threads,
+          policyHost: o.policyHost,
+          policyPort: o.policyPort,
+          policyModels: o.policyModels,
+          ...(o.policyUrl ? { advertiseUrl: o.policyUrl } : {}),
+        },
         maxConcurrentRollouts: o.maxRollouts,
         sandboxSweepSeconds: o.sandboxSweepSeconds,
         connectWaitSeconds: o.connectWaitSeconds,

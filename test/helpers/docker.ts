@@ -10,7 +10,8 @@ import { loadTasksStrict, type SweTask } from '../../lib/swe/task.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-export const TASKS_FILE = [resolve(ROOT, '../shared/swe-tasks/tasks.jsonl'), '/work/shared/swe-tasks/tasks.jsonl'].find((f) => existsSync(f)) ?? resolve(ROOT, '../shared/swe-tasks/tasks.jsonl');
+export const TASKS_FILE =
+  [resolve(ROOT, '../shared/swe-tasks/tasks.jsonl'), '/work/shared/swe-tasks/tasks.jsonl'].find((f) => existsSync(f)) ?? resolve(ROOT, '../shared/swe-tasks/tasks.jsonl');
 
 /** Fails with what to do when no engine answers (scripts/setup.sh --test starts one). */
 export async function requireDocker(): Promise<void> {

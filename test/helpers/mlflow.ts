@@ -23,8 +23,11 @@ export async function startMlflowServer(dir: string): Promise<MlflowServer> {
   const port = await freePort();
   const uri = `http://127.0.0.1:${port}`;
   let child: ChildProcess | null = null;
-  const api = async <T,>(path: string, body?: unknown): Promise<T> => {
-    const res = await fetch(`${uri}/api/2.0/mlflow/${path}`, body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const api = async <T>(path: string, body?: unknown): Promise<T> => {
+    const res = await fetch(
+      `${uri}/api/2.0/mlflow/${path}`,
+      body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
+    );
     const text = await res.text();
     if (!res.ok) throw new Error(`MLflow ${path}: ${res.status} ${text.slice(0, 300)}`);
     return JSON.parse(text) as T;
@@ -37,15 +40,32 @@ export async function startMlflowServer(dir: string): Promise<MlflowServer> {
       // its own process group: `mlflow server` runs uvicorn as a child, and both must go on stop()
       child = spawn(
         MLFLOW_BIN,
-        ['server', '--host', '127.0.0.1', '--port', String(port), '--workers', '1', '--backend-store-uri', `sqlite:///${join(dir, 'mlflow.db')}`, '--artifacts-destination', join(dir, 'artifacts')],
+        [
+          'server',
+          '--host',
+          '127.0.0.1',
+          '--port',
+          String(port),
+          '--workers',
+          '1',
+          '--backend-store-uri',
+          `sqlite:///${join(dir, 'mlflow.db')}`,
+          '--artifacts-destination',
+          join(dir, 'artifacts'),
+        ],
         { stdio: ['ignore', fd, fd], detached: true, env: { ...process.env, MLFLOW_SERVER_ENABLE_JOB_EXECUTION: 'false' } },
       );
       closeSync(fd);
       const c = child;
-      await waitFor(`MLflow server at ${uri} (log ${join(dir, 'mlflow.log')})`, async () => {
-        if (c.exitCode !== null) throw new Error(`mlflow server exited ${c.exitCode}`);
-        return (await fetch(`${uri}/health`)).ok;
-      }, 240_000, 250);
+      await waitFor(
+        `MLflow server at ${uri} (log ${join(dir, 'mlflow.log')})`,
+        async () => {
+          if (c.exitCode !== null) throw new Error(`mlflow server exited ${c.exitCode}`);
+          return (await fetch(`${uri}/health`)).ok;
+        },
+        240_000,
+        250,
+      );
     },
     async stop() {
       const c = child;
@@ -56,7 +76,16 @@ export async function startMlflowServer(dir: string): Promise<MlflowServer> {
       await exited;
       clearTimeout(t);
       // the uvicorn child may outlive its parent by a moment
-      await waitFor('the MLflow port to close', async () => !(await fetch(`${uri}/health`).then(() => true, () => false)), 20_000, 100);
+      await waitFor(
+        'the MLflow port to close',
+        async () =>
+          !(await fetch(`${uri}/health`).then(
+            () => true,
+            () => false,
+          )),
+        20_000,
+        100,
+      );
       child = null;
     },
   };

@@ -66,8 +66,24 @@ export async function startPrivateDockerd(opts: { sizeMiB?: number } = {}): Prom
   writeFileSync(config, '{}');
   sh(`fallocate -l ${opts.sizeMiB ?? 3072}M ${img} && mkfs.btrfs -q ${img} && mkdir -p ${dataRoot} && mount -o loop ${img} ${dataRoot}`, 'making the btrfs data root');
   const args = [
-    '-H', `unix://${socket}`, '--data-root', dataRoot, '--exec-root', join(dir, 'exec'), '--pidfile', join(dir, 'docker.pid'),
-    '--config-file', config, '--storage-driver', 'btrfs', '--iptables=false', '--ip-masq=false', '--ip6tables=false', '--bridge=none', '--log-level', 'warn',
+    '-H',
+    `unix://${socket}`,
+    '--data-root',
+    dataRoot,
+    '--exec-root',
+    join(dir, 'exec'),
+    '--pidfile',
+    join(dir, 'docker.pid'),
+    '--config-file',
+    config,
+    '--storage-driver',
+    'btrfs',
+    '--iptables=false',
+    '--ip-masq=false',
+    '--ip6tables=false',
+    '--bridge=none',
+    '--log-level',
+    'warn',
   ];
   const docker = new Docker({ socketPath: socket });
   let child: ChildProcess;

@@ -6,7 +6,10 @@ import { join } from 'node:path';
 import { freePort } from '../../services/temporal-server.ts';
 import { waitFor } from './temporal.ts';
 
-export interface PromSample { metric: Record<string, string>; value: number }
+export interface PromSample {
+  metric: Record<string, string>;
+  value: number;
+}
 
 export interface PrometheusServer {
   url: string;

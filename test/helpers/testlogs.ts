@@ -54,4 +54,3 @@ export const FIXTURES = readdirSync(DIR)
   .filter((f) => f.endsWith('.log'))
   .map((f) => f.slice(0, -4))
   .sort();
-
