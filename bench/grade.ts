@@ -17,6 +17,7 @@ import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches, withIdsCmd } from '../test/helpers/adversarial.ts';
 import { imagesFor, sharedTasks, testBackend } from '../test/helpers/docker.ts';
+import { mapInLanes } from '../lib/pool.ts';
 
 const { values } = parseArgs({
   options: {
@@ -93,19 +94,8 @@ function cpuMetered(backend: SandboxBackend): { backend: SandboxBackend; cpu: Ma
   };
 }
 
-async function pool<T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> {
-  const out: T[] = new Array(jobs.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(n, jobs.length) }, async () => {
-      while (next < jobs.length) {
-        const i = next++;
-        out[i] = await jobs[i]!();
-      }
-    }),
-  );
-  return out;
-}
+/** runs `jobs`, at most `n` at once (lib/pool.ts) */
+const pool = <T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> => mapInLanes(jobs, n, (job) => job());
 
 const { backend: plain, cleanup } = testBackend();
 try {

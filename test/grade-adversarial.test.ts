@@ -13,6 +13,7 @@ import { gradePatch, type GradeResult } from '../activities/grade.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches, withIdsCmd } from './helpers/adversarial.ts';
 import { imagesFor, requireDocker, sharedTasks, testBackend } from './helpers/docker.ts';
+import { mapInLanes } from '../lib/pool.ts';
 
 const { backend, cleanup } = testBackend();
 const CONCURRENCY = Number(process.env.SWERL_GRADE_CONCURRENCY ?? 3);
@@ -26,19 +27,8 @@ const results = new Map<string, GradeResult>();
 const goldByIds = new Map<string, GradeResult>();
 let corpusSeconds = 0;
 
-async function pool<T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> {
-  const out: T[] = new Array(jobs.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(n, jobs.length) }, async () => {
-      while (next < jobs.length) {
-        const i = next++;
-        out[i] = await jobs[i]!();
-      }
-    }),
-  );
-  return out;
-}
+/** runs `jobs`, at most `n` at once (lib/pool.ts) */
+const pool = <T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> => mapInLanes(jobs, n, (job) => job());
 
 before(async () => {
   await requireDocker();
