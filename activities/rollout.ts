@@ -291,7 +291,8 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       iteration: n,
       taskId,
       sample,
-      checkpoint,
+      // a streaming episode's first turn may already be on a checkpoint newer than the one it was admitted on
+      checkpoint: result.versions?.[result.promptLength] ?? checkpoint,
       ids: result.ids,
       mask: result.mask,
       logprobs: result.logprobs,
