@@ -21,7 +21,7 @@ import { UNTIED_HEAD_FILE, untiedHeadFile } from '../services/vllm.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import type { FsdpLearner } from '../gpu-learner/fsdp/index.ts';
-import type { ServableModel } from '../policy-server/index.ts';
+import type { PolicyServer, ServableModel } from '../policy-server/index.ts';
 import type { InitCheckpointInput, InitCheckpointResult, LearnerItem, LearnerStepInput, LearnerStepResult, SyncPolicyInput, SyncPolicyResult } from '../workflows/shapes.ts';
 import { checkpointBytes, checkpointBytesWritten, learnerStepSeconds, mismatchK3, mismatchMaxAbsDelta, mismatchMeanAbsDelta, syncProbeMaxDelta } from './metrics.ts';
 
@@ -38,12 +38,6 @@ export interface LearnerEngine {
 }
 /** The native engine as the worker keeps it (gpu-learner's Learner): it trains, and its copies serve. */
 export type LearnerHandle = LearnerEngine & ServableModel;
-interface PolicyServerHandle {
-  url: string;
-  port: number;
-  close(): Promise<void>;
-  serveDirectory(dir: string, checkpoint: number): Promise<{ loaded: boolean }>;
-}
 
 export interface LearnerWorkerOptions {
   device?: 'cpu' | 'cuda';
@@ -67,14 +61,14 @@ const CARRIED_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_token
 export class LearnerContext {
   learner: LearnerHandle | null = null;
   loaded: { dir: string; checkpoint: number } | null = null;
-  server: PolicyServerHandle | null = null;
+  server: PolicyServer | null = null;
   /** the FSDP engine's process group (learner.engine "fsdp"), started on the first step that needs it */
   trainer: FsdpLearner | null = null;
   /** how many process groups this worker started (a restart after a rank died counts) */
   trainerStarts = 0;
   private trainerKey = '';
   private lock: Promise<unknown> = Promise.resolve();
-  private serverStarting: Promise<PolicyServerHandle> | null = null;
+  private serverStarting: Promise<PolicyServer> | null = null;
   constructor(readonly options: LearnerWorkerOptions = {}) {}
 
   /** gpu-learner's Learner.load, or the engine the worker was given. */
@@ -133,7 +127,7 @@ export class LearnerContext {
    * Our policy server serves checkpoint `dir` (index `checkpoint`) from now on: its own copy, held or loaded from the
    * directory (started with it on first use). Needs no exclusive(): it never touches the Learner being trained.
    */
-  async serveCheckpoint(dir: string, checkpoint: number): Promise<PolicyServerHandle> {
+  async serveCheckpoint(dir: string, checkpoint: number): Promise<PolicyServer> {
     if (this.server) {
       await this.server.serveDirectory(dir, checkpoint);
       return this.server;
@@ -146,7 +140,7 @@ export class LearnerContext {
     return server;
   }
 
-  private async startServer(dir: string, checkpoint: number): Promise<PolicyServerHandle> {
+  private async startServer(dir: string, checkpoint: number): Promise<PolicyServer> {
     const { startPolicyServer } = await import('../policy-server/index.ts');
     this.server = await startPolicyServer({
       port: this.options.policyPort ?? 0,

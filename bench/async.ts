@@ -283,13 +283,11 @@ const byCheckpoint = (r: Result) => {
   });
   return m;
 };
-const plainRuns = results.filter((r) => r.scenario === 'plain');
-const common = plainRuns.length ? [...byCheckpoint(plainRuns[0]).keys()].filter((c) => plainRuns.every((r) => byCheckpoint(r).has(c))).sort((a, b) => a - b) : [];
+const checkpointsOf = new Map(results.filter((r) => r.scenario === 'plain').map((r) => [r, byCheckpoint(r)]));
+const maps = [...checkpointsOf.values()];
+const common = maps.length ? [...maps[0]!.keys()].filter((c) => maps.every((m) => m.has(c))).sort((a, b) => a - b) : [];
 const window = third(common, 'last');
-const windowSuccess = (r: Result) => {
-  const m = byCheckpoint(r);
-  return mean(window.map((c) => mean(m.get(c)!)));
-};
+const windowSuccess = (r: Result) => mean(window.map((c) => mean(checkpointsOf.get(r)!.get(c)!)));
 const stepLastThird = (r: Result) => mean(third(r.success, 'last'));
 const afterRamp = (r: Result, xs: number[]) => xs.slice(Math.min(r.bound, xs.length - 1));
 const syncWin = syncRuns.map(windowSuccess);
