@@ -8,7 +8,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TrainingConfigInput } from '../lib/config.ts';
 import type { ChildProcess } from 'node:child_process';
-import { startWorkers } from '../workers/index.ts';
+import { STICKY_QUEUE_TIMEOUT, startWorkers } from '../workers/index.ts';
+import { RetryPolicies } from '../lib/failures.ts';
 import { keys, listCheckpoints, openStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import { progressQuery, statusQuery } from '../workflows/signals.ts';
@@ -29,6 +30,9 @@ async function workerReady(logFile: string, restarts: number): Promise<number> {
   await waitFor('the restarted worker ready', async () => (readFileSync(logFile, 'utf8').match(/^worker on /gm) ?? []).length > restarts, 120_000, 50);
   return Date.now();
 }
+
+/** a duration written in whole seconds ('3s') */
+const seconds = (d: unknown): number => Number(/^(\d+)s$/.exec(String(d))![1]);
 
 /** rollouts in flight at once: 32 rollouts run in 4 waves, so the rollout phase is long enough to catch */
 const WAVE = 8;
@@ -152,12 +156,20 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
     assert.equal(result.iterations, 3);
     await checkRun(config.store.url, runId, 3, 32);
     // after the new worker is ready, the interrupted iteration waits at most one heartbeat timeout for its lost
-    // rollouts, then does what an undisturbed iteration (iteration 0, same run) does
+    // rollouts (the new worker fails them at once when it finds them), one retry interval, and once for its next
+    // workflow task held on the dead worker's sticky queue; then it does what an undisturbed iteration
+    // (iteration 0, same run) does, twice over for a process that has just started
     const undisturbed = (await iterationMetrics(config.store.url, runId))[0]!.iterationSeconds;
-    const bound = config.rollout.heartbeatTimeoutSeconds! + 2 * undisturbed;
+    const waits = {
+      heartbeat: config.rollout.heartbeatTimeoutSeconds!,
+      retry: seconds(RetryPolicies.rollout(1).initialInterval),
+      sticky: seconds(STICKY_QUEUE_TIMEOUT),
+    };
+    const bound = waits.heartbeat + waits.retry + waits.sticky + 2 * undisturbed;
     assert.ok(
       rolloutRecovery.afterReady <= bound,
-      `resumed ${rolloutRecovery.afterReady.toFixed(1)} s after the new worker was ready; bound ${bound.toFixed(1)} s (heartbeat timeout + 2 × ${undisturbed.toFixed(1)} s)`,
+      `resumed ${rolloutRecovery.afterReady.toFixed(1)} s after the new worker was ready; bound ${bound.toFixed(1)} s ` +
+        `(heartbeat timeout ${waits.heartbeat} s + retry ${waits.retry} s + sticky queue ${waits.sticky} s + 2 × ${undisturbed.toFixed(1)} s)`,
     );
   } finally {
     if (worker.exitCode === null) {

@@ -325,10 +325,15 @@ test('pump (streaming, η = 2): rollouts may move up to their batch; a stop afte
   const { activities, seen } = pumpStubs();
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inFirstStep = new Promise<void>((r) => (entered = r));
   const step = activities.learnerStep!;
   // the first step waits until the stop request is in
   activities.learnerStep = async (inp) => {
-    if (inp.checkpoint === 0) await gate;
+    if (inp.checkpoint === 0) {
+      entered();
+      await gate;
+    }
     return step(inp);
   };
   const config = tinyConfig('/tmp/unused', {
@@ -339,9 +344,14 @@ test('pump (streaming, η = 2): rollouts may move up to their batch; a stop afte
     async: { mode: 'pump', maxStaleness: 2, order: 'streaming' },
   });
   const h = await withWorkers(activities, () => env.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: 'wf-pump-stop', args: [config] }));
+  await inFirstStep;
+  // while step 0 waits, the pump fills up to C and the two later batches finish their rollouts
   const deadline = Date.now() + 60_000;
-  while (seen.steps.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  const st = await h.query(statusQuery);
+  let st = await h.query(statusQuery);
+  while (st.pump?.done !== 4 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50));
+    st = await h.query(statusQuery);
+  }
   assert.deepEqual(st.pump, { inFlight: 0, done: 4, next: 6 }, 'three batches admitted (C = 12 rollouts), batch 0 in its step, batches 1 and 2 complete');
   await h.signal(stopAfterIterationSignal, { iteration: 1 });
   release();

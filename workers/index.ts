@@ -12,7 +12,8 @@ import { failOrphanedActivities, workerIdentity } from './orphans.ts';
 
 export type QueueName = keyof typeof TASK_QUEUES;
 
-const STICKY_QUEUE_TIMEOUT = '3s';
+/** how long a workflow's next task waits on a dead worker's sticky queue before any worker may take it */
+export const STICKY_QUEUE_TIMEOUT = '3s';
 /**
  * Heartbeats reach the server at least this often (the SDK's default throttle is 80% of the heartbeat
  * timeout, which leaves a 5 s timeout one second of slack for an event-loop stall; this leaves three).
