@@ -28,7 +28,9 @@ import { ROOT, spawnWorker, startTestTemporal, waitFor, type TestTemporal } from
 
 const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 /** small on purpose: the model's replies and the first prompt (about 1,600 tokens) must meet the context's end within a few turns */
-const CONTEXT = 3072;
+const CONTEXT = 2560;
+/** the grammar test's server: the context and turn length its seed was chosen with */
+const GRAMMAR_CONTEXT = 3072;
 
 let t: TestTemporal;
 let tasks: SweTask[];
@@ -91,8 +93,8 @@ function config(evalId: string, toolFormat: 'text' | 'openai', taskIds: readonly
     sampling: { temperature: 0.7, topP: 0.95 },
     maxSteps: 6,
     // short turns keep the test's time down (about 30 tokens/s on one thread); six of them with their observations
-    // outgrow the 3,072-token context, so episodes also meet the context rule on a real server
-    maxTokensPerTurn: 256,
+    // outgrow the 2,560-token context, so episodes also meet the context rule on a real server
+    maxTokensPerTurn: 128,
     concurrency: 2,
     heartbeatTimeoutSeconds: 20,
     store: { url: fileStoreUrl(join(t.dir, 'store')) },
@@ -176,14 +178,14 @@ test('malformed calls from a model held to a grammar of them: each turn gets the
   const grammarFile = join(t.dir, 'calls.gbnf');
   writeFileSync(grammarFile, CALLS_GRAMMAR);
   const install = ensureLlama(ROOT);
-  const held = await startLlamaServer({ binary: install.binary, model: install.models[MODEL]!, alias: 'smollm2', ctxSize: CONTEXT, args: ['--grammar-file', grammarFile] });
+  const held = await startLlamaServer({ binary: install.binary, model: install.models[MODEL]!, alias: 'smollm2', ctxSize: GRAMMAR_CONTEXT, args: ['--grammar-file', grammarFile] });
   const worker = spawnWorker(['--queues', 'rollout,learner', '--address', t.server.address, '--max-rollouts', '1'], join(t.dir, 'worker-grammar.log'));
   try {
     const configPath = join(t.dir, 'llama-grammar.json');
     writeFileSync(
       configPath,
       JSON.stringify({
-        ...config('llama-grammar', 'text', [tasks[3]!.instance_id], { maxSteps: 8, seed: 11 }),
+        ...config('llama-grammar', 'text', [tasks[3]!.instance_id], { maxSteps: 8, seed: 11, maxTokensPerTurn: 256 }),
         model: { baseUrl: held.url, model: 'smollm2', api: 'chat', toolFormat: 'text' },
       }),
     );
@@ -221,7 +223,7 @@ test('a worker SIGKILLed mid-evaluation against llama-server: every episode stor
     const h = await t.client.workflow.start('evaluationRun', {
       taskQueue: 'learner',
       workflowId: 'llama-kill',
-      args: [config('llama-kill', 'text', ids, { heartbeatTimeoutSeconds: 8 })],
+      args: [config('llama-kill', 'text', ids, { heartbeatTimeoutSeconds: 8, maxSteps: 4 })],
     });
     const store = openStore(storeUrl);
     await waitFor('an episode stored and others in flight', async () => (await readEvalEpisodes(store, 'llama-kill')).length >= 1, 600_000, 200);
