@@ -8,20 +8,26 @@
 # Grouping is declared by each file, not listed here: its first line is `// test-group: NAME`, naming what
 # the file contends for.
 #   unit       nothing shared: pure code, or Temporal's TestWorkflowEnvironment. Run first, two at a time.
-#   docker     the shared Docker engine (sandboxes, grading, task images): one such file at a time.
+#   docker     the Docker engine (sandboxes, grading, task images): two files at a time (SWERL_TEST_DOCKER_SLOTS);
+#              a file that restarts an engine starts its own (test/helpers/private-dockerd.ts).
 #   cpu-heavy  the CPU itself (the native engine's numerics, the CUDA emulator, torch, tsc, llama-server's model):
 #              one at a time.
 #   temporal   dev servers, worker processes and the other servers it starts on free ports (MLflow,
 #              Prometheus, a browser): one at a time.
-#   cluster    a Kubernetes cluster: one at a time, in the cpu-heavy lane once its files are done (the shortest of
-#              the three; on a cold machine the cluster's build in the background is what it waits for).
-# The docker, cpu-heavy and temporal lanes run side by side, each one file at a time. A file with no
+#   cluster    a Kubernetes cluster: one at a time, in the cpu-heavy lane once its files are done (on a cold
+#              machine the cluster's build in the background is what it waits for).
+# The docker, cpu-heavy and temporal lanes run side by side, each starting with its longest files. A file with no
 # (or an unknown) group runs alone at the very end, so a new file is safe before it says what it needs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.tools/bin:$PATH"
 
 unit_only=0
+# Docker files two at a time: the engine serves both, and the CPU is what they share (the lanes keep it busy)
+docker_slots=${SWERL_TEST_DOCKER_SLOTS:-2}
+# the last full run's wall time per file (kept outside the clone, like the other caches): each lane starts with
+# its longest files, and files it does not know first
+times_cache="${XDG_CACHE_HOME:-$HOME/.cache}/swerl/test-times"
 [ "${1:-}" = --unit ] && unit_only=1
 
 group_of() { sed -n '1s#^// test-group: *\([a-z-]*\).*#\1#p' "$1"; }
@@ -38,31 +44,52 @@ logs=$(mktemp -d "${TMPDIR:-/tmp}/swerl-test-XXXXXX")
 trap 'rm -rf "$logs"' EXIT
 failed=0
 
-# runs the files of one group with `concurrency` at a time; spec output to the terminal (or to $logs/NAME.log
-# when `quiet`), TAP to $logs/*.tap for the totals. One at a time, each file is its own run, so its wall time
-# goes to $logs/times (printed at the end: what to look at when a lane grows).
+# file names on stdin, printed longest first by $times_cache (unknown files first, in their order)
+longest_first() {
+  awk -v cache="$times_cache" 'BEGIN { while ((getline l < cache) > 0) { n = split(l, a, " "); t[a[n]] = a[1] } }
+    { print (($0 in t) ? t[$0] : 1e9) "\t" NR "\t" $0 }' | sort -t$'\t' -k1,1nr -k2,2n | cut -f3-
+}
+
+# runs the files of group `name`. The unit files: one node --test run, `slots` files at a time, spec output to the
+# terminal. The other groups: each file its own run, `slots` of them at a time (each slot takes the next file when
+# its last one ends); spec output to the terminal, or with `quiet` to $logs/NAME/ to be printed in file order once
+# the lanes are done; each file's wall time to $logs/times (printed at the end: what to look at when a lane grows).
+# TAP to $logs/*.tap for the totals.
 run_group() {
-  local name=$1 concurrency=$2 quiet=$3
+  local name=$1 slots=$2 quiet=$3
   local -a files
-  mapfile -t files < <(printf '%s' "${lane[$name]}" | sed '/^$/d')
+  mapfile -t files < <(printf '%s' "${lane[$name]}" | sed '/^$/d' | longest_first)
   [ ${#files[@]} -eq 0 ] && return 0
-  # the spec output: to the terminal, or appended to the lane's log
-  out() { if [ "$quiet" = 1 ]; then "$@" >>"$logs/$name.log"; else "$@"; fi; }
-  echo "[test] $name: ${#files[@]} file(s)" >&2
-  if [ "$concurrency" -gt 1 ]; then
-    out node --import tsx --test --test-concurrency="$concurrency" \
+  echo "[test] $name: ${#files[@]} file(s), $slots at a time" >&2
+  if [ "$name" = unit ]; then
+    node --import tsx --test --test-concurrency="$slots" \
       --test-reporter=spec --test-reporter-destination=stdout \
       --test-reporter=tap --test-reporter-destination="$logs/$name.tap" "${files[@]}"
     return
   fi
-  local f started rc=0
-  for f in "${files[@]}"; do
-    started=$SECONDS
-    out node --import tsx --test \
-      --test-reporter=spec --test-reporter-destination=stdout \
-      --test-reporter=tap --test-reporter-destination="$logs/$name.$(basename "$f").tap" "$f" || rc=1
-    printf '%5d s  %-9s %s\n' $((SECONDS - started)) "$name" "$f" >>"$logs/times"
+  mkdir -p "$logs/$name"
+  echo 0 >"$logs/$name/next"
+  slot() {
+    local i f started rc=0
+    while :; do
+      i=$(flock "$logs/$name/next" bash -c 'i=$(cat "$1"); echo $((i + 1)) >"$1"; echo "$i"' _ "$logs/$name/next")
+      [ "$i" -lt ${#files[@]} ] || break
+      f=${files[$i]}
+      started=$SECONDS
+      local -a run=(node --import tsx --test --test-reporter=spec --test-reporter-destination=stdout
+        --test-reporter=tap --test-reporter-destination="$logs/$name.$(basename "$f").tap" "$f")
+      if [ "$quiet" = 1 ]; then "${run[@]}" >"$logs/$name/$(printf '%03d' "$i").log" || rc=1; else "${run[@]}" || rc=1; fi
+      printf '%5d s  %-9s %s\n' $((SECONDS - started)) "$name" "$f" >>"$logs/times"
+    done
+    return $rc
+  }
+  local -a pids=()
+  local k rc=0
+  for ((k = 0; k < slots; k++)); do
+    slot &
+    pids+=($!)
   done
+  for k in "${pids[@]}"; do wait "$k" || rc=1; done
   return $rc
 }
 
@@ -74,7 +101,7 @@ run_group unit 2 0 || failed=1
 
 if [ "$unit_only" = 0 ]; then
   pids=()
-  run_group docker 1 1 &
+  run_group docker "$docker_slots" 1 &
   pids+=($!)
   (
     rc=0
@@ -86,13 +113,14 @@ if [ "$unit_only" = 0 ]; then
   run_group temporal 1 1 &
   pids+=($!)
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed=1; done
-  for g in docker cpu-heavy temporal cluster; do [ -f "$logs/$g.log" ] && { echo "[test] ---- $g ----"; cat "$logs/$g.log"; }; done
+  for g in docker cpu-heavy temporal cluster; do [ -d "$logs/$g" ] && { echo "[test] ---- $g ----"; cat "$logs/$g"/*.log; }; done
   run_group exclusive 1 0 || failed=1
 fi
 
 if [ -f "$logs/times" ]; then
   echo "[test] wall time per file, longest first:"
   sort -rn "$logs/times" | head -20
+  [ "$unit_only" = 0 ] && mkdir -p "$(dirname "$times_cache")" && cp "$logs/times" "$times_cache"
 fi
 pass=0
 fail=0
