@@ -203,8 +203,9 @@ test('container killed, worker SIGKILLed, engine restarted during SWE rollouts: 
       const trajs = await Promise.all((await store.list(keys.trajectories(runId, n))).map((k) => store.getJson<Trajectory>(k)));
       assert.equal(trajs.length, 4, `iteration ${n}: every trajectory accounted for`);
       for (const tr of trajs) {
-        assert.equal(tr!.end, 'submitted');
-        assert.equal((tr!.info as { reason?: string }).reason, 'empty_patch');
+        const why = `iteration ${n} sample ${tr!.sample}: ${JSON.stringify(tr!.info)}`;
+        assert.equal(tr!.end, 'submitted', why);
+        assert.equal((tr!.info as { reason?: string }).reason, 'empty_patch', why);
       }
       const retried = trajs.filter((tr) => ((tr!.info as { failedAttempts?: unknown[] }).failedAttempts ?? []).length > 0);
       if (n === 0) {

@@ -477,7 +477,8 @@ export class K8sSandbox implements Sandbox {
       await this.checkAlive(`exec: ${(e as Error).message}`);
       throw new SandboxUnavailableError(`sandbox ${this.id}: exec: ${(e as Error).message}`);
     }
-    if (r.exit === -1 || r.exit === 137) await this.checkAlive(`while running ${JSON.stringify(cmd.slice(0, 80))}`);
+    // any signal's exit code, not only SIGKILL's: a command stopped because its pod went is no result of the agent's
+    if (r.exit === -1 || r.exit >= 128) await this.checkAlive(`while running ${JSON.stringify(cmd.slice(0, 80))}`);
     const res: K8sExecResult = toExecResult(r, timeoutS, (Date.now() - t0) / 1000);
     if (r.exit === 137 && !res.timedOut) {
       res.oomKilled = await this.checkOom();
