@@ -15,9 +15,9 @@
 #              one at a time.
 #   temporal   dev servers, worker processes and the other servers it starts on free ports (MLflow,
 #              Prometheus, a browser): one at a time.
-#   cluster    a Kubernetes cluster: one at a time, in a lane of its own (mostly waiting on pods, so it fills the
-#              CPU the other lanes leave; on a cold machine it waits for the cluster's build in the background).
-# The docker, cpu-heavy, temporal and cluster lanes run side by side, each starting with its longest files. A file with no
+#   cluster    a Kubernetes cluster: one at a time, in the cpu-heavy lane once its files are done (on a cold
+#              machine the cluster's build in the background is what it waits for).
+# The docker, cpu-heavy and temporal lanes run side by side, each starting with its longest files. A file with no
 # (or an unknown) group runs alone at the very end, so a new file is safe before it says what it needs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -106,9 +106,12 @@ if [ "$unit_only" = 0 ]; then
   pids=()
   run_group docker "$docker_slots" 1 &
   pids+=($!)
-  run_group cpu-heavy 1 1 &
-  pids+=($!)
-  run_group cluster 1 1 &
+  (
+    rc=0
+    run_group cpu-heavy 1 1 || rc=1
+    run_group cluster 1 1 || rc=1
+    exit $rc
+  ) &
   pids+=($!)
   run_group temporal 1 1 &
   pids+=($!)
