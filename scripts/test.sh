@@ -9,8 +9,7 @@
 # the file contends for.
 #   unit       nothing shared: pure code, or Temporal's TestWorkflowEnvironment. Run first, two at a time.
 #   docker     the Docker engine (sandboxes, grading, task images): one file at a time, two on more than 2 cores
-#              (SWERL_TEST_DOCKER_SLOTS);
-#              a file that restarts an engine starts its own (test/helpers/private-dockerd.ts).
+#              (SWERL_TEST_DOCKER_SLOTS); a file that restarts an engine starts its own (test/helpers/private-dockerd.ts).
 #   cpu-heavy  the CPU itself (the native engine's numerics, the CUDA emulator, torch, tsc, llama-server's model):
 #              one at a time.
 #   temporal   dev servers, worker processes and the other servers it starts on free ports (MLflow,

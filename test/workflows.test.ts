@@ -20,7 +20,7 @@ import type { GroupResult } from '../activities/pump.ts';
 import { statusQuery, stopAfterIterationSignal } from '../workflows/signals.ts';
 import { mergeIterationSummaries } from '../lib/grpo.ts';
 import type { EvaluationRunResult } from '../workflows/evaluation-shapes.ts';
-import { tinyConfig } from './helpers/temporal.ts';
+import { tinyConfig, waitFor } from './helpers/temporal.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -346,12 +346,15 @@ test('pump (streaming, η = 2): rollouts may move up to their batch; a stop afte
   const h = await withWorkers(activities, () => env.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: 'wf-pump-stop', args: [config] }));
   await inFirstStep;
   // while step 0 waits, the pump fills up to C and the two later batches finish their rollouts
-  const deadline = Date.now() + 60_000;
-  let st = await h.query(statusQuery);
-  while (st.pump?.done !== 4 && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 50));
-    st = await h.query(statusQuery);
-  }
+  const st = await waitFor(
+    'batches 1 and 2 done while step 0 waits',
+    async () => {
+      const s = await h.query(statusQuery);
+      return s.pump?.done === 4 ? s : null;
+    },
+    60_000,
+    50,
+  );
   assert.deepEqual(st.pump, { inFlight: 0, done: 4, next: 6 }, 'three batches admitted (C = 12 rollouts), batch 0 in its step, batches 1 and 2 complete');
   await h.signal(stopAfterIterationSignal, { iteration: 1 });
   release();

@@ -396,8 +396,8 @@ export class DockerSandbox implements Sandbox {
     if (r.exit === null && !r.hostTimedOut) throw await this.dead('exec ended without an exit code');
     if (r.exit === null || r.exit >= 128) {
       // did the container itself die under us (OOM of PID 1, removed, the engine restarted)? Any signal's exit code,
-      // not only SIGKILL's: a command the engine's restart stopped may end with 143, and is no result of the agent's
-      // (a patch diff failing so was graded diff_failed instead of being retried)
+      // not only SIGKILL's: a command stopped with its container (143 and others) is no result of the agent's, and a
+      // patch diff failing so would be graded diff_failed instead of being retried
       if (!(await this.isRunning())) throw await this.dead(`while running ${JSON.stringify(cmd.slice(0, 80))}`);
     }
     const timedOut = !disk.exceeded && (r.hostTimedOut || r.exit === 124 || (r.exit === 137 && elapsedS >= timeoutS));
