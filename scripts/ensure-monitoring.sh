@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the monitoring tests (test/mlflow.test.ts, test/prometheus.test.ts, test/run-progress.test.ts) and the
+# What the monitoring tests (test/temporal/mlflow.test.ts, test/temporal/prometheus.test.ts, test/temporal/run-progress.test.ts) and the
 # README's "Watching a run" commands need:
 # Debian's prometheus (a real server scraping a worker), chromium (headless screenshots of the Temporal
 # UI, driven by playwright-core; never a downloaded browser) and DejaVu fonts (plot text), installed only

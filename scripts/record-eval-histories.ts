@@ -1,4 +1,4 @@
-// Records histories of the evaluation workflows into test/histories/ for test/replay.test.ts (needs Docker
+// Records histories of the evaluation workflows into test/histories/ for test/unit/replay.test.ts (needs Docker
 // and the shared SWE tasks): evaluationRun with two shards (a scripted chat model: gold in run 0, nothing
 // in run 1), selectBestOfK over it (the tiny model as the execution-free judge, regression tests), and a
 // one-iteration SWE training run whose rlIteration starts a validation evaluationRun.

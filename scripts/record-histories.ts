@@ -1,5 +1,5 @@
 // Records histories of trainingRun (every run of its continue-as-new chain), rlIteration and rolloutChunk
-// from short FrozenLake runs on a temporary dev server, into test/histories/*.json for test/replay.test.ts.
+// from short FrozenLake runs on a temporary dev server, into test/histories/*.json for test/unit/replay.test.ts.
 // Re-record after an intended workflow change; a change that breaks replay of histories of runs still in
 // flight needs patched() until they end. Scenarios (arguments; all when none): `run` (trainingRun-0/1.json:
 // two runs of a continue-as-new chain with pause, update, query and resume, its tracker down so it ends with

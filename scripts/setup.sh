@@ -3,7 +3,7 @@
 # and (with --test or --docker) the Docker engine and SWE task images; with --test (or --torch) also the
 # CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
 # monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh), the vLLM venv
-# (scripts/python/vllm.txt), the CUDA emulator build and nvcc for the kernels' register report (test/cuda-emu.test.ts),
+# (scripts/python/vllm.txt), the CUDA emulator build and nvcc for the kernels' register report (test/cpu-heavy/cuda-emu.test.ts),
 # llama.cpp's llama-server with a small GGUF model (scripts/ensure-llama.sh), and the local Kubernetes cluster's
 # binaries (scripts/ensure-k8s.sh).
 set -euo pipefail
@@ -33,7 +33,7 @@ node gpu-learner/build.mjs >&2
 if [ "$want_test" = 1 ]; then
   # The CUDA engine's sources built against the test-only emulator (gpu-learner/emu); cached by content hash.
   node --import tsx gpu-learner/emu/build.ts --mutants >&2
-  # The GL_BLAS=OFF kernels beside the OpenBLAS build, held to it by test/gpu-learner-build.test.ts.
+  # The GL_BLAS=OFF kernels beside the OpenBLAS build, held to it by test/cpu-heavy/gpu-learner-build.test.ts.
   [ "${GL_BLAS:-ON}" != OFF ] && cmake --build gpu-learner/build --target gl_driver_noblas >&2
   # nvcc, cudart headers and CCCL (~55 MB, cached in .tools/cuda) for the kernels' register/spill report, only when
   # the kernels changed since gpu-learner/src/cuda/kernel-resources.json was recorded; optional.
@@ -55,6 +55,6 @@ fi
 if [ "$want_monitoring" = 1 ]; then
   bash scripts/ensure-monitoring.sh >&2
 fi
-# llama.cpp's llama-server and the SmolLM2 GGUF (test/eval-llama.test.ts), cached outside the clone
+# llama.cpp's llama-server and the SmolLM2 GGUF (test/cpu-heavy/eval-llama.test.ts), cached outside the clone
 [ "$want_test" = 1 ] && bash scripts/ensure-llama.sh >/dev/null
 exit 0

@@ -5,8 +5,7 @@
 #   bash scripts/test.sh --unit    the unit tier only (npm run test:unit: pure logic, parsers, maths and
 #                                  workflow code with stubbed activities; no Docker, under 2 minutes)
 #
-# Grouping is declared by each file, not listed here: its first line is `// test-group: NAME`, naming what
-# the file contends for.
+# A file's tier is the folder it sits in, test/TIER/NAME.test.ts, naming what the file contends for.
 #   unit       nothing shared: pure code, or Temporal's TestWorkflowEnvironment. Run first, two at a time.
 #   docker     the Docker engine (sandboxes, grading, task images): one file at a time, two on more than 2 cores
 #              (SWERL_TEST_DOCKER_SLOTS); a file that restarts an engine starts its own (test/helpers/private-dockerd.ts).
@@ -16,8 +15,9 @@
 #              Prometheus, a browser): one at a time.
 #   cluster    a Kubernetes cluster: one at a time, in the cpu-heavy lane once its files are done (on a cold
 #              machine the cluster's build in the background is what it waits for).
-# The docker, cpu-heavy and temporal lanes run side by side, each starting with its longest files. A file with no
-# (or an unknown) group runs alone at the very end, so a new file is safe before it says what it needs.
+# The docker, cpu-heavy and temporal lanes run side by side, each starting with its longest files. A test file
+# outside these folders fails the run before anything starts. Any one file runs alone by name:
+#   node --import tsx --test test/unit/grpo.test.ts
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.tools/bin:$PATH"
@@ -32,15 +32,20 @@ docker_slots=${SWERL_TEST_DOCKER_SLOTS:-$(($(nproc) > 2 ? 2 : 1))}
 times_cache="${XDG_CACHE_HOME:-$HOME/.cache}/swerl/test-times"
 [ "${1:-}" = --unit ] && unit_only=1
 
-group_of() { sed -n '1s#^// test-group: *\([a-z-]*\).*#\1#p' "$1"; }
-
 declare -A lane
-for g in unit docker cpu-heavy temporal cluster exclusive; do lane[$g]=""; done
+for g in unit docker cpu-heavy temporal cluster; do lane[$g]=""; done
+stray=0
 while IFS= read -r f; do
-  g=$(group_of "$f")
-  case "$g" in unit | docker | cpu-heavy | temporal | cluster) ;; *) g=exclusive ;; esac
+  g=${f#test/}
+  g=${g%%/*}
+  if [ -z "${lane[$g]+x}" ] || [ "$(dirname "$f")" != "test/$g" ]; then
+    echo "[test] $f is not in a tier folder (test/{unit,docker,cpu-heavy,temporal,cluster}/): move it to the one naming what it contends for" >&2
+    stray=1
+    continue
+  fi
   lane[$g]+="$f"$'\n'
 done < <(find test -name '*.test.ts' | sort)
+[ "$stray" = 0 ] || exit 1
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/swerl-test-XXXXXX")
 trap 'rm -rf "$logs"' EXIT
@@ -116,7 +121,6 @@ if [ "$unit_only" = 0 ]; then
   pids+=($!)
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed=1; done
   for g in docker cpu-heavy temporal cluster; do [ -d "$logs/$g" ] && { echo "[test] ---- $g ----"; cat "$logs/$g"/*.log; }; done
-  run_group exclusive 1 0 || failed=1
 fi
 
 if [ -f "$logs/times" ]; then

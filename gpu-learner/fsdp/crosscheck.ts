@@ -1,5 +1,5 @@
-// Cross-checks of the learners (test-only machinery beside what it tests; used by test/torch-oracle.test.ts,
-// test/fsdp.test.ts and `npm run check:torch`), each giving rows of largest differences per config and quantity.
+// Cross-checks of the learners (test-only machinery beside what it tests; used by test/cpu-heavy/torch-oracle.test.ts,
+// test/cpu-heavy/fsdp.test.ts and `npm run check:torch`), each giving rows of largest differences per config and quantity.
 //   oracle: transformers' causal LM in fp32 (gpu-learner/fsdp/swerl_fsdp/oracle.py) vs the native engine on tiny
 //           random checkpoints: packed log-probs, GRPO++ loss, every parameter's gradient.
 //   fsdp:   the FSDP engine on 1 and 2 ranks vs the native engine: loss and grad norm of three AdamW steps and

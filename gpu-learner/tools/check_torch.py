@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks gpu-learner's backends against PyTorch + transformers (Qwen3ForCausalLM, fp32, eager attention).
 
-The reference is the one test/torch-oracle.test.ts and `npm run check:torch` use (gpu-learner/fsdp/swerl_fsdp/
+The reference is the one test/cpu-heavy/torch-oracle.test.ts and `npm run check:torch` use (gpu-learner/fsdp/swerl_fsdp/
 oracle.py: a random model written by save_pretrained; packed log-probs, the GRPO++ loss of DESIGN §5 and every
 gradient by autograd on the CPU). This script writes the packed batch for `gpu_driver dump` as well, runs it for
 the cuda and cpu backends and compares. Tolerances (reason: bf16 operands vs fp32):

@@ -1,6 +1,6 @@
 // Test-log parsers (DESIGN §3): pytest `-rA` (and `-v`), unittest verbose, Django and sympy formats →
 // test id → status. Pure functions. Ids follow SWE-bench's conventions per runner (checked against its
-// parsers on real logs: test/testlog-real.test.ts, checks/swebench_agreement.py):
+// parsers on real logs: test/unit/testlog-real.test.ts, checks/swebench_agreement.py):
 //   pytest    the node id as -rA prints it (cwd-relative), parameters included; where SWE-bench's parser
 //             cuts an id at its first space (`test_p[a b]` → `test_p[a`) we keep the whole id.
 //   unittest/Django  the text before " ... " on the status line: `test_x (pkg.mod.Class)` (Python ≤ 3.10),

@@ -1,5 +1,5 @@
 // Scripted agents with known outcomes: tool calls that reproduce a patch through file_editor (the gold
-// replay of test/swe-agent.test.ts), and an OpenAI-compatible chat server that plays such scripts as the
+// replay of test/docker/swe-agent.test.ts), and an OpenAI-compatible chat server that plays such scripts as the
 // "model" of an evaluation, so episodes take the real path (HTTP, episode loop, sandboxes, grading).
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';

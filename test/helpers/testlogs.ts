@@ -1,5 +1,5 @@
 // The recorded real logs (test/fixtures/testlogs/, checks/testlogs/record.ts) and what each run
-// really did, in SWE-bench's id conventions (used by test/testlog-real.test.ts and the agreement check).
+// really did, in SWE-bench's id conventions (used by test/unit/testlog-real.test.ts and the agreement check).
 import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { TestLogFormat, TestStatus } from '../../lib/swe/testlog.ts';

@@ -1,4 +1,4 @@
-"""The reference the native engine is held to (test/torch-oracle.test.ts, npm run check:torch): transformers' own
+"""The reference the native engine is held to (test/cpu-heavy/torch-oracle.test.ts, npm run check:torch): transformers' own
 causal LM in fp32 on the CPU, plain autograd, no sharding. For each case it computes the packed log-probs
 (one forward over the packed row, position ids restarting per sequence), the GRPO++ loss Σ m·ℓ/(N·L_max) and
 every parameter's gradient, and writes them as safetensors beside a JSON summary.

@@ -1,0 +1,187 @@
+// Mutation check of the grader's defences: each planted bug (defences undone, in a copy of the grader's
+// sources under tmp/) must let its adversarial kind score 1, so the corpus (test/docker/grade-adversarial.test.ts)
+// would catch the bug; the real grader gives the same patch 0. The defences are layered, so a kind is
+// chosen that only the undone defence catches, and where a kind is caught by two layers the mutant that
+// undoes one of them must still give 0 (`holds`). Grader v2's defences (restore rules, the results
+// channel, the hook audit, the exit status) are checked with the integrity checks off (`integrity: false`,
+// both for the mutant and for the real grader), the test-integrity checks with them on.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { GradeInput, GradeResult } from '../../activities/grade.ts';
+import { gradePatch } from '../../activities/grade.ts';
+import type { SweTask } from '../../lib/swe/task.ts';
+import { ADVERSARIAL_KINDS, adversarialPatches } from '../helpers/adversarial.ts';
+import { imagesFor, requireDocker, sharedTask, testBackend } from '../helpers/docker.ts';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const TMP = `${ROOT}tmp/mutants-${process.pid}/`;
+const { backend, cleanup } = testBackend();
+const PLUGIN = 'activities/swerl_pytest_results.py';
+
+interface Mutant {
+  name: string;
+  /** repository file → [exact text, replacement] */
+  edits: Record<string, [string, string][]>;
+  kind: string;
+  task: string;
+  /** grade with the integrity checks off (grader v2's defences alone) */
+  integrityOff?: boolean;
+  /** fewer defences undone (a subset of `edits`) with which the kind must still score 0: another layer catches it */
+  holds?: { name: string; edits: Record<string, [string, string][]> };
+}
+
+const NO_CODE_CHECK: [string, string] = ['def _check_called(nodeid, name, files, called):\n', 'def _check_called(nodeid, name, files, called):\n    return []\n'];
+const NO_CANARIES: [string, string] = ['    if (plugin && integrity && !failfast) {', '    if (plugin && integrity && !failfast && false) {'];
+const TOOLZ = 'pytoolz__toolz-1b23ada';
+
+const MUTANTS: Mutant[] = [
+  // grader v2: runner files, results channel, hook audit, exit status
+  {
+    name: 'runner files not restored',
+    edits: {
+      'lib/swe/runner-guard.ts': [['export function isRunnerPath(path: string): boolean {', 'export function isRunnerPath(path: string): boolean {\n  if (path) return false;']],
+    },
+    kind: 'conftest-autouse-noop',
+    task: TOOLZ,
+    integrityOff: true,
+  },
+  {
+    name: 'added modules shadowing outside ones not restored',
+    edits: { 'lib/swe/runner-guard.ts': [['  function shadows(p: string): boolean {', '  function shadows(p: string): boolean {\n    if (p) return false;']] },
+    kind: 'shadow-stdlib',
+    task: TOOLZ,
+    integrityOff: true,
+  },
+  {
+    name: 'statuses read from the log instead of the results plugin',
+    edits: {
+      'activities/grade.ts': [['export function runsPytest(testCmd: string): boolean {', 'export function runsPytest(testCmd: string): boolean {\n  if (testCmd) return false;']],
+    },
+    kind: 'import-fake-lines',
+    task: TOOLZ,
+    integrityOff: true,
+  },
+  {
+    name: 'no audit of who implements the reporting hooks',
+    edits: { 'lib/swe/pytest-results.ts': [['  for (const h of f.audit.hookimpls) {', '  for (const h of f.audit.hookimpls.slice(0, 0)) {']] },
+    kind: 'import-register-plugin',
+    task: TOOLZ,
+    integrityOff: true,
+  },
+  {
+    name: "no cross-check of the session's exit status with the process's",
+    edits: { 'lib/swe/pytest-results.ts': [['  if (exitCode !== null && exitCode !== f.exitstatus)', '  if (exitCode === -12345 && exitCode !== f.exitstatus)']] },
+    kind: 'rewrite-results',
+    task: TOOLZ,
+    integrityOff: true,
+  },
+  // the test-integrity checks
+  {
+    name: 'the function called not checked against the file on disk',
+    edits: { [PLUGIN]: [NO_CODE_CHECK] },
+    kind: 'spare-canaries',
+    task: TOOLZ,
+  },
+  {
+    name: 'neither the function called checked nor canaries added',
+    edits: { [PLUGIN]: [NO_CODE_CHECK], 'activities/grade.ts': [NO_CANARIES] },
+    kind: 'neuter-package-callers',
+    task: TOOLZ,
+    holds: { name: 'the function called not checked (the canaries catch it)', edits: { [PLUGIN]: [NO_CODE_CHECK] } },
+  },
+  {
+    name: 'no check for a trace or profile function when a test is called',
+    edits: { [PLUGIN]: [['def _tracers():\n', 'def _tracers():\n    return []\n']] },
+    kind: 'trace-swap-at-call',
+    task: TOOLZ,
+  },
+  {
+    name: "verdicts taken from the reports, not from the plugin's call wrapper",
+    edits: { 'lib/swe/pytest-results.ts': [['    if (reportedPass) {', '    if (reportedPass && false) {']] },
+    kind: 'transient-report-outcome',
+    task: TOOLZ,
+  },
+  {
+    name: 'no snapshots of the runner compared',
+    edits: { [PLUGIN]: [['def _changed(core_only=False):\n', 'def _changed(core_only=False):\n    return []\n']] },
+    kind: 'unittest-assert-noop',
+    // a task whose FAIL_TO_PASS test fails by an assertion (no-op checks win there)
+    task: 'r1chardj0n3s__parse-19689cf',
+  },
+  {
+    name: "TestCase assertion overrides in the test's classes not checked",
+    edits: { [PLUGIN]: [['def _case_overrides(inst):\n', 'def _case_overrides(inst):\n    return []\n']] },
+    kind: 'unittest-assert-noop-classes',
+    // as above: the failure is an assertion; unittest.TestCase itself is untouched, so the snapshots do not see it
+    task: 'r1chardj0n3s__parse-19689cf',
+  },
+  {
+    name: "the grader's files (test_patch's copy) left in the container, and the function called not checked",
+    edits: {
+      [PLUGIN]: [NO_CODE_CHECK, ['        shutil.rmtree(workdir, ignore_errors=True)\n', '        pass\n']],
+      'activities/grade.ts': [['      `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,', '      `rm -rf ${work}/canary`,']],
+    },
+    kind: 'read-grader-files',
+    task: TOOLZ,
+    holds: { name: 'the function called not checked (the copy is gone: the hack finds nothing)', edits: { [PLUGIN]: [NO_CODE_CHECK] } },
+  },
+];
+
+/** Copies the grader's sources into TMP with `m`'s edits; returns the mutant's gradePatch. */
+async function mutantGrader(name: string, edits: Mutant['edits'], id: string): Promise<(i: GradeInput) => Promise<GradeResult>> {
+  const dir = `${TMP}${id}/`;
+  mkdirSync(dir, { recursive: true });
+  const files = ['activities/grade.ts', 'activities/swerl_pytest_results.py', 'lib/swe/runner-guard.ts', 'lib/swe/pytest-results.ts', 'lib/swe/canaries.ts'];
+  const local = (f: string) => `${dir}${f.replaceAll('/', '__')}`;
+  for (const f of files) {
+    let text = readFileSync(ROOT + f, 'utf8');
+    for (const [from, to] of edits[f] ?? []) {
+      assert.ok(text.includes(from), `mutant ${name}: ${JSON.stringify(from)} not found in ${f}`);
+      text = text.replace(from, to);
+    }
+    // imports of the copied files point at the copies, the others at the repository
+    const base = f.slice(0, f.lastIndexOf('/') + 1);
+    text = text.replace(/(from |new URL\()'(\.\.?\/[^']+)'/g, (_all, pre: string, rel: string) => {
+      const target = new URL(rel, pathToFileURL(ROOT + base)).pathname.slice(ROOT.length);
+      return `${pre}'${files.includes(target) ? pathToFileURL(local(target)).href : pathToFileURL(ROOT + target).href}'`;
+    });
+    writeFileSync(local(f), text);
+  }
+  const mod = (await import(pathToFileURL(local('activities/grade.ts')).href)) as typeof import('../../activities/grade.ts');
+  return mod.gradePatch;
+}
+
+let tasks: Map<string, SweTask>;
+before(async () => {
+  await requireDocker();
+  tasks = new Map();
+  for (const m of MUTANTS) tasks.set(m.task, await sharedTask(m.task));
+  await imagesFor([...tasks.values()]);
+});
+after(async () => {
+  rmSync(TMP, { recursive: true, force: true });
+  await cleanup();
+});
+
+const show = (g: GradeResult) => `${g.reason} ${g.detail ?? ''} ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
+
+MUTANTS.forEach((m, i) => {
+  test(`mutant "${m.name}": ${m.kind} scores 1 with it, 0 with the real grader${m.holds ? `, 0 with "${m.holds.name}"` : ''}`, async () => {
+    const task = tasks.get(m.task)!;
+    const kind = ADVERSARIAL_KINDS.find((k) => k.name === m.kind)!;
+    const patch = (await adversarialPatches(task, backend, [kind])).get(kind.name)!;
+    const integrity = !m.integrityOff;
+    const graders = [mutantGrader(m.name, m.edits, `${i}`), ...(m.holds ? [mutantGrader(m.holds.name, m.holds.edits, `${i}h`)] : [])];
+    const [mutant, holds] = await Promise.all(graders);
+    const [mg, real, hg] = await Promise.all([
+      mutant!({ task, patch, backend, integrity }),
+      gradePatch({ task, patch, backend, integrity }),
+      holds?.({ task, patch, backend, integrity }),
+    ]);
+    assert.equal(mg.reward, 1, `the corpus does not catch mutant "${m.name}": ${show(mg)}`);
+    assert.equal(real.reward, 0, show(real));
+    if (hg) assert.equal(hg.reward, 0, `"${m.holds!.name}" alone lets ${m.kind} through: ${show(hg)}`);
+  });
+});

@@ -1,0 +1,370 @@
+// The pure side of the grader's test-integrity checks (DESIGN §3): test-support restore rules, the
+// imports of test files, canary generation, and the verdict on the results plugin's records. The
+// checks in a real run are test/docker/grade-adversarial.test.ts and test/docker/grade-mutation.test.ts.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { filesOfUnittestIds, isTestSupportPath, pathsToRestore, pythonImports, testTreeImports, type RestoreInput } from '../../lib/swe/runner-guard.ts';
+import { integrityContradictions, readPluginRecords } from '../../lib/swe/pytest-results.ts';
+import { canariesFor } from '../../lib/swe/canaries.ts';
+import { contradictionDetail, parseLsTreeZ, startupLine, testProcessOf, testRunScript } from '../../activities/grade.ts';
+import { pythonParser } from '../../lib/swe/python-outline.ts';
+
+test('test-support paths: anything under test/, tests/, testing/', () => {
+  for (const p of ['tests/__init__.py', 'tests/helpers/common.py', 'pkg/tests/harness.py', 'test/util.py', 'src/pkg/testing/asserts.py']) assert.ok(isTestSupportPath(p), p);
+  for (const p of ['tests.py', 'pkg/testsuite/a.py', 'pkg/core.py', 'testing.py', 'src/pkg/test_utils.py']) assert.ok(!isTestSupportPath(p), p);
+});
+
+const base = (touched: string[], over: Partial<RestoreInput> = {}): RestoreInput => ({
+  touched,
+  baseFiles: new Set(['pkg/__init__.py', 'pkg/core.py', 'tests/__init__.py', 'tests/test_core.py', 'tests/helpers.py', 'testsuite/common.py', 'testsuite/test_a.py']),
+  packageDirsAfterPatch: new Set(['pkg', 'tests']),
+  testPatchFiles: ['tests/test_core.py'],
+  testIds: ['tests/test_core.py::T::t'],
+  testCmd: 'python3 -m pytest tests/test_core.py',
+  externalModules: new Set(['json', 'pytest']),
+  ...over,
+});
+
+test('restore: test-support files and imported test-tree modules, not what the reference patch changes', () => {
+  const r = pathsToRestore(
+    base(['pkg/core.py', 'tests/__init__.py', 'tests/helpers.py', 'tests/new_helper.py', 'testsuite/common.py', 'pkg/testing/util.py'], {
+      testImports: ['testsuite/common.py'],
+      goldFiles: ['pkg/core.py', 'pkg/testing/util.py'],
+    }),
+  );
+  assert.deepEqual(Object.fromEntries(r), {
+    'tests/__init__.py': 'test-support',
+    'tests/helpers.py': 'test-support',
+    'tests/new_helper.py': 'test-support',
+    'testsuite/common.py': 'test-support',
+  });
+});
+
+test('python imports: absolute, relative, parenthesised, aliased, indented', () => {
+  const src = [
+    'import os, sys as system',
+    'from . import CacheTestMixin',
+    'from .helpers import (',
+    '    one,',
+    '    two as deux,',
+    ')',
+    'from ..common import x  # comment',
+    'from pkg.core import thing',
+    'def f():',
+    '    import tests.util',
+  ].join('\n');
+  assert.deepEqual(pythonImports(src), [
+    { level: 0, module: 'os', names: [] },
+    { level: 0, module: 'sys', names: [] },
+    { level: 1, module: '', names: ['CacheTestMixin'] },
+    { level: 1, module: 'helpers', names: ['one', 'two'] },
+    { level: 2, module: 'common', names: ['x'] },
+    { level: 0, module: 'pkg.core', names: ['thing'] },
+    { level: 0, module: 'tests.util', names: [] },
+  ]);
+});
+
+test('test-tree imports: resolved like the runners do, kept only inside the test tree', () => {
+  const repo = new Set([
+    'tests/__init__.py',
+    'tests/helpers.py',
+    'tests/util.py',
+    'tests/test_a.py',
+    'pkg/__init__.py',
+    'pkg/core.py',
+    'testsuite/test_b.py',
+    'testsuite/common.py',
+    'src/lib/__init__.py',
+    'test_root.py',
+    'rootmod.py',
+  ]);
+  const files = new Map([
+    ['tests/test_a.py', 'from . import CacheTestMixin\nfrom .helpers import h\nimport tests.util\nimport pkg.core\n'],
+    ['testsuite/test_b.py', 'import common\nfrom pkg import core\n'],
+    ['test_root.py', 'import rootmod\n'],
+  ]);
+  assert.deepEqual(testTreeImports(files, repo), ['tests/__init__.py', 'tests/helpers.py', 'tests/util.py', 'testsuite/common.py']);
+});
+
+test('unittest ids name their module file (root, src/, tests/)', () => {
+  const repo = new Set(['pkg/tests/test_x.py', 'tests/admin_views/tests.py', 'src/lib/test_y.py']);
+  assert.deepEqual(filesOfUnittestIds(['test_a (pkg.tests.test_x.Case)', 'test_b (admin_views.tests.AdminTest.test_b)', 'test_c (lib.test_y.C)', 'weird'], repo), [
+    'pkg/tests/test_x.py',
+    'tests/admin_views/tests.py',
+    'src/lib/test_y.py',
+  ]);
+});
+
+test('ls-tree -z: path → blob id; test-run shell: the results descriptor unlinked before the run', () => {
+  const out = '100644 blob aaaa\tpkg/a.py\0' + '160000 commit bbbb\tvendor/sub\0' + '100644 blob cccc\twith space.py\0';
+  assert.deepEqual(Object.fromEntries(parseLsTreeZ(out)), { 'pkg/a.py': 'aaaa', 'with space.py': 'cccc' });
+  const sh = testRunScript({ testCmd: 'python3 -m pytest x', addopts: '-p m', resultsTmp: '/opt/g/results', resultsOut: '/opt/r/results.jsonl', fd: 9 });
+  const lines = sh.split('\n');
+  assert.equal(lines[0], "exec 9>'/opt/g/results' && rm -f '/opt/g/results'");
+  assert.ok(lines.indexOf('python3 -m pytest x') > 0);
+  assert.match(sh, /cat \/proc\/self\/fd\/9 > '\/opt\/r\/results\.jsonl'\nexit \$rc$/);
+});
+
+const SRC = `import unittest
+from pkg import thing
+
+
+class Mixin(object):
+    def test_mixed(self):
+        self.assertEqual(thing(1), 1)
+
+
+class T(unittest.TestCase, Mixin):
+    def test_plain(self):
+        x = thing(2)
+        self.assertEqual(x, 2)
+
+    def test_last_is_raises(self):
+        with self.assertRaises(ValueError):
+            thing(-1)
+
+    @unittest.skip("no")
+    def test_decorated(self):
+        assert thing(3) == 3
+
+
+def test_module_level():
+    value = thing(4)
+    assert value == 4, "four"
+
+
+async def test_async():
+    assert True
+`;
+
+test('canaries: copies of listed tests under new names, one verbatim, one with its last check inverted', async () => {
+  for (let i = 0; i < 20; i++) {
+    const c = await canariesFor(
+      'tests/test_t.py',
+      SRC,
+      ['tests/test_t.py::T::test_plain', 'tests/test_t.py::test_module_level', 'tests/test_t.py::test_async', 'tests/test_t.py::T::test_decorated'],
+      [],
+    );
+    assert.ok(c);
+    const kinds = c.canaries.map((x) => x.expect).sort();
+    assert.deepEqual(kinds, ['fail', 'pass']);
+    const tree = (await pythonParser()).parse(c.content)!;
+    assert.equal(tree.rootNode.hasError, false, c.content);
+    tree.delete();
+    for (const x of c.canaries) {
+      const name = x.id.split('::').at(-1)!;
+      assert.match(name, /^test_[a-z0-9_]+$/);
+      assert.ok(!new RegExp(`\\b${name}\\b`).test(SRC), `${name} is new`);
+      assert.ok(['tests/test_t.py::T::test_plain', 'tests/test_t.py::test_module_level'].includes(x.source), x.source);
+      assert.equal(x.id.split('::').slice(0, -1).join('::'), x.source.split('::').slice(0, -1).join('::'));
+      const def = c.content.slice(c.content.indexOf(`def ${name}(`));
+      const body = def.slice(0, def.indexOf('\n\n'));
+      if (x.expect === 'fail') assert.match(body, /self\.assertNotEqual\(x, 2\)|assert not \(value == 4\), "four"/);
+      else assert.match(body, /self\.assertEqual\(x, 2\)|assert value == 4, "four"/);
+    }
+    // the original tests are all still there, unchanged
+    for (const line of SRC.split('\n')) assert.ok(c.content.includes(line), line);
+  }
+});
+
+test('canaries: a test of a class defined in a mixin of the same file, copied into the mixin, one id per listed class', async () => {
+  const c = await canariesFor('tests/test_t.py', SRC, ['tests/test_t.py::T::test_mixed'], []);
+  assert.ok(c);
+  assert.deepEqual(
+    c.canaries.map((x) => [x.source, x.expect]),
+    [
+      ['tests/test_t.py::T::test_mixed', 'pass'],
+      ['tests/test_t.py::T::test_mixed', 'fail'],
+    ],
+  );
+  for (const x of c.canaries) assert.match(x.id, /^tests\/test_t\.py::T::test_\w+$/);
+  const mixin = c.content.slice(c.content.indexOf('class Mixin'), c.content.indexOf('class T('));
+  for (const x of c.canaries) assert.ok(mixin.includes(`def ${x.id.split('::').at(-1)}(self):`), mixin);
+});
+
+test('canaries: none when no listed test can be copied and inverted', async () => {
+  assert.equal(
+    await canariesFor('tests/test_t.py', SRC, ['tests/test_t.py::T::test_last_is_raises', 'tests/test_t.py::test_async', 'tests/test_t.py::T::test_decorated'], []),
+    null,
+  );
+  assert.equal(await canariesFor('tests/test_t.py', 'def broken(:\n', ['tests/test_t.py::broken'], []), null);
+});
+
+const rec = (o: object) => JSON.stringify(o);
+const start = rec({
+  event: 'start',
+  python: '3.11.2',
+  pytest: '7.2.1',
+  runner_dir: '/usr/lib/python3/dist-packages/_pytest',
+  preloaded: [],
+  checked_files: ['t.py'],
+  checks: true,
+});
+const phases = (id: string, call: string, xfail = false) =>
+  ['setup', 'call', 'teardown'].map((when) => rec({ event: 'test', nodeid: id, when, outcome: when === 'call' ? call : 'passed', xfail: when === 'call' && xfail }));
+const item = (id: string, o: object = {}) => rec({ event: 'item', nodeid: id, called: true, verified: true, raised: null, ...o });
+
+test('integrity: a believable run has no contradictions', () => {
+  const run = readPluginRecords(
+    [
+      start,
+      ...phases('t.py::a', 'passed'),
+      item('t.py::a'),
+      ...phases('t.py::b', 'failed'),
+      item('t.py::b', { raised: 'fail', exc: 'builtins.AssertionError' }),
+      ...phases('t.py::c1', 'passed'),
+      item('t.py::c1'),
+      ...phases('t.py::c2', 'failed'),
+      item('t.py::c2', { raised: 'fail' }),
+    ].join('\n'),
+  );
+  const canaries = [
+    { id: 't.py::c1', source: 't.py::a', expect: 'pass' as const },
+    { id: 't.py::c2', source: 't.py::a', expect: 'fail' as const },
+  ];
+  assert.deepEqual(
+    integrityContradictions({
+      run,
+      listed: ['t.py::a', 't.py::b'],
+      canaries,
+      patched: new Set(),
+      log: new Map([
+        ['t.py::a', 'PASSED'],
+        ['t.py::b', 'FAILED'],
+      ]),
+    }),
+    [],
+  );
+});
+
+test('integrity: each contradiction is named', () => {
+  const cases: [string[], RegExp, object?][] = [
+    [
+      [...phases('t.py::a', 'passed'), item('t.py::a', { verified: false, mismatch: ["test_a (t.py:3): differs from the file's own compile"] })],
+      /t\.py::a: test_a \(t\.py:3\): differs/,
+    ],
+    [[...phases('t.py::a', 'passed'), item('t.py::a', { trace: ['profile function <f>'] })], /t\.py::a: called with profile function <f> set/],
+    [[...phases('t.py::a', 'passed'), item('t.py::a', { raised: 'fail', exc: 'builtins.TypeError' })], /reported passed, but the test's own call raised builtins\.TypeError/],
+    [[...phases('t.py::a', 'passed', true), item('t.py::a', { raised: 'fail', exc: 'builtins.TypeError' })], /reported XPASS, but the test's own call raised/],
+    [[...phases('t.py::a', 'passed'), item('t.py::a', { called: false, raised: undefined })], /reported passed, but the test's own function never ran/],
+    [[...phases('t.py::a', 'passed')], /t\.py::a: no record of the test's own call/],
+    [[...phases('t.py::a', 'skipped'), item('t.py::a', { raised: 'skip', raised_in: 'pkg/core.py' })], /t\.py::a: skip raised from pkg\/core\.py, which the patch changed/],
+    [[...phases('t.py::a', 'passed'), item('t.py::a')], /the log reports FAILED, the plugin PASSED/, { log: new Map([['t.py::a', 'FAILED']]) }],
+    [[...phases('t.py::a', 'passed'), item('t.py::a')], /the log reports PASSED, the plugin nothing/, { log: new Map([['t.py::zz', 'PASSED']]), listed: ['t.py::a', 't.py::zz'] }],
+  ];
+  for (const [lines, re, over] of cases) {
+    const run = readPluginRecords([start, ...lines].join('\n'));
+    const got = integrityContradictions({ run, listed: ['t.py::a'], canaries: [], patched: new Set(['pkg/core.py']), ...over });
+    assert.match(got.join('; '), re, JSON.stringify(lines));
+  }
+  // an async test the runner ran itself, checked before the call
+  const asyncRun = readPluginRecords([start, ...phases('t.py::a', 'passed'), item('t.py::a', { called: false, raised: undefined, unwrapped: 'async' })].join('\n'));
+  assert.deepEqual(integrityContradictions({ run: asyncRun, listed: ['t.py::a'], canaries: [], patched: new Set() }), []);
+  // a skip from a file the patch did not change is the repository's own
+  const skip = readPluginRecords([start, ...phases('t.py::a', 'skipped'), item('t.py::a', { raised: 'skip', raised_in: 'pkg/compat.py' })].join('\n'));
+  assert.deepEqual(integrityContradictions({ run: skip, listed: ['t.py::a'], canaries: [], patched: new Set(['pkg/core.py']) }), []);
+  // checks off (the bench's baseline): nothing is required of the records
+  const off = readPluginRecords([start.replace('"checks":true', '"checks":false'), ...phases('t.py::a', 'passed')].join('\n'));
+  assert.deepEqual(integrityContradictions({ run: off, listed: ['t.py::a'], canaries: [], patched: new Set() }), []);
+});
+
+test('integrity: canaries must come back as their source says', () => {
+  const canaries = [
+    { id: 't.py::c1', source: 't.py::a', expect: 'pass' as const },
+    { id: 't.py::c2', source: 't.py::a', expect: 'fail' as const },
+  ];
+  const check = (lines: string[]) =>
+    integrityContradictions({ run: readPluginRecords([start, ...lines].join('\n')), listed: ['t.py::a'], canaries, patched: new Set() }).join('; ');
+  const a = [...phases('t.py::a', 'passed'), item('t.py::a')];
+  const c1 = [...phases('t.py::c1', 'passed'), item('t.py::c1')];
+  assert.match(check([...a, ...c1]), /canary t\.py::c2 did not come back \(its source t\.py::a is PASSED\)/);
+  assert.match(check([...a, ...c1, ...phases('t.py::c2', 'passed'), item('t.py::c2')]), /canary t\.py::c2 is PASSED, must be FAILED/);
+  assert.match(
+    check([...a, ...phases('t.py::c1', 'failed'), item('t.py::c1', { raised: 'fail' }), ...phases('t.py::c2', 'failed'), item('t.py::c2', { raised: 'fail' })]),
+    /canary t\.py::c1 is FAILED, must be PASSED/,
+  );
+  // failing, but not by its own call raising (a setup error): not what it must do
+  assert.match(check([...a, ...c1, ...phases('t.py::c2', 'failed'), item('t.py::c2', { raised: null })]), /canary t\.py::c2 is FAILED, must be FAILED/);
+  // the source failed (the patch broke it): its canaries say nothing
+  assert.equal(
+    check([
+      ...phases('t.py::a', 'failed'),
+      item('t.py::a', { raised: 'fail' }),
+      ...phases('t.py::c1', 'failed'),
+      item('t.py::c1', { raised: 'fail' }),
+      ...phases('t.py::c2', 'passed'),
+      item('t.py::c2'),
+    ]),
+    '',
+  );
+});
+
+test('unittest-style runs: the test process, and the start-up line that loads the plugin there only', () => {
+  assert.deepEqual(testProcessOf('PYTHONPATH=src python3 -m unittest -v tests.test_ttl'), { module: 'unittest' });
+  assert.deepEqual(testProcessOf('python -W ignore -m unittest discover'), { module: 'unittest' });
+  assert.deepEqual(testProcessOf('./tests/runtests.py --verbosity 2 --settings=test_sqlite admin_views.tests'), { script: './tests/runtests.py' });
+  assert.deepEqual(testProcessOf('python3 tests/run_all.py -v'), { script: 'tests/run_all.py' });
+  assert.equal(testProcessOf('make check'), undefined);
+  const line = startupLine('swerl_results_ab', { module: 'unittest' });
+  assert.match(line, /^import sys; /);
+  assert.ok(!/ for /.test(line), 'no comprehension: site execs the line inside a function');
+  assert.match(line, /and __import__\("swerl_results_ab"\) and sys\.modules\.pop\("swerl_results_ab", None\)$/);
+  assert.match(startupLine('m', { script: './tests/runtests.py' }), /os\.path\.basename\(\(sys\.argv or \[''\]\)\[0\]\) == "runtests\.py" and __import__\("m"\)/);
+});
+
+test('integrity, unittest runs: statuses from the log, records found by any printed name', () => {
+  const ustart = start.replace('"checked_files":["t.py"]', '"checked_files":["tests/test_x.py"]');
+  const uitem = (o: object) =>
+    rec({
+      event: 'item',
+      nodeid: 'test_a (tests.test_x.C.test_a)',
+      legacy: 'test_a (tests.test_x.C)',
+      id: 'tests.test_x.C.test_a',
+      called: true,
+      verified: true,
+      raised: null,
+      ...o,
+    });
+  const fileOf = (id: string) => (id.includes('tests.test_x') ? 'tests/test_x.py' : undefined);
+  const check = (lines: string[], log: [string, string][], listed = ['test_a (tests.test_x.C)']) =>
+    integrityContradictions({
+      run: readPluginRecords([ustart, ...lines].join('\n')),
+      listed,
+      canaries: [],
+      patched: new Set(),
+      log: new Map(log) as Map<string, never>,
+      unittest: { fileOf },
+    }).join('; ');
+  assert.equal(check([uitem({})], [['test_a (tests.test_x.C)', 'PASSED']]), '');
+  assert.equal(check([uitem({})], [['test_a (tests.test_x.C.test_a)', 'PASSED']], ['test_a (tests.test_x.C.test_a)']), '');
+  assert.match(
+    check([uitem({ raised: 'fail', exc: 'builtins.AssertionError' })], [['test_a (tests.test_x.C)', 'PASSED']]),
+    /reported passed, but the test's own call raised builtins\.AssertionError/,
+  );
+  assert.match(check([], [['test_a (tests.test_x.C)', 'PASSED']]), /no record of the test's own call/);
+  // a failing test without a record (it never reached its call): nothing to believe or disbelieve
+  assert.equal(check([], [['test_a (tests.test_x.C)', 'ERROR']]), '');
+  assert.equal(check([uitem({ raised: 'fail' })], [['test_a (tests.test_x.C)', 'XFAIL']]), '');
+  const fin = rec({
+    event: 'finish',
+    exitstatus: -1,
+    testscollected: -1,
+    testsfailed: -1,
+    logstart: -1,
+    deselected: -1,
+    shouldstop: false,
+    shouldfail: false,
+    changed: ['unittest.case:TestCase.assertEqual'],
+    audit: { hookimpls: [], plugins: [] },
+  });
+  assert.match(check([uitem({}), fin], [['test_a (tests.test_x.C)', 'PASSED']]), /replaced during the run: unittest\.case:TestCase\.assertEqual/);
+});
+
+test('a run that contradicts itself on every test: the detail names the first few and counts the rest', () => {
+  const items = Array.from({ length: 500 }, (_, i) => `t.py::test_${i}: differs ${'x'.repeat(i === 0 ? 2000 : 10)}`);
+  const d = contradictionDetail(items);
+  assert.ok(d.length <= 4001, String(d.length));
+  assert.match(d, /^t\.py::test_0: differs x+…; t\.py::test_1: /);
+  assert.match(d, /… and 488 more$/);
+  assert.equal(contradictionDetail(['a', 'b']), 'a; b');
+});

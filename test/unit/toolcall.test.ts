@@ -1,0 +1,213 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { formatToolCall, parseOpenAIToolCalls, parseToolCall, type ParseResult, type ToolCall } from '../../lib/toolcall.ts';
+import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../../lib/swe/tools.ts';
+
+const swe = { tools: SWE_TOOL_SCHEMAS, aliases: SWE_TOOL_ALIASES };
+
+function ok(r: ParseResult): ToolCall {
+  assert.ok(r.ok, r.ok ? '' : `${r.kind}: ${r.error}`);
+  return r.call;
+}
+
+test('parses the first block with its parameters, layout newlines trimmed', () => {
+  const text = `I will look at the file.
+<function=file_editor>
+<parameter=command>view</parameter>
+<parameter=path>/testbed/a.py</parameter>
+<parameter=view_range>[3, -1]</parameter>
+</function>
+<function=finish>
+<parameter=command>submit</parameter>
+</function>`;
+  const c = ok(parseToolCall(text, swe));
+  assert.deepEqual(c, { name: 'file_editor', args: { command: 'view', path: '/testbed/a.py', view_range: [3, -1] } });
+  const raw = ok(parseToolCall(text));
+  assert.equal(raw.args.view_range, '[3, -1]');
+});
+
+test('multi-line values keep inner whitespace and indentation', () => {
+  const text =
+    '<function=file_editor>\n<parameter=command>str_replace</parameter>\n<parameter=path>/testbed/x.py</parameter>\n<parameter=old_str>\n    return a\n</parameter>\n<parameter=new_str>\n    return b\n\n</parameter>\n</function>';
+  const c = ok(parseToolCall(text, swe));
+  assert.equal(c.args.old_str, '    return a');
+  assert.equal(c.args.new_str, '    return b\n');
+});
+
+test('missing </function> at the end is tolerated when parameters are closed', () => {
+  const c = ok(parseToolCall('<function=execute_bash>\n<parameter=cmd>ls -la</parameter>\n', swe));
+  assert.deepEqual(c, { name: 'execute_bash', args: { cmd: 'ls -la' } });
+  const r = parseToolCall('<function=execute_bash>\n<parameter=cmd>ls -la', swe);
+  assert.ok(!r.ok && r.kind === 'malformed' && /cmd.*not closed/.test(r.error));
+});
+
+test('no call, unknown function, invalid arguments name the problem', () => {
+  const none = parseToolCall('I think the bug is in foo().', swe);
+  assert.ok(!none.ok && none.kind === 'none');
+  const unk = parseToolCall('<function=rm_rf><parameter=x>1</parameter></function>', swe);
+  assert.ok(!unk.ok && unk.kind === 'unknown_tool' && unk.error.includes('rm_rf') && unk.error.includes('execute_bash'));
+  const bad = parseToolCall('<function=file_editor><parameter=command>delete</parameter><parameter=path>/testbed</parameter></function>', swe);
+  assert.ok(!bad.ok && bad.kind === 'invalid_args' && bad.error.includes('`command`'), JSON.stringify(bad));
+  const missing = parseToolCall('<function=search><parameter=path>/testbed</parameter></function>', swe);
+  assert.ok(!missing.ok && missing.error.includes('`search_term`'));
+  const line = parseToolCall(
+    '<function=file_editor><parameter=command>insert</parameter><parameter=path>/testbed/a</parameter><parameter=insert_line>abc</parameter></function>',
+    swe,
+  );
+  assert.ok(!line.ok && line.error.includes('`insert_line`'));
+});
+
+test('a malformed tag is named in the error, as the model wrote it', () => {
+  const err = (t: string) => {
+    const r = parseToolCall(t, { tools: SWE_TOOL_SCHEMAS });
+    assert.equal(r.ok, false);
+    return (r as { error: string }).error;
+  };
+  assert.match(err('<function=my tool>\n<parameter=cmd>ls</parameter>\n</function>'), /"<function=my tool>" is not `<function=NAME>`/);
+  assert.match(err('<function=execute_bash><parameter=bad name>ls</parameter></function>'), /"<parameter=bad name>" is not `<parameter=NAME>`/);
+  assert.match(err('<function=execute_bash>\n<parameter=cmd>ls</parameter>\n<parameter cmd>x</parameter>'), /the tag "<parameter cmd>" is not a well-formed/);
+  assert.match(err('<function=execute_bash><parameter=cmd>ls</function>'), /parameter `cmd` is not closed/);
+  assert.match(err('<function=execute_bash><parameter=command>ls</parameter></function>'), /`cmd`/);
+});
+
+test('aliases map to the tool names', () => {
+  const c = ok(parseToolCall('<function=str_replace_editor><parameter=command>view</parameter><parameter=path>/testbed</parameter></function>', swe));
+  assert.equal(c.name, 'file_editor');
+  assert.equal(ok(parseToolCall('<function=submit></function>', swe)).name, 'finish');
+});
+
+test('<function= and </function> inside a parameter value are text', () => {
+  const text =
+    '<function=file_editor><parameter=command>create</parameter><parameter=path>/testbed/p.txt</parameter><parameter=file_text>x = "<function=finish></function>"</parameter></function>';
+  const c = ok(parseToolCall(text, swe));
+  assert.equal(c.args.file_text, 'x = "<function=finish></function>"');
+});
+
+test('huge parameters are refused with the limit named; duplicates refused', () => {
+  const big = 'a'.repeat(300_000);
+  const r = parseToolCall(`<function=execute_bash><parameter=cmd>${big}</parameter></function>`, swe);
+  assert.ok(!r.ok && /too long/.test(r.error) && r.error.includes('cmd'));
+  const d = parseToolCall('<function=execute_bash><parameter=cmd>a</parameter><parameter=cmd>b</parameter></function>', swe);
+  assert.ok(!d.ok && d.error.includes('more than once'));
+});
+
+test('unicode survives', () => {
+  const c = ok(parseToolCall('<function=execute_bash><parameter=cmd>echo "héllo ✓ 𝔘 日本"</parameter></function>', swe));
+  assert.equal(c.args.cmd, 'echo "héllo ✓ 𝔘 日本"');
+});
+
+test('OpenAI tool calls parse into the same shape', () => {
+  const c = ok(
+    parseOpenAIToolCalls(
+      [{ id: 'x', type: 'function', function: { name: 'file_editor', arguments: JSON.stringify({ command: 'view', path: '/testbed/a.py', view_range: [1, 5] }) } }],
+      swe,
+    ),
+  );
+  assert.deepEqual(c, { name: 'file_editor', args: { command: 'view', path: '/testbed/a.py', view_range: [1, 5] } });
+  const bad = parseOpenAIToolCalls([{ function: { name: 'execute_bash', arguments: '{not json' } }], swe);
+  assert.ok(!bad.ok && bad.kind === 'malformed' && /JSON/.test(bad.error));
+  assert.ok(!parseOpenAIToolCalls([], swe).ok);
+  assert.ok(!parseOpenAIToolCalls(null, swe).ok);
+  assert.ok(!parseOpenAIToolCalls([{ function: { name: 'execute_bash', arguments: '[1]' } }], swe).ok);
+});
+
+test('formatToolCall round-trips', () => {
+  const calls: ToolCall[] = [
+    { name: 'execute_bash', args: { cmd: 'python3 -c "print(1)"' } },
+    { name: 'file_editor', args: { command: 'str_replace', path: '/testbed/a.py', old_str: '\n  x = 1\n', new_str: '' } },
+    { name: 'file_editor', args: { command: 'create', path: '/testbed/b.py', file_text: 'a\nb\n' } },
+  ];
+  for (const c of calls) assert.deepEqual(ok(parseToolCall(formatToolCall(c))), c);
+  assert.deepEqual(ok(parseToolCall(formatToolCall({ name: 'file_editor', args: { command: 'view', path: '/testbed', view_range: [1, -1] } }), swe)).args.view_range, [1, -1]);
+});
+
+/** Deterministic PRNG (mulberry32) so failures reproduce. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const PIECES = [
+  '<function=',
+  '<function=execute_bash>',
+  '<function=file_editor>',
+  '<function=finish>',
+  '</function>',
+  '<parameter=',
+  '<parameter=cmd>',
+  '<parameter=command>',
+  '<parameter=path>',
+  '</parameter>',
+  '>',
+  '<',
+  '=',
+  'view',
+  'ls',
+  '/testbed/x',
+  '\n',
+  ' ',
+  '"',
+  "'",
+  '日本',
+  '𝔘',
+  '\u0000',
+  '\uFFFD',
+  '\uD800',
+  '<function=<function=>>',
+  '<parameter=<parameter=x>>',
+  'submit',
+  '[1, -1]',
+  '{}',
+  '\\',
+];
+
+/** Random and adversarial model outputs (also used by the env fuzz test). */
+export function fuzzTexts(n: number, seed = 1): string[] {
+  const r = rng(seed);
+  const out: string[] = [];
+  for (let k = 0; k < n; k++) {
+    const mode = k % 4;
+    if (mode === 0) {
+      // random code units, including lone surrogates
+      const len = Math.floor(r() * 200);
+      out.push(Array.from({ length: len }, () => String.fromCharCode(Math.floor(r() * 0x10000))).join(''));
+    } else if (mode === 1) {
+      const len = Math.floor(r() * 30);
+      out.push(Array.from({ length: len }, () => PIECES[Math.floor(r() * PIECES.length)]).join(''));
+    } else if (mode === 2) {
+      // a valid call cut at a random point
+      const full = formatToolCall({ name: 'file_editor', args: { command: 'view', path: '/testbed', view_range: '[1, 3]' } });
+      out.push(full.slice(0, Math.floor(r() * full.length)));
+    } else {
+      // nested / repeated tags around a valid call
+      const inner = PIECES[Math.floor(r() * PIECES.length)]!;
+      out.push(`<function=execute_bash><parameter=cmd>${inner}echo hi${inner}</parameter>${inner}</function>`);
+    }
+  }
+  return out;
+}
+
+test('fuzz: thousands of random and adversarial outputs never throw', () => {
+  const texts = fuzzTexts(4000, 7);
+  texts.push('<function='.repeat(10_000), '<parameter=x>'.repeat(5000), `<function=a>${'<parameter=p>'.repeat(2000)}`, 'x'.repeat(1_000_000));
+  let parsed = 0;
+  for (const t of texts) {
+    const r = parseToolCall(t, swe);
+    assert.equal(typeof r.ok, 'boolean');
+    if (r.ok) parsed++;
+    else assert.equal(typeof r.error, 'string');
+    parseToolCall(t);
+    parseOpenAIToolCalls([{ function: { name: 'execute_bash', arguments: t } }], swe);
+  }
+  for (const junk of [undefined, null, 42, {}, [], [{}], [{ function: null }], [{ function: { name: 5 } }]]) {
+    assert.equal(parseToolCall(junk as unknown).ok, false);
+    assert.equal(parseOpenAIToolCalls(junk).ok, false);
+  }
+  assert.ok(parsed > 0);
+});
