@@ -8,7 +8,22 @@ import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 
 import { buildEmu } from '../../gpu-learner/emu/build.ts';
-import { CONFIGS, MANY_SEQS, Workdir, compare, failure, inPool, leaks, mutants, rejectTooLong, run, runMutant, shape, table, type CompareRun } from '../../gpu-learner/emu/harness.ts';
+import {
+  CONFIGS,
+  MANY_SEQS,
+  Workdir,
+  compare,
+  failure,
+  inPool,
+  leaks,
+  mutants,
+  rejectTooLong,
+  run,
+  runMutant,
+  shape,
+  table,
+  type CompareRun,
+} from '../../gpu-learner/emu/harness.ts';
 import { BASELINE, currentReport, newSpills, table as kernelTable } from '../../scripts/cuda-kernel-report.ts';
 
 let w: Workdir;
