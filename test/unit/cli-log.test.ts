@@ -1,0 +1,122 @@
+// A failed command reads as one line (scripts/cli-log.ts): the chain of a Temporal failure reduced to its workflows,
+// activity and innermost cause; a worker warning on one line; and `swerl grade --backend kubernetes` with no usable
+// cluster stopping before its first task, naming the fix (the CLI itself, spawned: it needs no server).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, RetryState } from '@temporalio/common';
+import { WorkflowFailedError } from '@temporalio/client';
+import { failureChain, failureLine, innermostCause, oneLine, RunFailedError, warningLine } from '../../scripts/cli-log.ts';
+import { ROOT } from '../helpers/temporal.ts';
+
+/** What the client reports when an activity of an iteration child fails non-retryably. */
+function trainingFailure(): RunFailedError {
+  const app = ApplicationFailure.create({ type: 'PolicyMismatch', nonRetryable: true, message: 'the server serves a tied head:\n  start vLLM with --hf-overrides' });
+  const activity = new ActivityFailure('Activity task failed', 'syncPolicy', '2', RetryState.NON_RETRYABLE_FAILURE, 'worker-1', app);
+  const child = new ChildWorkflowFailure('default', { workflowId: 'run-1-iter-0', runId: 'r' }, 'rlIteration', RetryState.RETRY_POLICY_NOT_SET, activity);
+  return new RunFailedError('run-1', new WorkflowFailedError('Workflow execution failed', child, RetryState.RETRY_POLICY_NOT_SET));
+}
+
+test('a training failure becomes one line: the workflows and activity it passed through, then the innermost cause', () => {
+  const e = trainingFailure();
+  assert.deepEqual(
+    failureChain(e).map((l) => l.kind),
+    ['RunFailedError', 'WorkflowFailedError', 'ChildWorkflowFailure', 'ActivityFailure', 'PolicyMismatch'],
+  );
+  assert.equal(innermostCause(e), 'PolicyMismatch: the server serves a tied head: start vLLM with --hf-overrides');
+  const line = failureLine('train', e, '/tmp/x/swerl.log');
+  assert.equal(
+    line,
+    'swerl train: run-1 > run-1-iter-0 > activity syncPolicy failed: PolicyMismatch: the server serves a tied head: start vLLM with --hf-overrides (full failure chain: /tmp/x/swerl.log)',
+  );
+  assert.doesNotMatch(line, /\n/);
+});
+
+test('a plain error keeps its message alone; multi-line messages and cycles stay bounded and on one line', () => {
+  const e = new Error('invalid config c.json:\n  config.batch.tasks: must be ≤ 512, got 1000\n  config.seed: must be ≥ 0, got -1');
+  assert.equal(innermostCause(e), 'invalid config c.json: config.batch.tasks: must be ≤ 512, got 1000; config.seed: must be ≥ 0, got -1');
+  assert.equal(failureLine('train', e, 'L'), `swerl train: ${innermostCause(e)} (full failure chain: L)`);
+  const loop = new Error('outer');
+  (loop as { cause?: unknown }).cause = loop;
+  assert.equal(failureChain(loop).length, 20);
+  assert.equal(oneLine('  a\n\n b   c \n'), 'a; b c');
+});
+
+test('a retried activity is one warning line naming the activity, its workflow, the attempt and the cause', () => {
+  const err = ApplicationFailure.create({ type: 'PolicyUnavailableError', message: 'policy server http://h:1/v1/models unavailable after 4 attempts' });
+  const line = warningLine({ level: 'WARN', message: 'Activity failed', meta: { activityType: 'syncPolicy', workflowId: 'run-1-iter-0', attempt: 2, error: err, taskToken: 'x' } });
+  assert.equal(
+    line,
+    '[warn] activity syncPolicy (workflow run-1-iter-0) attempt 2 failed: PolicyUnavailableError: policy server http://h:1/v1/models unavailable after 4 attempts',
+  );
+  assert.equal(warningLine({ level: 'WARN', message: 'something\nodd', meta: {} }), '[warn] something; odd');
+});
+
+test('swerl grade --backend kubernetes with no cluster configured stops before its first task, naming KUBECONFIG, --kubeconfig and swerl cluster up', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'swerl-cli-k8s-'));
+  try {
+    // a task no sandbox ever sees: the command must stop before it builds or grades anything
+    const tasks = join(dir, 'tasks.jsonl');
+    writeFileSync(
+      tasks,
+      JSON.stringify({
+        instance_id: 'demo__calc-1',
+        repo: 'demo/calc',
+        base_commit: '0',
+        problem_statement: 'add() subtracts',
+        patch: 'diff',
+        test_patch: 'diff',
+        FAIL_TO_PASS: ['t.py::test_add'],
+        PASS_TO_PASS: [],
+        test_cmd: 'pytest -rA',
+        image: 'swerl-none:0',
+      }) + '\n',
+    );
+    const env: NodeJS.ProcessEnv = { ...process.env, HOME: dir, KUBECONFIG: '' };
+    delete env.KUBERNETES_SERVICE_HOST;
+    const grade = (out: string, ...extra: string[]) =>
+      spawnSync(process.execPath, ['scripts/swerl.mjs', 'grade', '--backend', 'kubernetes', '--tasks', tasks, '--predictions', 'gold', '--out', out, ...extra], {
+        cwd: ROOT,
+        env,
+        encoding: 'utf8',
+        timeout: 120_000,
+      });
+
+    const r = grade(join(dir, 'none'));
+    assert.equal(r.status, 1, r.stderr);
+    const last = r.stderr.trim().split('\n').at(-1)!;
+    assert.match(last, /^swerl grade: --backend kubernetes: no Kubernetes cluster is configured \(KUBECONFIG is not set/);
+    for (const fix of ['KUBECONFIG', '--kubeconfig', '`swerl cluster up`']) assert.ok(last.includes(fix), `${fix} in ${last}`);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.ok(!existsSync(join(dir, 'none', 'predictions.jsonl')), 'nothing graded');
+    const log = last.match(/full failure chain: (\S+)\)$/)![1]!;
+    assert.match(readFileSync(log, 'utf8'), /at loadKubeConfig/);
+
+    // a kubeconfig whose cluster does not answer: the same stop, naming the server
+    const kc = join(dir, 'kubeconfig');
+    writeFileSync(
+      kc,
+      'apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: "https://127.0.0.1:1"}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\nusers:\n- name: u\n  user: {token: t}\n',
+    );
+    const r2 = grade(join(dir, 'down'), '--kubeconfig', kc);
+    assert.equal(r2.status, 1, r2.stderr);
+    assert.match(
+      r2.stderr.trim(),
+      /^swerl grade: --backend kubernetes: the cluster at https:\/\/127\.0\.0\.1:1 \(--kubeconfig .*\) does not answer .*`swerl cluster up`.* \(full failure chain: \S+\)$/,
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("the SDK core's warnings (Rust debug dumps) keep their code and message on the line", () => {
+  const dump =
+    'Status { code: ResourceExhausted, message: "Workflow is busy.", details: b"\\x08\\x08\\x12", metadata: MetadataMap { headers: {"content-type": "application/grpc"} }, source: None }';
+  assert.equal(
+    warningLine({ level: 'WARN', message: 'Network error while completing activity', meta: { error: dump } }),
+    '[warn] Network error while completing activity: ResourceExhausted: Workflow is busy.',
+  );
+});
