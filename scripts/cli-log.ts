@@ -8,6 +8,7 @@ import { dirname, join, resolve } from 'node:path';
 import { inspect } from 'node:util';
 import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, TimeoutFailure, type LogLevel, type LogMetadata } from '@temporalio/common';
 import { DefaultLogger, Runtime, type LogEntry } from '@temporalio/worker';
+import { isGrpcServiceError, ServiceError, WorkflowFailedError } from '@temporalio/client';
 
 /** A workflow the command started (or followed) ended in failure; `cause` is what the client reported. */
 export class RunFailedError extends Error {
@@ -17,6 +18,27 @@ export class RunFailedError extends Error {
   ) {
     super(`workflow ${workflowId} failed`, { cause });
     this.name = 'RunFailedError';
+  }
+}
+
+const TRANSIENT_GRPC = new Set([4, 14]); // DEADLINE_EXCEEDED, UNAVAILABLE: a loaded or restarting server, not a failed run
+
+/**
+ * The result of the workflow a command follows. A long poll the server could not answer in time (a loaded host, a
+ * restarting server) is polled again, saying so in one line; a failed workflow is a RunFailedError naming it.
+ */
+export async function followResult<R>(handle: { result(): Promise<unknown> }, workflowId: string): Promise<R> {
+  for (let retries = 0; ; retries++) {
+    try {
+      return (await handle.result()) as R;
+    } catch (e) {
+      if (e instanceof WorkflowFailedError) throw new RunFailedError(workflowId, e);
+      const grpc = e instanceof ServiceError && isGrpcServiceError(e.cause) ? e.cause.code : undefined;
+      if (grpc === undefined || !TRANSIENT_GRPC.has(grpc) || retries >= 100) throw e;
+      appendLog(`following ${workflowId}: ${inspect(e, { depth: 6 })}`);
+      console.error(`[warn] following ${workflowId}: ${innermostCause(e)}; polling again`);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
   }
 }
 

@@ -7,7 +7,7 @@ import cliProgress from 'cli-progress';
 import { cp, mkdir, readFile } from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
-import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError, type WorkflowHandle } from '@temporalio/client';
 import { validateBestOfKConfig, validateEvalConfig } from '../../lib/eval/config.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
 import { formatEvalErrors, formatEvalMetrics, type EvalMetrics } from '../../lib/eval/metrics.ts';
@@ -18,7 +18,7 @@ import { evaluationStatusQuery, selectionStatusQuery } from '../../workflows/eva
 import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
 import type { SelectionResult } from '../../workflows/select-best-of-k.ts';
 import { parseBackendOptions, prepareLocalClusterImages, withBackendOptions, type BackendCliOptions } from './cluster.ts';
-import { installCliLogger, RunFailedError, useLogDir } from '../cli-log.ts';
+import { followResult, installCliLogger, useLogDir } from '../cli-log.ts';
 
 export interface EvalOptions {
   config: string;
@@ -169,7 +169,7 @@ async function startAndFollow<R>(
   }
   const handle = client.workflow.getHandle(o.workflowId);
   let finished = false;
-  const resultP = handle.result().finally(() => (finished = true)) as Promise<R>;
+  const resultP = followResult<R>(handle, o.workflowId).finally(() => (finished = true));
   let bar: cliProgress.SingleBar | null = null;
   while (!finished) {
     await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
@@ -186,9 +186,7 @@ async function startAndFollow<R>(
     }
   }
   bar?.stop();
-  return resultP.catch((e: unknown) => {
-    throw e instanceof WorkflowFailedError ? new RunFailedError(o.workflowId, e) : e;
-  });
+  return resultP;
 }
 
 /** Why a finished evaluation measured nothing (every episode an error), or null: the CLI then exits 1. */

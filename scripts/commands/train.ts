@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import cliProgress from 'cli-progress';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
-import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowFailedError } from '@temporalio/client';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { validateConfig, type TrainingConfig } from '../../lib/config.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
@@ -13,7 +13,7 @@ import { writeRewardPlot } from '../../lib/plot.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { progressQuery, statusQuery } from '../../workflows/signals.ts';
 import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
-import { installCliLogger, RunFailedError, useLogDir } from '../cli-log.ts';
+import { followResult, installCliLogger, useLogDir } from '../cli-log.ts';
 import { checkedKubeConfig } from './cluster.ts';
 
 export interface TrainOptions {
@@ -127,7 +127,7 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
     let barIter = -1;
     let printed = -1;
     let finished = false;
-    const resultP = handle.result().finally(() => (finished = true)) as Promise<TrainingRunResult>;
+    const resultP = followResult<TrainingRunResult>(handle, runId).finally(() => (finished = true));
     const flushMetrics = () => {
       const ms = readMetrics(config.store.url, runId);
       if (ms.length) writeFileSync(metricsPath, ms.map((m) => JSON.stringify(m)).join('\n') + '\n');
@@ -163,9 +163,7 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
       }
     }
     bar?.stop();
-    const result = await resultP.catch((e: unknown) => {
-      throw e instanceof WorkflowFailedError ? new RunFailedError(runId, e) : e;
-    });
+    const result = await resultP;
     flushMetrics();
     const metrics = readMetrics(config.store.url, runId);
     const plotPaths = metrics.length ? await writeRewardPlot(metricsPath, join(outDir, 'reward.html'), `FrozenLake reward (${runId})`) : [];

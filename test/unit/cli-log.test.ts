@@ -8,8 +8,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, RetryState } from '@temporalio/common';
-import { WorkflowFailedError } from '@temporalio/client';
-import { failureChain, failureLine, innermostCause, oneLine, RunFailedError, warningLine } from '../../scripts/cli-log.ts';
+import { ServiceError, WorkflowFailedError } from '@temporalio/client';
+import { failureChain, failureLine, followResult, innermostCause, oneLine, RunFailedError, useLogDir, warningLine } from '../../scripts/cli-log.ts';
 import { ROOT } from '../helpers/temporal.ts';
 
 /** What the client reports when an activity of an iteration child fails non-retryably. */
@@ -119,4 +119,31 @@ test("the SDK core's warnings (Rust debug dumps) keep their code and message on 
     warningLine({ level: 'WARN', message: 'Network error while completing activity', meta: { error: dump } }),
     '[warn] Network error while completing activity: ResourceExhausted: Workflow is busy.',
   );
+});
+
+test('following a run: a long poll the server did not answer in time is polled again; a failed run names its workflow', async () => {
+  // what the client throws when the history long poll times out on a loaded host (seen at load 27: the demo died of it)
+  const deadline = () =>
+    new ServiceError('Failed to get Workflow execution history', {
+      cause: Object.assign(new Error('4 DEADLINE_EXCEEDED'), { code: 4, details: 'context deadline exceeded', metadata: {} }),
+    });
+  const logs = mkdtempSync(join(tmpdir(), 'swerl-cli-log-'));
+  useLogDir(logs);
+  let calls = 0;
+  const flaky = {
+    result: async () => {
+      if (++calls < 3) throw deadline();
+      return 'done';
+    },
+  };
+  assert.equal(await followResult<string>(flaky, 'run-1'), 'done');
+  assert.equal(calls, 3);
+  const failed = {
+    result: () => Promise.reject(new WorkflowFailedError('Workflow execution failed', ApplicationFailure.create({ message: 'bad' }), RetryState.NON_RETRYABLE_FAILURE)),
+  };
+  await assert.rejects(followResult(failed, 'run-2'), (e: unknown) => e instanceof RunFailedError && e.workflowId === 'run-2' && innermostCause(e) === 'bad');
+  const other = { result: () => Promise.reject(new Error('permission denied')) };
+  await assert.rejects(followResult(other, 'run-3'), /permission denied/);
+  assert.match(readFileSync(join(logs, 'swerl.log'), 'utf8'), /following run-1: ServiceError/);
+  rmSync(logs, { recursive: true, force: true });
 });
