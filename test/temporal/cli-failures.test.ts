@@ -1,15 +1,30 @@
 // Failed runs read as one line, as a user runs them: `swerl train` and `swerl eval` with their embedded dev server
-// and worker. A retried activity is one warning line; the run ends with the workflow ids, the activity and the
-// innermost cause on its last line, exit status 1, and the whole chain in the log file that line names.
+// and worker, and `swerl grade --backend kubernetes` with no cluster. A retried activity is one warning line; the
+// command ends with the workflow ids, the activity and the innermost cause on its last line (or, before any workflow,
+// the cause and the fix), exit status 1, and the whole chain in the log file that line names.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../services/temporal-server.ts';
 import { modelInit } from '../../scripts/commands/model.ts';
 import { ROOT, tinyConfig } from '../helpers/temporal.ts';
+
+/** A made-up task whose image does not exist: a command that reaches a sandbox would fail on it, not on what is tested. */
+const TASK = {
+  instance_id: 'demo__calc-1',
+  repo: 'demo/calc',
+  base_commit: '0',
+  problem_statement: 'add() subtracts',
+  patch: 'diff',
+  test_patch: 'diff',
+  FAIL_TO_PASS: ['t.py::test_add'],
+  PASS_TO_PASS: [],
+  test_cmd: 'pytest -rA',
+  image: 'swerl-none:0',
+};
 
 interface Finished {
   status: number | null;
@@ -18,8 +33,8 @@ interface Finished {
 }
 
 /** `swerl ARGS` with no TEMPORAL_ADDRESS (embedded server and worker); `onStderrLine` sees each line as it comes. */
-function swerl(args: string[], onStderrLine: (line: string) => void = () => undefined): { child: ChildProcess; done: Promise<Finished> } {
-  const env = { ...process.env };
+function swerl(args: string[], onStderrLine: (line: string) => void = () => undefined, extraEnv: NodeJS.ProcessEnv = {}): { child: ChildProcess; done: Promise<Finished> } {
+  const env = { ...process.env, ...extraEnv };
   delete env.TEMPORAL_ADDRESS;
   const child = spawn(process.execPath, ['scripts/swerl.mjs', ...args], { cwd: ROOT, env });
   let stdout = '';
@@ -88,19 +103,7 @@ test('swerl eval whose server does not answer fails before its first episode: on
   const dir = mkdtempSync(join(tmpdir(), 'swerl-cli-fail-'));
   try {
     // a task no sandbox ever sees: the server check comes first
-    const task = {
-      instance_id: 'demo__calc-1',
-      repo: 'demo/calc',
-      base_commit: '0',
-      problem_statement: 'add() subtracts',
-      patch: 'diff',
-      test_patch: 'diff',
-      FAIL_TO_PASS: ['t.py::test_add'],
-      PASS_TO_PASS: [],
-      test_cmd: 'pytest -rA',
-      image: 'swerl-none:0',
-    };
-    writeFileSync(join(dir, 'tasks.jsonl'), JSON.stringify(task) + '\n');
+    writeFileSync(join(dir, 'tasks.jsonl'), JSON.stringify(TASK) + '\n');
     const port = await freePort();
     writeFileSync(join(dir, 'eval.json'), JSON.stringify({ tasksFile: join(dir, 'tasks.jsonl'), model: { baseUrl: `http://127.0.0.1:${port}`, model: 'm' }, runs: 1 }));
     const r = await swerl(['eval', '--config', join(dir, 'eval.json'), '--out', join(dir, 'out'), '--eval-id', 'ev-fail']).done;
@@ -111,6 +114,26 @@ test('swerl eval whose server does not answer fails before its first episode: on
       ),
     );
     assert.ok(log.includes('at checkServer'), 'the stack in the log');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('swerl grade --backend kubernetes with no cluster configured stops before its first task, naming KUBECONFIG, --kubeconfig and swerl cluster up', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'swerl-cli-fail-'));
+  try {
+    // a task no sandbox ever sees: the command must stop before it builds or grades anything
+    writeFileSync(join(dir, 'tasks.jsonl'), JSON.stringify(TASK) + '\n');
+    const r = await swerl(['grade', '--backend', 'kubernetes', '--tasks', join(dir, 'tasks.jsonl'), '--predictions', 'gold', '--out', join(dir, 'out')], undefined, {
+      HOME: dir,
+      KUBECONFIG: '',
+      KUBERNETES_SERVICE_HOST: '',
+    }).done;
+    const { last, log } = assertOneLineFailure(r, /^swerl grade: --backend kubernetes: no Kubernetes cluster is configured \(KUBECONFIG is not set.*\(full failure chain: \S+\)$/);
+    for (const fix of ['KUBECONFIG', '--kubeconfig', '`swerl cluster up`']) assert.ok(last.includes(fix), `${fix} in ${last}`);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.ok(!existsSync(join(dir, 'out', 'predictions.jsonl')), 'nothing graded');
+    assert.match(log, /at loadKubeConfig/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -1,16 +1,15 @@
 // A failed command reads as one line (scripts/cli-log.ts): the chain of a Temporal failure reduced to its workflows,
-// activity and innermost cause; a worker warning on one line; and `swerl grade --backend kubernetes` with no usable
-// cluster stopping before its first task, naming the fix (the CLI itself, spawned: it needs no server).
+// activity and innermost cause; a worker warning on one line; a run followed through a server's timeouts; and the
+// Kubernetes preflight naming the fix (the CLI end to end: test/temporal/cli-failures.test.ts).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, RetryState } from '@temporalio/common';
 import { ServiceError, WorkflowFailedError } from '@temporalio/client';
 import { failureChain, failureLine, followResult, innermostCause, oneLine, RunFailedError, useLogDir, warningLine } from '../../scripts/cli-log.ts';
-import { ROOT } from '../helpers/temporal.ts';
+import { checkKubernetesAccess, kubeconfigSource, loadKubeConfig } from '../../activities/sandbox/k8s-access.ts';
 
 /** What the client reports when an activity of an iteration child fails non-retryably. */
 function trainingFailure(): RunFailedError {
@@ -55,59 +54,37 @@ test('a retried activity is one warning line naming the activity, its workflow, 
   assert.equal(warningLine({ level: 'WARN', message: 'something\nodd', meta: {} }), '[warn] something; odd');
 });
 
-test('swerl grade --backend kubernetes with no cluster configured stops before its first task, naming KUBECONFIG, --kubeconfig and swerl cluster up', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'swerl-cli-k8s-'));
+test('a Kubernetes backend with no cluster configured, or one that does not answer, is refused naming KUBECONFIG, --kubeconfig and swerl cluster up', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'swerl-k8s-access-'));
+  const saved = { HOME: process.env.HOME, KUBECONFIG: process.env.KUBECONFIG, KUBERNETES_SERVICE_HOST: process.env.KUBERNETES_SERVICE_HOST };
   try {
-    // a task no sandbox ever sees: the command must stop before it builds or grades anything
-    const tasks = join(dir, 'tasks.jsonl');
-    writeFileSync(
-      tasks,
-      JSON.stringify({
-        instance_id: 'demo__calc-1',
-        repo: 'demo/calc',
-        base_commit: '0',
-        problem_statement: 'add() subtracts',
-        patch: 'diff',
-        test_patch: 'diff',
-        FAIL_TO_PASS: ['t.py::test_add'],
-        PASS_TO_PASS: [],
-        test_cmd: 'pytest -rA',
-        image: 'swerl-none:0',
-      }) + '\n',
-    );
-    const env: NodeJS.ProcessEnv = { ...process.env, HOME: dir, KUBECONFIG: '' };
-    delete env.KUBERNETES_SERVICE_HOST;
-    const grade = (out: string, ...extra: string[]) =>
-      spawnSync(process.execPath, ['scripts/swerl.mjs', 'grade', '--backend', 'kubernetes', '--tasks', tasks, '--predictions', 'gold', '--out', out, ...extra], {
-        cwd: ROOT,
-        env,
-        encoding: 'utf8',
-        timeout: 120_000,
-      });
-
-    const r = grade(join(dir, 'none'));
-    assert.equal(r.status, 1, r.stderr);
-    const last = r.stderr.trim().split('\n').at(-1)!;
-    assert.match(last, /^swerl grade: --backend kubernetes: no Kubernetes cluster is configured \(KUBECONFIG is not set/);
-    for (const fix of ['KUBECONFIG', '--kubeconfig', '`swerl cluster up`']) assert.ok(last.includes(fix), `${fix} in ${last}`);
-    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
-    assert.ok(!existsSync(join(dir, 'none', 'predictions.jsonl')), 'nothing graded');
-    const log = last.match(/full failure chain: (\S+)\)$/)![1]!;
-    assert.match(readFileSync(log, 'utf8'), /at loadKubeConfig/);
-
-    // a kubeconfig whose cluster does not answer: the same stop, naming the server
+    // nothing configured: no --kubeconfig, KUBECONFIG unset, no ~/.kube/config, not in a pod
+    assert.equal(kubeconfigSource(undefined, {}, dir), null);
+    process.env.HOME = dir;
+    delete process.env.KUBECONFIG;
+    delete process.env.KUBERNETES_SERVICE_HOST;
+    await assert.rejects(loadKubeConfig(), (e: Error) => {
+      assert.match(e.message, /^--backend kubernetes: no Kubernetes cluster is configured \(KUBECONFIG is not set/);
+      for (const fix of ['KUBECONFIG', '--kubeconfig', '`swerl cluster up`']) assert.ok(e.message.includes(fix), `${fix} in ${e.message}`);
+      return true;
+    });
+    await assert.rejects(loadKubeConfig(join(dir, 'nope')), /--kubeconfig .*nope: no such file; set KUBECONFIG/);
+    // a kubeconfig whose cluster does not answer: one API call, then the same fix, naming the server
     const kc = join(dir, 'kubeconfig');
     writeFileSync(
       kc,
       'apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: "https://127.0.0.1:1"}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\nusers:\n- name: u\n  user: {token: t}\n',
     );
-    const r2 = grade(join(dir, 'down'), '--kubeconfig', kc);
-    assert.equal(r2.status, 1, r2.stderr);
-    assert.match(
-      r2.stderr.trim(),
-      /^swerl grade: --backend kubernetes: the cluster at https:\/\/127\.0\.0\.1:1 \(--kubeconfig .*\) does not answer .*`swerl cluster up`.* \(full failure chain: \S+\)$/,
+    const loaded = await loadKubeConfig(kc);
+    assert.equal(loaded.source, `--kubeconfig ${kc}`);
+    await assert.rejects(
+      checkKubernetesAccess(loaded.kubeConfig, loaded.source, 'swerl'),
+      /^Error: --backend kubernetes: the cluster at https:\/\/127\.0\.0\.1:1 \(--kubeconfig .*\) does not answer .*`swerl cluster up`/,
     );
   } finally {
+    for (const [k, v] of Object.entries(saved))
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
     rmSync(dir, { recursive: true, force: true });
   }
 });
