@@ -71,7 +71,7 @@ export function failureChain(e: unknown): FailureLink[] {
   return links;
 }
 
-/** Text on one line: newlines and runs of blanks become one space, so `a:\n  b` reads `a: b`. */
+/** Text on one line: a line break becomes `; ` (a space after a colon), runs of blanks one space: `a:\n  b\n c` reads `a: b; c`. */
 export function oneLine(s: string): string {
   return s
     .trim()
