@@ -116,9 +116,9 @@ describe('docker sandbox', () => {
   });
 
   test('diff is git add -A && git diff --cached minus scratch globs', async () => {
-    await sb.exec("sed -i '1s/^/# edited\\n/' README.rst && echo 'print(1)' > reproduce_issue.py && mkdir -p scratch && echo x > scratch/notes.txt", 10);
+    await sb.exec("sed -i '1s/^/# edited\\n/' README.md && echo 'print(1)' > reproduce_issue.py && mkdir -p scratch && echo x > scratch/notes.txt", 10);
     const d = await sb.diff(['reproduce_issue.py', 'scratch/**']);
-    assert.match(d, /^diff --git a\/README.rst b\/README.rst/m);
+    assert.match(d, /^diff --git a\/README.md b\/README.md/m);
     assert.match(d, /\+# edited/);
     assert.doesNotMatch(d, /reproduce_issue|scratch/);
     assert.match(await sb.diff(), /reproduce_issue\.py/);
