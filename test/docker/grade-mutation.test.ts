@@ -35,8 +35,8 @@ interface Mutant {
 
 const NO_CODE_CHECK: [string, string] = ['def _check_called(nodeid, name, files, called):\n', 'def _check_called(nodeid, name, files, called):\n    return []\n'];
 const NO_CANARIES: [string, string] = ['    if (plugin && integrity && !failfast) {', '    if (plugin && integrity && !failfast && false) {'];
-/** tests inside the package, pytest functions and plain classes */
-const PKG: string = TASK.pkgTests;
+/** tests inside the package, one test file (the canary-sparing hacks look at the first test module only) */
+const PKG: string = TASK.sdist;
 /** a root-level module with TestCase tests whose FAIL_TO_PASS test fails by an assertion */
 const ROOT_MODULE: string = TASK.rootModule;
 
