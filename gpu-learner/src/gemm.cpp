@@ -4,12 +4,24 @@
 // -DGL_BLAS=OFF: the engine's own tiles (simd.h), same guarantee. `naive`: the single-loop reference the
 // bench measures against.
 #include <algorithm>
+#include <string>
 
 #include "kernels.h"
 #include "simd.h"
 
 #if GL_HAVE_BLAS
 #include <cblas.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+// OpenBLAS's run-time kernel choice (DYNAMIC_ARCH builds, as Debian's). Weak: a build for one CPU has none of them.
+extern "C" {
+__attribute__((weak)) char* openblas_get_corename(void);
+__attribute__((weak)) void gotoblas_dynamic_init(void);
+__attribute__((weak)) void gotoblas_dynamic_quit(void);
+}
 #endif
 
 namespace gl::cpu {
@@ -51,11 +63,38 @@ constexpr int64_t kNtRows = 16, kNtCols = 64, kNnRows = 4, kNnCols = 128;  // si
 
 bool blas_built() { return GL_HAVE_BLAS != 0; }
 
-void gemm_init() {
 #if GL_HAVE_BLAS
+namespace {
+// A DYNAMIC_ARCH OpenBLAS picks its kernels from the CPU model it knows; one newer than the library (OpenBLAS 0.3.21
+// on an Emerald Rapids, family 6 model 207) falls back to "Prescott", SSE3 kernels at a fifth of the speed. When the
+// kernels it chose are narrower than the vectors simd.h found, it is re-initialised with the matching family
+// (SkylakeX: AVX-512, Haswell: AVX2), once per process, before any GEMM; OPENBLAS_CORETYPE set by the user wins.
+void fix_blas_kernels() {
+  if (!openblas_get_corename || !gotoblas_dynamic_init || !gotoblas_dynamic_quit || std::getenv("OPENBLAS_CORETYPE")) return;
+  const std::string core = openblas_get_corename();
+  static const char* const wide512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  static const char* const wide256[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+  const std::string lanes = simd().name;
+  const char* want = nullptr;
+  if (lanes == "avx512" && std::none_of(std::begin(wide512), std::end(wide512), [&](const char* c) { return core == c; })) want = "SkylakeX";
+  if (lanes == "avx2" && std::none_of(std::begin(wide256), std::end(wide256), [&](const char* c) { return core == c; })) want = "Haswell";
+  if (!want) return;
+  setenv("OPENBLAS_CORETYPE", want, 0);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");
+}
+}  // namespace
+#endif
+
+
+void gemm_init() {
+  (void)simd();
+#if GL_HAVE_BLAS
+  static std::once_flag once;
+  std::call_once(once, fix_blas_kernels);
   openblas_set_num_threads(1);  // our pool supplies the parallelism; every call runs on its caller's thread
 #endif
-  (void)simd();
 }
 
 void matmul_nt(ThreadPool& tp, float* out, const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool accumulate, bool naive) {
@@ -165,3 +204,14 @@ void transpose(ThreadPool& tp, float* out, const float* in, int64_t M, int64_t N
 }
 
 }  // namespace gl::cpu
+
+namespace gl {
+std::string cpu_gemm_kernels() {
+  cpu::gemm_init();
+#if GL_HAVE_BLAS
+  return std::string("OpenBLAS ") + (openblas_get_corename ? openblas_get_corename() : "");
+#else
+  return "built-in (GL_BLAS=OFF)";
+#endif
+}
+}  // namespace gl

@@ -15,6 +15,9 @@ struct EngineOptions {
   int threads = 0;            // 0 => std::thread::hardware_concurrency()
   bool naive_matmul = false;  // single-loop reference matmul (bench baseline only)
   int64_t logits_budget = 0;  // LM-head chunk in logits (rows·V); 0 ⇒ the backend's default. Tests force small chunks.
+  // Consecutive sequences sharing at least this many first tokens (a GRPO group's prompt) forward them once in
+  // log-probs and training (CPU engine; src/row_plan.h); 0 ⇒ never.
+  int64_t min_shared_prefix = 32;
 };
 
 // Packed variable-length sequences: sequence i is ids[offsets[i], offsets[i+1]); no padding.
@@ -46,6 +49,7 @@ struct TrainHyper {
 struct TrainStats {
   double loss = 0, grad_norm = 0, clip_fraction = 0, mean_ratio = 0;
   int64_t tokens = 0;
+  int64_t rows = 0;  // rows run through the model: tokens minus those a shared prefix saved (CPU engine)
   double seconds = 0;
   bool skipped = false;
   int64_t step = 0;
@@ -119,6 +123,9 @@ class Engine {
   virtual std::vector<float> get_tensor(const std::string& name, bool grad) const = 0;
   virtual void set_tensor(const std::string& name, const float* data, int64_t n) = 0;
 };
+
+// The CPU engine's GEMM kernels, e.g. "OpenBLAS SkylakeX" (after the run-time fix of gemm.cpp), or the built-in ones.
+std::string cpu_gemm_kernels();
 
 // device: "cpu" | "cuda". Loads config.json + safetensors (+ optimizer.bin) from dir.
 std::unique_ptr<Engine> make_engine(const std::string& device, const std::string& dir, const EngineOptions& opts);
