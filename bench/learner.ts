@@ -381,7 +381,7 @@ async function grpoIteration(threads: number): Promise<void> {
     return [r, (performance.now() - t0) / 1000];
   };
   const shared = await Learner.load(dir, { threads });
-  const plain = await Learner.load(dir, { threads, minSharedPrefix: 0 });
+  let plain: Learner | undefined;
   try {
     const group = groupBatch(qwen25.vocab_size, 1, G, PROMPT, RESP);
     const prompt = group.ids.slice(0, PROMPT);
@@ -397,7 +397,9 @@ async function grpoIteration(threads: number): Promise<void> {
     const [lp, logprobs] = await time(() => shared.logprobs(group));
     void lp;
     const [st, trainShared] = await time(() => shared.trainStep(group, hp2));
-    const [stPlain, trainPlain] = await time(() => plain.trainStep(group, hp2));
+    shared.close(); // one 630M trainer at a time (10 GiB with its AdamW state)
+    plain = await Learner.load(dir, { threads, minSharedPrefix: 0 });
+    const [stPlain, trainPlain] = await time(() => plain!.trainStep(group, hp2));
     const step = decode / STEPS;
     const parts = {
       prefill: TASKS * prefill,
@@ -418,7 +420,7 @@ async function grpoIteration(threads: number): Promise<void> {
     console.log(`  one iteration ≈ ${total.toFixed(0)} s (${(total / 60).toFixed(1)} min): ${(3600 / total).toFixed(1)} updates per hour`);
   } finally {
     shared.close();
-    plain.close();
+    plain?.close();
   }
 }
 

@@ -81,22 +81,29 @@ class CpuEngine final : public Engine {
   std::string device() const override { return "cpu"; }
   const std::vector<ParamInfo>& params() const override { return layout_.params(); }
 
+  // The weights now; the AdamW moments (optimizer.bin: its step is checked and read now) when a step or a save needs
+  // them, and the gradients when one is computed: a model that only samples (a policy server) holds its weights alone,
+  // a quarter of a trainer's memory.
   void load(const std::string& dir) override {
-    CheckpointState s = read_checkpoint(dir, cfg_, layout_);
+    CheckpointState s = read_checkpoint(dir, cfg_, layout_, false);
     cfg_.raw_json = s.cfg.raw_json;
     w_ = std::move(s.w);
-    m_ = std::move(s.m);
-    v_ = std::move(s.v);
+    std::vector<float>().swap(m_);
+    std::vector<float>().swap(v_);
+    moments_from_ = s.has_optimizer ? dir + "/optimizer.bin" : "";
     step_ = s.step;
-    g_.assign(size_t(n_params_), 0.0f);
     src_dir_ = dir;
     decoder_.clear();  // their caches hold the old weights' keys and values
   }
 
-  void save(const std::string& dir) override { save_checkpoint(dir, layout_, cfg_, w_.data(), m_, v_, step_, src_dir_); }
+  void save(const std::string& dir) override {
+    ensure_moments();
+    save_checkpoint(dir, layout_, cfg_, w_.data(), m_, v_, step_, src_dir_);
+  }
 
   std::vector<float> get_tensor(const std::string& name, bool grad) const override {
     const ParamInfo& p = layout_.find(name);
+    if (grad && g_.empty()) return std::vector<float>(size_t(p.numel), 0.0f);  // no gradient computed yet
     const float* src = (grad ? g_.data() : w_.data()) + p.offset;
     return std::vector<float>(src, src + p.numel);
   }
@@ -122,6 +129,7 @@ class CpuEngine final : public Engine {
 
   TrainStats train_step(const TrainBatch& b, const TrainHyper& hp) override {
     const auto t0 = std::chrono::steady_clock::now();
+    ensure_moments();
     TrainStats st = accumulate_gradients(b, hp);
     finish_train_step(st, grad_sumsq(), hp, &step_, [&](const AdamStep& a) { adamw(a); });
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -162,6 +170,21 @@ class CpuEngine final : public Engine {
   // ---------------------------------------------------------------- parameters
 
   float* W(int64_t off) { return off < 0 ? nullptr : w_.data() + off; }
+
+  // The AdamW moments of the loaded checkpoint (zeros without optimizer.bin), read on first need.
+  void ensure_moments() {
+    if (!m_.empty()) return;
+    if (moments_from_.empty()) {
+      m_.assign(size_t(n_params_), 0.0f);
+      v_.assign(size_t(n_params_), 0.0f);
+      return;
+    }
+    int64_t step = 0;
+    if (!read_optimizer_state(moments_from_, n_params_, &step, &m_, &v_))
+      throw std::runtime_error(moments_from_ + ": the AdamW state of the loaded checkpoint is gone (read on first use, after load)");
+    if (step != step_)
+      throw std::runtime_error(moments_from_ + ": step " + std::to_string(step) + " now, " + std::to_string(step_) + " when loaded (the checkpoint changed)");
+  }
   float* G(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }
 
   // ---------------------------------------------------------------- activations plan
@@ -493,7 +516,7 @@ class CpuEngine final : public Engine {
 
   TrainStats accumulate_gradients(const TrainBatch& b, const TrainHyper& hp) {
     validate_train(b, hp, cfg_.vocab_size, cfg_.max_position_embeddings);
-    if (with_grads_) std::fill(g_.begin(), g_.end(), 0.0f);
+    if (with_grads_) g_.assign(size_t(n_params_), 0.0f);  // allocated on first use
     const bool pp = hp.mode == LossMode::GrpoPlusPlus;
     const double clip_high = pp ? hp.clip_high : hp.clip_low;  // GRPO: symmetric clip
     const std::vector<double> norms = sequence_loss_norms(b, hp);
@@ -749,8 +772,8 @@ class CpuEngine final : public Engine {
   const int64_t n_params_, emb_, normf_, head_;  // from layout_
   RopeTable rope_;
   int64_t step_ = 0;
-  std::vector<float> w_, g_, m_, v_;  // parameters, gradients, Adam moments: one allocation each
-  std::string src_dir_;
+  std::vector<float> w_, g_, m_, v_;  // parameters, gradients, Adam moments: one allocation each (g, m, v on first use)
+  std::string src_dir_, moments_from_;  // moments_from_: the loaded checkpoint's optimizer.bin, "" for none
   bool with_grads_ = true;
   // activations of the current micro-batch
   std::vector<float> acts_;

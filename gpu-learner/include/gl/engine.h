@@ -3,6 +3,7 @@
 // config and safetensors I/O, optimizer-file format) lives host-side next to this header.
 #pragma once
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -138,10 +139,27 @@ void validate_generate(int64_t n_prompt, const int32_t* prompt, const GenerateOp
 
 // Optimizer state file (optimizer.bin): magic, version, step, n, m[n], v[n].
 void write_optimizer_state(const std::string& path, int64_t step, const std::vector<float>& m, const std::vector<float>& v);
-// Returns false when the file does not exist; throws on a malformed file or a size mismatch.
+// Returns false when the file does not exist; throws on a malformed file or a size mismatch. m and v null: the header
+// only (the step, every check but the data's).
 bool read_optimizer_state(const std::string& path, int64_t n, int64_t* step, std::vector<float>* m, std::vector<float>* v);
 
-// Writes to path + ".tmp", then renames (same directory => atomic on POSIX).
+// Writes to path + ".tmp<pid>" in parts, then commit() renames it over path (same directory => atomic on POSIX); the
+// temporary file is removed when the writer goes away uncommitted. For files too large to build in memory.
+class AtomicWriter {
+ public:
+  explicit AtomicWriter(const std::string& path);
+  ~AtomicWriter();
+  AtomicWriter(const AtomicWriter&) = delete;
+  AtomicWriter& operator=(const AtomicWriter&) = delete;
+  void write(const void* p, size_t n);
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  std::ofstream f_;
+  bool done_ = false;
+};
+// The same for a whole file at once.
 void atomic_write_file(const std::string& path, const std::string& bytes);
 bool file_exists(const std::string& path);
 std::string read_file(const std::string& path);
