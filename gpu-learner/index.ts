@@ -106,6 +106,11 @@ export interface LoadOptions {
    * once in logprobs() and trainStep() (CPU engine); 0 turns it off. Default 32.
    */
   minSharedPrefix?: number;
+  /**
+   * batched decoding (CPU engine): the keys and values of recently prefilled prompts kept up to this many bytes
+   * (default 256 MiB; 0: none), so a later sample of the same prompt copies them instead of prefilling it again
+   */
+  promptCacheBytes?: number;
 }
 
 interface NativeLearner {
@@ -129,7 +134,7 @@ interface NativeLearner {
 }
 
 interface NativeModule {
-  load(dir: string, device: string, threads: number, naive: boolean, minSharedPrefix?: number): Promise<NativeLearner>;
+  load(dir: string, device: string, threads: number, naive: boolean, minSharedPrefix?: number, promptCacheBytes?: number): Promise<NativeLearner>;
   grpoTokenLoss(logp: number, oldLogp: number, adv: number, clipLow: number, clipHigh: number): TokenLoss;
   cudaBuilt: boolean;
   gemmKernels(): string;
@@ -204,7 +209,7 @@ export class Learner {
     if (device !== 'cpu' && device !== 'cuda') throw new TypeError(`device must be 'cpu' or 'cuda', got ${JSON.stringify(device)}`);
     const threads = opts.threads ?? 0;
     if (!Number.isInteger(threads) || threads < 0) throw new RangeError(`threads must be a non-negative integer, got ${threads}`);
-    const n = await native().load(dir, device, threads, opts.naiveMatmul ?? false, opts.minSharedPrefix);
+    const n = await native().load(dir, device, threads, opts.naiveMatmul ?? false, opts.minSharedPrefix, opts.promptCacheBytes);
     return new Learner(n, device);
   }
 

@@ -429,7 +429,7 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
 };
 Napi::FunctionReference* NativeLearner::ctor = nullptr;
 
-// load(dir, device, threads, naiveMatmul[, minSharedPrefix]) -> Promise<NativeLearner>
+// load(dir, device, threads, naiveMatmul[, minSharedPrefix[, promptCacheBytes]]) -> Promise<NativeLearner>
 Napi::Value Load(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsString()) throw Napi::TypeError::New(env, "dir must be a string");
@@ -444,6 +444,11 @@ Napi::Value Load(const Napi::CallbackInfo& info) {
     const double ms = info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : -1;
     if (!(ms >= 0) || ms != std::floor(ms)) throw Napi::RangeError::New(env, "minSharedPrefix must be a non-negative integer, got " + info[4].ToString().Utf8Value());
     opts.min_shared_prefix = int64_t(ms);
+  }
+  if (info.Length() > 5 && !info[5].IsUndefined()) {
+    const double pc = info[5].IsNumber() ? info[5].As<Napi::Number>().DoubleValue() : -1;
+    if (!(pc >= 0) || pc != std::floor(pc)) throw Napi::RangeError::New(env, "promptCacheBytes must be a non-negative integer, got " + info[5].ToString().Utf8Value());
+    opts.prompt_cache_bytes = int64_t(pc);
   }
   auto m = std::make_shared<Model>();
   return queue_model(

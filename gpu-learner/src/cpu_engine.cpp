@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <list>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -64,6 +65,23 @@ struct DecodeSeq {
 };
 using Decoder = std::map<int64_t, DecodeSeq>;  // running sequences by id
 
+// Recently prefilled prompts, newest first: their keys and values (per layer K (n, KD) then V) and the logits after
+// them, so a sample of the same prompt added later (another rollout of a GRPO group, arriving after the first began)
+// copies them instead of prefilling again. Exact prompts only: the copy holds the bits a fresh prefill would, so a
+// sequence's tokens stay those it gets alone. Emptied whenever the weights change.
+struct PromptCache {
+  struct Entry {
+    std::vector<int32_t> prompt;
+    std::vector<float> kv, logits;
+  };
+  std::list<Entry> entries;
+  size_t bytes = 0;
+  void clear() {
+    entries.clear();
+    bytes = 0;
+  }
+};
+
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const std::string& dir, const EngineOptions& opts) : CpuEngine(load_config(dir), dir, opts) {}
@@ -94,6 +112,7 @@ class CpuEngine final : public Engine {
     step_ = s.step;
     src_dir_ = dir;
     decoder_.clear();  // their caches hold the old weights' keys and values
+    prompts_.clear();
   }
 
   void save(const std::string& dir) override {
@@ -112,6 +131,7 @@ class CpuEngine final : public Engine {
     const ParamInfo& p = layout_.find(name);
     check_tensor_size(p, n);
     std::memcpy(w_.data() + p.offset, data, sizeof(float) * size_t(n));
+    prompts_.clear();
   }
 
   // ---------------------------------------------------------------- log-probs
@@ -131,7 +151,10 @@ class CpuEngine final : public Engine {
     const auto t0 = std::chrono::steady_clock::now();
     ensure_moments();
     TrainStats st = accumulate_gradients(b, hp);
-    finish_train_step(st, grad_sumsq(), hp, &step_, [&](const AdamStep& a) { adamw(a); });
+    finish_train_step(st, grad_sumsq(), hp, &step_, [&](const AdamStep& a) {
+      adamw(a);
+      prompts_.clear();
+    });
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return st;
   }
@@ -625,9 +648,12 @@ class CpuEngine final : public Engine {
       s.rng = Rng(opts[i].seed);
       s.max_t = decode_limit(cfg_, n_prompt, opts[i]);
     }
-    // the prompt's prefill once, into the sequence that may grow longest; the others copy its cache
+    // the prompt's prefill once (or a recent one's copy), into the sequence that may grow longest; the others copy its cache
     DecodeSeq& first = *std::max_element(fresh.begin(), fresh.end(), [](auto& a, auto& b) { return a.max_t < b.max_t; });
-    prefill(first, prompt, n_prompt);
+    if (!cached_prefill(first, prompt, n_prompt)) {
+      prefill(first, prompt, n_prompt);
+      remember_prefill(first, prompt, n_prompt);
+    }
     const int64_t KD = cfg_.kv_dim();
     for (DecodeSeq& s : fresh) {
       if (&s == &first) continue;
@@ -668,6 +694,46 @@ class CpuEngine final : public Engine {
     for (const DecodeToken& t : out)
       if (t.finish != DecodeToken::Running) d.erase(t.seq);
     return out;
+  }
+
+  // s (empty) takes a remembered prefill of exactly this prompt; false when there is none.
+  bool cached_prefill(DecodeSeq& s, const int32_t* prompt, int64_t n) {
+    const int64_t KD = cfg_.kv_dim();
+    for (auto it = prompts_.entries.begin(); it != prompts_.entries.end(); ++it) {
+      if (int64_t(it->prompt.size()) != n || !std::equal(it->prompt.begin(), it->prompt.end(), prompt)) continue;
+      reserve(s, n);
+      for (int64_t l = 0; l < cfg_.num_hidden_layers; l++) {
+        std::memcpy(kcache(s, l), it->kv.data() + 2 * l * n * KD, sizeof(float) * size_t(n * KD));
+        std::memcpy(vcache(s, l), it->kv.data() + (2 * l + 1) * n * KD, sizeof(float) * size_t(n * KD));
+      }
+      s.logits = it->logits;
+      s.len = n;
+      prompts_.entries.splice(prompts_.entries.begin(), prompts_.entries, it);  // most recently used first
+      return true;
+    }
+    return false;
+  }
+
+  // Keeps a copy of s's prefill of prompt (its first n cache rows) within opts_.prompt_cache_bytes, oldest dropped.
+  void remember_prefill(DecodeSeq& s, const int32_t* prompt, int64_t n) {
+    const int64_t KD = cfg_.kv_dim(), L = cfg_.num_hidden_layers;
+    const size_t bytes = sizeof(float) * size_t(2 * L * n * KD + cfg_.vocab_size) + sizeof(int32_t) * size_t(n);
+    if (bytes > size_t(std::max<int64_t>(0, opts_.prompt_cache_bytes))) return;
+    PromptCache::Entry e;
+    e.prompt.assign(prompt, prompt + n);
+    e.kv.resize(size_t(2 * L * n * KD));
+    for (int64_t l = 0; l < L; l++) {
+      std::memcpy(e.kv.data() + 2 * l * n * KD, kcache(s, l), sizeof(float) * size_t(n * KD));
+      std::memcpy(e.kv.data() + (2 * l + 1) * n * KD, vcache(s, l), sizeof(float) * size_t(n * KD));
+    }
+    e.logits = s.logits;
+    prompts_.entries.push_front(std::move(e));
+    prompts_.bytes += bytes;
+    while (prompts_.bytes > size_t(opts_.prompt_cache_bytes)) {
+      const PromptCache::Entry& old = prompts_.entries.back();
+      prompts_.bytes -= sizeof(float) * (old.kv.size() + old.logits.size()) + sizeof(int32_t) * old.prompt.size();
+      prompts_.entries.pop_back();
+    }
   }
 
   // The prompt's n tokens at positions s.len.. through the model into s's cache; s.logits of the last one.
@@ -786,6 +852,7 @@ class CpuEngine final : public Engine {
   std::vector<float> lnf_sel_, dln_sel_;  // training: the final-norm rows the LM head runs on, and their gradients
   // batched decoding
   Decoder decoder_;
+  PromptCache prompts_;
   int64_t next_seq_id_ = 0;
 };
 

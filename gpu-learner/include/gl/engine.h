@@ -19,6 +19,9 @@ struct EngineOptions {
   // Consecutive sequences sharing at least this many first tokens (a GRPO group's prompt) forward them once in
   // log-probs and training (CPU engine; src/row_plan.h); 0 ⇒ never.
   int64_t min_shared_prefix = 32;
+  // Batched decoding (CPU engine): the keys/values of recently prefilled prompts kept, up to this many bytes, so a
+  // later sample of the same prompt skips its prefill; 0 ⇒ none.
+  int64_t prompt_cache_bytes = int64_t(256) << 20;
 };
 
 // Packed variable-length sequences: sequence i is ids[offsets[i], offsets[i+1]); no padding.
