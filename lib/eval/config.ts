@@ -81,6 +81,14 @@ export const EvalConfigSchema = z
     /** at most this many tasks (after `tasks`) */
     limit: int().min(1).optional(),
     model: EvalModelSchema,
+    /**
+     * which tasks count as strong for pass@1 on strong tasks (reported beside pass@1 on all): a test strength of at
+     * least `minStrength` (default 0.8), from the records' `quality` or a `swerl validate-tasks --quality-out` file
+     */
+    quality: z
+      .object({ minStrength: z.number().min(0).max(1).optional(), file: z.string().min(1).optional() })
+      .strict()
+      .optional(),
     /** `model_name_or_path` of the predictions; derived from the model when absent */
     modelName: z.string().min(1).optional(),
     /** episodes per task (DeepSWE: 16) */

@@ -2,6 +2,7 @@
 // workflow code, imports it (lib/sandbox.ts is pure too); lib/config.ts adds the `kind: 'swe'` discriminator.
 import { z } from 'zod';
 import { DEFAULT_LIMITS, DEFAULT_MAX_PATCH_BYTES } from '../sandbox.ts';
+import { TaskFilterSchema } from './quality.ts';
 
 /** Scratch files the agent is told to write; never part of the submitted patch. */
 export const DEFAULT_SCRATCH_GLOBS = ['reproduce_issue.py', 'reproduce*.py'];
@@ -11,6 +12,8 @@ export const SweEnvConfigSchema = z
   .object({
     /** JSONL or parquet of SWE-bench-style records (lib/swe/task.ts) */
     tasksFile: z.string().min(1),
+    /** train only on the tasks that pass this filter (their measured quality, the factory's split: lib/swe/quality.ts) */
+    taskFilter: TaskFilterSchema.optional(),
     /** `tests`: 1 iff FAIL_TO_PASS and PASS_TO_PASS all pass (DeepSWE); `similarity`: SWE-RL difflib ratio, −1 when malformed */
     reward: z.enum(['tests', 'similarity']).default('tests'),
     /** steps per episode in training (DeepSWE 50) */

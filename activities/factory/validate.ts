@@ -1,0 +1,225 @@
+// Validation of candidates in a lane (issue 28). For each candidate, cheapest check first:
+//   1. selection   the tests that run the mutated functions (the baseline's coverage map); none: rejected unrun;
+//   2. screening   those tests with the bug, stopping at the first failure; all pass: rejected;
+//   3. full run    the full test command with the bug: FAIL_TO_PASS = tests that passed at baseline and fail now
+//                  (capped), every other baseline-passing test must still pass;
+//   4. strength    K wrong fixes at the fix's site (lib/factory/alternatives.ts), each run on FAIL_TO_PASS and the
+//                  selection, stopping at the first failure: how many the tests reject;
+//   5. the buggy tree's git commit (a fixed identity and date: the id depends on the tree alone).
+// Each verdict is stored before the next candidate starts, so a retried activity (a killed worker, a dead
+// sandbox past the lane's own retries) resumes where it stopped; infrastructure never becomes a verdict.
+import { hashInts, hashString } from '../../lib/seed.ts';
+import { keys, openStore } from '../../lib/store.ts';
+import { wrongFixes } from '../../lib/factory/alternatives.ts';
+import { buggyFiles, multiCandidates, type Candidate } from '../../lib/factory/candidates.ts';
+import type { TestFailure } from '../../lib/factory/problem.ts';
+import { COMMIT_IDENTITY, type ChunkResult, type RejectReason, type RepoInfo, type SynthRef, type Tier, type Verdict } from '../../lib/factory/shapes.ts';
+import { createSandboxBackend } from '../sandbox/index.ts';
+import { heartbeating } from '../swe.ts';
+import type { Lane } from './lane.ts';
+import { mutableSources, newLane, type Baseline } from './repo.ts';
+
+/** failure details kept per verdict (the problem statement shows the first two) */
+const KEPT_FAILURES = 3;
+/** a run's limit: this many times the baseline's time for the same tests, plus start-up */
+const TIME_FACTOR = 3;
+const STARTUP_S = 20;
+
+/** Tests that run each (file, line range): the baseline's coverage map, inverted. */
+export class CoverageIndex {
+  private readonly byFile = new Map<string, { line: number; tests: string[] }[]>();
+
+  constructor(b: Pick<Baseline, 'functions' | 'coverage' | 'passing'>) {
+    const passing = new Set(b.passing);
+    const testsOf = new Map<number, string[]>();
+    for (const [id, fns] of Object.entries(b.coverage)) {
+      if (!passing.has(id)) continue;
+      for (const f of fns) testsOf.set(f, [...(testsOf.get(f) ?? []), id]);
+    }
+    b.functions.forEach((fn, i) => {
+      if (!fn) return;
+      const list = this.byFile.get(fn.file) ?? [];
+      list.push({ line: fn.line, tests: testsOf.get(i) ?? [] });
+      this.byFile.set(fn.file, list);
+    });
+  }
+
+  /** Tests that ran code starting in lines [from, to] of `file`. */
+  tests(file: string, from: number, to: number): Set<string> {
+    const out = new Set<string>();
+    for (const c of this.byFile.get(file) ?? []) if (c.line >= from && c.line <= to) for (const t of c.tests) out.add(t);
+    return out;
+  }
+}
+
+interface Context {
+  ref: SynthRef;
+  repo: RepoInfo;
+  baseline: Baseline;
+  cover: CoverageIndex;
+  files: Map<string, string>;
+}
+
+function limit(ctx: Context, ids: readonly string[] | null): number {
+  const base = ids ? ids.reduce((s, id) => s + (ctx.baseline.seconds[id] ?? 0), 0) : ctx.baseline.fullSeconds;
+  return Math.max(30, Math.min(ctx.ref.timeoutS, Math.ceil(base * TIME_FACTOR + STARTUP_S)));
+}
+
+/** The selection: baseline-passing tests that run a mutated function, fastest first. */
+function selection(ctx: Context, c: Candidate): string[] {
+  const sel = new Set<string>();
+  for (const m of c.mutations) for (const t of ctx.cover.tests(m.file, m.fn.startLine, m.fn.endLine)) sel.add(t);
+  return [...sel].sort((a, b) => (ctx.baseline.seconds[a] ?? 0) - (ctx.baseline.seconds[b] ?? 0) || (a < b ? -1 : 1));
+}
+
+/** One candidate's verdict (see the file's head). */
+export async function judgeCandidate(lane: Lane, ctx: Context, c: Candidate): Promise<Verdict> {
+  const t0 = Date.now();
+  let runs = 0;
+  const done = (v: Omit<Verdict, 'index' | 'tier' | 'runs' | 'seconds'>): Verdict => ({ index: c.index, tier: c.tier, ...v, runs, seconds: (Date.now() - t0) / 1000 });
+  const reject = (reason: RejectReason) => done({ valid: false, reason });
+  const sel = selection(ctx, c);
+  if (sel.length === 0) return reject('no_covering_test');
+  const bug = buggyFiles(ctx.files, c);
+
+  runs++;
+  const screen = await lane.run({ files: bug, select: sel, stopAtFirst: true, timeoutS: limit(ctx, sel) });
+  if (screen.timedOut) return reject('timeout');
+  if (screen.collectErrors.length) return reject('collection_error');
+  if (sel.every((id) => screen.tests.get(id)?.outcome === 'PASSED')) return reject('tests_pass');
+
+  runs++;
+  const full = await lane.run({ files: bug, timeoutS: limit(ctx, null) });
+  if (full.timedOut) return reject('timeout');
+  if (full.collectErrors.length) return reject('collection_error');
+  const flaky = new Set(ctx.baseline.flaky);
+  const failing: string[] = [];
+  for (const id of ctx.baseline.passing) {
+    if (flaky.has(id)) continue;
+    const o = full.tests.get(id)?.outcome ?? 'MISSING';
+    if (o === 'FAILED' || o === 'ERROR') failing.push(id);
+    else if (o !== 'PASSED') return reject('tests_changed');
+  }
+  // a failure outside the selection cannot come from the bug unless it repeats (a wall-clock test on a busy host does not)
+  const selected = new Set(sel);
+  const outside = failing.filter((id) => !selected.has(id));
+  let noise = new Set<string>();
+  if (outside.length) {
+    runs++;
+    const again = await lane.run({ files: bug, select: outside, timeoutS: limit(ctx, outside) });
+    noise = new Set(outside.filter((id) => again.tests.get(id)?.outcome === 'PASSED'));
+  }
+  const f2p = failing.filter((id) => !noise.has(id));
+  if (f2p.length === 0) return reject('tests_pass');
+  if (f2p.length > ctx.ref.maxFailToPass) return reject('too_many_failing');
+  const failures: Record<string, TestFailure> = {};
+  for (const id of f2p.slice(0, KEPT_FAILURES)) {
+    const f = full.tests.get(id)?.failure;
+    if (f) failures[id] = f;
+  }
+
+  const changed = Object.keys(bug).map((path) => ({ path, base: bug[path]!, gold: ctx.files.get(path)! }));
+  const fixes = await wrongFixes(changed, ctx.ref.strengthK, hashInts(ctx.ref.seed, hashString(c.dedupeKey)));
+  const probe = [...f2p, ...sel.filter((id) => !f2p.includes(id) && !noise.has(id))];
+  const accepted: string[] = [];
+  for (const w of fixes) {
+    runs++;
+    const r = await lane.run({ files: w.files, select: probe, stopAtFirst: true, timeoutS: limit(ctx, probe) });
+    const ok = !r.timedOut && r.collectErrors.length === 0 && probe.every((id) => r.tests.get(id)?.outcome === 'PASSED');
+    if (ok) accepted.push(w.what);
+  }
+  runs++;
+  const baseCommit = await lane.commitOf(bug, COMMIT_IDENTITY);
+  return done({
+    valid: true,
+    failToPass: f2p,
+    failures,
+    testSeconds: full.seconds,
+    strength: { tried: fixes.length, rejected: fixes.length - accepted.length, accepted },
+    baseCommit,
+  });
+}
+
+const contexts = new Map<string, Promise<Context>>();
+
+/** The repository's baseline, coverage index and files, loaded once per worker. */
+async function contextOf(ref: SynthRef, repo: RepoInfo): Promise<Context> {
+  const k = `${ref.storeUrl}\0${ref.synthId}\0${repo.slug}`;
+  let p = contexts.get(k);
+  if (!p) {
+    p = (async () => {
+      const baseline = await openStore(ref.storeUrl).getJson<Baseline>(keys.synthBaseline(ref.synthId, repo.slug));
+      if (!baseline) throw new Error(`no baseline of ${repo.name} in ${ref.storeUrl}`);
+      const files = new Map((await mutableSources(ref, repo)).map((s) => [s.path, s.text]));
+      return { ref, repo, baseline, cover: new CoverageIndex(baseline), files };
+    })();
+    p.catch(() => contexts.delete(k));
+    contexts.set(k, p);
+  }
+  return p;
+}
+
+const candidateLists = new Map<string, Promise<Candidate[]>>();
+
+export function candidatesOf(ref: SynthRef, repo: RepoInfo, tier: Tier): Promise<Candidate[]> {
+  const key = keys.synthCandidates(ref.synthId, repo.slug, tier);
+  const k = `${ref.storeUrl}\0${key}`;
+  let p = candidateLists.get(k);
+  if (!p) {
+    p = (async () => {
+      const list = await openStore(ref.storeUrl).getJson<Candidate[]>(key);
+      if (!list) throw new Error(`no ${tier} candidates of ${repo.name} in ${ref.storeUrl}`);
+      return list;
+    })();
+    p.catch(() => candidateLists.delete(k));
+    candidateLists.set(k, p);
+  }
+  return p;
+}
+
+/** Validates candidates [from, to) of a repository's tier in one lane; verdicts stored one by one. */
+export async function synthValidateChunk(input: { ref: SynthRef; repo: RepoInfo; tier: Tier; from: number; to: number }): Promise<ChunkResult> {
+  const { ref, repo, tier } = input;
+  const t0 = Date.now();
+  const ctx = await contextOf(ref, repo);
+  const list = await candidatesOf(ref, repo, tier);
+  const store = openStore(ref.storeUrl);
+  const lane = newLane(ref, repo, await createSandboxBackend(ref.backend));
+  const result: ChunkResult = { repo: repo.index, tier, from: input.from, to: input.to, valid: [], rejected: {}, runs: 0, cpuSeconds: 0, seconds: 0 };
+  const work = async () => {
+    for (const c of list.slice(input.from, input.to)) {
+      const key = keys.synthVerdict(ref.synthId, repo.slug, tier, c.index);
+      let v = await store.getJson<Verdict>(key);
+      if (!v) {
+        v = await judgeCandidate(lane, ctx, c);
+        await store.putJson(key, v);
+        result.runs += v.runs;
+      }
+      if (v.valid) result.valid.push(c.index);
+      else result.rejected[v.reason!] = (result.rejected[v.reason!] ?? 0) + 1;
+    }
+  };
+  try {
+    await heartbeating(`validating ${repo.name} ${tier} ${input.from}..${input.to}`, work());
+  } finally {
+    await lane.close();
+    result.cpuSeconds = lane.cpuSeconds;
+    result.seconds = (Date.now() - t0) / 1000;
+  }
+  return result;
+}
+
+/** The harder tier's candidates of a repository: combinations of its validated singles, stored. */
+export async function synthCombine(input: { ref: SynthRef; repo: RepoInfo; singles: number[]; max: number }): Promise<{ repo: number; total: number }> {
+  const { ref, repo } = input;
+  const store = openStore(ref.storeUrl);
+  const key = keys.synthCandidates(ref.synthId, repo.slug, 'multi');
+  const stored = await store.getJson<Candidate[]>(key);
+  if (stored) return { repo: repo.index, total: stored.length };
+  const singles = await candidatesOf(ref, repo, 'single');
+  const chosen = input.singles.map((i) => singles[i]!).filter(Boolean);
+  const sources = await mutableSources(ref, repo);
+  const combos = await multiCandidates(repo.name, sources, chosen, { seed: ref.seed, max: input.max });
+  await store.putJson(key, combos);
+  return { repo: repo.index, total: combos.length };
+}
