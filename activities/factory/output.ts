@@ -8,8 +8,8 @@ import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { hashString } from '../../lib/seed.ts';
 import { keys, openStore } from '../../lib/store.ts';
-import { createChatClient, listServerModels } from '../../lib/policy-client.ts';
-import { issueWriterMessages, leakedLines, scrub, templateStatement } from '../../lib/factory/problem.ts';
+import { templateStatement } from '../../lib/factory/problem.ts';
+import { rewriteStatement } from './issue-writer.ts';
 import { QUALITY_VERSION, type TaskQuality } from '../../lib/swe/quality.ts';
 import { FACTORY_VERSION, type RepoInfo, type SynthRef, type Tier, type Verdict } from '../../lib/factory/shapes.ts';
 import { buggyFiles, type Candidate } from '../../lib/factory/candidates.ts';
@@ -39,21 +39,6 @@ async function writeAtomic(path: string, data: string | Buffer): Promise<void> {
 export function instanceIdOf(repo: Pick<RepoInfo, 'slug' | 'short'>, c: Candidate): string {
   const kind = c.tier === 'single' ? c.mutations[0]!.strategy : `multi${c.mutations.length}`;
   return `${repo.slug}.${repo.short}.${kind}.${c.dedupeKey.slice(0, 8)}`;
-}
-
-/** An issue writer's rewrite of `template`, or the template when it fails or leaks the fix. */
-async function rewrite(w: NonNullable<WriteInput['issueWriter']>, template: string, patch: string, seed: number): Promise<{ text: string; by: string }> {
-  try {
-    const model = w.model ?? (await listServerModels({ baseUrl: w.url })).models[0];
-    if (!model) return { text: template, by: 'template (the issue writer lists no model)' };
-    const client = createChatClient({ baseUrl: w.url, model, timeoutMs: 300_000 });
-    const r = await client.chat({ messages: issueWriterMessages(template), maxTokens: 1024, temperature: 0.7, topP: 0.95, seed });
-    const text = scrub((r.content ?? '').trim(), patch);
-    if (text.length < 40 || leakedLines(text, patch).length) return { text: template, by: 'template (the rewrite was unusable)' };
-    return { text, by: `issue writer ${model}` };
-  } catch (e) {
-    return { text: template, by: `template (issue writer failed: ${(e as Error).message.slice(0, 200)})` };
-  }
 }
 
 /** The task records and files of the selection. */
@@ -116,7 +101,7 @@ async function taskRecord(
   await writeAtomic(tarPath, await writeTarball(entries.map((e) => (buggy.has(e.path) ? { ...e, data: buggy.get(e.path)! } : e))));
   const seed = hashString(id);
   const template = templateStatement({ failing: f2p, failures: v.failures ?? {}, testFiles: new Set(baseline.testFiles), patch: c.patch, seed });
-  const statement = input.issueWriter ? await rewrite(input.issueWriter, template, c.patch, seed) : { text: template, by: 'template' };
+  const statement = input.issueWriter ? await rewriteStatement(input.issueWriter, template, c.patch, seed) : { text: template, by: 'template' };
   const strength = v.strength!;
   const quality: TaskQuality = {
     version: QUALITY_VERSION,

@@ -11,6 +11,7 @@ import { parseRepoSource, type SynthRepo } from '../../lib/factory/config.ts';
 import { isMutable, singleCandidates, type Candidate, type SourceFile } from '../../lib/factory/candidates.ts';
 import type { BaselineSummary, CandidatesSummary, RepoInfo, SynthRef } from '../../lib/factory/shapes.ts';
 import type { TestOutcome } from '../../lib/swe/grading.ts';
+import type { SweTask } from '../../lib/swe/task.ts';
 import { Lane, type RunResult } from './lane.ts';
 import { loadSource, readTarball, sha256, SourceError, testFilesIn, writeTarball, type TarEntry } from './source.ts';
 import { heartbeating } from '../swe.ts';
@@ -76,14 +77,27 @@ export async function synthPrepareRepo(input: { ref: SynthRef; repo: SynthRepo; 
   if (mutable.length === 0) throw fail(`${label} has no Python source to put bugs in (package dirs ${JSON.stringify(packageDirs)}, excluding tests)`);
   if (!runsPytest(repo.testCmd)) throw fail(`${label}: test command ${JSON.stringify(repo.testCmd)} does not run pytest (the factory reads pytest's per-test results)`);
   const tarball = await writeTarball(loaded.entries);
-  const provenance = { ...loaded.provenance, sha256: loaded.provenance.sha256 || sha256(tarball) };
+  const provenance = { ...loaded.provenance, sha256: loaded.provenance.sha256 || sha256(tarball), ...(repo.commit ? { commit: repo.commit } : {}) };
   const short = (provenance.commit ?? provenance.sha256).slice(0, 7);
   const slug = name.replace('/', '__');
   const store = openStore(ref.storeUrl);
   const tarballKey = keys.synthRepoTarball(ref.synthId, slug, short);
   if (!(await store.exists(tarballKey))) await store.put(tarballKey, tarball);
   await ensureBaseImage();
-  const { image } = await ensureTaskImage({ instance_id: `factory-${slug}-${short}`, source_tarball: store.dirFor(tarballKey) } as never);
+  // the repository's own image: the recipe of a task's image, with the repository as given
+  const recipe: SweTask = {
+    instance_id: `factory-${slug}-${short}`,
+    repo: name,
+    base_commit: short,
+    problem_statement: '-',
+    patch: '',
+    test_patch: '',
+    FAIL_TO_PASS: [],
+    PASS_TO_PASS: [],
+    test_cmd: repo.testCmd,
+    source_tarball: store.dirFor(tarballKey),
+  };
+  const { image } = await ensureTaskImage(recipe);
   if (ref.backend === 'kubernetes') await loadIntoLocalCluster(image);
   return { index: input.index, name, slug, short, tarballKey, image, testCmd: repo.testCmd, packageDirs, packageDirsExclude: repo.packageDirsExclude, provenance };
 }

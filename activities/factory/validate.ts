@@ -21,9 +21,9 @@ import { mutableSources, newLane, type Baseline } from './repo.ts';
 
 /** failure details kept per verdict (the problem statement shows the first two) */
 const KEPT_FAILURES = 3;
-/** a run's limit: this many times the baseline's time for the same tests, plus start-up */
-const TIME_FACTOR = 3;
-const STARTUP_S = 20;
+/** a run's limit: this many times the baseline's time for the same tests, plus start-up (a busy host slows every run alike) */
+const TIME_FACTOR = 5;
+const STARTUP_S = 30;
 
 /** Tests that run each (file, line range): the baseline's coverage map, inverted. */
 export class CoverageIndex {
@@ -62,7 +62,7 @@ interface Context {
 
 function limit(ctx: Context, ids: readonly string[] | null): number {
   const base = ids ? ids.reduce((s, id) => s + (ctx.baseline.seconds[id] ?? 0), 0) : ctx.baseline.fullSeconds;
-  return Math.max(30, Math.min(ctx.ref.timeoutS, Math.ceil(base * TIME_FACTOR + STARTUP_S)));
+  return Math.max(60, Math.min(ctx.ref.timeoutS, Math.ceil(base * TIME_FACTOR + STARTUP_S)));
 }
 
 /** The selection: baseline-passing tests that run a mutated function, fastest first. */

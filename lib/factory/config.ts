@@ -42,6 +42,11 @@ export const SynthRepoSchema = z
       .string()
       .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)?$/, 'must be NAME or OWNER/NAME')
       .optional(),
+    /** the source's git commit when known (a tarball of `git archive`): in the provenance and the instance ids */
+    commit: z
+      .string()
+      .regex(/^[0-9a-f]{7,40}$/, 'must be a hex commit id')
+      .optional(),
     /** where bugs may go (default: every directory or top-level module with Python source outside test directories) */
     packageDirs: z.array(relDir).min(1).optional(),
     packageDirsExclude: z.array(relDir).default([]),

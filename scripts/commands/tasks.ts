@@ -22,6 +22,7 @@ const RepoLineSchema = z
     source_tarball: z.string().min(1).optional(),
     source: z.string().min(1).optional(),
     test_cmd: z.string().min(1),
+    commit: z.string().optional(),
     package_dirs: z.array(z.string().min(1)).min(1).optional(),
     package_dirs_exclude: z.array(z.string().min(1)).optional(),
   })
@@ -50,6 +51,7 @@ export function readReposFile(file: string): SynthRepo[] {
         source: source.startsWith('pypi:') ? source : resolve(dir, source),
         testCmd: x.test_cmd,
         name: x.repo,
+        ...(x.commit && /^[0-9a-f]{7,40}$/.test(x.commit) ? { commit: x.commit } : {}),
         ...(x.package_dirs ? { packageDirs: x.package_dirs } : {}),
         packageDirsExclude: x.package_dirs_exclude ?? [],
       };

@@ -197,3 +197,66 @@ test('quality: strong tasks, filters, sidecar files', () => {
   assert.equal(side.get('a')?.strength.score, 1);
   assert.throws(() => parseQualityLines('{"instance_id": "a"}\n', 'q.jsonl'), /q\.jsonl line 1: field quality/);
 });
+
+test('training draws only the tasks env.taskFilter keeps; evaluation reports pass@1 on strong tasks beside all', async () => {
+  const { taskIdsFor } = await import('../../activities/dataset.ts');
+  const { validateConfig } = await import('../../lib/config.ts');
+  const { evaluationMetrics, formatEvalMetrics } = await import('../../lib/eval/metrics.ts');
+  const dir = mkdtempSync(join(tmpdir(), 'swerl-filter-'));
+  try {
+    const q = (score: number | null) => ({
+      version: 'swerl-quality/1',
+      gold: { runs: 2, passed: 2 },
+      strength: { tried: 5, rejected: 5, score, accepted: [] },
+      failToPass: 1,
+      passToPass: 3,
+      testSeconds: 1,
+      dedupeKey: 'k',
+    });
+    const rec = (id: string, extra: Record<string, unknown>) =>
+      JSON.stringify({
+        instance_id: id,
+        repo: 'o/r',
+        base_commit: 'c',
+        problem_statement: 'p',
+        patch: '',
+        test_patch: '',
+        FAIL_TO_PASS: ['t'],
+        PASS_TO_PASS: [],
+        test_cmd: 'pytest',
+        image: 'img',
+        ...extra,
+      });
+    const file = join(dir, 'tasks.jsonl');
+    writeFileSync(
+      file,
+      [rec('strong', { quality: q(1), split: 'train' }), rec('weak', { quality: q(0.4), split: 'train' }), rec('bare', { split: 'validation' })].join('\n') + '\n',
+    );
+    const config = (taskFilter?: unknown) => {
+      const v = validateConfig({ batch: { tasks: 4, samples: 1 }, env: { kind: 'swe', tasksFile: file, ...(taskFilter ? { taskFilter } : {}) } });
+      assert.ok(v.ok, JSON.stringify(v));
+      return v.config;
+    };
+    assert.deepEqual(new Set(await taskIdsFor(config(), 0)), new Set(['strong', 'weak', 'bare']));
+    assert.deepEqual(new Set(await taskIdsFor(config({ minStrength: 0.8 }), 0)), new Set(['strong']));
+    assert.deepEqual(new Set(await taskIdsFor(config({ split: 'train' }), 0)), new Set(['strong', 'weak']));
+    const side = join(dir, 'q.jsonl');
+    writeFileSync(side, JSON.stringify({ instance_id: 'bare', quality: q(0.9) }) + '\n');
+    assert.deepEqual(new Set(await taskIdsFor(config({ minStrength: 0.8, qualityFile: side }), 0)), new Set(['strong', 'bare']), 'the sidecar gives bare a strength');
+    await assert.rejects(
+      taskIdsFor(config({ minStrength: 0.95, maxFailToPass: 1, split: 'validation' }), 0),
+      /config\.env\.taskFilter: none of the 3 tasks .* passes .*\(2 not in split validation, 1 no quality metadata\)/,
+    );
+    assert.equal(validateConfig({ env: { kind: 'swe', tasksFile: file, taskFilter: { minStrength: 2 } } }).ok, false);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const plan = { taskIds: ['a', 'b', 'c', 'd'], repos: { a: 'x', b: 'x', c: 'x', d: 'x' }, runs: 2 };
+  const ep = (taskId: string, run: number, resolved: boolean) => ({ taskId, run, resolved, end: 'submitted', steps: 1, tokens: 1, responseTokens: 1, seconds: 1 });
+  const eps = [ep('a', 0, true), ep('a', 1, true), ep('b', 0, true), ep('b', 1, false), ep('c', 0, false), ep('c', 1, false), ep('d', 0, false), ep('d', 1, false)];
+  const m = evaluationMetrics(plan, eps, [], { strong: { ids: new Set(['a', 'b']), minStrength: 0.8 } });
+  assert.equal(m.pass1, (1 + 0.5) / 4);
+  assert.deepEqual(m.strong, { minStrength: 0.8, tasks: 2, pass1: 0.75 });
+  assert.match(formatEvalMetrics(m), /pass@1 all tasks 37\.5% \(4\) \| strong tasks 75\.0% \(2, test strength ≥ 0\.8\)/);
+  assert.equal(evaluationMetrics(plan, eps, []).strong, undefined);
+});
