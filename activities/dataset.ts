@@ -1,7 +1,7 @@
 // Dataset and bookkeeping activities (rollout queue): the task batch of an iteration and the metrics log.
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeTaskIds } from '../lib/envs/frozenlake.ts';
-import { hashInts } from '../lib/seed.ts';
+import { hashInts, seededPermutation } from '../lib/seed.ts';
 import { filteredSweTaskIds, listSweTasks } from './swe.ts';
 import { checkContextFits } from './rollout.ts';
 import { keys, openStore } from '../lib/store.ts';
@@ -53,19 +53,9 @@ function sampleIds(ids: readonly string[], config: TrainingConfig, n: number): s
   for (let k = 0; k < config.batch.tasks; k++) {
     const pos = n * config.batch.tasks + k;
     const epoch = Math.floor(pos / sorted.length);
-    out.push(permuted(sorted, hashInts(config.seed, epoch, 0x5e))[pos % sorted.length]);
+    out.push(seededPermutation(sorted, hashInts(config.seed, epoch, 0x5e))[pos % sorted.length]!);
   }
   return out;
-}
-
-/** Fisher–Yates with a hash-derived stream (same order on every worker). */
-function permuted<T>(xs: readonly T[], seed: number): T[] {
-  const a = [...xs];
-  for (let i = a.length - 1; i > 0; i--) {
-    const j = hashInts(seed, i) % (i + 1);
-    [a[i], a[j]] = [a[j], a[i]];
-  }
-  return a;
 }
 
 /** Draws the iteration's tasks and stores the config snapshot its rollouts and learner step read. */

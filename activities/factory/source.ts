@@ -136,9 +136,39 @@ async function dirEntries(dir: string): Promise<{ entries: TarEntry[]; commit?: 
   return { entries, ...(commit ? { commit } : {}), ...(dirty !== undefined ? { dirty } : {}) };
 }
 
-const PypiRelease = z.object({
-  urls: z.array(z.object({ packagetype: z.string(), url: z.string(), filename: z.string(), digests: z.object({ sha256: z.string() }) })),
-});
+const PypiFile = z.object({ packagetype: z.string(), url: z.string(), filename: z.string(), digests: z.object({ sha256: z.string() }) });
+const PypiRelease = z.object({ urls: z.array(PypiFile) });
+const PypiProject = z.object({ releases: z.record(z.string(), z.array(PypiFile)) });
+
+async function getJson(url: string, spec: string, index: string): Promise<unknown> {
+  const res = await fetch(url).catch((e: Error) => {
+    throw new Error(`${spec}: PyPI (${index}) unreachable: ${e.message}`);
+  });
+  if (res.status === 404) return null;
+  if (!res.ok) throw new Error(`${spec}: ${index} answered ${res.status} for ${url}`);
+  return res.json();
+}
+
+/** The files of NAME==VERSION: the release's JSON, else the project's `releases` (some mirrors serve only the latter). */
+async function releaseFiles(index: string, name: string, version: string, spec: string): Promise<z.infer<typeof PypiFile>[]> {
+  const base = `${index}/pypi/${encodeURIComponent(name)}`;
+  // a mirror may give file URLs relative to the page
+  const absolute = (files: z.infer<typeof PypiFile>[], page: string) => files.map((f) => ({ ...f, url: new URL(f.url, page).href }));
+  const relUrl = `${base}/${encodeURIComponent(version)}/json`;
+  const rel = await getJson(relUrl, spec, index);
+  if (rel !== null) {
+    const r = PypiRelease.safeParse(rel);
+    if (!r.success) throw new Error(`${spec}: unexpected answer from ${index}: ${r.error.issues[0]?.message}`);
+    return absolute(r.data.urls, relUrl);
+  }
+  const projUrl = `${base}/json`;
+  const proj = await getJson(projUrl, spec, index);
+  const p = proj === null ? null : PypiProject.safeParse(proj);
+  if (p && !p.success) throw new Error(`${spec}: unexpected answer from ${index}: ${p.error.issues[0]?.message}`);
+  const files = p?.data.releases[version];
+  if (!files) throw new SourceError(`${spec}: no such release on ${index}`);
+  return absolute(files, projUrl);
+}
 
 /** The sdist of NAME==VERSION from the cache, else from PyPI (index: $SWERL_PYPI_URL, default https://pypi.org). */
 export async function fetchSdist(name: string, version: string): Promise<{ bytes: Buffer; sha256: string; url: string; filename: string }> {
@@ -151,15 +181,9 @@ export async function fetchSdist(name: string, version: string): Promise<{ bytes
     if (bytes && sha256(bytes) === meta.sha256) return { bytes, ...meta };
   }
   const index = (process.env.SWERL_PYPI_URL ?? 'https://pypi.org').replace(/\/+$/, '');
-  const res = await fetch(`${index}/pypi/${encodeURIComponent(name)}/${encodeURIComponent(version)}/json`).catch((e: Error) => {
-    throw new Error(`${spec}: PyPI (${index}) unreachable: ${e.message}`);
-  });
-  if (res.status === 404) throw new SourceError(`${spec}: no such release on ${index}`);
-  if (!res.ok) throw new Error(`${spec}: ${index} answered ${res.status}`);
-  const rel = PypiRelease.safeParse(await res.json());
-  if (!rel.success) throw new Error(`${spec}: unexpected answer from ${index}: ${rel.error.issues[0]?.message}`);
-  const sdist = rel.data.urls.find((u) => u.packagetype === 'sdist');
-  if (!sdist) throw new SourceError(`${spec}: the release has no source distribution (only ${rel.data.urls.map((u) => u.packagetype).join(', ') || 'nothing'})`);
+  const files = await releaseFiles(index, name, version, spec);
+  const sdist = files.find((u) => u.packagetype === 'sdist');
+  if (!sdist) throw new SourceError(`${spec}: the release has no source distribution (only ${files.map((u) => u.packagetype).join(', ') || 'nothing'})`);
   const got = await fetch(sdist.url);
   if (!got.ok) throw new Error(`${spec}: downloading ${sdist.url}: ${got.status}`);
   const bytes = Buffer.from(await got.arrayBuffer());

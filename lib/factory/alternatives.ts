@@ -6,8 +6,9 @@
 //                  or, when those run out, elsewhere in the functions it changed, nearest first.
 // A wrong fix that makes the base or the gold file again is not one. Equivalent mutants (a wrong fix that
 // means the same) cannot be told apart, so the strength is a lower bound. Pure and seeded.
-import { Rng, hashInts } from '../seed.ts';
+import { hashInts, seededPermutation } from '../seed.ts';
 import { applyMutations, enumerateMutations, parsesCleanly, type Mutation } from './mutations.ts';
+import { yielder } from './candidates.ts';
 import { changedRegions, splitLines } from './patch.ts';
 
 export interface ChangedFile {
@@ -30,17 +31,6 @@ export interface WrongFix {
 function codeRegion(base: string[], gold: string[], r: { a0: number; a1: number; b0: number; b1: number }): boolean {
   const lines = [...base.slice(r.a0, r.a1), ...gold.slice(r.b0, r.b1)];
   return lines.some((l) => l.trim() !== '' && !l.trim().startsWith('#'));
-}
-
-/** Seeded Fisher–Yates. */
-export function shuffled<T>(xs: readonly T[], seed: number): T[] {
-  const a = [...xs];
-  const rng = new Rng(seed);
-  for (let i = a.length - 1; i > 0; i--) {
-    const j = rng.nextU32() % (i + 1);
-    [a[i], a[j]] = [a[j]!, a[i]!];
-  }
-  return a;
 }
 
 /** Up to `k` wrong fixes of the change `files` (base → gold), partial fixes first (at most half when mutations exist). */
@@ -85,10 +75,12 @@ export async function wrongFixes(files: readonly ChangedFile[], k: number, seed:
       near.push({ m, d, text: f.gold });
     }
   }
-  const ordered = shuffled(near, hashInts(seed, 0x77)).sort((x, y) => x.d - y.d);
+  const ordered = seededPermutation(near, hashInts(seed, 0x77)).sort((x, y) => x.d - y.d);
   const mutated: WrongFix[] = [];
+  const breathe = yielder();
   for (const { m, text } of ordered) {
     if (mutated.length >= k) break;
+    await breathe();
     const out = applyMutations(text, [m]);
     // a wrong fix that does not compile would be rejected for nothing
     if (!(await parsesCleanly(out))) continue;
@@ -96,7 +88,7 @@ export async function wrongFixes(files: readonly ChangedFile[], k: number, seed:
     if (fresh(w)) mutated.push(w);
   }
   const nPartial = mutated.length ? Math.min(partial.length, Math.ceil(k / 2)) : Math.min(partial.length, k);
-  return [...shuffled(partial, hashInts(seed, 0x78)).slice(0, nPartial), ...mutated].slice(0, k);
+  return [...seededPermutation(partial, hashInts(seed, 0x78)).slice(0, nPartial), ...mutated].slice(0, k);
 }
 
 function range(from: number, to: number): number[] {

@@ -4,8 +4,7 @@
 // first candidates spread over many functions and strategies. The harder tier combines 2–3 validated
 // single bugs in different functions. Pure and seeded: the same repository, strategies and seed give the
 // same list on every worker.
-import { hashInts, hashString } from '../seed.ts';
-import { shuffled } from './alternatives.ts';
+import { hashInts, hashString, seededPermutation } from '../seed.ts';
 import { applyMutations, enumerateMutations, parsesCleanly, type Mutation, type Strategy } from './mutations.ts';
 import { dedupeKey, treePatch } from './patch.ts';
 
@@ -37,6 +36,19 @@ export interface CandidateStats {
   /** the same fix as an earlier candidate */
   duplicates: number;
   candidates: number;
+}
+
+/**
+ * Lets timers and I/O run (a worker's heartbeats, its workflow tasks) when this call has held the thread for a
+ * while: awaiting parses only yields to microtasks, which would starve them through thousands of candidates.
+ */
+export function yielder(everyMs = 50): () => Promise<void> {
+  let last = Date.now();
+  return async () => {
+    if (Date.now() - last < everyMs) return;
+    await new Promise((r) => setTimeout(r, 0));
+    last = Date.now();
+  };
 }
 
 /** Whether `path` is a package file the factory may mutate: under a package dir (or it), not under an excluded one, not a test. */
@@ -91,7 +103,9 @@ export async function singleCandidates(
   const files = new Map(sources.map((s) => [s.path, s.text]));
   const stats: CandidateStats = { files: sources.length, unparsable: [], functions: 0, found: {}, doesNotCompile: 0, duplicates: 0, candidates: 0 };
   const byFunction = new Map<string, Mutation[]>();
+  const breathe = yielder();
   for (const s of [...sources].sort((a, b) => a.path.localeCompare(b.path))) {
+    await breathe();
     const muts = await enumerateMutations(s.path, s.text, o.strategies);
     if (!muts) {
       stats.unparsable.push(s.path);
@@ -106,13 +120,13 @@ export async function singleCandidates(
     }
   }
   stats.functions = byFunction.size;
-  const fnKeys = shuffled([...byFunction.keys()], hashInts(o.seed, hashString(repo), 1));
+  const fnKeys = seededPermutation([...byFunction.keys()], hashInts(o.seed, hashString(repo), 1));
   // per function: its strategies in a seeded order, then round-robin over them, each strategy's mutations shuffled
   const queues = fnKeys.map((k) => {
     const muts = byFunction.get(k)!;
     const byStrategy = new Map<Strategy, Mutation[]>();
-    for (const m of shuffled(muts, hashInts(o.seed, hashString(k), 2))) byStrategy.set(m.strategy, [...(byStrategy.get(m.strategy) ?? []), m]);
-    const lanes = shuffled([...byStrategy.values()], hashInts(o.seed, hashString(k), 3));
+    for (const m of seededPermutation(muts, hashInts(o.seed, hashString(k), 2))) byStrategy.set(m.strategy, [...(byStrategy.get(m.strategy) ?? []), m]);
+    const lanes = seededPermutation([...byStrategy.values()], hashInts(o.seed, hashString(k), 3));
     const order: Mutation[] = [];
     for (let i = 0; order.length < muts.length; i++) for (const l of lanes) if (l[i]) order.push(l[i]!);
     return { order, next: 0, taken: 0 };
@@ -123,6 +137,7 @@ export async function singleCandidates(
     open = false;
     for (const q of queues) {
       while (q.taken < o.perFunction && q.next < q.order.length) {
+        await breathe();
         const m = q.order[q.next++]!;
         const c = await candidateOf(repo, files, [m], 'single', out.length);
         if (c === 'does-not-compile') {
@@ -151,11 +166,13 @@ export async function singleCandidates(
  */
 export async function multiCandidates(repo: string, sources: readonly SourceFile[], singles: readonly Candidate[], o: { seed: number; max: number }): Promise<Candidate[]> {
   const files = new Map(sources.map((s) => [s.path, s.text]));
-  const pool = shuffled(singles, hashInts(o.seed, hashString(repo), 4));
+  const pool = seededPermutation(singles, hashInts(o.seed, hashString(repo), 4));
   const used = new Set<number>();
   const out: Candidate[] = [];
   const rng = hashInts(o.seed, hashString(repo), 5);
+  const breathe = yielder();
   for (let i = 0; i < pool.length && out.length < o.max; i++) {
+    await breathe();
     if (used.has(i)) continue;
     const size = hashInts(rng, out.length) % 2 === 0 ? 2 : 3;
     const group = [i];

@@ -6,13 +6,13 @@
 // (FAIL_TO_PASS fail at base, all pass with the gold patch), the gold patch resolves, an empty patch scores 0,
 // and a patch that rewrites the failing test is undone (the listed test files are restored as at base).
 // `swerl validate-tasks --quality` measures a task as the factory did (same FAIL_TO_PASS count, dedupe key and
-// strength), and `swerl tasks synth` refuses bad input naming it.
+// strength) and a hand-made task with its test_patch alike; bad repositories and bad options are named.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { requireDocker, testBackend } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, sharedTasks, testBackend } from '../helpers/docker.ts';
 import { ROOT, spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 import { ensureBaseImage } from '../../activities/images.ts';
 import { removeSandboxContainers } from '../../activities/sandbox/docker.ts';
@@ -177,6 +177,18 @@ test('swerl validate-tasks --quality measures a factory task as the factory did'
     'the same wrong fixes, judged the same through the grader',
   );
   assert.match(r.stdout.trim().split('\n').at(-1)!, /^1 valid, 0 invalid$/);
+});
+
+test('a hand-made task (with a test_patch) is measured the same way: gold twice, wrong fixes graded like any patch', async () => {
+  const task = (await sharedTasks())[0]!;
+  await imagesFor([task]);
+  const { measureTaskQuality } = await import('../../activities/task-quality.ts');
+  const m = await measureTaskQuality(task, { backend, k: 2, seed: 0 });
+  assert.ok(m.validation.valid, m.validation.problems.join('; '));
+  assert.deepEqual(m.quality.gold, { runs: 2, passed: 2 });
+  assert.equal(m.quality.strength.tried, 2, 'two wrong fixes at the gold patch’s lines');
+  assert.equal(m.quality.failToPass, task.FAIL_TO_PASS.length);
+  assert.match(m.quality.dedupeKey, /^[0-9a-f]{16}$/);
 });
 
 test('bad repositories are named with what is wrong: no tests, no Python source, a test command not found, a failing baseline', async () => {
