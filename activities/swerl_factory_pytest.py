@@ -5,20 +5,35 @@ duration, and for a failure the crash message and the traceback entries (the fac
 files' frames for the problem statement). With $SWERL_FACTORY_COVER it also records, per test, the
 functions the test ran (a global trace function that only notes code objects: no line events), so the
 factory can select the tests a mutated function can change. $SWERL_FACTORY_SELECT names a file of node
-ids: only those run, in that order, and other test files are not even imported.
+ids: only those run, in that order, and other test files are not even imported. $SWERL_FACTORY_LIMITS names a
+JSON file of per-test limits in seconds ("*": the default): a test's call past its limit fails (SIGALRM) and is
+marked, so a bug that makes a test hang costs seconds, not the whole run's limit.
 This plugin serves the factory's own runs of code it mutated itself; grading never loads it.
 """
 
 import json
 import os
+import signal
 import sys
 import threading
 
 _OUT = os.environ.get("SWERL_FACTORY_OUT")
 _COVER = os.environ.get("SWERL_FACTORY_COVER") == "1"
 _SELECT = os.environ.get("SWERL_FACTORY_SELECT")
+_LIMITS = os.environ.get("SWERL_FACTORY_LIMITS")
 MAX_LINES = 40
 MAX_CHARS = 4000
+
+
+class TestTimeout(Exception):
+    """A test's call ran past its limit."""
+
+
+def _read_limits():
+    if not _LIMITS:
+        return {}
+    with open(_LIMITS, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def _read_select():
@@ -39,6 +54,9 @@ class _Recorder:
             self.select_files = {nodeid.split("::", 1)[0] for nodeid in self.select}
         self.code_ids = {}
         self.seen = None
+        self.limits = _read_limits()
+        self.timed_out = set()
+        self.current = None
 
     def emit(self, obj):
         if self.out is not None:
@@ -123,6 +141,8 @@ class _Recorder:
             rec["f"] = st["failure"]
         if funcs is not None:
             rec["c"] = funcs
+        if nodeid in self.timed_out:
+            rec["to"] = 1
         self.emit(rec)
 
 
@@ -182,6 +202,28 @@ def pytest_runtest_logreport(report):
 
 try:
     import pytest
+
+    @pytest.hookimpl(hookwrapper=True)
+    def _alarm(signum, frame):
+        if _rec and _rec.current:
+            _rec.timed_out.add(_rec.current)
+        raise TestTimeout("swerl-factory: the test ran past its limit")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(item):
+        limit = (_rec.limits.get(item.nodeid) or _rec.limits.get("*")) if _rec else None
+        armed = bool(limit) and threading.current_thread() is threading.main_thread()
+        if armed:
+            _rec.current = item.nodeid
+            previous = signal.signal(signal.SIGALRM, _alarm)
+            signal.setitimer(signal.ITIMER_REAL, float(limit))
+        try:
+            yield
+        finally:
+            if armed:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+                _rec.current = None
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):

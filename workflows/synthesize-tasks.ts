@@ -1,16 +1,15 @@
 // synthesizeTasks (issue 28, `swerl tasks synth`): SWE tasks made from repositories with tests. Per repository
 // its source and image, a baseline (flaky tests excluded; a failing baseline names its tests), candidates
-// (tree-sitter mutations, compile-checked); then rounds of validation in parallel sandboxes until each
+// (tree-sitter mutations, compile-checked); then validation in parallel sandbox lanes until each
 // repository has its fair share of single-bug tasks, the harder tier (2–3 bugs) likewise, and the task set
-// written. Resumable by its id after any crash: every verdict is stored as it is made, and a round depends
-// only on earlier rounds' verdicts. Progress: query `status`, the UI's current details, search attributes
+// written. Resumable by its id after any crash: every verdict is stored as it is made. Progress: query `status`, the UI's current details, search attributes
 // SynthValidated and SynthPhase.
-import { ActivityFailure, ApplicationFailure, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, condition, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { createActivities } from '../activities/index.ts';
 import { FailureType, INVALID_INPUT, nonRetryable, RetryPolicies } from '../lib/failures.ts';
 import { mapInLanes } from '../lib/pool.ts';
 import { validateSynthInput, type SynthInput } from '../lib/factory/config.ts';
-import { nextRound, selection, type TierState } from '../lib/factory/plan.ts';
+import { selection, TierPlan, type TierState } from '../lib/factory/plan.ts';
 import { validationRepos } from '../lib/factory/split.ts';
 import { REJECT_REASONS, type ChunkResult, type RepoInfo, type SynthRef, type SynthResult, type SynthStatus, type Tier } from '../lib/factory/shapes.ts';
 import { TASK_QUEUES } from './shapes.ts';
@@ -159,7 +158,11 @@ async function prepareRepos(
   return { repos, failed: failed.map((f) => ({ repo: f.repo, error: f.error })) };
 }
 
-/** Rounds of chunks over the repositories until each has its share of `target` validated tasks of `tier`, or none has candidates left. */
+/**
+ * Validates candidates of `tier` until each repository has its share of `target` valid ones or none left: `concurrency`
+ * lanes, each taking the plan's next chunk whenever it is free (lib/factory/plan.ts says why the tasks kept do not
+ * depend on that timing).
+ */
 async function validateTier(
   tier: Tier,
   states: { info: RepoInfo; single: TierState; multi: TierState }[],
@@ -169,21 +172,28 @@ async function validateTier(
   progress: SynthProgress,
 ): Promise<void> {
   progress.phase('validating');
-  for (;;) {
-    const chunks = nextRound(
-      states.map((s) => s[tier]),
-      target,
-      concurrency,
-    );
-    if (chunks.length === 0) return;
-    const results = await mapInLanes(chunks, concurrency, async (ch) => {
+  const plan = new TierPlan(
+    states.map((s) => s[tier]),
+    target,
+  );
+  let completed = 0;
+  const lane = async (): Promise<void> => {
+    for (;;) {
+      const ch = plan.nextChunk();
+      if (!ch) {
+        if (plan.idle()) return;
+        const seen = completed;
+        // another lane's verdicts may open more work (a repository below its share, or one that ran out)
+        await condition(() => completed !== seen);
+        continue;
+      }
       const r = await lanes.synthValidateChunk({ ref, repo: states[ch.repo]!.info, tier, from: ch.from, to: ch.to });
+      plan.complete(ch, r.valid);
+      completed++;
       progress.chunkDone(r);
-      return r;
-    });
-    // in chunk order: the same valid lists however the lanes were timed
-    for (const r of results) states.find((s) => s.info.index === r.repo)![tier].valid.push(...r.valid);
-  }
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, lane));
 }
 
 /** The run's status (query), current details (UI) and search attributes. */

@@ -54,7 +54,12 @@ export async function validateTasks(input: ValidateTasksInput): Promise<Validate
   }
   const results = await mapInLanes(todo, concurrency, async (instanceId): Promise<swe.TaskValidation> => {
     try {
-      return await validateSweTask({ tasksFile: input.tasksFile, instanceId, ...(input.timeoutS ? { timeoutS: input.timeoutS } : {}), ...(input.quality ? { quality: input.quality } : {}) });
+      return await validateSweTask({
+        tasksFile: input.tasksFile,
+        instanceId,
+        ...(input.timeoutS ? { timeoutS: input.timeoutS } : {}),
+        ...(input.quality ? { quality: input.quality } : {}),
+      });
     } catch (e) {
       return { instanceId, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
     }

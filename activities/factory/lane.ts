@@ -19,6 +19,8 @@ const RUN_ATTEMPTS = 3;
 export interface TestRecord {
   outcome: TestOutcome;
   seconds: number;
+  /** the call ran past its limit (RunOptions.testLimits) and was stopped */
+  timedOut?: boolean;
   failure?: TestFailure;
   /** indices into RunResult.functions (coverage runs) */
   covered?: number[];
@@ -44,6 +46,8 @@ export interface RunOptions {
   stopAtFirst?: boolean;
   /** record the functions each test calls */
   cover?: boolean;
+  /** per-test limits of a call, seconds (`*`: the default): a test past it fails and is marked timedOut */
+  testLimits?: Readonly<Record<string, number>>;
   timeoutS: number;
 }
 
@@ -64,6 +68,7 @@ export function parsePluginOutput(text: string): Pick<RunResult, 'tests' | 'coll
       const rec: TestRecord = { outcome: o.o as TestOutcome, seconds: Number(o.d) || 0 };
       if (o.f) rec.failure = o.f as TestFailure;
       if (Array.isArray(o.c)) rec.covered = o.c as number[];
+      if (o.to) rec.timedOut = true;
       tests.set(o.t, rec);
     } else if (typeof o.fn === 'number') functions[o.fn] = { file: String(o.file), line: Number(o.line) };
     else if (typeof o.collect_error === 'string') collectErrors.push({ nodeid: o.collect_error, failure: o.f as TestFailure });
@@ -153,6 +158,7 @@ export class Lane {
   private async runOnce(sb: Sandbox, o: RunOptions): Promise<RunResult> {
     const extra = [{ path: 'cmd', content: this.testCmd }];
     if (o.select) extra.push({ path: 'select', content: o.select.join('\n') + '\n' });
+    if (o.testLimits) extra.push({ path: 'limits.json', content: JSON.stringify(o.testLimits) });
     const dir = await this.stage(sb, o.files, extra);
     const addopts = [`-p ${PLUGIN_MODULE}`, '-p no:cacheprovider', ...(o.stopAtFirst ? ['-x'] : [])].join(' ');
     const env = [
@@ -160,6 +166,7 @@ export class Lane {
       `export PYTEST_ADDOPTS="\${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }${addopts}"`,
       o.select ? `export SWERL_FACTORY_SELECT=${dir}/select` : '',
       o.cover ? 'export SWERL_FACTORY_COVER=1' : '',
+      o.testLimits ? `export SWERL_FACTORY_LIMITS=${dir}/limits.json` : '',
     ];
     // one exec: the run under its own limit (`timeout` signals its whole process group), then the results, then
     // the work tree as the image has it; the sandbox's limit is only a backstop

@@ -16,7 +16,7 @@ import type { TestFailure } from '../../lib/factory/problem.ts';
 import { COMMIT_IDENTITY, type ChunkResult, type RejectReason, type RepoInfo, type SynthRef, type Tier, type Verdict } from '../../lib/factory/shapes.ts';
 import { createSandboxBackend } from '../sandbox/index.ts';
 import { heartbeating } from '../swe.ts';
-import type { Lane } from './lane.ts';
+import type { Lane, RunResult } from './lane.ts';
 import { mutableSources, newLane, type Baseline } from './repo.ts';
 
 /** failure details kept per verdict (the problem statement shows the first two) */
@@ -58,11 +58,24 @@ interface Context {
   baseline: Baseline;
   cover: CoverageIndex;
   files: Map<string, string>;
+  limits: Record<string, number>;
 }
 
+/** A run's limit; a hanging test is stopped sooner, by its own limit (testLimits). */
 function limit(ctx: Context, ids: readonly string[] | null): number {
   const base = ids ? ids.reduce((s, id) => s + (ctx.baseline.seconds[id] ?? 0), 0) : ctx.baseline.fullSeconds;
-  return Math.max(60, Math.min(ctx.ref.timeoutS, Math.ceil(base * TIME_FACTOR + STARTUP_S)));
+  return Math.max(60, Math.min(4 * ctx.ref.timeoutS, Math.ceil(base * TIME_FACTOR + STARTUP_S)));
+}
+
+/** a test's call may take this many times its baseline time, and at least TEST_LIMIT_S */
+const TEST_FACTOR = 20;
+const TEST_LIMIT_S = 10;
+
+/** Per-test limits of a call: the default, and the tests slow enough at baseline to need more. */
+export function testLimits(b: Pick<Baseline, 'seconds'>): Record<string, number> {
+  const out: Record<string, number> = { '*': TEST_LIMIT_S };
+  for (const [id, s] of Object.entries(b.seconds)) if (s * TEST_FACTOR > TEST_LIMIT_S) out[id] = Math.ceil(s * TEST_FACTOR);
+  return out;
 }
 
 /** The selection: baseline-passing tests that run a mutated function, fastest first. */
@@ -81,16 +94,17 @@ export async function judgeCandidate(lane: Lane, ctx: Context, c: Candidate): Pr
   const sel = selection(ctx, c);
   if (sel.length === 0) return reject('no_covering_test');
   const bug = buggyFiles(ctx.files, c);
+  const hung = (r: RunResult) => r.timedOut || [...r.tests.values()].some((t) => t.timedOut);
 
   runs++;
-  const screen = await lane.run({ files: bug, select: sel, stopAtFirst: true, timeoutS: limit(ctx, sel) });
-  if (screen.timedOut) return reject('timeout');
+  const screen = await lane.run({ files: bug, select: sel, stopAtFirst: true, timeoutS: limit(ctx, sel), testLimits: ctx.limits });
+  if (hung(screen)) return reject('timeout');
   if (screen.collectErrors.length) return reject('collection_error');
   if (sel.every((id) => screen.tests.get(id)?.outcome === 'PASSED')) return reject('tests_pass');
 
   runs++;
-  const full = await lane.run({ files: bug, timeoutS: limit(ctx, null) });
-  if (full.timedOut) return reject('timeout');
+  const full = await lane.run({ files: bug, timeoutS: limit(ctx, null), testLimits: ctx.limits });
+  if (hung(full)) return reject('timeout');
   if (full.collectErrors.length) return reject('collection_error');
   const flaky = new Set(ctx.baseline.flaky);
   const failing: string[] = [];
@@ -106,7 +120,7 @@ export async function judgeCandidate(lane: Lane, ctx: Context, c: Candidate): Pr
   let noise = new Set<string>();
   if (outside.length) {
     runs++;
-    const again = await lane.run({ files: bug, select: outside, timeoutS: limit(ctx, outside) });
+    const again = await lane.run({ files: bug, select: outside, timeoutS: limit(ctx, outside), testLimits: ctx.limits });
     noise = new Set(outside.filter((id) => again.tests.get(id)?.outcome === 'PASSED'));
   }
   const f2p = failing.filter((id) => !noise.has(id));
@@ -124,7 +138,7 @@ export async function judgeCandidate(lane: Lane, ctx: Context, c: Candidate): Pr
   const accepted: string[] = [];
   for (const w of fixes) {
     runs++;
-    const r = await lane.run({ files: w.files, select: probe, stopAtFirst: true, timeoutS: limit(ctx, probe) });
+    const r = await lane.run({ files: w.files, select: probe, stopAtFirst: true, timeoutS: limit(ctx, probe), testLimits: ctx.limits });
     const ok = !r.timedOut && r.collectErrors.length === 0 && probe.every((id) => r.tests.get(id)?.outcome === 'PASSED');
     if (ok) accepted.push(w.what);
   }
@@ -151,7 +165,7 @@ async function contextOf(ref: SynthRef, repo: RepoInfo): Promise<Context> {
       const baseline = await openStore(ref.storeUrl).getJson<Baseline>(keys.synthBaseline(ref.synthId, repo.slug));
       if (!baseline) throw new Error(`no baseline of ${repo.name} in ${ref.storeUrl}`);
       const files = new Map((await mutableSources(ref, repo)).map((s) => [s.path, s.text]));
-      return { ref, repo, baseline, cover: new CoverageIndex(baseline), files };
+      return { ref, repo, baseline, cover: new CoverageIndex(baseline), files, limits: testLimits(baseline) };
     })();
     p.catch(() => contexts.delete(k));
     contexts.set(k, p);

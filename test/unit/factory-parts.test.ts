@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { changedRegions, dedupeKey, filePatch, treePatch } from '../../lib/factory/patch.ts';
 import { wrongFixes } from '../../lib/factory/alternatives.ts';
 import { leakedLines, templateStatement } from '../../lib/factory/problem.ts';
-import { fairShares, nextRound, selection, type TierState } from '../../lib/factory/plan.ts';
+import { fairShares, selection, TierPlan, type Chunk, type TierState } from '../../lib/factory/plan.ts';
+import { hashInts, Rng } from '../../lib/seed.ts';
 import { validationRepos } from '../../lib/factory/split.ts';
 import { parseRepoSource, validateSynthInput } from '../../lib/factory/config.ts';
 import { filterReason, isStrong, parseQualityLines, type TaskQuality } from '../../lib/swe/quality.ts';
@@ -116,7 +117,7 @@ test('problem statements show the failing tests and their messages, never a line
   assert.match(s2, /assert f\(\) == x/);
 });
 
-test('fair shares, rounds and the final selection are functions of the verdicts; the split is by repository', () => {
+test('fair shares; lanes take the next chunk of the repository furthest below its share; the tasks kept do not depend on timing', () => {
   assert.deepEqual(fairShares(10, [Infinity, Infinity, Infinity]), [4, 3, 3]);
   assert.deepEqual(fairShares(10, [1, Infinity, 2]), [1, 7, 2]);
   assert.deepEqual(fairShares(10, [1, 2, 3]), [1, 2, 3]);
@@ -125,25 +126,43 @@ test('fair shares, rounds and the final selection are functions of the verdicts;
     { total: 3, next: 0, valid: [] },
   ];
   const s = states();
-  const r1 = nextRound(s, 8, 4);
-  assert.deepEqual(
-    r1.map((c) => [c.repo, c.from, c.to]),
-    [
-      [0, 0, 4],
-      [0, 4, 8],
-      [1, 0, 3],
-    ],
-    'two lanes for each open repository (its share of 4 at the prior yield of 1/2: 8 candidates), as far as its candidates go',
-  );
-  assert.deepEqual(r1, nextRound(states(), 8, 4), 'deterministic');
-  s[0]!.valid.push(0, 2);
-  s[1]!.valid.push(1);
-  assert.ok(
-    nextRound(s, 8, 4).every((c) => c.repo === 0),
-    'a repository without candidates left drops out',
-  );
-  assert.deepEqual(selection(s, 2), [[0], [1]]);
-  assert.deepEqual(nextRound([{ total: 5, next: 0, valid: [0, 1, 2] }], 3, 2), [], 'done at the target');
+  const plan = new TierPlan(s, 8);
+  const a = plan.nextChunk()!;
+  assert.deepEqual(a, { repo: 0, from: 0, to: 8 }, 'share 4 at the prior yield of 1/2: 8 candidates');
+  assert.deepEqual(plan.nextChunk(), { repo: 1, from: 0, to: 3 }, 'then the other repository, as far as its candidates go');
+  assert.equal(plan.nextChunk(), null, 'what is in flight is expected to cover both shares');
+  plan.complete({ repo: 1, from: 0, to: 3 }, [1]);
+  assert.deepEqual(plan.shares(), [7, 1], 'a repository that ran out leaves the rest of its share to the others');
+  assert.deepEqual(plan.nextChunk(), { repo: 0, from: 8, to: 14 }, 'what it lacks (7 − 8 in flight × 1/2), at its yield');
+  assert.equal(plan.idle(), false);
+  // a simulation: verdicts fixed per candidate, chunks completed in random orders by 1 to 4 lanes
+  const verdict = (repo: number, i: number) => hashInts(repo, i, 9) % 5 < [1, 2, 4][repo]!;
+  const run = (lanes: number, seed: number) => {
+    const st: TierState[] = [
+      { total: 60, next: 0, valid: [] },
+      { total: 12, next: 0, valid: [] },
+      { total: 40, next: 0, valid: [] },
+    ];
+    const p = new TierPlan(st, 20);
+    const rng = new Rng(seed);
+    const flying: Chunk[] = [];
+    for (let judged = 0; ; judged++) {
+      while (flying.length < lanes) {
+        const ch = p.nextChunk();
+        if (!ch) break;
+        flying.push(ch);
+      }
+      if (flying.length === 0) break;
+      const [ch] = flying.splice(rng.nextU32() % flying.length, 1);
+      const valid: number[] = [];
+      for (let i = ch!.from; i < ch!.to; i++) if (verdict(ch!.repo, i)) valid.push(i);
+      p.complete(ch!, valid);
+    }
+    return selection(st, 20);
+  };
+  const want = run(1, 0);
+  assert.equal(want.flat().length, 20);
+  for (let k = 0; k < 40; k++) assert.deepEqual(run(1 + (k % 4), k), want, `lanes ${1 + (k % 4)}, order ${k}`);
   const names = ['a/one', 'b/two', 'c/three', 'd/four', 'e/five', 'f/six', 'g/seven', 'h/eight'];
   const v = validationRepos(names, { fraction: 0.25 });
   assert.equal(v.length, 2);
