@@ -3,8 +3,8 @@
 //   2. screening   those tests with the bug, stopping at the first failure; all pass: rejected;
 //   3. full run    the full test command with the bug: FAIL_TO_PASS = tests that passed at baseline and fail now
 //                  (capped), every other baseline-passing test must still pass;
-//   4. strength    K wrong fixes at the fix's site (lib/factory/alternatives.ts), each run on FAIL_TO_PASS and the
-//                  selection, stopping at the first failure: how many the tests reject;
+//   4. strength    K wrong fixes at the fix's site (lib/factory/alternatives.ts), each run on FAIL_TO_PASS, then on the
+//                  rest of the selection, stopping at the first failure: how many the tests reject;
 //   5. the buggy tree's git commit (a fixed identity and date: the id depends on the tree alone).
 // Each verdict is stored before the next candidate starts, so a retried activity (a killed worker, a dead
 // sandbox past the lane's own retries) resumes where it stopped; infrastructure never becomes a verdict.
@@ -134,14 +134,16 @@ export async function judgeCandidate(lane: Lane, ctx: Context, c: Candidate): Pr
 
   const changed = Object.keys(bug).map((path) => ({ path, base: bug[path]!, gold: ctx.files.get(path)! }));
   const fixes = await wrongFixes(changed, ctx.ref.strengthK, hashInts(ctx.ref.seed, hashString(c.dedupeKey)));
-  const probe = [...f2p, ...sel.filter((id) => !f2p.includes(id) && !noise.has(id))];
-  const accepted: string[] = [];
-  for (const w of fixes) {
+  // a wrong fix runs FAIL_TO_PASS first (most fail there, and only their files are collected), then the other selected tests
+  const rest = sel.filter((id) => !f2p.includes(id) && !noise.has(id));
+  const passes = async (files: Record<string, string>, ids: string[]): Promise<boolean> => {
+    if (ids.length === 0) return true;
     runs++;
-    const r = await lane.run({ files: w.files, select: probe, stopAtFirst: true, timeoutS: limit(ctx, probe), testLimits: ctx.limits });
-    const ok = !r.timedOut && r.collectErrors.length === 0 && probe.every((id) => r.tests.get(id)?.outcome === 'PASSED');
-    if (ok) accepted.push(w.what);
-  }
+    const r = await lane.run({ files, select: ids, stopAtFirst: true, timeoutS: limit(ctx, ids), testLimits: ctx.limits });
+    return !r.timedOut && r.collectErrors.length === 0 && ids.every((id) => r.tests.get(id)?.outcome === 'PASSED');
+  };
+  const accepted: string[] = [];
+  for (const w of fixes) if ((await passes(w.files, f2p)) && (await passes(w.files, rest))) accepted.push(w.what);
   runs++;
   const baseCommit = await lane.commitOf(bug, COMMIT_IDENTITY);
   return done({
