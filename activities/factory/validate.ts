@@ -1,6 +1,7 @@
 // Validation of candidates in a lane (issue 28). For each candidate, cheapest check first:
 //   1. selection   the tests that run the mutated functions (the baseline's coverage map); none: rejected unrun;
-//   2. screening   those tests with the bug, stopping at the first failure; all pass: rejected;
+//   2. screening   the fastest of those tests (a quarter of a full run's time) with the bug, stopping at the first
+//                  failure; all pass: rejected;
 //   3. full run    the full test command with the bug: FAIL_TO_PASS = tests that passed at baseline and fail now
 //                  (capped), every other baseline-passing test must still pass;
 //   4. strength    K wrong fixes at the fix's site (lib/factory/alternatives.ts), each run on FAIL_TO_PASS, then on the
@@ -85,6 +86,27 @@ function selection(ctx: Context, c: Candidate): string[] {
   return [...sel].sort((a, b) => (ctx.baseline.seconds[a] ?? 0) - (ctx.baseline.seconds[b] ?? 0) || (a < b ? -1 : 1));
 }
 
+/** the screening runs the fastest selected tests up to this share of a full run's time (at least SCREEN_MIN_S, SCREEN_MIN_TESTS) */
+const SCREEN_SHARE = 0.25;
+const SCREEN_MIN_S = 3;
+const SCREEN_MIN_TESTS = 20;
+
+/**
+ * The screening's tests: the fastest of the selection within a budget. A bug only slower tests catch is rejected
+ * (`tests_pass`) rather than paid for with a near-full run; a bug that survives them all is cheap to reject.
+ */
+function screened(ctx: Context, sel: readonly string[]): string[] {
+  const budget = Math.max(SCREEN_MIN_S, SCREEN_SHARE * ctx.baseline.fullSeconds);
+  const out: string[] = [];
+  let spent = 0;
+  for (const id of sel) {
+    spent += ctx.baseline.seconds[id] ?? 0;
+    if (out.length >= SCREEN_MIN_TESTS && spent > budget) break;
+    out.push(id);
+  }
+  return out;
+}
+
 /** One candidate's verdict (see the file's head). */
 export async function judgeCandidate(lane: Lane, ctx: Context, c: Candidate): Promise<Verdict> {
   const t0 = Date.now();
@@ -97,10 +119,11 @@ export async function judgeCandidate(lane: Lane, ctx: Context, c: Candidate): Pr
   const hung = (r: RunResult) => r.timedOut || [...r.tests.values()].some((t) => t.timedOut);
 
   runs++;
-  const screen = await lane.run({ files: bug, select: sel, stopAtFirst: true, timeoutS: limit(ctx, sel), testLimits: ctx.limits });
+  const first = screened(ctx, sel);
+  const screen = await lane.run({ files: bug, select: first, stopAtFirst: true, timeoutS: limit(ctx, first), testLimits: ctx.limits });
   if (hung(screen)) return reject('timeout');
   if (screen.collectErrors.length) return reject('collection_error');
-  if (sel.every((id) => screen.tests.get(id)?.outcome === 'PASSED')) return reject('tests_pass');
+  if (first.every((id) => screen.tests.get(id)?.outcome === 'PASSED')) return reject('tests_pass');
 
   runs++;
   const full = await lane.run({ files: bug, timeoutS: limit(ctx, null), testLimits: ctx.limits });

@@ -143,10 +143,9 @@ test('through the grader: each task validates with its empty test_patch, gold re
   const cheat = await gradePatch({ task, patch: filePatch(file, src, hacked), backend });
   assert.equal(cheat.reward, 0, `a rewritten test must not pass: ${cheat.reason}`);
   assert.ok(cheat.restored.includes(file), `restored: ${cheat.restored.join(', ')}`);
-  for (const other of tasks.filter((x) => x !== task)) {
-    const g = await gradePatch({ task: other, patch: other.patch, backend });
-    assert.equal(g.reward, 1, `${other.instance_id}: ${g.reason}`);
-  }
+  const multi = tasks.find((x) => (x as Record<string, unknown>).tier === 'multi')!;
+  const g = await gradePatch({ task: multi, patch: multi.patch, backend });
+  assert.equal(g.reward, 1, `${multi.instance_id}: ${g.reason}`);
 });
 
 test('swerl validate-tasks --quality measures a factory task as the factory did', () => {
