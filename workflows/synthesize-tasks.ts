@@ -11,7 +11,17 @@ import { mapInLanes } from '../lib/pool.ts';
 import { validateSynthInput, type SynthInput } from '../lib/factory/config.ts';
 import { selection, TierPlan, type TierState } from '../lib/factory/plan.ts';
 import { validationRepos } from '../lib/factory/split.ts';
-import { REJECT_REASONS, type ChunkResult, type RepoInfo, type SynthRef, type SynthResult, type SynthStatus, type Tier } from '../lib/factory/shapes.ts';
+import {
+  REJECT_REASONS,
+  type BaselineSummary,
+  type CandidatesSummary,
+  type ChunkResult,
+  type RepoInfo,
+  type SynthRef,
+  type SynthResult,
+  type SynthStatus,
+  type Tier,
+} from '../lib/factory/shapes.ts';
 import { TASK_QUEUES } from './shapes.ts';
 import { SYNTH_PHASE_SA, SYNTH_VALIDATED_SA, synthStatusQuery } from './synthesize-signals.ts';
 
@@ -136,9 +146,9 @@ async function prepareRepos(
       const info = await prep.synthPrepareRepo({ ref, repo, index });
       progress.repoNamed(index, info.name);
       const b = await prep.synthBaseline({ ref, repo: info });
-      progress.repoTests(index, b.passing);
+      progress.repoTests(index, b);
       const c = await prep.synthCandidates({ ref, repo: info, strategies: input.strategies, perFunction: input.perFunction });
-      progress.repoCandidates(index, c.total);
+      progress.repoCandidates(index, c);
       return { info, candidates: c.total };
     } catch (e) {
       const cause = e instanceof ActivityFailure ? e.cause : undefined;
@@ -239,12 +249,13 @@ class SynthProgress {
   repoFailed(i: number, error: string): void {
     this.status.repos[i]!.error = error;
   }
-  repoTests(i: number, n: number): void {
-    this.status.repos[i]!.tests = n;
+  repoTests(i: number, b: BaselineSummary): void {
+    Object.assign(this.status.repos[i]!, { tests: b.passing, flaky: b.flaky.length, testSeconds: Math.round(b.seconds * 10) / 10 });
+    this.cpuSeconds += b.cpuSeconds;
   }
-  repoCandidates(i: number, n: number): void {
-    this.status.repos[i]!.candidates = n;
-    this.status.candidates += n;
+  repoCandidates(i: number, c: CandidatesSummary): void {
+    Object.assign(this.status.repos[i]!, { candidates: c.total, unparsable: c.stats.unparsable.length, doesNotCompile: c.stats.doesNotCompile, duplicates: c.stats.duplicates });
+    this.status.candidates += c.total;
     this.details();
   }
 

@@ -79,7 +79,7 @@ export function parsePluginOutput(text: string): Pick<RunResult, 'tests' | 'coll
 export class Lane {
   private sb: Sandbox | null = null;
   private runs = 0;
-  /** CPU seconds of the sandboxes this lane closed (cgroup v2 cpu.stat) */
+  /** CPU seconds of the sandboxes this lane closed (their cgroups) */
   cpuSeconds = 0;
 
   constructor(
@@ -204,9 +204,12 @@ export class Lane {
     const sb = this.sb;
     this.sb = null;
     if (!sb) return;
-    const cpu = await sb.exec('cat /sys/fs/cgroup/cpu.stat 2>/dev/null', 10).catch(() => null);
-    const m = cpu && /usage_usec (\d+)/.exec(cpu.stdout);
-    if (m) this.cpuSeconds += Number(m[1]) / 1e6;
+    // the sandbox's own cgroup: v2 cpu.stat (µs), else v1 cpuacct.usage (ns)
+    const cpu = await sb.exec('cat /sys/fs/cgroup/cpu.stat 2>/dev/null || cat /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null', 10).catch(() => null);
+    const v2 = cpu && /usage_usec (\d+)/.exec(cpu.stdout);
+    const v1 = cpu && /^(\d+)\s*$/.exec(cpu.stdout);
+    if (v2) this.cpuSeconds += Number(v2[1]) / 1e6;
+    else if (v1) this.cpuSeconds += Number(v1[1]) / 1e9;
     await sb.stop().catch(() => undefined);
   }
 

@@ -156,11 +156,13 @@ export async function synthBaseline(input: { ref: SynthRef; repo: RepoInfo }): P
   const stored = await store.getJson<Baseline>(key);
   if (stored) return summarise(repo, stored);
   const lane = newLane(ref, repo, await createSandboxBackend(ref.backend));
+  let summary: BaselineSummary;
   try {
-    return await heartbeating(`baseline of ${repo.name}`, baselineRuns(ref, repo, lane, key));
+    summary = await heartbeating(`baseline of ${repo.name}`, baselineRuns(ref, repo, lane, key));
   } finally {
     await lane.close();
   }
+  return { ...summary, cpuSeconds: lane.cpuSeconds };
 }
 
 async function baselineRuns(ref: SynthRef, repo: RepoInfo, lane: Lane, key: string): Promise<BaselineSummary> {
@@ -219,6 +221,7 @@ function summarise(repo: RepoInfo, b: Baseline): BaselineSummary {
     other: Object.keys(b.other).length,
     seconds: b.fullSeconds,
     coveredFunctions: covered.size,
+    cpuSeconds: 0,
   };
 }
 

@@ -62,6 +62,8 @@ export interface BaselineSummary {
   seconds: number;
   /** functions of the package at least one test runs */
   coveredFunctions: number;
+  /** sandbox CPU seconds of the baseline runs (0 when it was stored before) */
+  cpuSeconds: number;
 }
 
 export type Tier = 'single' | 'multi';
@@ -130,7 +132,21 @@ export interface SynthStatus {
   tried: number;
   candidates: number;
   rejected: Partial<Record<RejectReason, number>>;
-  repos: { name: string; error?: string; tests?: number; candidates?: number; tried: number; validated: { single: number; multi: number } }[];
+  repos: {
+    name: string;
+    error?: string;
+    /** baseline: tests passing twice, flaky ones, seconds of a full run */
+    tests?: number;
+    flaky?: number;
+    testSeconds?: number;
+    candidates?: number;
+    /** files skipped because they do not parse; candidates rejected before any container; duplicates */
+    unparsable?: number;
+    doesNotCompile?: number;
+    duplicates?: number;
+    tried: number;
+    validated: { single: number; multi: number };
+  }[];
   outDir: string;
 }
 

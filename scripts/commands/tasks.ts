@@ -118,6 +118,8 @@ export async function synthesize(o: SynthCliOptions): Promise<SynthResult> {
           taskQueue: 'learner',
           workflowId,
           args: [v.input],
+          // the worker's event loop also makes the candidates (CPU-bound): on a busy host a workflow task can pass the default 10 s
+          workflowTaskTimeout: '1 minute',
           staticSummary: `task factory: ${v.input.max} tasks from ${v.input.repos.length} repositor${v.input.repos.length === 1 ? 'y' : 'ies'}`,
           staticDetails: `output \`${outDir}\``,
         }),
