@@ -207,7 +207,7 @@ test('malformed calls from a model held to a grammar of them: each turn gets the
     const episodes = await readEvalEpisodes(openStore(fileStoreUrl(join(t.dir, 'store'))), 'llama-grammar');
     assert.equal(episodes.length, 4);
     const turns = episodes.flatMap((e) => e.turns);
-    const c = episodes.map((e) => checkObservations(e, 'text')).reduce((a, b) => ({ calls: a.calls + b.calls, errors: a.errors + b.errors }));
+    const c = episodes.map((e) => checkObservations(e, 'text')).reduce((a, b) => ({ calls: a.calls + b.calls, reminders: a.reminders + b.reminders, errors: a.errors + b.errors }));
     const named = turns.filter((x) =>
       /^ERROR: (Malformed function call: ("<|the tag "<)|Unknown function `|Invalid arguments for `\w+`: `|Malformed function call: parameter `cmd` is not closed)/.test(
         x.observation,
