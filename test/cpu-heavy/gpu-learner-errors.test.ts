@@ -7,10 +7,10 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { Learner, writeRandomCheckpoint, type QwenConfig } from '../../gpu-learner/index.ts';
-import { tinyConfig, trainHyper } from '../helpers/tiny-model.ts';
+import { tinyModelConfig, trainHyper } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-err-'));
-const config = tinyConfig({
+const config = tinyModelConfig({
   vocab_size: 32,
   hidden_size: 16,
   intermediate_size: 24,

@@ -8,12 +8,12 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 
 import { Learner, grpoTokenLoss, writeRandomCheckpoint, type QwenConfig, type TrainHyper } from '../../gpu-learner/index.ts';
-import { tinyConfig, trainHyper } from '../helpers/tiny-model.ts';
+import { tinyModelConfig, trainHyper } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-gradcheck-'));
 after(() => rmSync(root, { recursive: true, force: true }));
 
-const base = tinyConfig();
+const base = tinyModelConfig();
 
 const hp = trainHyper({ lMax: 8, microBatchTokens: 12 });
 

@@ -10,12 +10,12 @@ import { after, test } from 'node:test';
 
 import { TOLERANCE } from '../../gpu-learner/fsdp/crosscheck.ts';
 import { Learner, writeRandomCheckpoint, type QwenConfig, type TrainBatch } from '../../gpu-learner/index.ts';
-import { tinyConfig, trainHyper } from '../helpers/tiny-model.ts';
+import { tinyModelConfig, trainHyper } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-prefix-'));
 after(() => rmSync(root, { recursive: true, force: true }));
 
-const base = tinyConfig({ vocab_size: 61, head_dim: 8, max_position_embeddings: 512, tie_word_embeddings: false });
+const base = tinyModelConfig({ vocab_size: 61, head_dim: 8, max_position_embeddings: 512, tie_word_embeddings: false });
 
 /** groups of [prompt, responses]; the batch lists each group's sequences prompt + response, masks 0 on prompts */
 function groupedBatch(vocab: number): { batch: TrainBatch; rows: number } {

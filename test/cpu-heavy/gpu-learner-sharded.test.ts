@@ -8,10 +8,18 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { Learner, writeRandomCheckpoint, writeSafetensors } from '../../gpu-learner/index.ts';
-import { tinyConfig } from '../helpers/tiny-model.ts';
+import { tinyModelConfig } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-sharded-'));
-const config = tinyConfig({ vocab_size: 40, hidden_size: 16, intermediate_size: 24, num_hidden_layers: 3, head_dim: 8, max_position_embeddings: 64, tie_word_embeddings: false });
+const config = tinyModelConfig({
+  vocab_size: 40,
+  hidden_size: 16,
+  intermediate_size: 24,
+  num_hidden_layers: 3,
+  head_dim: 8,
+  max_position_embeddings: 64,
+  tie_word_embeddings: false,
+});
 const single = join(root, 'single');
 const batch = { ids: Int32Array.from([1, 7, 3, 39, 0, 12, 5, 5, 20]), offsets: Int32Array.from([0, 5, 9]) };
 const tensors: { name: string; shape: number[]; data: Float32Array }[] = [];

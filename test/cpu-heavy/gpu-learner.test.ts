@@ -7,10 +7,10 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { Learner, grpoTokenLoss, writeRandomCheckpoint, type TrainBatch } from '../../gpu-learner/index.ts';
-import { tinyConfig, trainHyper } from '../helpers/tiny-model.ts';
+import { tinyModelConfig, trainHyper } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-test-'));
-const config = tinyConfig({ tie_word_embeddings: true });
+const config = tinyModelConfig({ tie_word_embeddings: true });
 const hp = trainHyper({ lr: 3e-3, weightDecay: 0 });
 const modelDir = join(root, 'f32');
 let learner: Learner;

@@ -3,7 +3,7 @@
 import type { QwenConfig, TrainHyper } from '../../gpu-learner/index.ts';
 
 /** 2 layers, hidden 32, 4 heads over 2 KV heads of 12, vocab 64: milliseconds a step on one thread. */
-export function tinyConfig(over: Partial<QwenConfig> = {}): QwenConfig {
+export function tinyModelConfig(over: Partial<QwenConfig> = {}): QwenConfig {
   return {
     vocab_size: 64,
     hidden_size: 32,
