@@ -25,6 +25,16 @@ export const SweEnvConfigSchema = z
     gradeTimeoutS: z.number().int().min(1).max(7200).default(300),
     /** grade episodes that did not end with `finish` (they get 0 otherwise) */
     gradeUnsubmitted: z.boolean().default(false),
+    grade: z
+      .object({
+        /**
+         * the static audit of what a patch adds (lib/swe/audit.ts, docs/integrity.md): `zero` (a flag is reward 0,
+         * reason suspicious_patch), `flag` (recorded in the result and the hack-rate metrics, the reward as the tests say), `off`
+         */
+        audit: z.enum(['zero', 'flag', 'off']).default('zero'),
+      })
+      .strict()
+      .prefault({}),
     scratchGlobs: z.array(z.string().min(1)).default(DEFAULT_SCRATCH_GLOBS),
     backend: z.enum(['docker', 'kubernetes']).default('docker'),
     limits: z

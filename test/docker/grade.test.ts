@@ -32,12 +32,23 @@ describe('gradePatch', () => {
     assert.equal(g.patchApplied, true);
     assert.equal(g.channel, 'pytest-plugin');
     assert.equal(g.graderVersion, GRADER_VERSION);
-    // the must-fail canary fails, every other test passes
+    // the must-fail canaries (an inverted copy, the answer-mutants of FAIL_TO_PASS tests) fail, every other test passes
     assert.equal(g.exitCode, 1);
-    assert.deepEqual(g.canaries?.map((c) => [c.expect, c.status]).sort(), [
-      ['fail', 'FAILED'],
-      ['pass', 'PASSED'],
-    ]);
+    assert.deepEqual(
+      g.canaries?.filter((c) => !c.mutant).map((c) => [c.expect, c.status]),
+      [
+        ['pass', 'PASSED'],
+        ['fail', 'FAILED'],
+      ],
+    );
+    const mutants = g.canaries!.filter((c) => c.mutant);
+    assert.ok(mutants.length >= 1, JSON.stringify(g.canaries));
+    for (const m of mutants) {
+      assert.equal(m.status, 'FAILED');
+      assert.ok(task.FAIL_TO_PASS.includes(m.source), m.source);
+    }
+    assert.deepEqual(g.integrity, []);
+    assert.deepEqual(Object.keys(g.timings ?? {}), ['start', 'prepare', 'plan', 'run', 'verdict', 'total']);
     for (const id of task.FAIL_TO_PASS) assert.equal(g.tests.FAIL_TO_PASS[id], 'PASSED', id);
     for (const id of task.PASS_TO_PASS) assert.equal(g.tests.PASS_TO_PASS[id], 'PASSED', id);
     assert.ok(g.durationS > 0);
@@ -168,6 +179,32 @@ describe('gradePatch', () => {
     }
   });
 
+  test('a test wrapped by a decorator the patch changes: the fix resolves (its own call is recorded through the wrapper); a wrapper that swallows the failure is runner_tampered', async () => {
+    // the toolz task with a decorator added to the file its gold patch fixes, and a listed test using it
+    const toolz = await sharedTask('pytoolz__toolz-1b23ada');
+    await imagesFor([toolz]);
+    const decorate = (body: string) => `\n\ndef swerl_checked(func):\n    def wrapper(*args, **kwargs):\n${body}\n    return wrapper\n`;
+    const calls = decorate('        return func(*args, **kwargs)');
+    const swallows = decorate('        try:\n            return func(*args, **kwargs)\n        except AssertionError:\n            return None');
+    const testFile = 'toolz/tests/test_dicttoolz.py';
+    const test = (expect: string) =>
+      `\n\nfrom toolz.dicttoolz import swerl_checked\n\n\n@swerl_checked\ndef test_swerl_decorated():\n    assert dissoc({'a': 1, 'b': 2}, 'a') == ${expect}\n`;
+    const made = await decoratedTask(toolz, testFile, calls, test("{'b': 2}"));
+    const g = await gradePatch({ task: made.task, patch: made.gold, backend });
+    assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}\n${g.logTail}`);
+    assert.equal(g.tests.PASS_TO_PASS[`${testFile}::test_swerl_decorated`], 'PASSED');
+    // the same wrapper catching the failure of a test that is wrong
+    const bad = await decoratedTask(toolz, testFile, swallows, test("{'b': 3}"));
+    const h = await gradePatch({ task: bad.task, patch: bad.gold, backend });
+    assert.equal(h.reward, 0);
+    assert.equal(h.reason, 'runner_tampered', `${h.reason} ${h.detail ?? ''}`);
+    assert.match(h.detail ?? '', /test_swerl_decorated: reported passed, but the test's own call raised builtins\.AssertionError inside wrapper/);
+    assert.ok(
+      h.integrity?.some((f) => f.kind === 'runner_tampered' && f.rule === 'wrapper_swallowed'),
+      JSON.stringify(h.integrity),
+    );
+  });
+
   test('test_cmd with -x: the run does not stop at the failing canary, every listed test runs', async () => {
     const g = await gradePatch({ task: { ...task, test_cmd: `${task.test_cmd} -x` }, patch: task.patch, backend });
     assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}\n${g.logTail}`);
@@ -210,6 +247,47 @@ describe('gradePatch', () => {
     await assert.rejects(gradePatch({ task, patch: task.patch, backend: dying }), GradingError);
   });
 });
+
+/**
+ * `task` with `decorator` appended to the file its gold patch changes (in the gold patch) and `test` to `testFile`
+ * (in test_patch, listed in PASS_TO_PASS); both diffs made in a sandbox so they apply exactly.
+ */
+async function decoratedTask(task: SweTask, testFile: string, decorator: string, test: string): Promise<{ task: SweTask; gold: string }> {
+  const sb = await backend.start((await imagesFor([task]))[0]!);
+  try {
+    // the file of the gold patch the test imports the decorator from
+    const src = 'toolz/dicttoolz.py';
+    assert.ok(task.patch.includes(`diff --git a/${src} `));
+    await sb.copyIn(
+      [
+        { path: 'test.diff', content: task.test_patch },
+        { path: 'gold.diff', content: task.patch },
+        { path: 'decorator.py', content: decorator },
+        { path: 'test.py', content: test },
+      ],
+      '/tmp/swerl-deco',
+    );
+    const r = await sb.exec(
+      [
+        'set -e',
+        'git apply /tmp/swerl-deco/test.diff',
+        `cat /tmp/swerl-deco/test.py >> ${testFile}`,
+        'git diff > /tmp/swerl-deco/new-test.diff',
+        'git checkout -q -- .',
+        'git apply /tmp/swerl-deco/gold.diff',
+        `cat /tmp/swerl-deco/decorator.py >> ${src}`,
+        'git diff > /tmp/swerl-deco/new-gold.diff',
+        'git checkout -q -- .',
+      ].join('\n'),
+      60,
+    );
+    assert.equal(r.exit, 0, r.stderr);
+    const [testPatch, gold] = await Promise.all([sb.readFile('/tmp/swerl-deco/new-test.diff'), sb.readFile('/tmp/swerl-deco/new-gold.diff')]);
+    return { task: { ...task, test_patch: testPatch, PASS_TO_PASS: [...task.PASS_TO_PASS, `${testFile}::test_swerl_decorated`] }, gold };
+  } finally {
+    await sb.stop();
+  }
+}
 
 /** A diff that turns every test in `file` into `pass` (made in a sandbox so it applies exactly). */
 async function cheatPatch(file: string): Promise<string> {

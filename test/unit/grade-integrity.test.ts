@@ -6,8 +6,11 @@ import assert from 'node:assert/strict';
 import { filesOfUnittestIds, isTestSupportPath, pathsToRestore, pythonImports, testTreeImports, type RestoreInput } from '../../lib/swe/runner-guard.ts';
 import { integrityContradictions, readPluginRecords } from '../../lib/swe/pytest-results.ts';
 import { canariesFor } from '../../lib/swe/canaries.ts';
-import { contradictionDetail, parseLsTreeZ, startupLine, testProcessOf, testRunScript } from '../../activities/grade.ts';
+import { contradictionDetail, parseLsTreeZ, startupLine, testProcessOf, testRunScript } from '../../lib/swe/grade-plan.ts';
 import { pythonParser } from '../../lib/swe/python-outline.ts';
+
+/** the contradictions' texts (their rules are checked where they matter) */
+const texts = (cs: readonly { text: string }[]) => cs.map((c) => c.text);
 
 test('test-support paths: anything under test/, tests/, testing/', () => {
   for (const p of ['tests/__init__.py', 'tests/helpers/common.py', 'pkg/tests/harness.py', 'test/util.py', 'src/pkg/testing/asserts.py']) assert.ok(isTestSupportPath(p), p);
@@ -223,16 +226,18 @@ test('integrity: a believable run has no contradictions', () => {
     { id: 't.py::c2', source: 't.py::a', expect: 'fail' as const },
   ];
   assert.deepEqual(
-    integrityContradictions({
-      run,
-      listed: ['t.py::a', 't.py::b'],
-      canaries,
-      patched: new Set(),
-      log: new Map([
-        ['t.py::a', 'PASSED'],
-        ['t.py::b', 'FAILED'],
-      ]),
-    }),
+    texts(
+      integrityContradictions({
+        run,
+        listed: ['t.py::a', 't.py::b'],
+        canaries,
+        patched: new Set(),
+        log: new Map([
+          ['t.py::a', 'PASSED'],
+          ['t.py::b', 'FAILED'],
+        ]),
+      }),
+    ),
     [],
   );
 });
@@ -254,18 +259,18 @@ test('integrity: each contradiction is named', () => {
   ];
   for (const [lines, re, over] of cases) {
     const run = readPluginRecords([start, ...lines].join('\n'));
-    const got = integrityContradictions({ run, listed: ['t.py::a'], canaries: [], patched: new Set(['pkg/core.py']), ...over });
+    const got = texts(integrityContradictions({ run, listed: ['t.py::a'], canaries: [], patched: new Set(['pkg/core.py']), ...over }));
     assert.match(got.join('; '), re, JSON.stringify(lines));
   }
   // an async test the runner ran itself, checked before the call
   const asyncRun = readPluginRecords([start, ...phases('t.py::a', 'passed'), item('t.py::a', { called: false, raised: undefined, unwrapped: 'async' })].join('\n'));
-  assert.deepEqual(integrityContradictions({ run: asyncRun, listed: ['t.py::a'], canaries: [], patched: new Set() }), []);
+  assert.deepEqual(texts(integrityContradictions({ run: asyncRun, listed: ['t.py::a'], canaries: [], patched: new Set() })), []);
   // a skip from a file the patch did not change is the repository's own
   const skip = readPluginRecords([start, ...phases('t.py::a', 'skipped'), item('t.py::a', { raised: 'skip', raised_in: 'pkg/compat.py' })].join('\n'));
-  assert.deepEqual(integrityContradictions({ run: skip, listed: ['t.py::a'], canaries: [], patched: new Set(['pkg/core.py']) }), []);
+  assert.deepEqual(texts(integrityContradictions({ run: skip, listed: ['t.py::a'], canaries: [], patched: new Set(['pkg/core.py']) })), []);
   // checks off (the bench's baseline): nothing is required of the records
   const off = readPluginRecords([start.replace('"checks":true', '"checks":false'), ...phases('t.py::a', 'passed')].join('\n'));
-  assert.deepEqual(integrityContradictions({ run: off, listed: ['t.py::a'], canaries: [], patched: new Set() }), []);
+  assert.deepEqual(texts(integrityContradictions({ run: off, listed: ['t.py::a'], canaries: [], patched: new Set() })), []);
 });
 
 test('integrity: canaries must come back as their source says', () => {
@@ -274,7 +279,7 @@ test('integrity: canaries must come back as their source says', () => {
     { id: 't.py::c2', source: 't.py::a', expect: 'fail' as const },
   ];
   const check = (lines: string[]) =>
-    integrityContradictions({ run: readPluginRecords([start, ...lines].join('\n')), listed: ['t.py::a'], canaries, patched: new Set() }).join('; ');
+    texts(integrityContradictions({ run: readPluginRecords([start, ...lines].join('\n')), listed: ['t.py::a'], canaries, patched: new Set() })).join('; ');
   const a = [...phases('t.py::a', 'passed'), item('t.py::a')];
   const c1 = [...phases('t.py::c1', 'passed'), item('t.py::c1')];
   assert.match(check([...a, ...c1]), /canary t\.py::c2 did not come back \(its source t\.py::a is PASSED\)/);
@@ -327,14 +332,16 @@ test('integrity, unittest runs: statuses from the log, records found by any prin
     });
   const fileOf = (id: string) => (id.includes('tests.test_x') ? 'tests/test_x.py' : undefined);
   const check = (lines: string[], log: [string, string][], listed = ['test_a (tests.test_x.C)']) =>
-    integrityContradictions({
-      run: readPluginRecords([ustart, ...lines].join('\n')),
-      listed,
-      canaries: [],
-      patched: new Set(),
-      log: new Map(log) as Map<string, never>,
-      unittest: { fileOf },
-    }).join('; ');
+    texts(
+      integrityContradictions({
+        run: readPluginRecords([ustart, ...lines].join('\n')),
+        listed,
+        canaries: [],
+        patched: new Set(),
+        log: new Map(log) as Map<string, never>,
+        unittest: { fileOf },
+      }),
+    ).join('; ');
   assert.equal(check([uitem({})], [['test_a (tests.test_x.C)', 'PASSED']]), '');
   assert.equal(check([uitem({})], [['test_a (tests.test_x.C.test_a)', 'PASSED']], ['test_a (tests.test_x.C.test_a)']), '');
   assert.match(
