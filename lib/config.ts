@@ -168,6 +168,19 @@ export const TrackingConfigSchema = z
   .prefault({});
 export type TrackingConfig = z.infer<typeof TrackingConfigSchema>;
 
+/** What a training run does about the grader's integrity verdicts (lib/swe/integrity.ts). */
+export const IntegrityConfigSchema = z
+  .object({
+    /** the run pauses itself (the `pause` signal's state, resumed by `resume`) after an iteration whose hack rate is above this fraction */
+    pauseAbove: z.number().min(0).max(1).optional(),
+    /** flagged trajectories kept whole for review per iteration (runs/<run>/integrity/iter-<n>/), with the grading's whole test log */
+    keepPerIteration: int().min(0).max(1000).default(4),
+  })
+  .strict();
+export type IntegrityConfig = z.infer<typeof IntegrityConfigSchema>;
+/** flagged trajectories kept whole per iteration when the config does not say */
+export const KEEP_FLAGGED_PER_ITERATION = 4;
+
 export const TrainingConfigSchema = z
   .object({
     /** run id; defaults to the trainingRun workflow id */
@@ -271,6 +284,8 @@ export const TrainingConfigSchema = z
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }),
     /** experiment tracking: with `mlflow`, every training run is an MLflow run (metrics, params, plots) */
     tracking: TrackingConfigSchema,
+    /** hack-rate watch (docs/integrity.md): episodes the grader caught hacking, counted per iteration */
+    integrity: IntegrityConfigSchema.optional(),
     /** trainingRun continues-as-new after this many iterations, or sooner when Temporal suggests it */
     continueAsNewEvery: int().min(1).max(1_000_000).default(100),
     /** asynchronous RL; absent or {"mode": "off"}: the synchronous loop */

@@ -56,6 +56,7 @@ const EvalEnvSchema = SweEnvConfigSchema.pick({
   maxObservationChars: true,
   tokenWarningAt: true,
   gradeUnsubmitted: true,
+  grade: true,
 })
   .partial()
   .strict();
@@ -256,6 +257,7 @@ export function validationEvalConfig(config: TrainingConfig, runId: string, chec
             scratchGlobs: env.scratchGlobs,
             maxObservationChars: env.maxObservationChars,
             tokenWarningAt: env.tokenWarningAt,
+            grade: env.grade,
           },
         }
       : {}),
