@@ -266,11 +266,11 @@ export async function canariesFor(
       inserts.push({ at: insertionPoint(source, src.block), text: `\n${text}\n` });
       for (const id of src.ids) canaries.push({ id: id.slice(0, id.length - src.name.length) + name, source: id, expect });
     }
-    for (const m of pickMutants(mine)) {
-      const made = mutantCopy(tree.rootNode, source, m, newName(taken, words), opts.stripDocstrings ?? false);
+    for (const group of pickMutants(mine)) {
+      const made = mutantCopy(tree.rootNode, source, group, newName(taken, words), opts.stripDocstrings ?? false);
       if (!made) continue;
       inserts.push(made.insert);
-      canaries.push(made.canary);
+      canaries.push(...made.canaries);
     }
     if (!canaries.length) return null;
     // apply from the end so earlier offsets stay right
@@ -290,15 +290,35 @@ function insertionPoint(source: string, block: Node): number {
   return nl < 0 ? source.length : nl + 1;
 }
 
-/** Up to MUTANTS_PER_FILE verified mutants, each of a different source test where there are several, at random. */
-function pickMutants(all: readonly VerifiedMutant[]): VerifiedMutant[] {
-  const bySource = new Map<string, VerifiedMutant[]>();
-  for (const m of all) bySource.set(m.source, [...(bySource.get(m.source) ?? []), m]);
-  const sources = [...bySource.keys()];
-  const out: VerifiedMutant[] = [];
-  while (out.length < MUTANTS_PER_FILE && sources.length) {
-    const s = sources.splice(randomInt(sources.length), 1)[0]!;
-    out.push(pick(bySource.get(s)!));
+/**
+ * Up to MUTANTS_PER_FILE verified edits at random, each of a different definition where there are several; an
+ * edit is one copy however many listed ids run its definition (a mixin's test in each class that inherits it),
+ * so no two mutants of a run are the same text.
+ */
+function pickMutants(all: readonly VerifiedMutant[]): VerifiedMutant[][] {
+  const byEdit = new Map<string, VerifiedMutant[]>();
+  for (const m of all) {
+    const k = `${m.start}:${m.end}:${m.text}`;
+    byEdit.set(k, [...(byEdit.get(k) ?? []), m]);
+  }
+  // definitions by the edits' offsets: a definition's edits lie between its start and end, which the file's tree knows;
+  // the source ids an edit shares name the definition well enough to spread the picks
+  const byDef = new Map<string, VerifiedMutant[][]>();
+  for (const g of byEdit.values()) {
+    const d = g
+      .map((m) => m.source.split('::').at(-1)!)
+      .sort()
+      .join('|');
+    byDef.set(d, [...(byDef.get(d) ?? []), g]);
+  }
+  const defs = [...byDef.values()];
+  const out: VerifiedMutant[][] = [];
+  while (out.length < MUTANTS_PER_FILE && defs.some((d) => d.length)) {
+    const live = defs.filter((d) => d.length);
+    const d = live[randomInt(live.length)]!;
+    out.push(d.splice(randomInt(d.length), 1)[0]!);
+    // the next pick from another definition while there is one
+    if (live.length > 1) d.length = 0;
   }
   return out;
 }
@@ -308,7 +328,8 @@ function pickMutants(all: readonly VerifiedMutant[]): VerifiedMutant[] {
  * the source has them (the docstring goes where unittest would print it as the test's description), inserted
  * among the tests of the same block at a random place.
  */
-function mutantCopy(root: Node, source: string, m: VerifiedMutant, name: string, stripDocstring: boolean): { insert: Insertion; canary: Canary } | undefined {
+function mutantCopy(root: Node, source: string, group: readonly VerifiedMutant[], name: string, stripDocstring: boolean): { insert: Insertion; canaries: Canary[] } | undefined {
+  const m = group[0]!;
   const parts = m.source.split('::');
   const fn = findTest(root, parts.slice(1));
   if (!fn || m.start < fn.startIndex || m.end > fn.endIndex) return undefined;
@@ -329,6 +350,6 @@ function mutantCopy(root: Node, source: string, m: VerifiedMutant, name: string,
   }
   let text = source.slice(lineStart, fn.endIndex);
   for (const e of edits.sort((a, b) => b.start - a.start)) text = text.slice(0, e.start - lineStart) + e.text + text.slice(e.end - lineStart);
-  const id = [...parts.slice(0, -1), name].join('::');
-  return { insert: { at: insertionPoint(source, block), text: `\n${text}\n` }, canary: { id, source: m.source, expect: 'fail', mutant: true } };
+  const canaries = group.map((x) => ({ id: [...x.source.split('::').slice(0, -1), name].join('::'), source: x.source, expect: 'fail' as const, mutant: true }));
+  return { insert: { at: insertionPoint(source, block), text: `\n${text}\n` }, canaries };
 }

@@ -7,6 +7,7 @@ import type { SweTask } from '../../lib/swe/task.ts';
 import Docker from 'dockerode';
 import { readFileSync } from 'node:fs';
 import { imagesFor, requireDocker, sharedTask, testBackend } from '../helpers/docker.ts';
+import { DECORATED_TEST, decoratedTask } from '../helpers/adversarial.ts';
 import { metricValue } from '../helpers/metrics.ts';
 
 const { backend, cleanup } = testBackend();
@@ -183,18 +184,12 @@ describe('gradePatch', () => {
     // the toolz task with a decorator added to the file its gold patch fixes, and a listed test using it
     const toolz = await sharedTask('pytoolz__toolz-1b23ada');
     await imagesFor([toolz]);
-    const decorate = (body: string) => `\n\ndef swerl_checked(func):\n    def wrapper(*args, **kwargs):\n${body}\n    return wrapper\n`;
-    const calls = decorate('        return func(*args, **kwargs)');
-    const swallows = decorate('        try:\n            return func(*args, **kwargs)\n        except AssertionError:\n            return None');
-    const testFile = 'toolz/tests/test_dicttoolz.py';
-    const test = (expect: string) =>
-      `\n\nfrom toolz.dicttoolz import swerl_checked\n\n\n@swerl_checked\ndef test_swerl_decorated():\n    assert dissoc({'a': 1, 'b': 2}, 'a') == ${expect}\n`;
-    const made = await decoratedTask(toolz, testFile, calls, test("{'b': 2}"));
+    const made = await decoratedTask(toolz, backend, 'calls');
     const g = await gradePatch({ task: made.task, patch: made.gold, backend });
     assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}\n${g.logTail}`);
-    assert.equal(g.tests.PASS_TO_PASS[`${testFile}::test_swerl_decorated`], 'PASSED');
+    assert.equal(g.tests.PASS_TO_PASS[DECORATED_TEST], 'PASSED');
     // the same wrapper catching the failure of a test that is wrong
-    const bad = await decoratedTask(toolz, testFile, swallows, test("{'b': 3}"));
+    const bad = await decoratedTask(toolz, backend, 'swallows');
     const h = await gradePatch({ task: bad.task, patch: bad.gold, backend });
     assert.equal(h.reward, 0);
     assert.equal(h.reason, 'runner_tampered', `${h.reason} ${h.detail ?? ''}`);
@@ -247,47 +242,6 @@ describe('gradePatch', () => {
     await assert.rejects(gradePatch({ task, patch: task.patch, backend: dying }), GradingError);
   });
 });
-
-/**
- * `task` with `decorator` appended to the file its gold patch changes (in the gold patch) and `test` to `testFile`
- * (in test_patch, listed in PASS_TO_PASS); both diffs made in a sandbox so they apply exactly.
- */
-async function decoratedTask(task: SweTask, testFile: string, decorator: string, test: string): Promise<{ task: SweTask; gold: string }> {
-  const sb = await backend.start((await imagesFor([task]))[0]!);
-  try {
-    // the file of the gold patch the test imports the decorator from
-    const src = 'toolz/dicttoolz.py';
-    assert.ok(task.patch.includes(`diff --git a/${src} `));
-    await sb.copyIn(
-      [
-        { path: 'test.diff', content: task.test_patch },
-        { path: 'gold.diff', content: task.patch },
-        { path: 'decorator.py', content: decorator },
-        { path: 'test.py', content: test },
-      ],
-      '/tmp/swerl-deco',
-    );
-    const r = await sb.exec(
-      [
-        'set -e',
-        'git apply /tmp/swerl-deco/test.diff',
-        `cat /tmp/swerl-deco/test.py >> ${testFile}`,
-        'git diff > /tmp/swerl-deco/new-test.diff',
-        'git checkout -q -- .',
-        'git apply /tmp/swerl-deco/gold.diff',
-        `cat /tmp/swerl-deco/decorator.py >> ${src}`,
-        'git diff > /tmp/swerl-deco/new-gold.diff',
-        'git checkout -q -- .',
-      ].join('\n'),
-      60,
-    );
-    assert.equal(r.exit, 0, r.stderr);
-    const [testPatch, gold] = await Promise.all([sb.readFile('/tmp/swerl-deco/new-test.diff'), sb.readFile('/tmp/swerl-deco/new-gold.diff')]);
-    return { task: { ...task, test_patch: testPatch, PASS_TO_PASS: [...task.PASS_TO_PASS, `${testFile}::test_swerl_decorated`] }, gold };
-  } finally {
-    await sb.stop();
-  }
-}
 
 /** A diff that turns every test in `file` into `pass` (made in a sandbox so it applies exactly). */
 async function cheatPatch(file: string): Promise<string> {
