@@ -62,13 +62,15 @@ export interface TaskValidation {
   valid: boolean;
   problems: string[];
   durationS: number;
+  /** answer-mutant canaries verified for the task (0: its FAIL_TO_PASS tests admit none; absent: not known) */
+  mutants?: number;
 }
 
 export async function validateSweTask(input: { tasksFile: string; instanceId: string; timeoutS?: number }): Promise<TaskValidation> {
   const task = await taskOf(input.tasksFile, input.instanceId);
   const backend = await createSandboxBackend();
   const r = await heartbeating(`validating ${input.instanceId}`, validateTask({ task, backend, ...(input.timeoutS ? { timeoutS: input.timeoutS } : {}) }));
-  return { instanceId: r.instanceId, valid: r.valid, problems: r.problems, durationS: r.durationS };
+  return { instanceId: r.instanceId, valid: r.valid, problems: r.problems, durationS: r.durationS, mutants: r.mutants };
 }
 
 export async function gradeSwePatch(input: { tasksFile: string; instanceId: string; patch: string; timeoutS?: number }): Promise<GradeResult> {

@@ -284,7 +284,6 @@ export const STRUCTURAL_RULES: readonly { id: string; category: AuditCategory; w
   { id: 'builtins-ref', category: 'builtins', what: '__builtins__ reached' },
   { id: 'scan-sys-modules', category: 'scan-ffi', what: 'every loaded module scanned (sys.modules iterated)' },
   { id: 'exit-raise', category: 'exit', what: 'SystemExit, KeyboardInterrupt or GeneratorExit raised' },
-  { id: 'process-environ-write', category: 'process', what: 'os.environ written' },
   { id: 'process-proc-paths', category: 'process', what: 'a /proc or /dev/fd path' },
   { id: 'runner-test-modules', category: 'test-runner', what: 'a test module imported from package code' },
   { id: 'runner-test-strings', category: 'test-runner', what: 'a string naming the test runner, a test file or a test name' },

@@ -1,4 +1,4 @@
-// Reading the results plugin's records (activities/swerl_pytest_results.py) into per-test statuses,
+// Reading the results plugin's records (lib/swe/swerl_pytest_results.py) into per-test statuses,
 // and the cross-checks that decide whether they can be believed (pure).
 import { z } from 'zod';
 import type { Canary } from './canaries.ts';

@@ -14,10 +14,13 @@ interface Line {
   valid: boolean;
   problems: string[];
   durationS: number;
+  /** answer-mutant canaries verified for the task (lib/swe/answer-mutants.ts) */
+  mutants?: number;
 }
 
 function print(r: Line): void {
-  console.log(`${r.valid ? 'VALID  ' : 'INVALID'} ${r.instanceId} (${r.durationS.toFixed(1)} s)${r.problems.length ? ': ' + r.problems.join('; ') : ''}`);
+  const mutants = r.mutants === undefined ? '' : `, ${r.mutants} answer-mutant canar${r.mutants === 1 ? 'y' : 'ies'}`;
+  console.log(`${r.valid ? 'VALID  ' : 'INVALID'} ${r.instanceId} (${r.durationS.toFixed(1)} s${mutants})${r.problems.length ? ': ' + r.problems.join('; ') : ''}`);
 }
 
 export async function validateTasksLocally(
@@ -37,7 +40,7 @@ export async function validateTasksLocally(
     let r: Line;
     try {
       const v = await validateTask({ task, backend });
-      r = { instanceId: v.instanceId, valid: v.valid, problems: v.problems, durationS: v.durationS };
+      r = { instanceId: v.instanceId, valid: v.valid, problems: v.problems, durationS: v.durationS, mutants: v.mutants };
     } catch (e) {
       r = { instanceId: task.instance_id, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
     }
@@ -84,6 +87,9 @@ export function register(program: Command): void {
       ({ results, loadErrors } = await validateTasksLocally(file, concurrency, print, await sandboxBackendFrom(sandboxes)));
     }
     for (const e of loadErrors) console.log(`INVALID record ${e}`);
+    // the tasks whose FAIL_TO_PASS tests admit no answer-mutant: their graders have the copy canaries only
+    const none = results.filter((r) => r.valid && r.mutants === 0).map((r) => r.instanceId);
+    if (none.length) console.log(`no answer-mutant canary (FAIL_TO_PASS tests without a checkable literal answer): ${none.join(', ')}`);
     const valid = results.filter((r) => r.valid).length;
     const invalid = results.length - valid + loadErrors.length;
     console.log(`${valid} valid, ${invalid} invalid`);

@@ -269,3 +269,8 @@ test('mutants of the audit are caught: aliases not followed, getattr names not f
   const before = 'import sys\n\ndef caller():\n    return sys._getframe(2)\n';
   assert.notDeepEqual(await noBase.auditFiles([{ path: 'pkg/a.py', before, after: before.replace('(2)', '(3)') }]), []);
 });
+
+test('docs/integrity.md lists every audit rule', () => {
+  const doc = readFileSync(`${ROOT}docs/integrity.md`, 'utf8');
+  for (const r of [...AUDIT_RULES, ...STRUCTURAL_RULES]) assert.ok(doc.includes(`\`${r.id}\``), `docs/integrity.md: no rule ${r.id}`);
+});
