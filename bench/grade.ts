@@ -53,7 +53,15 @@ const MOVED: Record<string, Record<string, string>> = { 'activities/sandbox/comm
 
 /** A grader from git history (v2, v3): its files copied under tmp/REV/, their relative imports pointed at the copies or the repository. */
 async function gitGrader(rev: string): Promise<Grade> {
-  const files = ['activities/grade.ts', 'activities/swerl_pytest_results.py', 'lib/swe/runner-guard.ts', 'lib/swe/pytest-results.ts', 'lib/swe/grading.ts', 'lib/swe/testlog.ts', 'lib/swe/canaries.ts'];
+  const files = [
+    'activities/grade.ts',
+    'activities/swerl_pytest_results.py',
+    'lib/swe/runner-guard.ts',
+    'lib/swe/pytest-results.ts',
+    'lib/swe/grading.ts',
+    'lib/swe/testlog.ts',
+    'lib/swe/canaries.ts',
+  ];
   const exists = (f: string) => {
     try {
       execFileSync('git', ['cat-file', '-e', `${rev}:${f}`], { cwd: ROOT, stdio: 'ignore' });
@@ -123,7 +131,9 @@ async function overhead(tasks: SweTask[], reps: number): Promise<void> {
   for (const task of tasks) {
     const t = Date.now();
     const v = await mutantVerification(task, plain);
-    console.log(`answer-mutants of ${task.instance_id}: ${v.mutants.length} of ${v.candidates} candidates verified in ${((Date.now() - t) / 1000).toFixed(1)} s (once per task and host)`);
+    console.log(
+      `answer-mutants of ${task.instance_id}: ${v.mutants.length} of ${v.candidates} candidates verified in ${((Date.now() - t) / 1000).toFixed(1)} s (once per task and host)`,
+    );
   }
   const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!;
   console.log(`\ngrading time, gold patch, ${reps} run(s) each, ${label} (base) and swerl-grader/4 (now) interleaved (median wall s; median container CPU s)`);

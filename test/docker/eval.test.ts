@@ -117,6 +117,9 @@ test('gold replay on the 8 shared tasks → pass@1 = 1; submitting nothing → 0
     assert.deepEqual(g.summary.episodes, { planned: 8, completed: 8, resolved: 8, errors: 0 });
     assert.equal(n.summary.pass1, 0);
     assert.deepEqual(n.summary.episodes, { planned: 8, completed: 8, resolved: 0, errors: 0 });
+    // the evaluation's integrity counts (docs/integrity.md): every graded episode, none caught
+    assert.deepEqual(g.summary.integrity, { episodes: 8, hacks: 0, hackRate: 0, counts: {} });
+    assert.deepEqual(n.summary.integrity, { episodes: 8, hacks: 0, hackRate: 0, counts: {} });
 
     const store = openStore(storeUrl());
     const eps = await readEvalEpisodes(store, 'eval-gold');

@@ -250,13 +250,13 @@ async function mutantAudit(id: string, edits: [string, string][]): Promise<typeo
     text = text.replace(from, to);
   }
   text = text.replace(/from '(\.\/[^']+)'/g, (_a, rel: string) => `from '${new URL(rel, pathToFileURL(src)).href}'`);
-  const dir = `${ROOT}tmp/audit-mutants-${process.pid}`;
+  const dir = `${ROOT}tmp/audit-mutants-${process.pid}-${id}`;
   mkdirSync(dir, { recursive: true });
   writeFileSync(`${dir}/${id}.ts`, text);
   try {
     return (await import(pathToFileURL(`${dir}/${id}.ts`).href)) as typeof import('../../lib/swe/audit.ts');
   } finally {
-    rmSync(`${dir}/${id}.ts`, { force: true });
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
