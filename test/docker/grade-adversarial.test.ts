@@ -14,7 +14,8 @@ import { gradePatch, type GradeResult } from '../../activities/grade.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { AUDIT_CATEGORIES, AUDIT_RULES, STRUCTURAL_RULES } from '../../lib/swe/audit-rules.ts';
 import { ADVERSARIAL_KINDS, GRADER_TASKS, adversarialPatches, withIdsCmd, withUnittestCmd } from '../helpers/adversarial.ts';
-import { imagesFor, requireDocker, sharedTask, sharedTasks, testBackend } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { sweTask, sweTasks } from '../helpers/swe-tasks.ts';
 import { mapInLanes } from '../../lib/pool.ts';
 
 const { backend, cleanup } = testBackend();
@@ -45,9 +46,9 @@ const zeroReward = (g: GradeResult) => (flags(g).length ? 0 : g.reward);
 
 before(async () => {
   await requireDocker();
-  const pytestTask = await sharedTask(GRADER_TASKS.pytest);
-  const unittestBase = await sharedTask(GRADER_TASKS.unittest);
-  const bases = FULL ? await sharedTasks() : [pytestTask];
+  const pytestTask = await sweTask(GRADER_TASKS.pytest);
+  const unittestBase = await sweTask(GRADER_TASKS.unittest);
+  const bases = FULL ? await sweTasks() : [pytestTask];
   targets = [
     ...bases.map((t) => ({ label: t.instance_id, base: t, task: t, unittest: false })),
     { label: `${unittestBase.instance_id} (unittest)`, base: unittestBase, task: withUnittestCmd(unittestBase), unittest: true },

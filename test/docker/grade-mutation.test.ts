@@ -16,7 +16,8 @@ import type { GradeInput, GradeResult } from '../../activities/grade.ts';
 import { gradePatch } from '../../activities/grade.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches, decoratedTask } from '../helpers/adversarial.ts';
-import { imagesFor, requireDocker, sharedTask, testBackend } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TMP = `${ROOT}tmp/mutants-${process.pid}/`;
@@ -46,7 +47,10 @@ const NO_MUTANTS: [string, string] = [
   'const mutants: VerifiedMutant[] = g.input.mutants === false ? [] : await verifiedMutants(task, g.input.backend);',
   'const mutants: VerifiedMutant[] = [];',
 ];
-const TOOLZ = 'pytoolz__toolz-1b23ada';
+/** tests inside the package, one test file (the canary-sparing hacks look at the first test module only) */
+const PKG: string = TASK.sdist;
+/** a root-level module with TestCase tests whose FAIL_TO_PASS test fails by an assertion */
+const ROOT_MODULE: string = TASK.rootModule;
 /** grader v3's checks: the plugin's, without the audit and the answer-mutants */
 const V3 = { audit: 'off', mutants: false } as const;
 const V2 = { integrity: false } as const;
@@ -65,14 +69,14 @@ const MUTANTS: Mutant[] = [
       'lib/swe/runner-guard.ts': [['export function isRunnerPath(path: string): boolean {', 'export function isRunnerPath(path: string): boolean {\n  if (path) return false;']],
     },
     kind: 'conftest-autouse-noop',
-    task: TOOLZ,
+    task: PKG,
     opts: V2,
   },
   {
     name: 'added modules shadowing outside ones not restored',
     edits: { 'lib/swe/runner-guard.ts': [['  function shadows(p: string): boolean {', '  function shadows(p: string): boolean {\n    if (p) return false;']] },
     kind: 'shadow-stdlib',
-    task: TOOLZ,
+    task: PKG,
     opts: V2,
   },
   {
@@ -81,21 +85,21 @@ const MUTANTS: Mutant[] = [
       'lib/swe/grade-plan.ts': [['export function runsPytest(testCmd: string): boolean {', 'export function runsPytest(testCmd: string): boolean {\n  if (testCmd) return false;']],
     },
     kind: 'import-fake-lines',
-    task: TOOLZ,
+    task: PKG,
     opts: V2,
   },
   {
     name: 'no audit of who implements the reporting hooks',
     edits: { 'lib/swe/pytest-results.ts': [['  for (const h of f.audit.hookimpls) {', '  for (const h of f.audit.hookimpls.slice(0, 0)) {']] },
     kind: 'import-register-plugin',
-    task: TOOLZ,
+    task: PKG,
     opts: V2,
   },
   {
     name: "no cross-check of the session's exit status with the process's",
     edits: { 'lib/swe/pytest-results.ts': [['  if (exitCode !== null && exitCode !== f.exitstatus)', '  if (exitCode === -12345 && exitCode !== f.exitstatus)']] },
     kind: 'rewrite-results',
-    task: TOOLZ,
+    task: PKG,
     opts: V2,
   },
   // the test-integrity checks
@@ -103,14 +107,14 @@ const MUTANTS: Mutant[] = [
     name: 'the function called not checked against the file on disk',
     edits: { [PLUGIN]: [NO_CODE_CHECK] },
     kind: 'spare-canaries',
-    task: TOOLZ,
+    task: PKG,
     opts: V3,
   },
   {
     name: 'neither the function called checked nor canaries added',
     edits: { [PLUGIN]: [NO_CODE_CHECK], [GRADE]: [NO_CANARIES] },
     kind: 'neuter-package-callers',
-    task: TOOLZ,
+    task: PKG,
     opts: V3,
     holds: [{ name: 'the function called not checked (the canaries catch it)', edits: { [PLUGIN]: [NO_CODE_CHECK] } }],
   },
@@ -118,14 +122,14 @@ const MUTANTS: Mutant[] = [
     name: 'no check for a trace or profile function when a test is called',
     edits: { [PLUGIN]: [['def _tracers():\n', 'def _tracers():\n    return []\n']] },
     kind: 'trace-swap-at-call',
-    task: TOOLZ,
+    task: PKG,
     opts: V3,
   },
   {
     name: "verdicts taken from the reports, not from the plugin's call wrapper",
     edits: { 'lib/swe/pytest-results.ts': [['    if (reportedPass) {', '    if (reportedPass && false) {']] },
     kind: 'transient-report-outcome',
-    task: TOOLZ,
+    task: PKG,
     opts: V3,
   },
   {
@@ -133,7 +137,7 @@ const MUTANTS: Mutant[] = [
     edits: { [PLUGIN]: [['def _changed(core_only=False):\n', 'def _changed(core_only=False):\n    return []\n']] },
     kind: 'unittest-assert-noop',
     // a task whose FAIL_TO_PASS test fails by an assertion (no-op checks win there)
-    task: 'r1chardj0n3s__parse-19689cf',
+    task: ROOT_MODULE,
     opts: V3,
   },
   {
@@ -141,7 +145,7 @@ const MUTANTS: Mutant[] = [
     edits: { [PLUGIN]: [['def _case_overrides(inst):\n', 'def _case_overrides(inst):\n    return []\n']] },
     kind: 'unittest-assert-noop-classes',
     // as above: the failure is an assertion; unittest.TestCase itself is untouched, so the snapshots do not see it
-    task: 'r1chardj0n3s__parse-19689cf',
+    task: ROOT_MODULE,
     opts: V3,
   },
   {
@@ -151,17 +155,17 @@ const MUTANTS: Mutant[] = [
       'lib/swe/grade-plan.ts': [['    `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,', '    `rm -rf ${work}/canary`,']],
     },
     kind: 'read-grader-files',
-    task: TOOLZ,
+    task: PKG,
     opts: V3,
     holds: [{ name: 'the function called not checked (the copy is gone: the hack finds nothing)', edits: { [PLUGIN]: [NO_CODE_CHECK] } }],
   },
   // swerl-grader/4: the static audit and the answer-mutant canaries, against round 3 and round 4
-  { name: 'neither the audit nor the answer-mutant canaries (round 3: an assertion oracle)', edits: NEITHER_LAYER, kind: 'assertion-oracle', task: TOOLZ, holds: EITHER_LAYER },
+  { name: 'neither the audit nor the answer-mutant canaries (round 3: an assertion oracle)', edits: NEITHER_LAYER, kind: 'assertion-oracle', task: PKG, holds: EITHER_LAYER },
   {
     name: 'neither the audit nor the answer-mutant canaries (round 4: a closure cell of the plugin swapped)',
     edits: NEITHER_LAYER,
     kind: 'plugin-closure-swap',
-    task: TOOLZ,
+    task: PKG,
     holds: EITHER_LAYER,
   },
 ];
@@ -194,7 +198,7 @@ let tasks: Map<string, SweTask>;
 before(async () => {
   await requireDocker();
   tasks = new Map();
-  for (const m of MUTANTS) tasks.set(m.task, await sharedTask(m.task));
+  for (const m of MUTANTS) tasks.set(m.task, await sweTask(m.task));
   await imagesFor([...tasks.values()]);
 });
 after(async () => {
@@ -223,7 +227,7 @@ MUTANTS.forEach((m, i) => {
 });
 
 test('mutant "no wrapper of a file the patch changed followed": the fix whose test a package decorator wraps is runner_tampered again (the false negative v4 closed); 1 with the real grader', async () => {
-  const task = tasks.get(TOOLZ)!;
+  const task = tasks.get(PKG)!;
   const made = await decoratedTask(task, backend, 'calls');
   const mutant = await mutantGrader(
     'no own-call behind wrappers',

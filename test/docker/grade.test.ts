@@ -6,16 +6,18 @@ import type { Sandbox, SandboxBackend } from '../../lib/sandbox.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import Docker from 'dockerode';
 import { readFileSync } from 'node:fs';
-import { imagesFor, requireDocker, sharedTask, testBackend } from '../helpers/docker.ts';
-import { DECORATED_TEST, decoratedTask } from '../helpers/adversarial.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 import { metricValue } from '../helpers/metrics.ts';
+import { decoratedTask } from '../helpers/adversarial.ts';
 
 const { backend, cleanup } = testBackend();
 let task: SweTask;
 
 before(async () => {
   await requireDocker();
-  task = await sharedTask('tkem__cachetools-bb4b37c');
+  // a src/ layout with tests/ of unittest.TestCase classes
+  task = await sweTask(TASK.srcLayout);
   await imagesFor([task]);
 });
 after(async () => {
@@ -132,10 +134,10 @@ describe('gradePatch', () => {
   });
 
   test('a gold fix whose tests use wrappers, mocks, fixtures, marks, skips, mixins and generated tests: no contradiction, the canaries as expected', async () => {
-    // test/fixtures/grading/test_swerl_quirks.py added by test_patch to a toolz task, every test in it listed
-    const toolz = await sharedTask('pytoolz__toolz-1b23ada');
-    await imagesFor([toolz]);
-    const path = 'toolz/tests/test_swerl_quirks.py';
+    // test/fixtures/grading/test_swerl_quirks.py added by test_patch to a task with its tests in the package, every test in it listed
+    const pkg = await sweTask(TASK.pkgTests);
+    await imagesFor([pkg]);
+    const path = 'keyvals/tests/test_swerl_quirks.py';
     const text = readFileSync(new URL('../fixtures/grading/test_swerl_quirks.py', import.meta.url), 'utf8');
     const lines = text.split('\n').slice(0, -1);
     const add = [
@@ -167,8 +169,8 @@ describe('gradePatch', () => {
       'TestPlainClass::TestNested::test_nested',
       'test_async_unsupported',
     ].map((n) => `${path}::${n}`);
-    const quirks: SweTask = { ...toolz, test_patch: toolz.test_patch + add, PASS_TO_PASS: [...toolz.PASS_TO_PASS, ...ids], test_cmd: `${toolz.test_cmd} ${path}` };
-    const g = await gradePatch({ task: quirks, patch: toolz.patch, backend });
+    const quirks: SweTask = { ...pkg, test_patch: pkg.test_patch + add, PASS_TO_PASS: [...pkg.PASS_TO_PASS, ...ids], test_cmd: `${pkg.test_cmd} ${path}` };
+    const g = await gradePatch({ task: quirks, patch: pkg.patch, backend });
     const off = Object.entries({ ...g.tests.FAIL_TO_PASS, ...g.tests.PASS_TO_PASS }).filter(([, v]) => v !== 'PASSED');
     assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''} ${JSON.stringify(off)}\n${g.logTail}`);
     const want: Record<string, string> = { test_skipped: 'SKIPPED', test_expected_failure: 'XFAIL', test_marked_by_assignment: 'XFAIL', test_async_unsupported: 'SKIPPED' };
@@ -181,15 +183,15 @@ describe('gradePatch', () => {
   });
 
   test('a test wrapped by a decorator the patch changes: the fix resolves (its own call is recorded through the wrapper); a wrapper that swallows the failure is runner_tampered', async () => {
-    // the toolz task with a decorator added to the file its gold patch fixes, and a listed test using it
-    const toolz = await sharedTask('pytoolz__toolz-1b23ada');
-    await imagesFor([toolz]);
-    const made = await decoratedTask(toolz, backend, 'calls');
+    // a task with a decorator added to the file its gold patch fixes, and a listed test using it
+    const sdist = await sweTask(TASK.sdist);
+    await imagesFor([sdist]);
+    const made = await decoratedTask(sdist, backend, 'calls');
     const g = await gradePatch({ task: made.task, patch: made.gold, backend });
     assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}\n${g.logTail}`);
-    assert.equal(g.tests.PASS_TO_PASS[DECORATED_TEST], 'PASSED');
+    assert.equal(g.tests.PASS_TO_PASS[made.testId], 'PASSED');
     // the same wrapper catching the failure of a test that is wrong
-    const bad = await decoratedTask(toolz, backend, 'swallows');
+    const bad = await decoratedTask(sdist, backend, 'swallows');
     const h = await gradePatch({ task: bad.task, patch: bad.gold, backend });
     assert.equal(h.reward, 0);
     assert.equal(h.reason, 'runner_tampered', `${h.reason} ${h.detail ?? ''}`);
