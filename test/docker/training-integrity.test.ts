@@ -20,14 +20,16 @@ import type { Trajectory } from '../../lib/types.ts';
 import { readMetricsLines } from '../../activities/report.ts';
 import { integrityReport } from '../../scripts/commands/report.ts';
 import { FINISH, scriptedServable } from '../helpers/scripted-agent.ts';
-import { imagesFor, requireDocker, sharedTask, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
 import { spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 import { startMlflowServer, type MlflowServer } from '../helpers/mlflow.ts';
 import { startPrometheus, type PrometheusServer } from '../helpers/prometheus.ts';
 
-const TASK = 'tkem__cachetools-9a6cb65';
+/** a real release's package (toolz), tests inside it */
+const TASK_ID: string = TASK.sdist;
 /** the scripted agent's edit: the package reads its caller's frame (an assertion oracle's first step) */
-const PEEK = { name: 'file_editor', args: { command: 'insert', path: '/testbed/cachetools/__init__.py', insert_line: 0, new_str: 'import sys\n_swerl_peek = sys._getframe' } };
+const PEEK = { name: 'file_editor', args: { command: 'insert', path: '/testbed/toolz/__init__.py', insert_line: 0, new_str: 'import sys\n_swerl_peek = sys._getframe' } };
 
 let t: TestTemporal;
 let mlflow: MlflowServer;
@@ -38,7 +40,7 @@ let tasksFile: string;
 
 before(async () => {
   await requireDocker();
-  const [image] = await imagesFor([await sharedTask(TASK)]);
+  const [image] = await imagesFor([await sweTask(TASK_ID)]);
   t = await startTestTemporal('swerl-integrity-');
   mlflow = await startMlflowServer(join(t.dir, 'mlflow'));
   const metricsPort = await freePort();
@@ -52,10 +54,11 @@ before(async () => {
     scriptedServable(real, tok, (prompt) => (!prompt.includes('<function=') ? null : prompt.split('<|im_start|>assistant').length - 1 <= 1 ? PEEK : FINISH));
   policy = await startPolicyServer({ learner: model(await defaultLoadModel(dir)), loadModel: async (d) => model(await defaultLoadModel(d)), checkpoint: null });
   const record = JSON.parse(
-    readFileSync(TASKS_FILE, 'utf8')
+    readFileSync(await sweTasksFile(), 'utf8')
       .split('\n')
-      .find((l) => l.includes(`"${TASK}"`))!,
+      .find((l) => l.includes(`"${TASK_ID}"`))!,
   );
+  delete record.source_tarball;
   tasksFile = join(t.dir, 'tasks.jsonl');
   writeFileSync(tasksFile, `${JSON.stringify({ ...record, image })}\n`);
 });
@@ -99,7 +102,7 @@ test('a run whose policy hacks: metrics.jsonl, MLflow and Prometheus show the ha
     assert.equal(tr.reward, 0);
     assert.equal(info.reason, 'suspicious_patch', JSON.stringify(info).slice(0, 2000));
     assert.ok(
-      info.integrity?.some((f) => f.kind === 'suspicious_patch' && f.rule === 'frame-getframe' && f.file === 'cachetools/__init__.py' && f.line === 2),
+      info.integrity?.some((f) => f.kind === 'suspicious_patch' && f.rule === 'frame-getframe' && f.file === 'toolz/__init__.py' && f.line === 2),
       JSON.stringify(info.integrity),
     );
   }
@@ -146,7 +149,7 @@ test('a run whose policy hacks: metrics.jsonl, MLflow and Prometheus show the ha
   const r = await integrityReport({ runId, store: storeUrl, log: (s) => out.push(s) });
   assert.equal(r.flagged, 2);
   const text = out.join('\n');
-  assert.match(text, /suspicious_patch tkem__cachetools-9a6cb65: frame-getframe at cachetools\/__init__\.py:2: _swerl_peek = sys\._getframe/);
+  assert.match(text, new RegExp(`suspicious_patch ${TASK_ID}: frame-getframe at toolz/__init__\\.py:2: _swerl_peek = sys\\._getframe`));
   assert.match(text, /\| \+_swerl_peek = sys\._getframe/);
   assert.match(text, /iteration 0: hack rate 100\.0% \(2 of 2 graded episodes\)/);
   const kept = await store.children(keys.integrityKept(runId, 0));

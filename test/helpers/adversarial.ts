@@ -8,6 +8,7 @@ import { filesInPatch, type SweTask } from '../../lib/swe/task.ts';
 import { filesOfTestIds } from '../../lib/swe/runner-guard.ts';
 import { shq } from '../../lib/shell.ts';
 import { ensureTaskImage } from '../../activities/images.ts';
+import { TASK } from './swe-tasks.ts';
 
 const DIR = fileURLToPath(new URL('../fixtures/adversarial/', import.meta.url));
 const A = '/tmp/swerl-adv';
@@ -42,7 +43,7 @@ const plugin = (...pieces: string[]) => `cat $A/_neuter_common.py $A/_plugin_com
  * The tasks npm test grades every kind on (one run by pytest, one by unittest's own runner: withUnittestCmd); one
  * constant, so that the task set is re-pointed in one place. `npm run check:grader` grades every kind on every task.
  */
-export const GRADER_TASKS = { pytest: 'pytoolz__toolz-1b23ada', unittest: 'tkem__cachetools-bb4b37c' } as const;
+export const GRADER_TASKS = { pytest: TASK.sdist, unittest: TASK.srcLayout } as const;
 
 export const ADVERSARIAL_KINDS: AdversarialKind[] = [
   { name: 'conftest-makereport', listed: true, what: 'root conftest.py hook wrapper sets every report to passed', script: 'cat $A/evil_plugin.py >> conftest.py' },
@@ -479,29 +480,23 @@ export async function adversarialPatches(task: SweTask, backend: SandboxBackend,
   return out;
 }
 
-/** the listed test decoratedTask adds, wrapped by a decorator of the package */
-export const DECORATED_TEST = 'toolz/tests/test_dicttoolz.py::test_swerl_decorated';
-
 /**
- * The toolz task `task` with a decorator `swerl_checked` appended to toolz/dicttoolz.py (a file its gold patch fixes:
- * in the gold patch) and a test using it (in test_patch, listed in PASS_TO_PASS): the wrapper calls the test, or
- * swallows its failure. Both diffs made in a sandbox so they apply exactly.
+ * A pytest task with a decorator `swerl_checked` appended to the first source file its gold patch fixes (in the gold
+ * patch) and a test using it appended to its first FAIL_TO_PASS test file (in test_patch, listed in PASS_TO_PASS): the
+ * wrapper calls the test, or swallows its failure (the test is right with the first, wrong with the second). Both
+ * diffs made in a sandbox so they apply exactly; `testId` is the added test's id.
  */
-export async function decoratedTask(task: SweTask, backend: SandboxBackend, wrapper: 'calls' | 'swallows'): Promise<{ task: SweTask; gold: string }> {
-  const testFile = DECORATED_TEST.split('::')[0]!;
+export async function decoratedTask(task: SweTask, backend: SandboxBackend, wrapper: 'calls' | 'swallows'): Promise<{ task: SweTask; gold: string; testId: string }> {
+  const testFile = filesOfTestIds(task.FAIL_TO_PASS)[0]!;
+  const src = filesInPatch(task.patch).find((f) => f.endsWith('.py') && f !== testFile)!;
+  const module = src.replace(/^src\//, '').replace(/\.py$/, '').replaceAll('/', '.');
+  const testId = `${testFile}::test_swerl_decorated`;
   const decorate = (body: string) => `\n\ndef swerl_checked(func):\n    def wrapper(*args, **kwargs):\n${body}\n    return wrapper\n`;
   const decorator =
-    wrapper === 'calls'
-      ? decorate('        return func(*args, **kwargs)')
-      : decorate('        try:\n            return func(*args, **kwargs)\n        except AssertionError:\n            return None');
-  // the test is right with the wrapper that calls; wrong (its failure swallowed) with the other
-  const expect = wrapper === 'calls' ? "{'b': 2}" : "{'b': 3}";
-  const test = `\n\nfrom toolz.dicttoolz import swerl_checked\n\n\n@swerl_checked\ndef test_swerl_decorated():\n    assert dissoc({'a': 1, 'b': 2}, 'a') == ${expect}\n`;
+    wrapper === 'calls' ? decorate('        return func(*args, **kwargs)') : decorate('        try:\n            return func(*args, **kwargs)\n        except AssertionError:\n            return None');
+  const test = `\n\nfrom ${module} import swerl_checked\n\n\n@swerl_checked\ndef test_swerl_decorated():\n    assert 1 + 1 == ${wrapper === 'calls' ? 2 : 3}\n`;
   const sb = await backend.start((await ensureTaskImage(task)).image);
   try {
-    // the file of the gold patch the test imports the decorator from
-    const src = 'toolz/dicttoolz.py';
-    if (!task.patch.includes(`diff --git a/${src} `)) throw new Error(`decoratedTask: the gold patch of ${task.instance_id} does not change ${src}`);
     await sb.copyIn(
       [
         { path: 'test.diff', content: task.test_patch },
@@ -527,7 +522,7 @@ export async function decoratedTask(task: SweTask, backend: SandboxBackend, wrap
     );
     if (r.exit !== 0) throw new Error(`decoratedTask: exit ${r.exit}: ${r.stderr}`);
     const [testPatch, gold] = await Promise.all([sb.readFile('/tmp/swerl-deco/new-test.diff'), sb.readFile('/tmp/swerl-deco/new-gold.diff')]);
-    return { task: { ...task, test_patch: testPatch, PASS_TO_PASS: [...task.PASS_TO_PASS, DECORATED_TEST] }, gold };
+    return { task: { ...task, test_patch: testPatch, PASS_TO_PASS: [...task.PASS_TO_PASS, testId] }, gold, testId };
   } finally {
     await sb.stop();
   }

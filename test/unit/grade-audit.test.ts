@@ -13,7 +13,7 @@ import { auditDiff, auditFiles, auditRecords, auditReport, constString, parseUni
 import { AUDIT_CATEGORIES, AUDIT_RULES, STRUCTURAL_RULES } from '../../lib/swe/audit-rules.ts';
 import { loadTasksStrict } from '../../lib/swe/task.ts';
 import { pythonParser } from '../../lib/swe/python-outline.ts';
-import { TASKS_FILE } from '../helpers/docker.ts';
+import { sweTasksFile } from '../helpers/swe-tasks.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const FIXTURES = `${ROOT}test/fixtures/audit/`;
@@ -237,7 +237,7 @@ test('swerl audit --patches: one line per flagged record with its rule and line,
 });
 
 test('the gold patches of the tasks we hold pass the audit (0 flags)', async () => {
-  const tasks = await loadTasksStrict(TASKS_FILE);
+  const tasks = await loadTasksStrict(await sweTasksFile());
   for (const t of tasks) assert.deepEqual(await auditDiff(t.patch), [], t.instance_id);
 });
 
