@@ -27,6 +27,7 @@ import { instancePrompt, noToolCallReminder, SYSTEM_PROMPT, tokenBudgetWarning }
 import { GRADER_VERSION, type GradeResult, type IntegrityFinding } from '../lib/swe/grading.ts';
 import { countIntegrity, formatIntegrity, hackRate, integrityKeys, type IntegrityCounts } from '../lib/swe/integrity.ts';
 import { countGraded } from './integrity.ts';
+import { DEFAULT_MIN_STRENGTH, isStrong, parseQualityLines, recordQuality, type TaskQuality } from '../lib/swe/quality.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { ChatMessage, EndReason } from '../lib/types.ts';
@@ -506,6 +507,8 @@ export interface EvalReportSummary {
   reportKey: string;
   /** the grader's integrity verdicts on the graded episodes (lib/swe/integrity.ts) */
   integrity?: IntegrityCounts & { hackRate: number };
+  /** pass@1 on the tasks with strong tests, beside pass1 on all (when the tasks carry a measured strength) */
+  strong?: { minStrength: number; tasks: number; pass1: number };
 }
 
 /** An episode that ended without submitting and was not graded (its working tree is no prediction). */
@@ -603,7 +606,8 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
   const planned = new Set(plan.taskIds);
   const episodes = (await readEvalEpisodes(store, input.evalId)).filter((e) => planned.has(e.taskId) && e.run < plan.runs);
   const errors = await readEvalErrors(store, input.evalId, episodes);
-  const metrics = evaluationMetrics(plan, episodes.map(factsOf), errors, { seed: config.seed });
+  const strong = await strongTaskIds(config);
+  const metrics = evaluationMetrics(plan, episodes.map(factsOf), errors, { seed: config.seed, ...(strong ? { strong } : {}) });
   const prefix = evalKeys.report(input.evalId);
   const runs: RunSummary[] = [];
   for (let r = 0; r < plan.runs; r++) {
@@ -643,6 +647,7 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     errors: summary.errors.slice(0, 20),
     reportKey: prefix,
     ...(integrity ? { integrity } : {}),
+    ...(metrics.strong ? { strong: metrics.strong } : {}),
   };
 }
 
@@ -652,6 +657,16 @@ export function evalIntegrity(episodes: readonly EvalEpisodeRecord[]): (Integrit
   if (!graded.length) return undefined;
   const c = countIntegrity(graded.map((e) => integrityKeys(e.grade.integrity as IntegrityFinding[] | undefined)));
   return { ...c, hackRate: hackRate(c) };
+}
+
+/** The tasks whose tests are strong (lib/swe/quality.ts), or undefined when no task has a measured strength. */
+async function strongTaskIds(config: EvalConfig): Promise<{ ids: Set<string>; minStrength: number } | undefined> {
+  const minStrength = config.quality?.minStrength ?? DEFAULT_MIN_STRENGTH;
+  const { tasks } = await loadTasks(config.tasksFile);
+  const side = config.quality?.file ? parseQualityLines(await readFile(config.quality.file, 'utf8'), config.quality.file) : new Map<string, TaskQuality>();
+  const quality = tasks.map((t) => [t.instance_id, side.get(t.instance_id) ?? recordQuality(t)] as const);
+  if (!quality.some(([, q]) => q?.strength.score != null)) return undefined;
+  return { ids: new Set(quality.filter(([, q]) => isStrong(q, minStrength)).map(([id]) => id)), minStrength };
 }
 
 const factsOf = (e: EvalEpisodeRecord): EpisodeFacts => ({

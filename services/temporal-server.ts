@@ -8,7 +8,16 @@ import { fileURLToPath } from 'node:url';
 import { Connection } from '@temporalio/client';
 
 /** Search attributes the training and evaluation workflows upsert (DESIGN §1). */
-export const SEARCH_ATTRIBUTES = { RlIteration: 'Int', RlMeanReward: 'Double', RlPhase: 'Keyword', RlEvalPass1: 'Double', EvalPass1: 'Double', EvalDone: 'Int' } as const;
+export const SEARCH_ATTRIBUTES = {
+  RlIteration: 'Int',
+  RlMeanReward: 'Double',
+  RlPhase: 'Keyword',
+  RlEvalPass1: 'Double',
+  EvalPass1: 'Double',
+  EvalDone: 'Int',
+  SynthValidated: 'Int',
+  SynthPhase: 'Keyword',
+} as const;
 
 export interface DevServerOptions {
   /** directory holding temporal.sqlite and temporal.log */

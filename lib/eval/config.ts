@@ -84,6 +84,14 @@ export const EvalConfigSchema = z
     tasks: z.array(z.string().min(1)).min(1).optional().describe('only these instance ids (in this order)'),
     limit: int().min(1).optional().describe('at most this many tasks (after `tasks`)'),
     model: EvalModelSchema,
+    quality: z
+      .object({
+        minStrength: z.number().min(0).max(1).optional().describe('the least test strength of a strong task (default 0.8)'),
+        file: z.string().min(1).optional().describe("a `swerl validate-tasks --quality-out` file; default: the records' own `quality`"),
+      })
+      .strict()
+      .optional()
+      .describe('which tasks count as strong, for pass@1 on strong tasks reported beside pass@1 on all'),
     modelName: z.string().min(1).optional().describe('`model_name_or_path` of the predictions; derived from the model when absent'),
     runs: int().min(1).max(1000).default(1).describe('episodes per task: n of pass@k (DeepSWE: 16)'),
     seed: int().min(0).default(0).describe("the evaluation's seed: each (task, run) episode's sampling seed derives from it"),

@@ -2,6 +2,7 @@
 // workflow code, imports it (lib/sandbox.ts is pure too); lib/config.ts adds the `kind: 'swe'` discriminator.
 import { z } from 'zod';
 import { DEFAULT_LIMITS, DEFAULT_MAX_PATCH_BYTES } from '../sandbox.ts';
+import { TaskFilterSchema } from './quality.ts';
 
 /** Scratch files the agent is told to write; never part of the submitted patch. */
 export const DEFAULT_SCRATCH_GLOBS = ['reproduce_issue.py', 'reproduce*.py'];
@@ -10,6 +11,7 @@ export const DEFAULT_SCRATCH_GLOBS = ['reproduce_issue.py', 'reproduce*.py'];
 export const SweEnvConfigSchema = z
   .object({
     tasksFile: z.string().min(1).describe('JSONL or parquet of SWE-bench-style records (lib/swe/task.ts); a relative path is made absolute by the CLI'),
+    taskFilter: TaskFilterSchema.optional().describe("train only on the tasks that pass this filter: their measured quality, the factory's split (lib/swe/quality.ts)"),
     reward: z
       .enum(['tests', 'similarity'])
       .default('tests')

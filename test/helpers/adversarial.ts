@@ -489,11 +489,16 @@ export async function adversarialPatches(task: SweTask, backend: SandboxBackend,
 export async function decoratedTask(task: SweTask, backend: SandboxBackend, wrapper: 'calls' | 'swallows'): Promise<{ task: SweTask; gold: string; testId: string }> {
   const testFile = filesOfTestIds(task.FAIL_TO_PASS)[0]!;
   const src = filesInPatch(task.patch).find((f) => f.endsWith('.py') && f !== testFile)!;
-  const module = src.replace(/^src\//, '').replace(/\.py$/, '').replaceAll('/', '.');
+  const module = src
+    .replace(/^src\//, '')
+    .replace(/\.py$/, '')
+    .replaceAll('/', '.');
   const testId = `${testFile}::test_swerl_decorated`;
   const decorate = (body: string) => `\n\ndef swerl_checked(func):\n    def wrapper(*args, **kwargs):\n${body}\n    return wrapper\n`;
   const decorator =
-    wrapper === 'calls' ? decorate('        return func(*args, **kwargs)') : decorate('        try:\n            return func(*args, **kwargs)\n        except AssertionError:\n            return None');
+    wrapper === 'calls'
+      ? decorate('        return func(*args, **kwargs)')
+      : decorate('        try:\n            return func(*args, **kwargs)\n        except AssertionError:\n            return None');
   const test = `\n\nfrom ${module} import swerl_checked\n\n\n@swerl_checked\ndef test_swerl_decorated():\n    assert 1 + 1 == ${wrapper === 'calls' ? 2 : 3}\n`;
   const sb = await backend.start((await ensureTaskImage(task)).image);
   try {
