@@ -64,7 +64,7 @@ import { auditFiles, isAuditedPath, type AuditFinding } from '../lib/swe/audit.t
 import { integrityFindingOfAudit, integrityFindingsOf, restoreFindings } from '../lib/swe/integrity.ts';
 import { PhaseTimer } from '../lib/timing.ts';
 import { ensureTaskImage } from './images.ts';
-import { gradingSeconds } from './metrics.ts';
+import { gradingSeconds } from '../lib/metrics.ts';
 import { verifiedMutants } from './canary-mutants.ts';
 import { shq } from '../lib/shell.ts';
 

@@ -8,7 +8,7 @@ import { keys } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import type { IntegrityFinding } from '../lib/swe/grading.ts';
 import { integrityKeys, isHack } from '../lib/swe/integrity.ts';
-import { integrityFindings, integrityGraded, integrityHacks } from './metrics.ts';
+import { integrityFindings, integrityGraded, integrityHacks } from '../lib/metrics.ts';
 
 /** Counts an episode graded by the tests (label `run_id`: the run, or the evaluation); returns its keys (undefined: not graded). */
 export function countGraded(runId: string, info: Record<string, unknown> | undefined): string[] | undefined {

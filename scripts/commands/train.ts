@@ -12,7 +12,7 @@ import { startDevServer, type DevServer } from '../../services/temporal-server.t
 import { writeRewardPlot } from '../../lib/plot.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { progressQuery, statusQuery } from '../../workflows/signals.ts';
-import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
+import type { IterationMetrics, TrainingRunResult } from '../../lib/training/shapes.ts';
 import { followResult, installCliLogger, useLogDir } from '../cli-log.ts';
 import { checkedKubeConfig } from './cluster.ts';
 

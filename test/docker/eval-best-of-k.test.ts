@@ -22,7 +22,7 @@ import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { temporalBinary } from '../../services/temporal-server.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import type { SelectionResult } from '../../workflows/select-best-of-k.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
 import { sweTasks, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';

@@ -21,7 +21,7 @@ import { writeModel } from '../../lib/presets.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { filesInPatch, type SweTask } from '../../lib/swe/task.ts';
 import { evaluationStatusQuery } from '../../workflows/evaluation-signals.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
 import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptedModelServer, type ScriptTurn } from '../helpers/scripted-agent.ts';
