@@ -51,7 +51,10 @@ const TMP = `${ROOT}tmp/bench-grade-${process.pid}/`;
 type Grade = (i: { task: SweTask; patch: string; backend: SandboxBackend }) => Promise<{ reward: number; reason: string }>;
 
 /** Imports of grader v2 whose module has moved since: `import { name } from 'old file'` → the file that exports it now. */
-const MOVED: Record<string, Record<string, string>> = { 'activities/sandbox/common.ts': { shq: 'lib/shell.ts' } };
+const MOVED: Record<string, Record<string, string>> = {
+  'activities/sandbox/common.ts': { shq: 'lib/shell.ts' },
+  'activities/metrics.ts': { gradingSeconds: 'lib/metrics.ts' },
+};
 
 /** A grader from git history (v2, v3): its files copied under tmp/REV/, their relative imports pointed at the copies or the repository. */
 async function gitGrader(rev: string): Promise<Grade> {
