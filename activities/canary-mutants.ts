@@ -28,6 +28,8 @@ export interface MutantVerification {
   candidates: number;
   /** why none could be tried, when that is the case */
   note?: string;
+  /** the gold run passed the time limit: nothing verified, and nothing cached (a busy host may be why) */
+  timedOut?: boolean;
 }
 
 const memo = new Map<string, Promise<MutantVerification>>();
@@ -42,30 +44,38 @@ export function mutantsKey(task: SweTask): string {
   return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
 }
 
-/** The task's verified answer-mutants (from the cache, or verified now). A sandbox failure throws GradingError (infrastructure). */
-export async function verifiedMutants(task: SweTask, backend: SandboxBackend): Promise<VerifiedMutant[]> {
-  return (await mutantVerification(task, backend)).mutants;
+/**
+ * The task's verified answer-mutants (from the cache, or verified now, the gold run limited to `timeoutS`, the
+ * grading's own test-run limit). A sandbox failure throws GradingError (infrastructure).
+ */
+export async function verifiedMutants(task: SweTask, backend: SandboxBackend, timeoutS = VERIFY_TIMEOUT_S): Promise<VerifiedMutant[]> {
+  return (await mutantVerification(task, backend, timeoutS)).mutants;
 }
 
-export function mutantVerification(task: SweTask, backend: SandboxBackend): Promise<MutantVerification> {
+export function mutantVerification(task: SweTask, backend: SandboxBackend, timeoutS = VERIFY_TIMEOUT_S): Promise<MutantVerification> {
   const key = mutantsKey(task);
   let p = memo.get(key);
   if (!p) {
-    p = cachedOrVerified(task, backend, key);
-    p.catch(() => memo.delete(key));
+    p = cachedOrVerified(task, backend, key, timeoutS);
+    const forget = () => void memo.delete(key);
+    p.then((v) => v.timedOut && forget(), forget);
     memo.set(key, p);
   }
   return p;
 }
 
-async function cachedOrVerified(task: SweTask, backend: SandboxBackend, key: string): Promise<MutantVerification> {
+/** Where a task's verification is cached on this host. */
+export const mutantsCacheFile = (task: SweTask): string => join(cacheDir(), `${mutantsKey(task)}.json`);
+
+async function cachedOrVerified(task: SweTask, backend: SandboxBackend, key: string, timeoutS: number): Promise<MutantVerification> {
   const file = join(cacheDir(), `${key}.json`);
   try {
     return JSON.parse(await readFile(file, 'utf8')) as MutantVerification;
   } catch {
     // not verified on this host yet
   }
-  const v = await verify(task, backend);
+  const v = await verify(task, backend, Math.min(timeoutS, VERIFY_TIMEOUT_S));
+  if (v.timedOut) return v;
   await mkdir(cacheDir(), { recursive: true });
   const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
   await writeFile(tmp, JSON.stringify(v));
@@ -88,7 +98,7 @@ function failToPassNodes(task: SweTask, files: ReadonlySet<string>): Map<string,
   return out;
 }
 
-async function verify(task: SweTask, backend: SandboxBackend): Promise<MutantVerification> {
+async function verify(task: SweTask, backend: SandboxBackend, timeoutS: number): Promise<MutantVerification> {
   if (!task.FAIL_TO_PASS.length || task.patch.trim() === '') return { mutants: [], candidates: 0, note: 'no FAIL_TO_PASS tests or no gold patch' };
   const pytest = runsPytest(task.test_cmd);
   const wanted = pytest ? filesOfTestIds(task.FAIL_TO_PASS) : unittestIdCandidates(task.FAIL_TO_PASS);
@@ -134,7 +144,8 @@ async function verify(task: SweTask, backend: SandboxBackend): Promise<MutantVer
     const ids = planned.candidates.map((c) => c.id);
     // a test_cmd that names pytest ids runs the candidates only when they are named too
     const cmd = pytest && /::/.test(task.test_cmd) ? `${task.test_cmd} ${ids.map(shq).join(' ')}` : task.test_cmd;
-    const run = await sb.exec(cmd, VERIFY_TIMEOUT_S, { maxOutputBytes: 16 << 20 });
+    const run = await sb.exec(cmd, timeoutS, { maxOutputBytes: 16 << 20 });
+    if (run.timedOut) return { mutants: [], candidates: planned.candidates.length, note: `the gold run passed ${timeoutS} s`, timedOut: true };
     const statuses = parseTestLog(run.stdout + (run.stderr ? `\n${run.stderr}` : ''), logFormatOf(task.test_cmd));
     const mutants = planned.candidates
       .filter((c) => statuses.get(c.id) === 'FAILED' && statuses.get(nodes.get(c.edit.source)!) === 'PASSED')

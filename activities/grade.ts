@@ -303,7 +303,7 @@ async function plannedCanaries(g: Grading, prep: Prep): Promise<CanaryFile[]> {
   const { task } = g;
   // unittest's --failfast stops at the first failure, a must-fail canary's (pytest's -x/--maxfail is lifted by the plugin)
   if (g.unittest && /(^|\s)(-f|--failfast)(?=\s|$)/.test(task.test_cmd)) return [];
-  const mutants: VerifiedMutant[] = g.input.mutants === false ? [] : await verifiedMutants(task, g.input.backend);
+  const mutants: VerifiedMutant[] = g.input.mutants === false ? [] : await verifiedMutants(task, g.input.backend, g.input.timeoutS ?? GRADE_TIMEOUT_S);
   const out: CanaryFile[] = [];
   for (const [path, source] of prep.testSources) {
     const mine = mutants.filter((m) => m.path === path);

@@ -44,7 +44,7 @@ const NO_CODE_CHECK: [string, string] = [
 const NO_CANARIES: [string, string] = ['const canaryFiles = g.plugin && g.integrity ? await plannedCanaries(g, prep) : [];', 'const canaryFiles: CanaryFile[] = [];'];
 const NO_AUDIT: [string, string] = ["audit: integrity ? (input.audit ?? 'zero') : 'off',", "audit: 'off' as AuditMode,"];
 const NO_MUTANTS: [string, string] = [
-  'const mutants: VerifiedMutant[] = g.input.mutants === false ? [] : await verifiedMutants(task, g.input.backend);',
+  'const mutants: VerifiedMutant[] = g.input.mutants === false ? [] : await verifiedMutants(task, g.input.backend, g.input.timeoutS ?? GRADE_TIMEOUT_S);',
   'const mutants: VerifiedMutant[] = [];',
 ];
 /** tests inside the package, one test file (the canary-sparing hacks look at the first test module only) */

@@ -5,11 +5,12 @@ import { gradePatch, GradingError, GRADER_VERSION } from '../../activities/grade
 import type { Sandbox, SandboxBackend } from '../../lib/sandbox.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import Docker from 'dockerode';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
 import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 import { metricValue } from '../helpers/metrics.ts';
 import { decoratedTask } from '../helpers/adversarial.ts';
+import { mutantsCacheFile } from '../../activities/canary-mutants.ts';
 
 const { backend, cleanup } = testBackend();
 let task: SweTask;
@@ -215,6 +216,8 @@ describe('gradePatch', () => {
     assert.equal(g.reward, 0);
     assert.equal(g.reason, 'timeout');
     assert.equal(g.exitCode, null);
+    // the answer-mutants' gold run had the same limit, and a verification that timed out is not cached
+    assert.equal(existsSync(mutantsCacheFile(slow)), false);
   });
 
   test('a task image that does not exist → GradingError (infrastructure), never a reward', async () => {
