@@ -5,7 +5,7 @@ import { gradePatch, GradingError, GRADER_VERSION } from '../../activities/grade
 import type { Sandbox, SandboxBackend } from '../../lib/sandbox.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import Docker from 'dockerode';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
 import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 import { metricValue } from '../helpers/metrics.ts';
@@ -212,6 +212,7 @@ describe('gradePatch', () => {
 
   test('a test run past the limit → 0, timeout', async () => {
     const slow: SweTask = { ...task, test_cmd: `sleep 30; ${task.test_cmd}` };
+    rmSync(mutantsCacheFile(slow), { force: true });
     const g = await gradePatch({ task: slow, patch: task.patch, backend, timeoutS: 2 });
     assert.equal(g.reward, 0);
     assert.equal(g.reason, 'timeout');
