@@ -5,7 +5,10 @@ import { KEEP_FLAGGED_PER_ITERATION, validateConfig, type TrainingConfig } from 
 import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
 import { rolloutSeed } from '../lib/seed.ts';
 import { runEpisode, type EpisodePolicy, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
-import { createPolicyClient, effectiveContextWindow, listServerModels, PolicyUnavailableError, servesCheckpoint } from '../lib/policy-client.ts';
+import { createPolicyClient } from '../lib/policy/completions.ts';
+import { effectiveContextWindow, listServerModels } from '../lib/policy/preflight.ts';
+import { PolicyUnavailableError } from '../lib/policy/http.ts';
+import { servesCheckpoint } from '../lib/policy/weight-sync.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
