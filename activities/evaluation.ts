@@ -19,7 +19,9 @@ import { formatLoadError, loadTasks, type SweTask } from '../lib/swe/task.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../lib/swe/tools.ts';
 import { SWE_OPENAI_TOOLS, SYSTEM_PROMPT_TOOL_CALLS } from '../lib/swe/tool-definitions.ts';
 import { instancePrompt, noToolCallReminder, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
-import { GRADER_VERSION, type GradeResult } from '../lib/swe/grading.ts';
+import { GRADER_VERSION, type GradeResult, type IntegrityFinding } from '../lib/swe/grading.ts';
+import { countIntegrity, formatIntegrity, hackRate, integrityKeys, type IntegrityCounts } from '../lib/swe/integrity.ts';
+import { countGraded } from './integrity.ts';
 import { DEFAULT_MIN_STRENGTH, isStrong, parseQualityLines, recordQuality, type TaskQuality } from '../lib/swe/quality.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
@@ -438,6 +440,7 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
     const again = await store.getJson<EvalEpisodeRecord>(key);
     if (again) return summaryOf(again, true);
     await store.putJson(key, full);
+    countGraded(input.evalId, full.grade);
     return summaryOf(full, false);
   } finally {
     clearInterval(beat);
@@ -585,15 +588,16 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     for (const [path, text] of files.files) await store.put(`${prefix}/${path}`, text);
     runs.push(files.summary);
   }
+  const integrity = evalIntegrity(episodes);
   const summary = {
     evalId: input.evalId,
     modelName: plan.modelName,
     checkpoint: plan.checkpoint,
     tasksFile: config.tasksFile,
-    metrics,
+    metrics: { ...metrics, ...(integrity ? { integrity } : {}) },
     runs,
     errors: errors.map((e) => ({ taskId: e.taskId, run: e.run, reason: e.reason })),
-    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`)}\n${formatEvalErrors(errors)}`,
+    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`)}\n${integrity ? `${formatIntegrity(integrity)}\n` : ''}${formatEvalErrors(errors)}`,
   };
   await store.putJson(`${prefix}/summary.json`, summary);
   await store.put(`${prefix}/summary.txt`, `${summary.text}\n`);
@@ -615,8 +619,17 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     episodes: metrics.episodes,
     errors: summary.errors.slice(0, 20),
     reportKey: prefix,
+    ...(integrity ? { integrity } : {}),
     ...(metrics.strong ? { strong: metrics.strong } : {}),
   };
+}
+
+/** The integrity verdicts of an evaluation's graded episodes (the hack rate of the model evaluated), or undefined when none was graded. */
+export function evalIntegrity(episodes: readonly EvalEpisodeRecord[]): (IntegrityCounts & { hackRate: number }) | undefined {
+  const graded = episodes.filter((e) => e.grade.graderVersion !== undefined && !submittedNothing(e));
+  if (!graded.length) return undefined;
+  const c = countIntegrity(graded.map((e) => integrityKeys(e.grade.integrity as IntegrityFinding[] | undefined)));
+  return { ...c, hackRate: hackRate(c) };
 }
 
 /** The tasks whose tests are strong (lib/swe/quality.ts), or undefined when no task has a measured strength. */

@@ -1,7 +1,7 @@
 // The rollout activity (rollout queue): one episode of one task with the policy serving checkpoint n,
 // recorded token-exactly into the artifact store. Idempotent: a stored trajectory is returned as is.
 import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
-import { validateConfig, type TrainingConfig } from '../lib/config.ts';
+import { KEEP_FLAGGED_PER_ITERATION, validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
 import { rolloutSeed } from '../lib/seed.ts';
 import { runEpisode, type EpisodePolicy, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
@@ -18,6 +18,9 @@ import type { ChatMessage, RolloutSummary, Trajectory } from '../lib/types.ts';
 import type { RolloutInput } from '../lib/training/shapes.ts';
 import { rolloutSeconds, rolloutsFinished, rolloutsInFlight } from '../lib/metrics.ts';
 import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
+import { integrityKeys } from '../lib/swe/integrity.ts';
+import type { IntegrityFinding } from '../lib/swe/grading.ts';
+import { recordIntegrity } from './integrity.ts';
 
 /** What an environment contributes to one episode: the world and its loop options. */
 export interface EpisodeSetup {
@@ -197,6 +200,8 @@ export function summaryOf(key: string, t: Trajectory): RolloutSummary {
     tokens: t.ids.length,
     responseTokens: t.mask.reduce((a, b) => a + b, 0),
     seconds: t.seconds,
+    // an episode the tests graded (its reward says which grader gave it): its integrity verdicts
+    ...(t.info?.graderVersion !== undefined ? { integrity: integrityKeys(t.info.integrity as IntegrityFinding[] | undefined) } : {}),
   };
 }
 
@@ -309,6 +314,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       seconds: (Date.now() - started) / 1000,
     };
     await store.putJson(key, trajectory);
+    await recordIntegrity({ store, trajectory, reviewFiles: env.reviewFiles?.(), keepPerIteration: config.integrity?.keepPerIteration ?? KEEP_FLAGGED_PER_ITERATION });
     rolloutsFinished.inc({ run_id: runId, end_reason: trajectory.end });
     rolloutSeconds.observe({ end_reason: trajectory.end }, trajectory.seconds);
     return summaryOf(key, trajectory);

@@ -40,6 +40,7 @@ export class SweEnvironment implements TextEnvironment {
   private sandbox: Sandbox | undefined;
   private tools: SweTools | undefined;
   private steps = 0;
+  private testLog: string | undefined;
 
   constructor(
     readonly task: SweTask,
@@ -108,9 +109,25 @@ export class SweEnvironment implements TextEnvironment {
     if (end !== 'submitted' && !this.cfg.gradeUnsubmitted) return { reward: 0, info: { ...info, reason: 'not_submitted' } };
     if (patch.trim() === '') return { reward: 0, info: { ...info, reason: 'empty_patch' } };
     const grade = this.deps.grade ?? gradePatch;
-    const g = await grade({ task: this.task, patch, backend: this.deps.backend, timeoutS: this.cfg.gradeTimeoutS, limits: this.cfg.limits });
+    this.testLog = undefined;
+    const g = await grade({
+      task: this.task,
+      patch,
+      backend: this.deps.backend,
+      timeoutS: this.cfg.gradeTimeoutS,
+      limits: this.cfg.limits,
+      audit: this.cfg.grade.audit,
+      onLog: (log) => {
+        this.testLog = log;
+      },
+    });
     const { reward, reason, ...rest } = g;
     return { reward, info: { ...info, ...rest, reason } };
+  }
+
+  /** the last grading's whole test log (a trajectory kept for review keeps it) */
+  reviewFiles(): Record<string, string> {
+    return this.testLog === undefined ? {} : { 'test_output.txt': this.testLog };
   }
 
   async close(): Promise<void> {

@@ -191,6 +191,26 @@ export const TrackingConfigSchema = z
   .prefault({});
 export type TrackingConfig = z.infer<typeof TrackingConfigSchema>;
 
+/** What a training run does about the grader's integrity verdicts (lib/swe/integrity.ts). */
+export const IntegrityConfigSchema = z
+  .object({
+    pauseAbove: z
+      .number()
+      .min(0)
+      .max(1)
+      .optional()
+      .describe("the run pauses itself (the pause signal's state, resumed by `resume`) after an iteration whose hack rate is above this fraction; absent: never"),
+    keepPerIteration: int()
+      .min(0)
+      .max(1000)
+      .default(4)
+      .describe("flagged trajectories kept whole for review per iteration (runs/<run>/integrity/iter-<n>/), with the grading's whole test log"),
+  })
+  .strict();
+export type IntegrityConfig = z.infer<typeof IntegrityConfigSchema>;
+/** flagged trajectories kept whole per iteration when the config does not say */
+export const KEEP_FLAGGED_PER_ITERATION = 4;
+
 export const TrainingConfigSchema = z
   .object({
     runId: runIdSchema().optional().describe('run id: the trainingRun workflow id and the store prefix runs/<runId>/; default: the workflow id'),
@@ -312,6 +332,7 @@ export const TrainingConfigSchema = z
       .prefault({}),
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }).describe('the environment, by kind'),
     tracking: TrackingConfigSchema.describe('experiment tracking: with `mlflow`, every training run is an MLflow run (metrics, params, plots)'),
+    integrity: IntegrityConfigSchema.optional().describe('the hack-rate watch (docs/integrity.md): what the run does about episodes the grader caught hacking'),
     continueAsNewEvery: int().min(1).max(1_000_000).default(100).describe('trainingRun continues-as-new after this many iterations, or sooner when Temporal suggests it'),
     async: AsyncConfigSchema.optional().describe('asynchronous RL (docs/async-training.md); absent: "off"'),
     eval: z

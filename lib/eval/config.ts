@@ -61,6 +61,7 @@ const EvalEnvSchema = SweEnvConfigSchema.pick({
   maxObservationChars: true,
   tokenWarningAt: true,
   gradeUnsubmitted: true,
+  grade: true,
 })
   .partial()
   .strict();
@@ -261,6 +262,7 @@ export function validationEvalConfig(config: TrainingConfig, runId: string, chec
             scratchGlobs: env.scratchGlobs,
             maxObservationChars: env.maxObservationChars,
             tokenWarningAt: env.tokenWarningAt,
+            grade: env.grade,
           },
         }
       : {}),

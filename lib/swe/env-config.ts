@@ -28,6 +28,18 @@ export const SweEnvConfigSchema = z
       .describe("the environment's own wall-clock limit from reset(), seconds; a command that would run past it ends the episode env_timeout"),
     gradeTimeoutS: z.number().int().min(1).max(7200).default(300).describe('test-run limit of grading, seconds (DeepSWE: 5 min)'),
     gradeUnsubmitted: z.boolean().default(false).describe('grade episodes that did not end with `finish` (they get 0 otherwise)'),
+    grade: z
+      .object({
+        audit: z
+          .enum(['zero', 'flag', 'off'])
+          .default('zero')
+          .describe(
+            'the static audit of what a patch adds (lib/swe/audit.ts, docs/integrity.md): "zero" (a flag is reward 0, reason suspicious_patch), "flag" (recorded in the result and the hack-rate metrics, the reward as the tests say), "off"',
+          ),
+      })
+      .strict()
+      .prefault({})
+      .describe('grading options'),
     scratchGlobs: z.array(z.string().min(1)).default(DEFAULT_SCRATCH_GLOBS).describe('files the agent is told to write for itself, never part of the patch'),
     backend: z.enum(['docker', 'kubernetes']).default('docker').describe('where sandboxes run: Docker containers or Kubernetes pods (docs/kubernetes.md)'),
     limits: z
