@@ -22,8 +22,13 @@ export interface EpisodeSetup {
   loop: Partial<Pick<RunEpisodeOptions, 'maxSteps' | 'allowedActionTokens' | 'stepsRemainingSuffix' | 'tokenWarningAt' | 'tokenWarning'>>;
 }
 
+/** What the rollout hands an environment besides its config: the policy's tokenizer as a counter (edit mode's context budget). */
+export interface EnvironmentHelpers {
+  countTokens?: (text: string) => number;
+}
+
 /** `labels`: the episode's owner labels for any sandbox it starts (`swerl.run`, `swerl.iteration`, `swerl.sample`). */
-export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number, labels: Record<string, string>) => Promise<EpisodeSetup>;
+export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number, labels: Record<string, string>, helpers?: EnvironmentHelpers) => Promise<EpisodeSetup>;
 
 /** An attempt of a rollout that failed for infrastructure reasons, as its trajectory lists it once one succeeds. */
 export interface FailedAttempt {
@@ -260,7 +265,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const beat = setInterval(() => heartbeat({ step: -1 }), Math.max(1000, (config.rollout.heartbeatSeconds * 1000) / 2));
   let env: EpisodeSetup['env'] | undefined;
   try {
-    const setup = await factory(config, taskId, seed, labels);
+    const setup = await factory(config, taskId, seed, labels, { countTokens: (text) => tokenizer.encode(text).length });
     env = setup.env;
     const { loop } = setup;
     const result = await unavailableAsFailure(policyUrl, () =>

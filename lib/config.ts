@@ -2,7 +2,7 @@
 // Pure and deterministic: imported by workflow code as well as by activities and the CLI.
 import { z } from 'zod';
 import { FrozenLakeConfigSchema } from './envs/frozenlake.ts';
-import { SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
+import { modeRewardError, SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
 
 const int = () => z.number().int();
 
@@ -329,6 +329,8 @@ export const TrainingConfigSchema = z
   .strict()
   .superRefine((c, ctx) => {
     checkAsync(c, ctx);
+    const modeReward = c.env.kind === 'swe' ? modeRewardError(c.env) : null;
+    if (modeReward) ctx.addIssue({ code: 'custom', path: ['env', 'reward'], message: modeReward });
     if (c.rollout.heartbeatTimeoutSeconds <= c.rollout.heartbeatSeconds) {
       ctx.addIssue({ code: 'custom', path: ['rollout', 'heartbeatTimeoutSeconds'], message: `must be > rollout.heartbeatSeconds (${c.rollout.heartbeatSeconds})` });
     }
