@@ -49,6 +49,12 @@ export const FrozenLakeConfigSchema = z.object({
   holeProbability: z.number().min(0).max(0.8).default(0.2),
   /** step limit the episode loop applies (turns) */
   maxSteps: z.number().int().min(1).max(1000).default(8),
+  /**
+   * An episode still on the ice after maxSteps moves: `truncate`, the episode loop cuts it (`max_steps`, compact-filtered
+   * as DeepSWE's harness limits are: no gradient); `fail`, the lake's own end (`done`, reward 0, trained like a fall),
+   * so a policy that wanders or walks into the walls learns that it failed
+   */
+  stepLimit: z.enum(['truncate', 'fail']).default('truncate'),
   /** Gym semantics: the intended move with p 1/3, each perpendicular move with p 1/3 */
   slippery: z.boolean().default(false),
   /** the system prompt; keep it expressible in the policy's tokenizer */
@@ -117,7 +123,7 @@ export class FrozenLakeEnv implements TextEnvironment {
   readonly actionTokens: string[] = [...FROZENLAKE_ACTIONS];
   private pos: [number, number] = [0, 0];
   private rng: Rng;
-  private state: 'running' | 'goal' | 'hole' = 'running';
+  private state: 'running' | 'goal' | 'hole' | 'out_of_steps' = 'running';
   private actions: string[] = [];
   private wasted = 0;
 
@@ -157,7 +163,7 @@ export class FrozenLakeEnv implements TextEnvironment {
     if (action === null) {
       this.wasted++;
       this.actions.push('?');
-      return { observation: renderGrid(this.map, this.pos), done: false };
+      return this.outOfSteps() ? { observation: renderGrid(this.map, this.pos), done: true, end: 'done' } : { observation: renderGrid(this.map, this.pos), done: false };
     }
     this.actions.push(action);
     const [dr, dc] = MOVES[this.slip(action)];
@@ -168,8 +174,15 @@ export class FrozenLakeEnv implements TextEnvironment {
     const cell = this.map[r][c];
     if (cell === 'H') this.state = 'hole';
     if (cell === 'G') this.state = 'goal';
+    this.outOfSteps();
     const done = this.state !== 'running';
     return { observation: renderGrid(this.map, this.pos), done, ...(done ? { end: 'done' as const } : {}) };
+  }
+
+  /** With stepLimit `fail`, a running episode whose moves reached maxSteps ends here. */
+  private outOfSteps(): boolean {
+    if (this.state === 'running' && this.config.stepLimit === 'fail' && this.actions.length >= this.config.maxSteps) this.state = 'out_of_steps';
+    return this.state === 'out_of_steps';
   }
 
   private slip(action: FrozenLakeAction): FrozenLakeAction {
