@@ -7,7 +7,8 @@ import { runChatEpisode } from '../lib/chat-episode.ts';
 import { runEpisode, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
 import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
-import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
+import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts } from '../lib/eval/metrics.ts';
+import type { EvalReportSummary } from '../lib/eval/shapes.ts';
 import {
   createChatClient,
   createPolicyClient,
@@ -25,6 +26,7 @@ import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../lib/swe/tools.ts';
 import { SWE_OPENAI_TOOLS, SYSTEM_PROMPT_TOOL_CALLS } from '../lib/swe/tool-definitions.ts';
 import { instancePrompt, noToolCallReminder, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 import { GRADER_VERSION, type GradeResult } from '../lib/swe/grading.ts';
+import { DEFAULT_MIN_STRENGTH, isStrong, parseQualityLines, recordQuality, type TaskQuality } from '../lib/swe/quality.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { ChatMessage, EndReason } from '../lib/types.ts';
@@ -506,24 +508,6 @@ export async function readEvalErrors(store: ArtifactStore, evalId: string, episo
   return out;
 }
 
-/** The small summary of a finished evaluation that crosses workflow history. */
-export interface EvalReportSummary {
-  evalId: string;
-  modelName: string;
-  tasks: number;
-  runs: number;
-  pass1: number;
-  pass1Completed: number | null;
-  pass1CI: { low: number; high: number; level: number } | null;
-  passAtK: (number | null)[];
-  passAtKCompleted: (number | null)[];
-  episodes: EvalMetrics['episodes'];
-  /** the first errors (all are in the report) */
-  errors: { taskId: string; run: number; reason: string }[];
-  /** store prefix of the report files */
-  reportKey: string;
-}
-
 /** An episode that ended without submitting and was not graded (its working tree is no prediction). */
 export function submittedNothing(e: EvalEpisodeRecord): boolean {
   // an edit-mode reply that was no valid edit made no patch
@@ -620,7 +604,8 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
   const planned = new Set(plan.taskIds);
   const episodes = (await readEvalEpisodes(store, input.evalId)).filter((e) => planned.has(e.taskId) && e.run < plan.runs);
   const errors = await readEvalErrors(store, input.evalId, episodes);
-  const metrics = evaluationMetrics(plan, episodes.map(factsOf), errors, { seed: config.seed });
+  const strong = await strongTaskIds(config);
+  const metrics = evaluationMetrics(plan, episodes.map(factsOf), errors, { seed: config.seed, ...(strong ? { strong } : {}) });
   const setting = editSetting(config);
   const prefix = evalKeys.report(input.evalId);
   const runs: RunSummary[] = [];
@@ -660,6 +645,7 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     episodes: metrics.episodes,
     errors: summary.errors.slice(0, 20),
     reportKey: prefix,
+    ...(metrics.strong ? { strong: metrics.strong } : {}),
   };
 }
 
@@ -673,6 +659,16 @@ function editSetting(config: EvalConfig): { mode: 'agent' | 'edit'; reward: stri
     edit: e,
     text: `edit mode, format ${e.format}, reward ${config.reward} (rule ${e.rule}, malformed ${e.malformed}), oracle files to ${e.contextTokens} tokens`,
   };
+}
+
+/** The tasks whose tests are strong (lib/swe/quality.ts), or undefined when no task has a measured strength. */
+async function strongTaskIds(config: EvalConfig): Promise<{ ids: Set<string>; minStrength: number } | undefined> {
+  const minStrength = config.quality?.minStrength ?? DEFAULT_MIN_STRENGTH;
+  const { tasks } = await loadTasks(config.tasksFile);
+  const side = config.quality?.file ? parseQualityLines(await readFile(config.quality.file, 'utf8'), config.quality.file) : new Map<string, TaskQuality>();
+  const quality = tasks.map((t) => [t.instance_id, side.get(t.instance_id) ?? recordQuality(t)] as const);
+  if (!quality.some(([, q]) => q?.strength.score != null)) return undefined;
+  return { ids: new Set(quality.filter(([, q]) => isStrong(q, minStrength)).map(([id]) => id)), minStrength };
 }
 
 const factsOf = (e: EvalEpisodeRecord): EpisodeFacts => ({

@@ -9,7 +9,7 @@ import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { defaultDocker } from './sandbox/docker.ts';
+import { defaultDocker, imageExists } from '../services/docker.ts';
 import { buildTar } from './sandbox/common.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { mapInLanes } from '../lib/pool.ts';
@@ -21,6 +21,9 @@ export const BASE_RECIPE = {
   include: ['python3', 'python3-pytest', 'git'],
   changes: ['ENV LANG=C.UTF-8', 'ENV PYTHONDONTWRITEBYTECODE=1', 'CMD ["/bin/bash"]'],
 } as const;
+
+/** The `environment` a task built from `source_tarball` may name: what BASE_RECIPE installs, and nothing else. */
+export const BASE_ENVIRONMENT = 'debian-bookworm-python3-pytest';
 
 const sha = (s: string | Buffer) => createHash('sha256').update(s).digest('hex');
 
@@ -65,19 +68,14 @@ function repoName(instanceId: string): string {
 export async function taskImageName(task: SweTask): Promise<string> {
   if (task.image) return task.image;
   if (!task.source_tarball) throw new Error(`task ${task.instance_id}: field image or source_tarball required`);
+  if (task.environment !== undefined && task.environment !== BASE_ENVIRONMENT) {
+    throw new Error(
+      `task ${task.instance_id}: field environment is ${JSON.stringify(task.environment)}, but task images are built only on ${JSON.stringify(BASE_ENVIRONMENT)} (Debian bookworm with python3, python3-pytest and git): give the task an \`image\` that has what it needs`,
+    );
+  }
   const base = baseImageName();
   const h = sha(`${base}\n${await fileHash(task.source_tarball)}\n${taskDockerfile(base)}`).slice(0, 12);
   return `${repoName(task.instance_id)}:${h}`;
-}
-
-export async function imageExists(name: string, docker: Docker = defaultDocker()): Promise<boolean> {
-  try {
-    await docker.getImage(name).inspect();
-    return true;
-  } catch (e) {
-    if ((e as { statusCode?: number }).statusCode === 404) return false;
-    throw e;
-  }
 }
 
 /** The Debian mirror apt is configured with (deb822 `URIs:` or one-line `deb URL bookworm`). */

@@ -1,15 +1,15 @@
-// Typed JS API of the native Qwen3 learner (gpu-learner/build/gpu_learner.node).
+// Typed JS API of the native learner (gpu-learner/build/gpu_learner.node): Qwen3, Qwen2, Llama and Mistral decoders.
 // Every heavy call runs off the event loop; calls on one Learner run one after another.
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync, renameSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
 import type { PackedTrainBatch as TrainBatch, StepStats } from '../lib/grpo.ts';
-import { qwen3TensorShapes, type QwenConfig } from '../lib/qwen3.ts';
+import { DECODER_ARCHITECTURES, decoderTensorShapes, type QwenConfig } from '../lib/qwen3.ts';
 import { encodeSafetensors, type NamedTensor, type StDtype } from '../lib/safetensors.ts';
 
 export type { PackedTrainBatch as TrainBatch } from '../lib/grpo.ts';
-export { qwen3TensorShapes, type Qwen3ModelConfig, type QwenConfig } from '../lib/qwen3.ts';
+export { decoderFeatures, decoderTensorShapes, type DecoderArchitecture, type Qwen3ModelConfig, type QwenConfig } from '../lib/qwen3.ts';
 export { f32ToBf16, f32ToF16, type StDtype } from '../lib/safetensors.ts';
 
 export type Device = 'cpu' | 'cuda';
@@ -39,6 +39,8 @@ export interface TrainHyper {
 export interface TrainStats extends StepStats {
   /** optimizer steps taken after this one */
   step: number;
+  /** rows run through the model: `tokens` less what shared prompts saved (LoadOptions.minSharedPrefix) */
+  rows: number;
 }
 
 export interface GenerateOptions {
@@ -99,10 +101,21 @@ export interface LoadOptions {
   threads?: number;
   /** bench baseline only: the straightforward single-loop matmul */
   naiveMatmul?: boolean;
+  /**
+   * consecutive sequences of a batch sharing at least this many first tokens (a GRPO group's prompt) forward them
+   * once in logprobs() and trainStep() (CPU engine); 0 turns it off. Default 32.
+   */
+  minSharedPrefix?: number;
+  /**
+   * batched decoding (CPU engine): the keys and values of recently prefilled prompts kept up to this many bytes
+   * (default 256 MiB; 0: none), so a later sample of the same prompt copies them instead of prefilling it again
+   */
+  promptCacheBytes?: number;
 }
 
 interface NativeLearner {
   configJson(): string;
+  modelJson(): string;
   step(): number;
   device(): string;
   generate(prompt: Int32Array, opts: object): Promise<GenerateResult>;
@@ -121,9 +134,10 @@ interface NativeLearner {
 }
 
 interface NativeModule {
-  load(dir: string, device: string, threads: number, naive: boolean): Promise<NativeLearner>;
+  load(dir: string, device: string, threads: number, naive: boolean, minSharedPrefix?: number, promptCacheBytes?: number): Promise<NativeLearner>;
   grpoTokenLoss(logp: number, oldLogp: number, adv: number, clipLow: number, clipHigh: number): TokenLoss;
   cudaBuilt: boolean;
+  gemmKernels(): string;
 }
 
 const addonPath = new URL('./build/gpu_learner.node', import.meta.url).pathname;
@@ -135,6 +149,11 @@ function native(): NativeModule {
     nativeModule = createRequire(import.meta.url)(addonPath) as NativeModule;
   }
   return nativeModule;
+}
+
+/** the CPU engine's GEMM kernels, e.g. "OpenBLAS SkylakeX" (benches print it) */
+export function gemmKernels(): string {
+  return native().gemmKernels();
 }
 
 /** true when the addon was built with the CUDA backend */
@@ -177,7 +196,8 @@ export class Learner {
 
   private constructor(n: NativeLearner, device: Device) {
     this.#native = n;
-    this.config = JSON.parse(n.configJson()) as QwenConfig;
+    // the file's fields, then the model as the engine resolved them (model_type, head_dim, rope_theta, qk_norm, biases)
+    this.config = { ...(JSON.parse(n.configJson()) as QwenConfig), ...(JSON.parse(n.modelJson()) as QwenConfig) };
     this.#step = n.step();
     this.device = device;
   }
@@ -189,7 +209,7 @@ export class Learner {
     if (device !== 'cpu' && device !== 'cuda') throw new TypeError(`device must be 'cpu' or 'cuda', got ${JSON.stringify(device)}`);
     const threads = opts.threads ?? 0;
     if (!Number.isInteger(threads) || threads < 0) throw new RangeError(`threads must be a non-negative integer, got ${threads}`);
-    const n = await native().load(dir, device, threads, opts.naiveMatmul ?? false);
+    const n = await native().load(dir, device, threads, opts.naiveMatmul ?? false, opts.minSharedPrefix, opts.promptCacheBytes);
     return new Learner(n, device);
   }
 
@@ -576,21 +596,22 @@ export interface RandomCheckpointOptions {
   normNoise?: number;
 }
 
-/** Writes config.json + model.safetensors of a random Qwen3 model into dir. */
+/** Writes config.json + model.safetensors of a random model (config.model_type, default qwen3) into dir. */
 export function writeRandomCheckpoint(dir: string, config: QwenConfig, seed: number, opts: RandomCheckpointOptions = {}): void {
   mkdirSync(dir, { recursive: true });
   const rand = rng(seed);
   const normal = () => Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
   const std = opts.std ?? (typeof config.initializer_range === 'number' ? config.initializer_range : 0.02);
   const noise = opts.normNoise ?? 0;
-  const tensors = qwen3TensorShapes(config).map(([name, shape]) => {
+  const tensors = decoderTensorShapes(config).map(([name, shape]) => {
     const data = new Float32Array(shape.reduce((a, b) => a * b, 1));
     const isNorm = name.endsWith('norm.weight');
     for (let i = 0; i < data.length; i++) data[i] = isNorm ? 1 + noise * (2 * rand() - 1) : std * normal();
     return { name, shape, data };
   });
   writeSafetensors(join(dir, 'model.safetensors'), tensors, opts.dtype ?? 'F32');
-  const full = { architectures: ['Qwen3ForCausalLM'], model_type: 'qwen3', hidden_act: 'silu', torch_dtype: 'float32', ...config };
+  const arch = config.model_type ?? 'qwen3';
+  const full = { architectures: [DECODER_ARCHITECTURES[arch]], model_type: arch, hidden_act: 'silu', torch_dtype: 'float32', ...config };
   writeFileSync(join(dir, 'config.json'), JSON.stringify(full, null, 2) + '\n');
 }
 

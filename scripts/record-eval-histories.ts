@@ -18,16 +18,17 @@ import { loadTokenizer } from '../lib/tokenizer.ts';
 import { startDevServer } from '../services/temporal-server.ts';
 import { loadTasksStrict } from '../lib/swe/task.ts';
 import { startWorkers } from '../workers/index.ts';
-import { iterationWorkflowId } from '../workflows/shapes.ts';
+import { iterationWorkflowId } from '../lib/training/shapes.ts';
 import { shardWorkflowId } from '../workflows/evaluation-run.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../test/helpers/scripted-agent.ts';
 import { seedTable } from '../test/helpers/eval.ts';
+import { buildSweTasks } from './build-swe-tasks.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 
 const only = process.argv[2];
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const tasksFile = join(root, '../shared/swe-tasks/tasks.jsonl');
+const tasksFile = await buildSweTasks();
 const outDir = join(root, 'test/histories');
 const dir = mkdtempSync(join(tmpdir(), 'swerl-record-eval-'));
 const server = await startDevServer({ dir, uiPort: null });

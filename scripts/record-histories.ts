@@ -17,7 +17,7 @@ import { startDevServer } from '../services/temporal-server.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { startWorkers } from '../workers/index.ts';
 import { pauseSignal, resumeSignal, statusQuery, updateHyperparametersUpdate } from '../workflows/signals.ts';
-import { iterationWorkflowId, rolloutChunkWorkflowId, rolloutGroupWorkflowId } from '../workflows/shapes.ts';
+import { iterationWorkflowId, rolloutChunkWorkflowId, rolloutGroupWorkflowId } from '../lib/training/shapes.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 
 const scenarios = process.argv.slice(2);

@@ -1,7 +1,7 @@
 // swerl's local one-node Kubernetes cluster (`swerl cluster up|down|status|load`, and the tests): etcd,
 // containerd, kube-apiserver, kube-controller-manager, kube-scheduler and the kubelet as plain processes
 // (no systemd) in a state directory, the binaries from scripts/ensure-k8s.sh. Facts and pitfalls behind
-// the choices: ../shared/k8s-notes.md; the files and flags: services/k8s-cluster-config.ts.
+// the choices: docs/kubernetes.md; the files and flags: services/k8s-cluster-config.ts.
 //
 // The state directory keeps what is costly to make across `down`/`up` (certificates, containerd's image
 // store); each `up` starts etcd, the kubelet's directory and the pod network afresh. One cluster per machine
@@ -494,7 +494,7 @@ export async function loadImages(images: string[], o: ClusterOptions = {}): Prom
   const want = [...new Set(images)].filter((i) => !have.has(normalizeImageRef(i)));
   const present = [...new Set(images)].filter((i) => have.has(normalizeImageRef(i)));
   if (want.length) {
-    const { imageExists } = await import('../activities/images.ts');
+    const { imageExists } = await import('./docker.ts');
     for (const i of want) {
       if (!(await imageExists(i))) throw new Error(`image ${JSON.stringify(i)} is not in Docker, so it cannot be loaded into the cluster (build it first: swerl images build)`);
     }

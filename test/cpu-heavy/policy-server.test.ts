@@ -10,7 +10,7 @@ import { startPolicyServer, type PolicyServer, type ServableModel } from '../../
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import { FROZENLAKE_ACTION_IDS, writeModel } from '../../lib/presets.ts';
 import { createPolicyClient, servesCheckpoint } from '../../lib/policy-client.ts';
-import { policyModelLoads } from '../../activities/metrics.ts';
+import { policyModelLoads } from '../../lib/metrics.ts';
 
 /** models /update_weights_from_disk loaded so far (this process's server) */
 const updateLoads = async () => (await policyModelLoads.get()).values.find((v) => v.labels.via === 'update_weights_from_disk')?.value ?? 0;

@@ -10,7 +10,7 @@ import { createSweEditEnvironment } from '../../activities/swe-env.ts';
 import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
 import type { EvalConfigInput } from '../../lib/eval/config.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
 import { startScriptedModel } from '../helpers/scripted-agent.ts';

@@ -12,8 +12,8 @@ import { RetryPolicies } from '../../lib/failures.ts';
 import { keys, listCheckpoints, openStore } from '../../lib/store.ts';
 import type { Trajectory } from '../../lib/types.ts';
 import { progressQuery, statusQuery } from '../../workflows/signals.ts';
-import { iterationWorkflowId } from '../../workflows/shapes.ts';
-import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
+import { iterationWorkflowId } from '../../lib/training/shapes.ts';
+import type { IterationMetrics, TrainingRunResult } from '../../lib/training/shapes.ts';
 import { ROOT, spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 
 let t: TestTemporal;

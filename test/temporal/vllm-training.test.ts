@@ -14,21 +14,25 @@ import { writeModel } from '../../lib/presets.ts';
 import { keys, listCheckpoints, openStore } from '../../lib/store.ts';
 import { createPolicyClient, PolicyResponseError, weightVersion } from '../../lib/policy-client.ts';
 import type { Trajectory } from '../../lib/types.ts';
-import type { IterationMetrics } from '../../workflows/shapes.ts';
+import type { IterationMetrics } from '../../lib/training/shapes.ts';
 import { probeServedCheckpoint } from '../../activities/learner.ts';
 import { FP32_PROBE_TOLERANCE } from '../../lib/sync-probe.ts';
 import { Learner } from '../../gpu-learner/index.ts';
-import { startVllm, UNTIED_HEAD_FILE, untiedHeadFile, VLLM_VERSION, type VllmServer } from '../../services/vllm.ts';
+import { startVllm, VLLM_VERSION, type VllmServer } from '../../services/vllm.ts';
+import { UNTIED_HEAD_FILE, untiedHeadFile } from '../../lib/checkpoint-layout.ts';
 import type { TrainingConfigInput } from '../../lib/config.ts';
 import { statusQuery } from '../../workflows/signals.ts';
-import type { TrainingRunResult } from '../../workflows/shapes.ts';
+import type { TrainingRunResult } from '../../lib/training/shapes.ts';
 import { startWorkers } from '../../workers/index.ts';
 import { spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { readEvalEpisodes } from '../../activities/evaluation.ts';
 import type { EvalConfigInput } from '../../lib/eval/config.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import { fileStoreUrl } from '../../lib/store.ts';
+
+const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 let vllm: VllmServer;
@@ -237,7 +241,7 @@ test('a worker SIGKILLed mid-run with vLLM kept up: the run completes, no rollou
 
 test('an evaluation through vLLM: completions with our tokenizer, and chat through its chat template', async () => {
   await requireDocker();
-  const task = (await sharedTasks())[0]!;
+  const task = (await sweTasks())[0]!;
   await imagesFor([task]);
   const store = openStore(fileStoreUrl(join(t.dir, 'eval-store')));
   // the weights vLLM serves now are the last test's; the evaluation samples from whatever the server holds
