@@ -238,10 +238,11 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const weightSync = config.policy.baseUrl ? config.policy.weightSync : 'sglang';
   // our server may be shared (another run, an evaluation): pin every completion to this run's checkpoint
   const pin = config.policy.baseUrl ? {} : { pin: { dir: ckptDir, checkpoint } };
-  const pinned = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, ...pin });
+  const timeoutMs = config.policy.requestTimeoutSeconds * 1000;
+  const pinned = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, timeoutMs, ...pin });
   const policy = streaming
     ? streamingPolicy(store, runId, checkpoint, streaming.newest, (dir, c) =>
-        createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, pin: { dir, checkpoint: c } }),
+        createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, timeoutMs, pin: { dir, checkpoint: c } }),
       )
     : pinned;
   // after a learner restart the server may serve another checkpoint: make it serve ours. One probe, no

@@ -297,6 +297,11 @@ export const TrainingConfigSchema = z
           .describe(
             "the served model's context window in tokens, for an external server whose GET /v1/models does not report it (when both say, the smaller counts); ours is the checkpoint's max_position_embeddings",
           ),
+        requestTimeoutSeconds: int()
+          .min(1)
+          .max(86_400)
+          .default(120)
+          .describe('limit of one completion request of a rollout, seconds (each of its retries too); raise it for a real model sampling long replies on a few CPU cores'),
       })
       .strict()
       .prefault({}),
