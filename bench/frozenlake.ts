@@ -18,7 +18,7 @@ import { rolloutSeed } from '../lib/seed.ts';
 import { runEpisode, type EpisodeResult } from '../lib/episode.ts';
 import { buildTrainBatch, groupAdvantages, summariseIteration, type EpisodeSummary } from '../lib/grpo.ts';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
-import { createInProcessPolicyClient } from '../lib/policy-client.ts';
+import { createInProcessPolicyClient } from '../lib/policy/completions.ts';
 import { writeRewardPlot } from '../lib/plot.ts';
 import { writeModel } from '../lib/presets.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
