@@ -28,8 +28,13 @@ export interface EpisodeSetup {
   loop: Partial<Pick<RunEpisodeOptions, 'maxSteps' | 'allowedActionTokens' | 'stepsRemainingSuffix' | 'tokenWarningAt' | 'tokenWarning'>>;
 }
 
+/** What the rollout hands an environment besides its config: the policy's tokenizer as a counter (edit mode's context budget). */
+export interface EnvironmentHelpers {
+  countTokens?: (text: string) => number;
+}
+
 /** `labels`: the episode's owner labels for any sandbox it starts (`swerl.run`, `swerl.iteration`, `swerl.sample`). */
-export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number, labels: Record<string, string>) => Promise<EpisodeSetup>;
+export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number, labels: Record<string, string>, helpers?: EnvironmentHelpers) => Promise<EpisodeSetup>;
 
 /** An attempt of a rollout that failed for infrastructure reasons, as its trajectory lists it once one succeeds. */
 export interface FailedAttempt {
@@ -241,10 +246,11 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const weightSync = config.policy.baseUrl ? config.policy.weightSync : 'sglang';
   // our server may be shared (another run, an evaluation): pin every completion to this run's checkpoint
   const pin = config.policy.baseUrl ? {} : { pin: { dir: ckptDir, checkpoint } };
-  const pinned = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, ...pin });
+  const timeoutMs = config.policy.requestTimeoutSeconds * 1000;
+  const pinned = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, timeoutMs, ...pin });
   const policy = streaming
     ? streamingPolicy(store, runId, checkpoint, streaming.newest, (dir, c) =>
-        createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, pin: { dir, checkpoint: c } }),
+        createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, timeoutMs, pin: { dir, checkpoint: c } }),
       )
     : pinned;
   // after a learner restart the server may serve another checkpoint: make it serve ours. One probe, no
@@ -268,7 +274,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const beat = setInterval(() => heartbeat({ step: -1 }), Math.max(1000, (config.rollout.heartbeatSeconds * 1000) / 2));
   let env: EpisodeSetup['env'] | undefined;
   try {
-    const setup = await factory(config, taskId, seed, labels);
+    const setup = await factory(config, taskId, seed, labels, { countTokens: (text) => tokenizer.encode(text).length });
     env = setup.env;
     const { loop } = setup;
     const result = await unavailableAsFailure(policyUrl, () =>

@@ -2,7 +2,7 @@
 // Pure and deterministic: imported by workflow code as well as by activities and the CLI.
 import { z } from 'zod';
 import { FrozenLakeConfigSchema } from './envs/frozenlake.ts';
-import { SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
+import { modeRewardError, SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
 
 const int = () => z.number().int();
 
@@ -317,6 +317,11 @@ export const TrainingConfigSchema = z
           .describe(
             "the served model's context window in tokens, for an external server whose GET /v1/models does not report it (when both say, the smaller counts); ours is the checkpoint's max_position_embeddings",
           ),
+        requestTimeoutSeconds: int()
+          .min(1)
+          .max(86_400)
+          .default(120)
+          .describe('limit of one completion request of a rollout, seconds (each of its retries too); raise it for a real model sampling long replies on a few CPU cores'),
       })
       .strict()
       .prefault({}),
@@ -383,6 +388,8 @@ export const TrainingConfigSchema = z
   .strict()
   .superRefine((c, ctx) => {
     checkAsync(c, ctx);
+    const modeReward = c.env.kind === 'swe' ? modeRewardError(c.env) : null;
+    if (modeReward) ctx.addIssue({ code: 'custom', path: ['env', 'reward'], message: modeReward });
     if (c.rollout.heartbeatTimeoutSeconds <= c.rollout.heartbeatSeconds) {
       ctx.addIssue({ code: 'custom', path: ['rollout', 'heartbeatTimeoutSeconds'], message: `must be > rollout.heartbeatSeconds (${c.rollout.heartbeatSeconds})` });
     }
