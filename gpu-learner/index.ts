@@ -1,15 +1,15 @@
-// Typed JS API of the native Qwen3 learner (gpu-learner/build/gpu_learner.node).
+// Typed JS API of the native learner (gpu-learner/build/gpu_learner.node): Qwen3, Qwen2, Llama and Mistral decoders.
 // Every heavy call runs off the event loop; calls on one Learner run one after another.
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync, renameSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
 import type { PackedTrainBatch as TrainBatch, StepStats } from '../lib/grpo.ts';
-import { qwen3TensorShapes, type QwenConfig } from '../lib/qwen3.ts';
+import { DECODER_ARCHITECTURES, decoderTensorShapes, type QwenConfig } from '../lib/qwen3.ts';
 import { encodeSafetensors, type NamedTensor, type StDtype } from '../lib/safetensors.ts';
 
 export type { PackedTrainBatch as TrainBatch } from '../lib/grpo.ts';
-export { qwen3TensorShapes, type Qwen3ModelConfig, type QwenConfig } from '../lib/qwen3.ts';
+export { decoderFeatures, decoderTensorShapes, type DecoderArchitecture, type Qwen3ModelConfig, type QwenConfig } from '../lib/qwen3.ts';
 export { f32ToBf16, f32ToF16, type StDtype } from '../lib/safetensors.ts';
 
 export type Device = 'cpu' | 'cuda';
@@ -103,6 +103,7 @@ export interface LoadOptions {
 
 interface NativeLearner {
   configJson(): string;
+  modelJson(): string;
   step(): number;
   device(): string;
   generate(prompt: Int32Array, opts: object): Promise<GenerateResult>;
@@ -177,7 +178,8 @@ export class Learner {
 
   private constructor(n: NativeLearner, device: Device) {
     this.#native = n;
-    this.config = JSON.parse(n.configJson()) as QwenConfig;
+    // the file's fields, then the model as the engine resolved them (model_type, head_dim, rope_theta, qk_norm, biases)
+    this.config = { ...(JSON.parse(n.configJson()) as QwenConfig), ...(JSON.parse(n.modelJson()) as QwenConfig) };
     this.#step = n.step();
     this.device = device;
   }
@@ -576,21 +578,22 @@ export interface RandomCheckpointOptions {
   normNoise?: number;
 }
 
-/** Writes config.json + model.safetensors of a random Qwen3 model into dir. */
+/** Writes config.json + model.safetensors of a random model (config.model_type, default qwen3) into dir. */
 export function writeRandomCheckpoint(dir: string, config: QwenConfig, seed: number, opts: RandomCheckpointOptions = {}): void {
   mkdirSync(dir, { recursive: true });
   const rand = rng(seed);
   const normal = () => Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
   const std = opts.std ?? (typeof config.initializer_range === 'number' ? config.initializer_range : 0.02);
   const noise = opts.normNoise ?? 0;
-  const tensors = qwen3TensorShapes(config).map(([name, shape]) => {
+  const tensors = decoderTensorShapes(config).map(([name, shape]) => {
     const data = new Float32Array(shape.reduce((a, b) => a * b, 1));
     const isNorm = name.endsWith('norm.weight');
     for (let i = 0; i < data.length; i++) data[i] = isNorm ? 1 + noise * (2 * rand() - 1) : std * normal();
     return { name, shape, data };
   });
   writeSafetensors(join(dir, 'model.safetensors'), tensors, opts.dtype ?? 'F32');
-  const full = { architectures: ['Qwen3ForCausalLM'], model_type: 'qwen3', hidden_act: 'silu', torch_dtype: 'float32', ...config };
+  const arch = config.model_type ?? 'qwen3';
+  const full = { architectures: [DECODER_ARCHITECTURES[arch]], model_type: arch, hidden_act: 'silu', torch_dtype: 'float32', ...config };
   writeFileSync(join(dir, 'config.json'), JSON.stringify(full, null, 2) + '\n');
 }
 

@@ -4,11 +4,11 @@
 // RNG so the same (preset, seed) always gives the same bytes.
 import { mkdir, open, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
-import { qwen3TensorShapes, type Qwen3ModelConfig } from './qwen3.ts';
+import { decoderTensorShapes, type Qwen3ModelConfig } from './qwen3.ts';
 import { encodeSafetensors, type NamedTensor } from './safetensors.ts';
 import { CHATML_TEMPLATE } from './tokenizer.ts';
 
-export { qwen3TensorShapes };
+export { decoderTensorShapes };
 
 export const SPECIAL_TOKENS = { endOfText: '<|endoftext|>', imStart: '<|im_start|>', imEnd: '<|im_end|>' } as const;
 
@@ -486,7 +486,7 @@ export function fillNormal(out: Float32Array, seed: number, name: string, std: n
 
 /** Random init as transformers does for Qwen3: matrices normal(0, initializer_range), RMSNorm weights 1. */
 export function initWeights(config: Qwen3Config, seed: number): NamedTensor[] {
-  return qwen3TensorShapes(config)
+  return decoderTensorShapes(config)
     .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
     .map(([name, shape]) => {
       const data = new Float32Array(shape.reduce((a, b) => a * b, 1));

@@ -5,15 +5,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { formatRows, fsdpRows, oracleRows } from '../gpu-learner/fsdp/crosscheck.ts';
+import { formatRows, fsdpRows, oracleMutantRows, oracleRows } from '../gpu-learner/fsdp/crosscheck.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'check-torch-'));
 try {
   const t0 = Date.now();
-  const rows = [...(await oracleRows(root)), ...(await fsdpRows(root))];
+  const rows = [...(await oracleRows(root)), ...(await oracleMutantRows(root)), ...(await fsdpRows(root))];
   console.log(formatRows(rows));
   const over = rows.filter((r) => !r.ok);
-  console.log(`\n${rows.length - over.length} within tolerance, ${over.length} over (${((Date.now() - t0) / 1000).toFixed(0)} s)`);
+  console.log(`\n${rows.length - over.length} ok (mutants: caught), ${over.length} not (${((Date.now() - t0) / 1000).toFixed(0)} s)`);
   process.exitCode = over.length ? 1 : 0;
 } finally {
   rmSync(root, { recursive: true, force: true });

@@ -21,8 +21,8 @@ export interface EmuConfig {
 const V = 97;
 const chunkRows = (rows: number) => ['--logits-budget', String(rows * V)];
 
-/** Together: GQA and MQA, head_dim 8..256 and ≠ hidden/heads, tied and untied, bias, packed batches with empty and
- *  one-token sequences, several micro-batches, small LM-head chunks, GRPO and GRPO++ (DESIGN §5). */
+/** Together: Qwen3, Llama and Qwen2; GQA and MQA, head_dim 8..256 and ≠ hidden/heads, tied and untied, biases, packed
+ *  batches with empty and one-token sequences, several micro-batches, small LM-head chunks, GRPO and GRPO++ (DESIGN §5). */
 export const CONFIGS: EmuConfig[] = [
   {
     name: 'gqa2-d32',
@@ -59,6 +59,18 @@ export const CONFIGS: EmuConfig[] = [
     tiny: ['--heads', '6', '--kv', '2', '--head-dim', '48', '--tied', '1', '--hidden', '96', '--inter', '160'],
     compare: ['--lens', '12,0,33,1,9', ...chunkRows(1)],
     covers: 'GQA 6/2 (group 3), head_dim 48 (lanes 48–63 idle), hidden 96, 1-row chunks',
+  },
+  {
+    name: 'llama-gqa3-d16-tied',
+    tiny: ['--arch', 'llama', '--heads', '6', '--kv', '2', '--head-dim', '16', '--tied', '1', '--hidden', '96', '--theta', '100000'],
+    compare: ['--lens', '33,0,1,3,20'],
+    covers: 'Llama (no q/k norm, RoPE only), GQA 6/2, head_dim 16, tied, theta 1e5 (SmolLM2)',
+  },
+  {
+    name: 'qwen2-qkv-bias-d32',
+    tiny: ['--arch', 'qwen2', '--heads', '4', '--kv', '2', '--head-dim', '32', '--theta', '1000000'],
+    compare: ['--lens', '12,0,33,1,9', '--mode', 'grpo', ...chunkRows(3)],
+    covers: 'Qwen2 (q/k/v biases, no o bias, no q/k norm), GQA 4/2, untied, theta 1e6 (Qwen2.5), GRPO',
   },
 ];
 

@@ -1,12 +1,13 @@
 // Cross-checks of the learners (test-only machinery beside what it tests; used by test/cpu-heavy/torch-oracle.test.ts,
 // test/cpu-heavy/fsdp.test.ts and `npm run check:torch`), each giving rows of largest differences per config and quantity.
 //   oracle: transformers' causal LM in fp32 (gpu-learner/fsdp/swerl_fsdp/oracle.py) vs the native engine on tiny
-//           random checkpoints: packed log-probs, GRPO++ loss, every parameter's gradient.
+//           random checkpoints of each architecture (Qwen3, Llama, Qwen2): packed log-probs, GRPO++ loss, every
+//           parameter's gradient; and mutants (a wrong bias, a wrong RoPE theta) the oracle must catch.
 //   fsdp:   the FSDP engine on 1 and 2 ranks vs the native engine: loss and grad norm of three AdamW steps and
 //           the weights after them.
 // Tolerances (fp32 everywhere; the engines differ only in accumulation order and in how the work is split):
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -31,7 +32,7 @@ export const TOLERANCE = {
 } as const;
 
 export interface Row {
-  check: 'oracle' | 'fsdp';
+  check: 'oracle' | 'fsdp' | 'mutant';
   config: string;
   quantity: string;
   diff: number;
@@ -42,7 +43,8 @@ export interface Row {
 }
 
 const base = { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 256 };
-/** Tiny Qwen3 shapes covering the variants real checkpoints use. */
+/** Tiny shapes covering the variants real checkpoints use: Qwen3 (q/k norm), Llama (tied, head_dim given and ≠
+ *  hidden/heads, theta 1e5 as SmolLM2) and Qwen2 (q/k/v biases, no o bias, head_dim derived, theta 1e6 as Qwen2.5). */
 export const ORACLE_CONFIGS: { name: string; config: QwenConfig; writer: 'native' | 'transformers' }[] = [
   {
     name: 'tied GQA 4/2',
@@ -120,6 +122,41 @@ export const ORACLE_CONFIGS: { name: string; config: QwenConfig; writer: 'native
       tie_word_embeddings: false,
     },
   },
+  {
+    name: 'llama tied 6/2 d12 θ1e5',
+    writer: 'transformers',
+    config: {
+      ...base,
+      model_type: 'llama',
+      rope_theta: 1e5,
+      vocab_size: 90,
+      hidden_size: 48,
+      intermediate_size: 64,
+      num_hidden_layers: 2,
+      num_attention_heads: 6,
+      num_key_value_heads: 2,
+      head_dim: 12,
+      tie_word_embeddings: true,
+    },
+  },
+  {
+    name: 'qwen2 qkv-bias 4/2 θ1e6',
+    writer: 'transformers',
+    // no head_dim: Qwen2 derives it (hidden/heads = 8)
+    config: {
+      ...base,
+      model_type: 'qwen2',
+      rope_theta: 1e6,
+      vocab_size: 96,
+      hidden_size: 32,
+      intermediate_size: 56,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      tie_word_embeddings: false,
+      use_sliding_window: false,
+    },
+  },
 ];
 
 /** A packed batch: sequences of 37, 3, 71 and 20 tokens, a masked span, mixed advantages. */
@@ -169,12 +206,13 @@ const CLIP = { clipLow: 0.2, clipHigh: 0.28, lMax: 64 };
 export async function oracleRows(root: string): Promise<Row[]> {
   const cases: Record<string, unknown>[] = [];
   const native: { name: string; logp: Float32Array; loss: number; grads: Map<string, Float32Array>; out: string }[] = [];
+  const model = (i: number) => join(root, `oracle-${i}`, 'model');
+  const byTorch = ORACLE_CONFIGS.flatMap((c, i) => (c.writer === 'transformers' ? [{ dir: model(i), config: c.config, seed: i }] : []));
+  runPython(['swerl_fsdp.oracle', '--make-many', JSON.stringify(byTorch)]); // one interpreter start for all of them
   for (const [i, c] of ORACLE_CONFIGS.entries()) {
     const dir = join(root, `oracle-${i}`);
-    const model = join(dir, 'model');
-    if (c.writer === 'native') writeRandomCheckpoint(model, c.config, 10 + i, { normNoise: 0.1 });
-    else runPython(['swerl_fsdp.oracle', '--make', model, '--config', JSON.stringify(c.config), '--seed', String(i)]);
-    const l = await Learner.load(model, { threads: 1 });
+    if (c.writer === 'native') writeRandomCheckpoint(model(i), c.config, 10 + i, { normNoise: 0.1 });
+    const l = await Learner.load(model(i), { threads: 1 });
     const batch = packedBatch(c.config.vocab_size, 3 + i);
     // old log-probs shifted by ±0.4 on two thirds of the tokens: both clip branches and the unclipped one occur
     const lp0 = await l.logprobs(batch);
@@ -184,7 +222,7 @@ export async function oracleRows(root: string): Promise<Row[]> {
     l.close();
     mkdirSync(dir, { recursive: true });
     writeTrainBatch(join(dir, 'batch.safetensors'), batch);
-    cases.push({ model, batch: join(dir, 'batch.safetensors'), out: join(dir, 'oracle'), ...CLIP });
+    cases.push({ model: model(i), batch: join(dir, 'batch.safetensors'), out: join(dir, 'oracle'), ...CLIP });
     native.push({ name: c.name, logp: lp0, loss: g.loss, grads: g.grads, out: join(dir, 'oracle') });
   }
   writeFileSync(join(root, 'oracle-cases.json'), JSON.stringify(cases));
@@ -210,6 +248,60 @@ export async function oracleRows(root: string): Promise<Row[]> {
       row('oracle', n.name, `every gradient (${n.grads.size}), rel-L2`, missing.length ? Infinity : worst, TOLERANCE.gradient, missing.length ? `torch-only ${missing[0]}` : at),
     );
   }
+  return rows;
+}
+
+/**
+ * Planted bugs the oracle must catch (run after oracleRows, on its models and transformers' log-probs): the native
+ * engine given a wrong bias (Qwen2's layer-0 q_proj bias negated) and a wrong RoPE theta (Llama's 1e5 read as 1e4), as
+ * a loader or kernel bug would give it. A row is ok when the log-prob difference is beyond the oracle's tolerance.
+ */
+export async function oracleMutantRows(root: string): Promise<Row[]> {
+  const at = (name: string) => ORACLE_CONFIGS.findIndex((c) => c.name === name);
+  const torchLogp = (i: number) => decodeSafetensors(readFileSync(join(root, `oracle-${i}`, 'oracle', 'oracle.safetensors'))).get('logprobs')!.data;
+  const maxDiff = (a: Float32Array, b: ArrayLike<number>) => a.reduce((m, v, k) => Math.max(m, Math.abs(v - b[k])), 0);
+  const rows: Row[] = [];
+  const q2 = at('qwen2 qkv-bias 4/2 θ1e6');
+  const l = await Learner.load(join(root, `oracle-${q2}`, 'model'), { threads: 1 });
+  const bias = 'model.layers.0.self_attn.q_proj.bias';
+  await l.setParam(
+    bias,
+    (await l.getParam(bias)).map((v) => -v),
+  );
+  const lpBias = await l.logprobs(packedBatch(ORACLE_CONFIGS[q2].config.vocab_size, 3 + q2));
+  l.close();
+  const dBias = maxDiff(lpBias, torchLogp(q2));
+  rows.push({
+    check: 'mutant',
+    config: ORACLE_CONFIGS[q2].name,
+    quantity: 'q_proj bias negated: log-probs |Δ|',
+    diff: dBias,
+    tol: TOLERANCE.logprobs,
+    ok: dBias > TOLERANCE.logprobs,
+    at: 'caught when above tol',
+  });
+  const ll = at('llama tied 6/2 d12 θ1e5');
+  const src = join(root, `oracle-${ll}`, 'model'),
+    mut = join(root, 'mutant-theta');
+  mkdirSync(mut, { recursive: true });
+  copyFileSync(join(src, 'model.safetensors'), join(mut, 'model.safetensors'));
+  const cfg = JSON.parse(readFileSync(join(src, 'config.json'), 'utf8')) as Record<string, unknown> & { rope_parameters?: Record<string, unknown> };
+  if (cfg.rope_parameters) cfg.rope_parameters.rope_theta = 1e4;
+  else cfg.rope_theta = 1e4;
+  writeFileSync(join(mut, 'config.json'), JSON.stringify(cfg));
+  const lt = await Learner.load(mut, { threads: 1 });
+  const lpTheta = await lt.logprobs(packedBatch(ORACLE_CONFIGS[ll].config.vocab_size, 3 + ll));
+  lt.close();
+  const dTheta = maxDiff(lpTheta, torchLogp(ll));
+  rows.push({
+    check: 'mutant',
+    config: ORACLE_CONFIGS[ll].name,
+    quantity: 'RoPE theta 1e4 for 1e5: log-probs |Δ|',
+    diff: dTheta,
+    tol: TOLERANCE.logprobs,
+    ok: dTheta > TOLERANCE.logprobs,
+    at: 'caught when above tol',
+  });
   return rows;
 }
 
@@ -338,12 +430,12 @@ export async function fsdpRows(root: string): Promise<Row[]> {
 
 export function formatRows(rows: Row[]): string {
   const lines = [
-    'check   config                       quantity                                largest diff   tolerance  ok    at',
-    '------  ---------------------------  --------------------------------------  ------------  ----------  ----  ----',
+    'check   config                       quantity                                largest diff   tolerance  ok      at',
+    '------  ---------------------------  --------------------------------------  ------------  ----------  ------  ----',
   ];
   for (const r of rows) {
     lines.push(
-      `${r.check.padEnd(6)}  ${r.config.padEnd(27)}  ${r.quantity.padEnd(38)}  ${r.diff.toExponential(2).padStart(12)}  ${r.tol.toExponential(0).padStart(10)}  ${(r.ok ? 'ok' : 'OVER').padEnd(4)}  ${r.at ?? ''}`,
+      `${r.check.padEnd(6)}  ${r.config.padEnd(27)}  ${r.quantity.padEnd(38)}  ${r.diff.toExponential(2).padStart(12)}  ${r.tol.toExponential(0).padStart(10)}  ${(r.check === 'mutant' ? (r.ok ? 'caught' : 'MISSED') : r.ok ? 'ok' : 'OVER').padEnd(6)}  ${r.at ?? ''}`,
     );
   }
   return lines.join('\n');

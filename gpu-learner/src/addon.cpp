@@ -210,7 +210,8 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
   static Napi::FunctionReference* ctor;
   static Napi::Function Init(Napi::Env env) {
     return DefineClass(env, "NativeLearner",
-                       {InstanceMethod("configJson", &NativeLearner::ConfigJson), InstanceMethod("step", &NativeLearner::Step),
+                       {InstanceMethod("configJson", &NativeLearner::ConfigJson), InstanceMethod("modelJson", &NativeLearner::ModelJson),
+                        InstanceMethod("step", &NativeLearner::Step),
                         InstanceMethod("device", &NativeLearner::Device), InstanceMethod("generate", &NativeLearner::Generate),
                         InstanceMethod("logprobs", &NativeLearner::Logprobs), InstanceMethod("trainStep", &NativeLearner::TrainStep),
                         InstanceMethod("debugLoss", &NativeLearner::DebugLoss), InstanceMethod("save", &NativeLearner::Save),
@@ -231,6 +232,10 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
   Napi::Value ConfigJson(const Napi::CallbackInfo& info) {
     auto m = live(info.Env());
     return Napi::String::New(info.Env(), m->engine->config().raw_json);
+  }
+  Napi::Value ModelJson(const Napi::CallbackInfo& info) {
+    auto m = live(info.Env());
+    return Napi::String::New(info.Env(), resolved_config_json(m->engine->config()));
   }
   Napi::Value Step(const Napi::CallbackInfo& info) {
     auto m = live(info.Env());

@@ -1,4 +1,5 @@
-// CPU backend: the fp32 reference implementation of the Qwen3 policy and its GRPO++ training step.
+// CPU backend: the fp32 reference implementation of the decoder policy (Qwen3, Qwen2, Llama, Mistral: config.h) and
+// its GRPO++ training step.
 // llm.c style: explicit forward/backward per layer, one allocation for parameters, one for
 // gradients, activations planned up front per micro-batch. Notation: T tokens in the micro-batch,
 // C hidden, Hq/Hkv heads, D head_dim, QD = Hq·D, KD = Hkv·D, I intermediate, V vocab.
@@ -33,7 +34,7 @@ struct LayerActs {
   float* res_in;  // (T,C) layer input (residual stream)
   float* ln1;     // (T,C)
   float* rstd1;   // (T)
-  float* q;       // (T,QD) projection output, before q_norm
+  float* q;       // (T,QD) projection output, before q_norm (without q/k norm: the same buffer as qr)
   float* k;       // (T,KD)
   float* v;       // (T,KD)
   float* qrstd;   // (T,Hq)
@@ -174,7 +175,8 @@ class CpuEngine final : public Engine {
   void plan_acts(int64_t T) {
     const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, L = cfg_.num_hidden_layers;
-    const int64_t per_layer = T * C * 4 + T * 2 + T * QD * 3 + T * KD * 3 + T * (Hq + Hkv) + T * Hq + T * I * 3;
+    const int64_t qkn = cfg_.qk_norm ? 1 : 0;  // without q/k norm, RoPE runs in place on the projections
+    const int64_t per_layer = T * C * 4 + T * 2 + T * QD * (2 + qkn) + T * KD * (2 + qkn) + qkn * T * (Hq + Hkv) + T * Hq + T * I * 3;
     const int64_t total = L * per_layer + T * C /*final residual*/ + T * C + T * 3;
     if (int64_t(acts_.size()) < total) acts_.resize(size_t(total));
     float* p = acts_.data();
@@ -184,7 +186,11 @@ class CpuEngine final : public Engine {
       LayerActs& a = la_[size_t(l)];
       a.res_in = take(T * C); a.ln1 = take(T * C); a.rstd1 = take(T);
       a.q = take(T * QD); a.k = take(T * KD); a.v = take(T * KD);
-      a.qrstd = take(T * Hq); a.krstd = take(T * Hkv); a.qr = take(T * QD); a.kr = take(T * KD);
+      if (qkn) {
+        a.qrstd = take(T * Hq); a.krstd = take(T * Hkv); a.qr = take(T * QD); a.kr = take(T * KD);
+      } else {
+        a.qrstd = a.krstd = nullptr; a.qr = a.q; a.kr = a.k;
+      }
       a.lse = take(T * Hq); a.atty = take(T * QD); a.resmid = take(T * C); a.ln2 = take(T * C); a.rstd2 = take(T);
       a.gate = take(T * I); a.up = take(T * I); a.h = take(T * I);
     }
@@ -200,6 +206,13 @@ class CpuEngine final : public Engine {
   bool naive() const { return opts_.naive_matmul; }
   AttnShape attn_shape() const {
     return {cfg_.num_attention_heads, cfg_.num_key_value_heads, cfg_.head_dim, float(1.0 / std::sqrt(double(cfg_.head_dim)))};
+  }
+
+  // Per-head RMSNorm over D of rows (R = T·heads) when the architecture has q/k norm (weight offset >= 0); else a copy
+  // (nothing when out is x).
+  void qk_norm(float* out, float* rstd, const float* x, int64_t w_off, int64_t R, int64_t D) {
+    if (w_off >= 0) rmsnorm_forward(*tp_, out, rstd, x, W(w_off), R, D, cfg_.rms_norm_eps);
+    else if (out != x) std::memcpy(out, x, sizeof(float) * size_t(R * D));
   }
 
   static void add_bias(float* out, const float* b, int64_t N, int64_t OC) {
@@ -275,9 +288,9 @@ class CpuEngine final : public Engine {
       linear_forward(a.q, a.ln1, W(p.wq), W(p.bq), T, C, QD);
       linear_forward(a.k, a.ln1, W(p.wk), W(p.bk), T, C, KD);
       linear_forward(a.v, a.ln1, W(p.wv), W(p.bv), T, C, KD);
-      // per-head RMSNorm over D, then RoPE
-      rmsnorm_forward(*tp_, a.qr, a.qrstd, a.q, W(p.qn), T * Hq, D, cfg_.rms_norm_eps);
-      rmsnorm_forward(*tp_, a.kr, a.krstd, a.k, W(p.kn), T * Hkv, D, cfg_.rms_norm_eps);
+      // per-head RMSNorm over D (Qwen3), then RoPE
+      qk_norm(a.qr, a.qrstd, a.q, p.qn, T * Hq, D);
+      qk_norm(a.kr, a.krstd, a.k, p.kn, T * Hkv, D);
       rope_forward(*tp_, a.qr, pos_.data(), rope_, T, Hq, D);
       rope_forward(*tp_, a.kr, pos_.data(), rope_, T, Hkv, D);
       // causal attention within each sequence; q head h reads kv head h / (Hq/Hkv)
@@ -380,12 +393,17 @@ class CpuEngine final : public Engine {
       // RoPE^T, then the per-head RMSNorm backward to the projection outputs
       rope_backward(*tp_, dqr, pos_.data(), rope_, T, Hq, D);
       rope_backward(*tp_, dkr, pos_.data(), rope_, T, Hkv, D);
-      std::fill(d_q_.begin(), d_q_.begin() + T * QD, 0.0f);
-      std::fill(d_k_.begin(), d_k_.begin() + T * KD, 0.0f);
-      rmsnorm_backward(*tp_, d_q_.data(), G(p.qn), dqr, a.q, W(p.qn), a.qrstd, T * Hq, D);
-      rmsnorm_backward(*tp_, d_k_.data(), G(p.kn), dkr, a.k, W(p.kn), a.krstd, T * Hkv, D);
-      linear_backward(dln, false, G(p.wq), G(p.bq), d_q_.data(), a.ln1, W(p.wq), T, C, QD);
-      linear_backward(dln, true, G(p.wk), G(p.bk), d_k_.data(), a.ln1, W(p.wk), T, C, KD);
+      float *dq = dqr, *dk = dkr;  // without q/k norm, RoPE^T gives the projections' gradients
+      if (p.qn >= 0) {
+        std::fill(d_q_.begin(), d_q_.begin() + T * QD, 0.0f);
+        std::fill(d_k_.begin(), d_k_.begin() + T * KD, 0.0f);
+        rmsnorm_backward(*tp_, d_q_.data(), G(p.qn), dqr, a.q, W(p.qn), a.qrstd, T * Hq, D);
+        rmsnorm_backward(*tp_, d_k_.data(), G(p.kn), dkr, a.k, W(p.kn), a.krstd, T * Hkv, D);
+        dq = d_q_.data();
+        dk = d_k_.data();
+      }
+      linear_backward(dln, false, G(p.wq), G(p.bq), dq, a.ln1, W(p.wq), T, C, QD);
+      linear_backward(dln, true, G(p.wk), G(p.bk), dk, a.ln1, W(p.wk), T, C, KD);
       linear_backward(dln, true, G(p.wv), G(p.bv), dv, a.ln1, W(p.wv), T, C, KD);
       rmsnorm_backward(*tp_, dres, G(p.ln1), dln, a.res_in, W(p.ln1), a.rstd1, T, C);
     }
@@ -568,8 +586,8 @@ class CpuEngine final : public Engine {
       linear_forward(q.data(), ln.data(), W(p.wq), W(p.bq), n, C, QD);
       linear_forward(k.data(), ln.data(), W(p.wk), W(p.bk), n, C, KD);
       linear_forward(vc + pos0 * KD, ln.data(), W(p.wv), W(p.bv), n, C, KD);
-      rmsnorm_forward(*tp_, q.data(), rstd.data(), q.data(), W(p.qn), n * Hq, D, cfg_.rms_norm_eps);
-      rmsnorm_forward(*tp_, kc + pos0 * KD, rstd.data(), k.data(), W(p.kn), n * Hkv, D, cfg_.rms_norm_eps);
+      qk_norm(q.data(), rstd.data(), q.data(), p.qn, n * Hq, D);
+      qk_norm(kc + pos0 * KD, rstd.data(), k.data(), p.kn, n * Hkv, D);
       rope_forward(*tp_, q.data(), pos.data(), rope_, n, Hq, D);
       rope_forward(*tp_, kc + pos0 * KD, pos.data(), rope_, n, Hkv, D);
       attention_forward(*tp_, {AttnSeq{q.data(), kc, vc, atty.data(), nullptr, n, pos0}}, attn_shape());
@@ -611,8 +629,8 @@ class CpuEngine final : public Engine {
       linear_rows(q.data(), ln.data(), W(p.wq), W(p.bq), M, C, QD);
       linear_rows(k.data(), ln.data(), W(p.wk), W(p.bk), M, C, KD);
       linear_rows(v.data(), ln.data(), W(p.wv), W(p.bv), M, C, KD);
-      rmsnorm_forward(*tp_, q.data(), rstd.data(), q.data(), W(p.qn), M * Hq, D, cfg_.rms_norm_eps);
-      rmsnorm_forward(*tp_, k.data(), rstd.data(), k.data(), W(p.kn), M * Hkv, D, cfg_.rms_norm_eps);
+      qk_norm(q.data(), rstd.data(), q.data(), p.qn, M * Hq, D);
+      qk_norm(k.data(), rstd.data(), k.data(), p.kn, M * Hkv, D);
       rope_forward(*tp_, q.data(), pos.data(), rope_, M, Hq, D);
       rope_forward(*tp_, k.data(), pos.data(), rope_, M, Hkv, D);
       std::vector<AttnSeq> att;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <sys/stat.h>
 
@@ -14,24 +15,25 @@ namespace gl {
 ParamLayout::ParamLayout(const QwenConfig& cfg) {
   const int64_t C = cfg.hidden_size, V = cfg.vocab_size, I = cfg.intermediate_size, D = cfg.head_dim;
   const int64_t QD = cfg.q_dim(), KD = cfg.kv_dim();
-  const bool bias = cfg.attention_bias;
   embed = add("model.embed_tokens.weight", {V, C});
   layers.resize(size_t(cfg.num_hidden_layers));
   for (int64_t l = 0; l < cfg.num_hidden_layers; l++) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerParams& lp = layers[size_t(l)];
-    lp.bq = lp.bk = lp.bv = lp.bo = -1;
+    lp.bq = lp.bk = lp.bv = lp.bo = lp.qn = lp.kn = -1;
     lp.ln1 = add(p + "input_layernorm.weight", {C});
     lp.wq = add(p + "self_attn.q_proj.weight", {QD, C});
-    if (bias) lp.bq = add(p + "self_attn.q_proj.bias", {QD});
+    if (cfg.qkv_bias) lp.bq = add(p + "self_attn.q_proj.bias", {QD});
     lp.wk = add(p + "self_attn.k_proj.weight", {KD, C});
-    if (bias) lp.bk = add(p + "self_attn.k_proj.bias", {KD});
+    if (cfg.qkv_bias) lp.bk = add(p + "self_attn.k_proj.bias", {KD});
     lp.wv = add(p + "self_attn.v_proj.weight", {KD, C});
-    if (bias) lp.bv = add(p + "self_attn.v_proj.bias", {KD});
+    if (cfg.qkv_bias) lp.bv = add(p + "self_attn.v_proj.bias", {KD});
     lp.wo = add(p + "self_attn.o_proj.weight", {C, QD});
-    if (bias) lp.bo = add(p + "self_attn.o_proj.bias", {C});
-    lp.qn = add(p + "self_attn.q_norm.weight", {D});
-    lp.kn = add(p + "self_attn.k_norm.weight", {D});
+    if (cfg.o_bias) lp.bo = add(p + "self_attn.o_proj.bias", {C});
+    if (cfg.qk_norm) {
+      lp.qn = add(p + "self_attn.q_norm.weight", {D});
+      lp.kn = add(p + "self_attn.k_norm.weight", {D});
+    }
     lp.ln2 = add(p + "post_attention_layernorm.weight", {C});
     lp.wg = add(p + "mlp.gate_proj.weight", {I, C});
     lp.wu = add(p + "mlp.up_proj.weight", {I, C});
@@ -61,14 +63,32 @@ void check_same_model_shape(const QwenConfig& loaded, const QwenConfig& c, const
   if (c.vocab_size != loaded.vocab_size || c.hidden_size != loaded.hidden_size || c.num_hidden_layers != loaded.num_hidden_layers ||
       c.intermediate_size != loaded.intermediate_size || c.num_attention_heads != loaded.num_attention_heads ||
       c.num_key_value_heads != loaded.num_key_value_heads || c.head_dim != loaded.head_dim ||
-      c.tie_word_embeddings != loaded.tie_word_embeddings || c.attention_bias != loaded.attention_bias)
+      c.tie_word_embeddings != loaded.tie_word_embeddings || c.model_type != loaded.model_type || c.qk_norm != loaded.qk_norm ||
+      c.qkv_bias != loaded.qkv_bias || c.o_bias != loaded.o_bias)
     throw std::runtime_error(dir + "/config.json: model shape differs from the loaded model");
 }
 
-std::vector<float> read_weights(const std::string& dir, const ParamLayout& layout) {
+std::vector<float> read_weights(const std::string& dir, const ParamLayout& layout, const QwenConfig& cfg) {
   SafetensorsReader rd(dir);
   std::vector<float> w(static_cast<size_t>(layout.size()));
   for (auto& p : layout.params()) rd.read(p.name, p.shape, w.data() + p.offset);
+  // A tensor the config does not describe (a bias or norm the architecture has none of) would be silently unused.
+  for (auto& [name, info] : rd.tensors()) {
+    if (name == "lm_head.weight" && cfg.tie_word_embeddings) {
+      const ParamInfo& e = layout.find("model.embed_tokens.weight");
+      std::vector<float> head(size_t(e.numel));
+      rd.read(name, e.shape, head.data());
+      if (std::memcmp(head.data(), w.data() + e.offset, sizeof(float) * head.size()) != 0)
+        throw std::runtime_error(dir + ": config.json has \"tie_word_embeddings\"=true but the checkpoint's \"lm_head.weight\" differs from "
+                                 "\"model.embed_tokens.weight\" (an untied head: set tie_word_embeddings to false)");
+      continue;
+    }
+    if (layout.has(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // inv_freq: old buffers, recomputed
+    throw std::runtime_error(dir + ": tensor \"" + name + "\" is not part of a " + cfg.model_type + " model as config.json describes it" +
+                             " (qk_norm " + (cfg.qk_norm ? "yes" : "no") + ", q/k/v bias " + (cfg.qkv_bias ? "yes" : "no") + ", o_proj bias " +
+                             (cfg.o_bias ? "yes" : "no") + ", MLP bias no, tie_word_embeddings " + (cfg.tie_word_embeddings ? "true" : "false") +
+                             "): refusing to ignore it");
+  }
   return w;
 }
 
@@ -76,7 +96,7 @@ CheckpointState read_checkpoint(const std::string& dir, const QwenConfig& loaded
   CheckpointState s;
   s.cfg = load_config(dir);
   check_same_model_shape(loaded, s.cfg, dir);
-  s.w = read_weights(dir, layout);
+  s.w = read_weights(dir, layout, s.cfg);
   s.has_optimizer = read_optimizer_state(dir + "/optimizer.bin", layout.size(), &s.step, &s.m, &s.v);
   if (!s.has_optimizer) {
     s.m.assign(size_t(layout.size()), 0.0f);

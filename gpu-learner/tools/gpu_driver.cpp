@@ -1,7 +1,7 @@
 // gpu_driver: checks and benchmark of the CUDA backend, no Node needed. Built with nvcc (GL_CUDA ON) for a GPU, and
 // against the test-only emulator (gpu-learner/emu, GL_CUDA_EMU) as gpu_driver_emu_{bf16,exact,asan} for CI.
 //   gpu_driver tiny DIR [--seed S] [--vocab V] [--hidden C] [--inter I] [--layers L] [--heads H] [--kv K] [--head-dim D]
-//                       [--tied 0|1] [--bias 0|1] [--max-pos P]          writes a random Qwen3 checkpoint
+//                       [--tied 0|1] [--bias 0|1] [--max-pos P] [--theta R] [--arch qwen3|qwen2|llama]   a random checkpoint
 //   gpu_driver compare DIR [--steps N] [--lens 37,3,71|0*200,...] [--micro T] [--mode grpo++|grpo] [--logits-budget N]
 //                       [--gen N] [--lr X] [--tol gpu|bf16|exact] [--stop-on-fail 1] [--json FILE]
 //       CUDA vs CPU backend: log-probs, loss, every gradient, N AdamW steps, greedy and sampled generation
@@ -71,26 +71,32 @@ std::unique_ptr<Engine> make(const std::string& device, const std::string& dir, 
 
 struct Shape {
   int64_t vocab, hidden, inter, layers, heads, kv, head_dim;
-  bool tied, bias;
+  bool tied, bias;  // bias: attention_bias (qwen3, llama); qwen2 has q/k/v biases whatever it says
   double theta;
   int64_t max_pos;
+  std::string arch = "qwen3";  // qwen3 | qwen2 | llama
 };
 
 Shape named_shape(const std::string& n) {
   if (n == "qwen3-0.6b") return {151936, 1024, 3072, 28, 16, 8, 128, true, false, 1e6, 40960};
   if (n == "qwen3-1.7b") return {151936, 2048, 6144, 28, 16, 8, 128, true, false, 1e6, 40960};
-  throw std::invalid_argument("--shape must be qwen3-0.6b or qwen3-1.7b, got " + n);
+  if (n == "qwen2.5-coder-0.5b") return {151936, 896, 4864, 24, 14, 2, 64, false, false, 1e6, 32768, "qwen2"};
+  if (n == "smollm2-135m") return {49152, 576, 1536, 30, 9, 3, 64, true, false, 1e5, 8192, "llama"};
+  throw std::invalid_argument("--shape must be qwen3-0.6b, qwen3-1.7b, qwen2.5-coder-0.5b or smollm2-135m, got " + n);
 }
 
 std::string config_json(const Shape& s) {
+  const std::string cls = s.arch == "qwen3" ? "Qwen3ForCausalLM" : s.arch == "qwen2" ? "Qwen2ForCausalLM" : s.arch == "llama" ? "LlamaForCausalLM" : "";
+  if (cls.empty()) throw std::invalid_argument("--arch must be qwen3, qwen2 or llama, got " + s.arch);
   char cfg[1024];
   std::snprintf(cfg, sizeof cfg,
-                "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"vocab_size\":%lld,\"hidden_size\":%lld,"
+                "{\"architectures\":[\"%s\"],\"model_type\":\"%s\",\"vocab_size\":%lld,\"hidden_size\":%lld,"
                 "\"intermediate_size\":%lld,\"num_hidden_layers\":%lld,\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,"
                 "\"head_dim\":%lld,\"rms_norm_eps\":1e-06,\"rope_theta\":%g,\"max_position_embeddings\":%lld,"
-                "\"tie_word_embeddings\":%s,\"attention_bias\":%s,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}\n",
-                (long long)s.vocab, (long long)s.hidden, (long long)s.inter, (long long)s.layers, (long long)s.heads, (long long)s.kv,
-                (long long)s.head_dim, s.theta, (long long)s.max_pos, s.tied ? "true" : "false", s.bias ? "true" : "false");
+                "\"tie_word_embeddings\":%s%s,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}\n",
+                cls.c_str(), s.arch.c_str(), (long long)s.vocab, (long long)s.hidden, (long long)s.inter, (long long)s.layers, (long long)s.heads, (long long)s.kv,
+                (long long)s.head_dim, s.theta, (long long)s.max_pos, s.tied ? "true" : "false",
+                s.arch == "qwen2" ? "" : s.bias ? ",\"attention_bias\":true" : ",\"attention_bias\":false");
   return cfg;
 }
 
@@ -111,21 +117,24 @@ void write_checkpoint(const std::string& dir, const Shape& s, uint64_t seed) {
     views.push_back({name, shape, nullptr});
   };
   const int64_t C = s.hidden, QD = s.heads * s.head_dim, KD = s.kv * s.head_dim;
+  const bool qkv_bias = s.bias || s.arch == "qwen2", o_bias = s.bias && s.arch != "qwen2", qk_norm = s.arch == "qwen3";
   const double wc = 0.5 / std::sqrt(double(C)), emb = 0.02 * std::sqrt(3.0);
   add("model.embed_tokens.weight", {s.vocab, C}, emb, 0);
   for (int64_t l = 0; l < s.layers; l++) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(p + "input_layernorm.weight", {C}, 0.1, 1);
     add(p + "self_attn.q_proj.weight", {QD, C}, wc, 0);
-    if (s.bias) add(p + "self_attn.q_proj.bias", {QD}, 0.05, 0);
+    if (qkv_bias) add(p + "self_attn.q_proj.bias", {QD}, 0.05, 0);
     add(p + "self_attn.k_proj.weight", {KD, C}, wc, 0);
-    if (s.bias) add(p + "self_attn.k_proj.bias", {KD}, 0.05, 0);
+    if (qkv_bias) add(p + "self_attn.k_proj.bias", {KD}, 0.05, 0);
     add(p + "self_attn.v_proj.weight", {KD, C}, wc, 0);
-    if (s.bias) add(p + "self_attn.v_proj.bias", {KD}, 0.05, 0);
+    if (qkv_bias) add(p + "self_attn.v_proj.bias", {KD}, 0.05, 0);
     add(p + "self_attn.o_proj.weight", {C, QD}, 0.5 / std::sqrt(double(QD)), 0);
-    if (s.bias) add(p + "self_attn.o_proj.bias", {C}, 0.05, 0);
-    add(p + "self_attn.q_norm.weight", {s.head_dim}, 0.1, 1);
-    add(p + "self_attn.k_norm.weight", {s.head_dim}, 0.1, 1);
+    if (o_bias) add(p + "self_attn.o_proj.bias", {C}, 0.05, 0);
+    if (qk_norm) {
+      add(p + "self_attn.q_norm.weight", {s.head_dim}, 0.1, 1);
+      add(p + "self_attn.k_norm.weight", {s.head_dim}, 0.1, 1);
+    }
     add(p + "post_attention_layernorm.weight", {C}, 0.1, 1);
     add(p + "mlp.gate_proj.weight", {s.inter, C}, wc, 0);
     add(p + "mlp.up_proj.weight", {s.inter, C}, wc, 0);
@@ -275,9 +284,10 @@ int cmd_compare(const Args& a) {
   const double S = std::sqrt(double(cfg.hidden_size)) * rms(cpu->get_tensor(head_name, false)) * rms(cpu->get_tensor("model.norm.weight", false));
   const Tol tol = tolerances(tol_kind, cfg, S);
   const double tol_logp = tol.logp;
-  std::printf("config %s: %lld layers, heads %lld/%lld, head_dim %lld, %s head%s; %lld tokens in %lld sequences; logit scale S=%.3g\n", dir.c_str(),
-              (long long)cfg.num_hidden_layers, (long long)cfg.num_attention_heads, (long long)cfg.num_key_value_heads, (long long)cfg.head_dim,
-              cfg.tie_word_embeddings ? "tied" : "untied", cfg.attention_bias ? ", attention bias" : "", (long long)b.ids.size(),
+  std::printf("config %s: %s, %lld layers, heads %lld/%lld, head_dim %lld, %s head%s%s%s; %lld tokens in %lld sequences; logit scale S=%.3g\n",
+              dir.c_str(), cfg.model_type.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.num_attention_heads, (long long)cfg.num_key_value_heads, (long long)cfg.head_dim,
+              cfg.tie_word_embeddings ? "tied" : "untied", cfg.qkv_bias ? ", q/k/v bias" : "", cfg.o_bias ? ", o bias" : "",
+              cfg.qk_norm ? ", q/k norm" : "", (long long)b.ids.size(),
               (long long)b.offs.size() - 1, S);
   // CPU log-probs first: old log-probs shifted from them so some tokens take each clip branch
   TrainBatch tb = b.view();
@@ -599,7 +609,8 @@ int main(int argc, char** argv) {
     Args a = parse(argc, argv);
     if (cmd == "tiny") {
       Shape s{a.num("vocab", 97), a.num("hidden", 64), a.num("inter", 96), a.num("layers", 2), a.num("heads", 4), a.num("kv", 2),
-              a.num("head-dim", 32), a.num("tied", 0) != 0, a.num("bias", 0) != 0, 10000.0, a.num("max-pos", 40960)};
+              a.num("head-dim", 32), a.num("tied", 0) != 0, a.num("bias", 0) != 0, a.num("theta", 10000), a.num("max-pos", 40960),
+              a.get("arch", "qwen3")};
       write_checkpoint(a.pos.at(0), s, uint64_t(a.num("seed", 1)));
       return 0;
     }

@@ -43,7 +43,7 @@ test('gl-emu self-test: launch limits, divergence, deadlock, canaries, NaN fill,
   assert.match(r.stdout, /SELFTEST PASS/);
 });
 
-test('exact mode: the CUDA engine equals the CPU engine within 1e-5 on six configs (log-probs, loss, every gradient, 10 AdamW steps, generation)', async () => {
+test('exact mode: the CUDA engine equals the CPU engine within 1e-5 on eight configs (Qwen3, Llama, Qwen2) (log-probs, loss, every gradient, 10 AdamW steps, generation)', async () => {
   const rs = await inPool(CONFIGS.map((c) => () => compare(w, c, 'exact')));
   runs.push(...rs);
   console.log(table(rs));
@@ -125,7 +125,7 @@ test('dry run at Qwen3-0.6B with one 32K-token sequence: every launch, copy and 
   assert.ok(kernels.every((k) => k.seconds === 0) && rep.emu.gemm_seconds === 0, 'no kernel or GEMM computed');
 });
 
-test('mutants: each planted bug (GEMM transpose / leading dimension, causal mask, GQA map, barrier, LM-head chunk, undone fixes) fails a check', async () => {
+test('mutants: each planted bug (GEMM transpose / leading dimension, causal mask, GQA map, barrier, LM-head chunk, Qwen2 bias, RoPE-only backward, undone fixes) fails a check', async () => {
   const ms = await inPool(mutants().map((m) => () => runMutant(w, m)));
   for (const m of ms) console.log(`${m.name.padEnd(30)} ${m.caught ? 'caught by' : 'NOT CAUGHT:'} ${m.by}`);
   for (const m of ms) assert.ok(m.caught, `mutant ${m.name} (${m.why}) was not caught`);

@@ -118,11 +118,11 @@ test('load: missing config field, truncated file, header garbage, wrong shape, m
   await assert.rejects(Learner.load(garbage), /truncated safetensors file \(5 bytes, no header\)/);
 
   const shape = mk('shape');
-  writeFileSync(join(shape, 'config.json'), JSON.stringify({ ...config, intermediate_size: 20 }));
+  writeFileSync(join(shape, 'config.json'), JSON.stringify({ ...config, model_type: 'qwen3', intermediate_size: 20 }));
   await assert.rejects(Learner.load(shape), /shape\/model.safetensors: tensor "model.layers.0.mlp.gate_proj.weight" has shape \[24, 16\], expected \[20, 16\]/);
 
   const missing = mk('missing', { ...config, tie_word_embeddings: true });
-  writeFileSync(join(missing, 'config.json'), JSON.stringify({ ...config, tie_word_embeddings: false }));
+  writeFileSync(join(missing, 'config.json'), JSON.stringify({ ...config, model_type: 'qwen3', tie_word_embeddings: false }));
   await assert.rejects(Learner.load(missing), /tensor "lm_head.weight" missing \(expected shape \[32, 16\]\)/);
 
   await assert.rejects(Learner.load(join(root, 'nowhere')), /nowhere\/config.json: file not found/);
@@ -198,4 +198,76 @@ test('config.json as transformers 5 writes it: rope_parameters read, other RoPE 
   await assert.rejects(Learner.load(noTheta), /missing required field "rope_theta" \(or "rope_parameters.rope_theta"\)/);
   const sliding = mk('sliding', (c) => (c.layer_types = ['sliding_attention']));
   await assert.rejects(Learner.load(sliding), /field "layer_types" holds "sliding_attention": only "full_attention" layers are supported/);
+});
+
+test('architecture from config.json: Llama, Qwen2 and Mistral load with their switches; what is not implemented is refused by name', async () => {
+  // writes a random checkpoint of `c`, then applies `edit` to its config.json (the weights stay those of `c`)
+  const mk = (name: string, c: QwenConfig, edit: (j: Record<string, unknown>) => void = () => {}) => {
+    const d = join(root, name);
+    writeRandomCheckpoint(d, c, 4);
+    const j = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8'));
+    edit(j);
+    writeFileSync(join(d, 'config.json'), JSON.stringify(j));
+    return d;
+  };
+  const llama = mk('llama', { ...config, model_type: 'llama', tie_word_embeddings: true }, (j) => delete j.head_dim);
+  const l = await Learner.load(llama, { threads: 1 });
+  assert.equal(l.config.model_type, 'llama');
+  assert.equal(l.config.head_dim, 8, 'head_dim derived as hidden/heads');
+  assert.equal(l.config.qk_norm, false);
+  assert.ok(!(await l.paramInfo()).some((p) => p.name.includes('q_norm')));
+  l.close();
+  const qwen2 = mk('qwen2', { ...config, model_type: 'qwen2' });
+  const q = await Learner.load(qwen2, { threads: 1 });
+  const names = (await q.paramInfo()).map((p) => p.name);
+  assert.ok(names.includes('model.layers.0.self_attn.v_proj.bias') && !names.includes('model.layers.0.self_attn.o_proj.bias'));
+  assert.deepEqual([q.config.qkv_bias, q.config.o_bias], [true, false]);
+  q.close();
+  // Mistral: transformers' default sliding_window (4096) acts below max_position_embeddings; null is full attention
+  const mistral = { ...config, model_type: 'mistral' as const, max_position_embeddings: 8192 };
+  (
+    await Learner.load(
+      mk('mistral', mistral, (j) => (j.sliding_window = null)),
+      { threads: 1 },
+    )
+  ).close();
+  await assert.rejects(Learner.load(mk('mistral-window', mistral)), /field "sliding_window" is 4096 \(the mistral default\), below max_position_embeddings=8192/);
+
+  const refused: [string, QwenConfig, (j: Record<string, unknown>) => void, RegExp][] = [
+    [
+      'gemma',
+      config,
+      (j) => ((j.model_type = 'gemma'), delete j.architectures),
+      /field "model_type" is "gemma": architecture not implemented \(supported: qwen3, qwen2, llama, mistral\)/,
+    ],
+    ['no-arch', config, (j) => (delete j.model_type, delete j.architectures), /missing required field "model_type" \(or "architectures"\)/],
+    ['mismatch', config, (j) => (j.architectures = ['LlamaForCausalLM']), /field "architectures" is \["LlamaForCausalLM"\] but "model_type" is "qwen3"/],
+    ['mlp-bias', { ...config, model_type: 'llama' }, (j) => (j.mlp_bias = true), /field "mlp_bias"=true is not supported/],
+    ['qwen2-attn-bias', { ...config, model_type: 'qwen2' }, (j) => (j.attention_bias = true), /field "attention_bias"=true is not a setting of qwen2/],
+    ['gelu', config, (j) => (j.hidden_act = 'gelu'), /field "hidden_act" is "gelu": only "silu"/],
+    [
+      'partial-rope',
+      { ...config, model_type: 'llama' },
+      (j) => (j.rope_scaling = { rope_type: 'default', partial_rotary_factor: 0.5 }),
+      /field "rope_scaling.partial_rotary_factor" is 0.5/,
+    ],
+    [
+      'llama3-rope',
+      { ...config, model_type: 'llama' },
+      (j) => (j.rope_scaling = { rope_type: 'llama3', factor: 8 }),
+      /"rope_scaling.rope_type" is "llama3": this RoPE type is not implemented/,
+    ],
+    ['dropout', config, (j) => (j.attention_dropout = 0.1), /field "attention_dropout" is 0.1: dropout is not implemented/],
+    ['qwen2-window', { ...config, model_type: 'qwen2' }, (j) => (j.use_sliding_window = true), /field "use_sliding_window"=true is not supported/],
+    // weights the config does not describe: Qwen3 with attention bias read as Qwen2 (o_proj bias and q/k norms left over)
+    [
+      'stray-tensor',
+      { ...config, attention_bias: true },
+      (j) => ((j.model_type = 'qwen2'), (j.architectures = ['Qwen2ForCausalLM']), delete j.attention_bias),
+      /tensor "model.layers.0.self_attn.[\w.]+" is not part of a qwen2 model as config.json describes it/,
+    ],
+    // tie mismatch: an untied checkpoint whose config says tied
+    ['tie-mismatch', config, (j) => (j.tie_word_embeddings = true), /"tie_word_embeddings"=true but the checkpoint's "lm_head.weight" differs from "model.embed_tokens.weight"/],
+  ];
+  for (const [name, c, edit, re] of refused) await assert.rejects(Learner.load(mk(name, c, edit)), re, name);
 });

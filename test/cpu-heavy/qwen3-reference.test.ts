@@ -1,6 +1,7 @@
 // An independent fp64 reference of the Hugging Face Qwen3 forward pass (modeling_qwen3: RMSNorm,
 // q/k per-head norm before rotate-half RoPE, GQA via repeat_kv, causal fp32 softmax, SwiGLU, tied or
-// untied head, attention bias on q/k/v/o), written from the model definition and not from our C++,
+// untied head, attention bias on q/k/v/o), and of its Llama (no q/k norm) and Qwen2 (no q/k norm, q/k/v biases,
+// none on o_proj) relatives (modeling_llama, modeling_qwen2), written from the model definitions and not from our C++,
 // against which the native engine's packed log-probs are checked. PyTorch itself is compared on the
 // GPU machine (docs/cuda.md); this keeps the CPU reference honest in every CI run.
 import assert from 'node:assert/strict';
@@ -64,7 +65,7 @@ function referenceLogprobs(c: QwenConfig, w: Weights, ids: number[]): { logprobs
     C = c.hidden_size,
     H = c.num_attention_heads,
     KV = c.num_key_value_heads,
-    D = c.head_dim;
+    D = c.head_dim ?? c.hidden_size / c.num_attention_heads;
   const I = c.intermediate_size,
     V = c.vocab_size,
     eps = c.rms_norm_eps;
@@ -73,15 +74,20 @@ function referenceLogprobs(c: QwenConfig, w: Weights, ids: number[]): { logprobs
     if (!t) throw new Error(`missing ${n}`);
     return t;
   };
-  const opt = (n: string) => (c.attention_bias ? g(n) : undefined);
+  // the architectures' switches, as modeling_qwen3 / modeling_llama / modeling_qwen2 build their layers
+  const arch = c.model_type ?? 'qwen3';
+  const qkvBias = arch === 'qwen2' || !!c.attention_bias,
+    oBias = arch !== 'qwen2' && !!c.attention_bias;
+  const opt = (n: string) => ((n.includes('o_proj') ? oBias : qkvBias) ? g(n) : undefined);
+  const qkNorm = (x: Float64Array, rows: number, n: string) => (arch === 'qwen3' ? rmsnorm(x, rows, D, g(n), eps) : x);
   const emb = g('model.embed_tokens.weight');
   const h = new Float64Array(T * C);
   for (let t = 0; t < T; t++) for (let i = 0; i < C; i++) h[t * C + i] = emb[ids[t] * C + i];
   for (let l = 0; l < c.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`;
     const x = rmsnorm(h, T, C, g(p + 'input_layernorm.weight'), eps);
-    const q = rmsnorm(linear(x, T, C, g(p + 'self_attn.q_proj.weight'), H * D, opt(p + 'self_attn.q_proj.bias')), T * H, D, g(p + 'self_attn.q_norm.weight'), eps);
-    const k = rmsnorm(linear(x, T, C, g(p + 'self_attn.k_proj.weight'), KV * D, opt(p + 'self_attn.k_proj.bias')), T * KV, D, g(p + 'self_attn.k_norm.weight'), eps);
+    const q = qkNorm(linear(x, T, C, g(p + 'self_attn.q_proj.weight'), H * D, opt(p + 'self_attn.q_proj.bias')), T * H, p + 'self_attn.q_norm.weight');
+    const k = qkNorm(linear(x, T, C, g(p + 'self_attn.k_proj.weight'), KV * D, opt(p + 'self_attn.k_proj.bias')), T * KV, p + 'self_attn.k_norm.weight');
     const v = linear(x, T, C, g(p + 'self_attn.v_proj.weight'), KV * D, opt(p + 'self_attn.v_proj.bias'));
     rope(q, T, H, D, c.rope_theta);
     rope(k, T, KV, D, c.rope_theta);
@@ -137,7 +143,7 @@ function referenceLogprobs(c: QwenConfig, w: Weights, ids: number[]): { logprobs
 // log-sum-exp, each of magnitude ≤ max|logit| + ln V. So |Δ log p| ≤ (9L + 3)·K·u·2·(max|logit| + ln V), K the longest reduction of the model.
 function roundingBound(c: QwenConfig, maxLogit: number, longestSeq: number): number {
   const u = 2 ** -24;
-  const K = Math.max(c.hidden_size, c.intermediate_size, c.num_attention_heads * c.head_dim, c.vocab_size, longestSeq);
+  const K = Math.max(c.hidden_size, c.intermediate_size, c.num_attention_heads * (c.head_dim ?? 0), c.vocab_size, longestSeq);
   return (9 * c.num_hidden_layers + 3) * K * u * 2 * (maxLogit + Math.log(c.vocab_size));
 }
 
@@ -157,10 +163,12 @@ const base: QwenConfig = {
 const cases: [string, QwenConfig][] = [
   ['tied head, GQA 4/2, head_dim ≠ hidden/heads', { ...base, tie_word_embeddings: true }],
   ['untied head, attention bias, MQA 4/1', { ...base, num_key_value_heads: 1, tie_word_embeddings: false, attention_bias: true }],
+  ['llama: no q/k norm, tied head, theta 1e5', { ...base, model_type: 'llama', rope_theta: 1e5, tie_word_embeddings: true }],
+  ['qwen2: q/k/v biases, no o bias, no q/k norm', { ...base, model_type: 'qwen2', rope_theta: 1e6, tie_word_embeddings: false }],
 ];
 
 for (const [name, config] of cases) {
-  test(`native log-probs match an independent fp64 Qwen3 reference: ${name}`, async () => {
+  test(`native log-probs match an independent fp64 reference: ${name}`, async () => {
     const dir = join(root, name.replace(/[^a-z0-9]+/gi, '-'));
     // Large std and noisy norms so every part of the block moves the result.
     writeRandomCheckpoint(dir, config, 11, { std: 0.25, normNoise: 0.3 });

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { qwen3TensorShapes, writeModel, type Qwen3Config } from '../../lib/presets.ts';
+import { decoderTensorShapes, writeModel, type Qwen3Config } from '../../lib/presets.ts';
 import { modelInit } from '../../scripts/commands/model.ts';
 
 const root = await mkdtemp(join(tmpdir(), 'swerl-init-'));
@@ -84,7 +84,7 @@ for (const [preset, expect] of [
     assert.equal(gen.eos_token_id[0], config.eos_token_id);
 
     const w = await readSafetensors(join(m.dir, 'model.safetensors'));
-    const shapes = qwen3TensorShapes(config);
+    const shapes = decoderTensorShapes(config);
     assert.equal(w.size, shapes.length);
     assert.equal(w.has('lm_head.weight'), !config.tie_word_embeddings);
     for (const [name, shape] of shapes) {

@@ -5,6 +5,7 @@ every parameter's gradient, and writes them as safetensors beside a JSON summary
 
   python -m swerl_fsdp.oracle --cases cases.json      [{"model": DIR, "batch": FILE, "out": DIR, "lMax", "clipLow", "clipHigh"}]
   python -m swerl_fsdp.oracle --make DIR --config JSON  a random model written by transformers' save_pretrained
+  python -m swerl_fsdp.oracle --make-many JSON          [{"dir", "config", "seed"}]: several in one process
 """
 from __future__ import annotations
 
@@ -49,14 +50,20 @@ def reference(model_dir: str, batch_path: str, l_max: float, clip_low: float, cl
 
 
 def make(out_dir: str, config: dict, seed: int) -> None:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    """A random model of config["model_type"] (qwen3 by default) written by save_pretrained, with norms away from 1 and
+    biases away from 0 (transformers initialises them to 1 and 0), so that their gradients and values matter."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(Qwen3Config(**config)).float()
-    with torch.no_grad():  # norms away from 1 so that their gradients matter
+    cfg = dict(config)
+    model_type = cfg.pop("model_type", "qwen3")
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **cfg)).float()
+    with torch.no_grad():
         for n, p in model.named_parameters():
             if "norm" in n:
                 p.add_(0.2 * torch.rand_like(p) - 0.1)
+            elif n.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
     model.save_pretrained(out_dir)
 
 
@@ -66,12 +73,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases")
     ap.add_argument("--make")
+    ap.add_argument("--make-many")
     ap.add_argument("--config")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if a.make:
         make(a.make, json.loads(a.config), a.seed)
+        return
+    if a.make_many:
+        for m in json.loads(a.make_many):
+            make(m["dir"], m["config"], int(m["seed"]))
         return
     with open(a.cases) as f:
         cases = json.load(f)

@@ -14,15 +14,15 @@
 
 namespace gl {
 
-// Offsets of one decoder layer's tensors into the parameter allocation; -1 when absent (no attention bias).
+// Offsets of one decoder layer's tensors into the parameter allocation; -1 when absent (no bias, no q/k norm).
 struct LayerParams {
   int64_t ln1, wq, bq, wk, bk, wv, bv, wo, bo, qn, kn, ln2, wg, wu, wd;
 };
 
-// Every parameter tensor of a Qwen3 model: Hugging Face name, shape and offset into the one parameter
+// Every parameter tensor of the model: Hugging Face name, shape and offset into the one parameter
 // allocation (gradients and Adam moments use the same offsets). Order and offsets are part of the
-// optimizer.bin format: embed_tokens, then per layer ln1, q, (bq), k, (bk), v, (bv), o, (bo), q_norm,
-// k_norm, ln2, gate, up, down, then norm, then lm_head unless tied.
+// optimizer.bin format: embed_tokens, then per layer ln1, q, (bq), k, (bk), v, (bv), o, (bo), (q_norm,
+// k_norm), ln2, gate, up, down, then norm, then lm_head unless tied.
 class ParamLayout {
  public:
   explicit ParamLayout(const QwenConfig& cfg);
@@ -30,6 +30,7 @@ class ParamLayout {
   int64_t size() const { return size_; }  // total floats
   // Throws std::invalid_argument naming the tensor when it does not exist.
   const ParamInfo& find(const std::string& name) const;
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
 
   int64_t embed = 0, final_norm = 0, head = 0;  // head == embed when the embeddings are tied
   std::vector<LayerParams> layers;
@@ -43,8 +44,9 @@ class ParamLayout {
 
 // Throws when dir's config describes a model of another shape than `loaded` (reload in place).
 void check_same_model_shape(const QwenConfig& loaded, const QwenConfig& c, const std::string& dir);
-// All weights of dir's safetensors, converted to fp32, laid out as `layout` says.
-std::vector<float> read_weights(const std::string& dir, const ParamLayout& layout);
+// All weights of dir's safetensors, converted to fp32, laid out as `layout` says. Throws naming a tensor the config
+// does not describe, and a tied config whose file holds a different lm_head.weight.
+std::vector<float> read_weights(const std::string& dir, const ParamLayout& layout, const QwenConfig& cfg);
 
 // What every backend's load(dir) reads: the config (same model shape as `loaded` required), the fp32 weights
 // and the AdamW state of optimizer.bin (zeros and step 0 without one).

@@ -144,16 +144,20 @@ __global__ void qknorm_rope_forward_kernel(bf16* out, float* rstd, const float* 
   const int lane = threadIdx.x & 31;
   const int64_t t = row / H, half = D / 2;
   const float* xr = x + row * D;
-  float ss = 0;
-  for (int64_t d = lane; d < D; d += 32) ss += xr[d] * xr[d];
-  ss = warp_sum(ss);
-  const float rs = rsqrtf(ss / float(D) + eps);
-  if (lane == 0) rstd[row] = rs;
+  float rs = 1.0f;  // no q/k norm (w null): RoPE of x itself
+  if (w) {
+    float ss = 0;
+    for (int64_t d = lane; d < D; d += 32) ss += xr[d] * xr[d];
+    ss = warp_sum(ss);
+    rs = rsqrtf(ss / float(D) + eps);
+    if (lane == 0) rstd[row] = rs;
+  }
   const float* cs = cos_t + int64_t(pos[t]) * half;
   const float* sn = sin_t + int64_t(pos[t]) * half;
   bf16* orow = out + row * D;
   for (int64_t i = lane; i < half; i += 32) {
-    const float a = (xr[i] * rs) * __bfloat162float(w[i]), b = (xr[i + half] * rs) * __bfloat162float(w[i + half]);
+    const float wa = w ? __bfloat162float(w[i]) : 1.0f, wb = w ? __bfloat162float(w[i + half]) : 1.0f;
+    const float a = (xr[i] * rs) * wa, b = (xr[i + half] * rs) * wb;
     orow[i] = __float2bfloat16(a * cs[i] - b * sn[i]);
     orow[i + half] = __float2bfloat16(b * cs[i] + a * sn[i]);
   }
@@ -172,6 +176,14 @@ __global__ void qknorm_rope_backward_kernel(bf16* dx, float* dw, const float* do
     const float *xr = x + row * D, *dr = dout + row * D;
     const float* cs = cos_t + int64_t(pos[t]) * half;
     const float* sn = sin_t + int64_t(pos[t]) * half;
+    bf16* dxr = dx + row * D;
+    if (!w) {  // no q/k norm: dx = RoPE^T dout
+      for (int64_t i = lane; i < half; i += 32) {
+        dxr[i] = __float2bfloat16(dr[i] * cs[i] + dr[i + half] * sn[i]);
+        dxr[i + half] = __float2bfloat16(dr[i + half] * cs[i] - dr[i] * sn[i]);
+      }
+      continue;
+    }
     const float rs = rstd[row];
     // RoPE^T (rotation by −angle), then dot = Σ dy·w·x̂
     float dot = 0;
@@ -182,7 +194,6 @@ __global__ void qknorm_rope_backward_kernel(bf16* dx, float* dw, const float* do
     }
     dot = warp_sum(dot);
     const float m = dot / float(D);
-    bf16* dxr = dx + row * D;
     for (int64_t i = lane; i < half; i += 32) {
       const float ga = dr[i] * cs[i] + dr[i + half] * sn[i];
       const float gb = dr[i + half] * cs[i] - dr[i] * sn[i];
@@ -194,7 +205,8 @@ __global__ void qknorm_rope_backward_kernel(bf16* dx, float* dw, const float* do
     }
   }
   __syncthreads();
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) atomicAdd(&dw[d], dw_sh[d]);
+  if (w)
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) atomicAdd(&dw[d], dw_sh[d]);
 }
 
 // ---- LM head (block per row of V logits) ----

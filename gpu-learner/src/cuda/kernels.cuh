@@ -26,9 +26,11 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
                       cudaStream_t s);
 // Per-head q/k norm then rotate-half RoPE: x (T,H·D) fp32 → out (T,H·D) bf16, rstd (T·H).
 // cos/sin tables (P, D/2) computed on the host exactly as the CPU engine does; pos (T).
+// w null: no q/k norm (Qwen2, Llama), RoPE only; rstd is not written.
 void qknorm_rope_forward(bf16* out, float* rstd, const float* x, const bf16* w, const float* cos_t, const float* sin_t, const int32_t* pos,
                          int64_t T, int64_t H, int64_t D, double eps, cudaStream_t s);
 // dout (T,H·D) fp32 = d(rotated) → RoPE^T → RMSNorm backward: dx (T,H·D) bf16 (written), dw (D) +=.
+// w null (no q/k norm): dx = RoPE^T dout, dw untouched.
 void qknorm_rope_backward(bf16* dx, float* dw, const float* dout, const float* x, const bf16* w, const float* rstd, const float* cos_t,
                           const float* sin_t, const int32_t* pos, int64_t T, int64_t H, int64_t D, cudaStream_t s);
 // h (N) bf16 = silu(g)·u
