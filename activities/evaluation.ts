@@ -4,7 +4,7 @@
 import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { isDeepStrictEqual } from 'node:util';
 import { runChatEpisode } from '../lib/chat-episode.ts';
-import { runEpisode, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
+import { runEpisode, toolResultFrame, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
 import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
@@ -26,7 +26,7 @@ import { SWE_OPENAI_TOOLS, SYSTEM_PROMPT_TOOL_CALLS } from '../lib/swe/tool-defi
 import { instancePrompt, noToolCallReminder, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 import { GRADER_VERSION, type GradeResult } from '../lib/swe/grading.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
-import { loadTokenizer } from '../lib/tokenizer.ts';
+import { autoToolFormat, loadTokenizer, type Tokenizer } from '../lib/tokenizer.ts';
 import type { ChatMessage, EndReason } from '../lib/types.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -50,6 +50,9 @@ export interface EvalPlan {
   /** the context window every turn must fit (DESIGN §9), and where it comes from; absent in plans made before it was checked */
   contextWindow?: number | null;
   contextSource?: string;
+  /** the tool format the episodes use (`auto` resolved) and why; absent in plans made before it was recorded */
+  toolFormat?: 'text' | 'openai';
+  toolFormatSource?: string;
 }
 
 /** One finished episode (stored at evalKeys.episode; never written twice). */
@@ -195,10 +198,12 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
     modelDir = keys.checkpoint(m.run, checkpoint);
   }
   const modelName = config.modelName ?? ('run' in m ? `swerl/${m.run}/ckpt-${checkpoint}` : modelNameOf(config));
+  const tools = await resolveToolFormat(config, modelDir ? store.dirFor(modelDir) : null);
   const context = await checkContext(
     config,
     modelDir ? store.dirFor(modelDir) : null,
     ids.map((id) => byId.get(id)!),
+    tools.format,
   );
   const plan: EvalPlan = {
     evalId,
@@ -211,6 +216,8 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
     loadErrors: loaded.errors.slice(0, 20).map(formatLoadError),
     contextWindow: context.window,
     contextSource: context.source,
+    toolFormat: tools.format,
+    toolFormatSource: tools.source,
   };
   await store.putJson(evalKeys.config(evalId), config);
   await store.putJson(evalKeys.plan(evalId), plan);
@@ -244,11 +251,50 @@ async function checkServer(m: ServerModel): Promise<{ contextWindow: number | nu
   }
 }
 
+type ToolFormat = 'text' | 'openai';
+
+/** The model directory whose tokenizer the episodes use (token mode), or that decides `auto` (chat mode). */
+function tokenizerDir(m: EvalConfig['model'], runModelDir: string | null): string | undefined {
+  return 'baseUrl' in m ? m.tokenizer : 'path' in m ? m.path : (runModelDir ?? undefined);
+}
+
+/**
+ * The tool format of the evaluation: as configured, or for `auto` what the model's chat template supports
+ * (lib/tokenizer.ts autoToolFormat); token mode with `openai` needs a template that renders tool results too.
+ */
+async function resolveToolFormat(config: EvalConfig, runModelDir: string | null): Promise<{ format: ToolFormat; source: string }> {
+  const m = config.model;
+  const dir = tokenizerDir(m, runModelDir);
+  const tokenMode = !('baseUrl' in m) || m.api === 'completions';
+  let format: ToolFormat;
+  let source = 'config.model.toolFormat';
+  if (m.toolFormat === 'auto') {
+    let tok: Tokenizer;
+    try {
+      tok = await loadTokenizer(dir!);
+    } catch (e) {
+      throw invalid(`config.model.toolFormat: "auto" reads the chat template of ${JSON.stringify(dir)}: ${(e as Error).message}`);
+    }
+    format = autoToolFormat(tok.chatTemplate);
+    source =
+      format === 'openai'
+        ? `auto: the chat template of ${dir} renders the tools and <tool_call> calls`
+        : `auto: the chat template of ${dir} renders no tools (or calls swerl cannot parse), so swerl's <function=…> text format`;
+  } else format = m.toolFormat;
+  if (format === 'openai' && tokenMode) {
+    try {
+      toolResultFrame(await loadTokenizer(dir!), SWE_OPENAI_TOOLS);
+    } catch (e) {
+      throw invalid(`config.model.toolFormat: "openai" on a token-id server renders tool results with the chat template of ${dir}: ${(e as Error).message}`);
+    }
+  }
+  return { format, source };
+}
+
 /** The first messages of a task's episode as the model gets them (the tool format's system prompt, the task's prompt). */
-function firstMessages(task: SweTask, m: EvalConfig['model']): ChatMessage[] {
-  const openai = 'baseUrl' in m && m.api === 'chat' && m.toolFormat === 'openai';
+function firstMessages(task: SweTask, format: ToolFormat): ChatMessage[] {
   return [
-    { role: 'system', content: openai ? SYSTEM_PROMPT_TOOL_CALLS : SYSTEM_PROMPT },
+    { role: 'system', content: format === 'openai' ? SYSTEM_PROMPT_TOOL_CALLS : SYSTEM_PROMPT },
     { role: 'user', content: instancePrompt({ problemStatement: task.problem_statement }) },
   ];
 }
@@ -258,7 +304,7 @@ function firstMessages(task: SweTask, m: EvalConfig['model']): ChatMessage[] {
  * `baseUrl` model, the model's max_position_embeddings for ours. A window that cannot hold the shortest
  * task's first turn is a config error before any episode; one nobody states is one for a server model.
  */
-async function checkContext(config: EvalConfig, runModelDir: string | null, tasks: readonly SweTask[]): Promise<{ window: number | null; source: string }> {
+async function checkContext(config: EvalConfig, runModelDir: string | null, tasks: readonly SweTask[], format: ToolFormat): Promise<{ window: number | null; source: string }> {
   const m = config.model;
   let window: number | null;
   let source: string;
@@ -279,14 +325,14 @@ async function checkContext(config: EvalConfig, runModelDir: string | null, task
   }
   if (window === null || tasks.length === 0) return { window, source };
   const shortest = tasks.reduce((a, b) => (b.problem_statement.length < a.problem_statement.length ? b : a));
-  const messages = firstMessages(shortest, m);
+  const messages = firstMessages(shortest, format);
   let prompt: number | 'overflow' | null;
   if ('baseUrl' in m && m.api === 'chat') {
     // only the server knows its chat template: it counts the prompt of a 1-token request
     try {
       const r = await createChatClient(serverClientOptions(m, 120_000)).chat({
         messages,
-        ...(m.toolFormat === 'openai' ? { tools: SWE_OPENAI_TOOLS } : {}),
+        ...(format === 'openai' ? { tools: SWE_OPENAI_TOOLS } : {}),
         maxTokens: 1,
         temperature: 0,
         topP: 1,
@@ -304,7 +350,7 @@ async function checkContext(config: EvalConfig, runModelDir: string | null, task
     } catch (e) {
       throw invalid(`config.model: no tokenizer in ${JSON.stringify(dir)} to count the prompts with: ${(e as Error).message}`);
     }
-    prompt = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })).length;
+    prompt = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true, ...(format === 'openai' ? { tools: SWE_OPENAI_TOOLS } : {}) })).length;
   }
   const why = prompt === null ? null : contextFitError(window, prompt, `the first prompt of the shortest task (${shortest.instance_id})`);
   if (why) throw invalid(`config.model: ${why} (context from ${source})`);
@@ -364,6 +410,9 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
   const policyUrl = ours ? input.policyUrl : m.baseUrl;
   if (!policyUrl) throw invalid('policyUrl: missing for a run or path model (the workflow passes the synced server)');
   const clientOpts = 'baseUrl' in m ? serverClientOptions(m) : { baseUrl: policyUrl, model: 'policy', timeoutMs: 600_000 };
+  // plans made before the format was recorded: chat servers as configured, token mode in the text format
+  const format: ToolFormat = plan.toolFormat ?? ('baseUrl' in m && m.api === 'chat' && m.toolFormat === 'openai' ? 'openai' : 'text');
+  const chatApi = 'baseUrl' in m && m.api === 'chat';
 
   const env = await createSweEnvironment(
     taskId,
@@ -375,7 +424,8 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
       gradeTimeoutS: config.gradeTimeoutSeconds,
       ...config.env,
     },
-    { deadlineMs },
+    // token mode in the openai format: the model writes <tool_call> JSON, and is reminded of that format
+    { deadlineMs, ...(format === 'openai' && !chatApi ? { callFormat: 'tool_call' as const } : {}) },
   );
   const turns: EvalEpisodeRecord['turns'] = [];
   const cancelled = Context.current().cancellationSignal;
@@ -403,24 +453,24 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
     let record: Omit<EvalEpisodeRecord, 'seconds' | 'finishedAt'>;
     const base = { evalId, taskId, run, seed, modelName: plan.modelName, checkpoint: plan.checkpoint };
     try {
-      if ('baseUrl' in m && m.api === 'chat') {
+      if (chatApi) {
         const r = await runChatEpisode({
           ...loop,
           env,
           chat: createChatClient(clientOpts),
-          toolFormat: m.toolFormat,
-          ...(m.toolFormat === 'openai'
+          toolFormat: format,
+          ...(format === 'openai'
             ? { tools: SWE_OPENAI_TOOLS, toolSchemas: SWE_TOOL_SCHEMAS, toolAliases: SWE_TOOL_ALIASES, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS, noCallReminder: noToolCallReminder }
             : {}),
         });
         record = { ...base, ...outcome(r.end, r.reward, r.info), steps: r.steps, tokens: r.tokens, responseTokens: r.responseTokens, turns, messages: r.messages, api: 'chat' };
       } else {
-        const dir = 'baseUrl' in m ? m.tokenizer! : 'path' in m ? m.path : store.dirFor(plan.modelDir!);
+        const dir = tokenizerDir(m, plan.modelDir ? store.dirFor(plan.modelDir) : null)!;
         const tokenizer = await tokenizerFor(dir);
         // our server may serve another model (after a learner restart, or shared with a training run or another
         // evaluation): every completion is pinned to ours, and a 409 makes the client load ours first
         const policy = createPolicyClient(ours ? { ...clientOpts, pin: { dir, checkpoint: plan.checkpoint ?? -1 } } : clientOpts);
-        const r = await runEpisode({ ...loop, env, policy, tokenizer });
+        const r = await runEpisode({ ...loop, env, policy, tokenizer, ...(format === 'openai' ? { tools: SWE_OPENAI_TOOLS, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS } : {}) });
         record = {
           ...base,
           ...outcome(r.end, r.reward, r.info),
@@ -614,7 +664,8 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     metrics,
     runs,
     errors: errors.map((e) => ({ taskId: e.taskId, run: e.run, reason: e.reason })),
-    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`)}\n${formatEvalErrors(errors)}`,
+    toolFormat: plan.toolFormat ?? null,
+    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`)}\n${toolFormatLine(plan)}\n${formatEvalErrors(errors)}`,
   };
   await store.putJson(`${prefix}/summary.json`, summary);
   await store.put(`${prefix}/summary.txt`, `${summary.text}\n`);
@@ -637,6 +688,14 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     errors: summary.errors.slice(0, 20),
     reportKey: prefix,
   };
+}
+
+/** The report's line on how the agent called tools. */
+function toolFormatLine(plan: EvalPlan): string {
+  if (!plan.toolFormat) return 'tool format: not recorded (a plan made before swerl recorded it)';
+  const what =
+    plan.toolFormat === 'openai' ? 'openai (tools rendered by the chat template, calls as <tool_call> JSON / OpenAI tool calls)' : 'text (<function=…> blocks in the reply)';
+  return `tool format: ${what}; from ${plan.toolFormatSource}`;
 }
 
 const factsOf = (e: EvalEpisodeRecord): EpisodeFacts => ({

@@ -68,11 +68,13 @@ export const CHATML_TEMPLATE =
   "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
 /**
- * How a model calls tools, from its chat template: `template` when the template renders OpenAI `tools` (Qwen2.5's
- * `<tool_call>` JSON, our presets'), `text` when it ignores them (SmolLM2): then agents use swerl's `<function=…>` text format.
+ * The tool format swerl's agents use with a model, from its chat template: `openai` when the template renders OpenAI
+ * `tools` and asks for `<tool_call>` JSON calls (Qwen2.5's, our presets'), which lib/toolcall.ts parses; `text` (the
+ * `<function=…>` format our prompt describes) when it renders no tools (SmolLM2) or asks for calls in a format the
+ * parser does not read.
  */
-export function toolFormatOf(chatTemplate: string): 'template' | 'text' {
-  return /\btools\b/.test(chatTemplate) ? 'template' : 'text';
+export function autoToolFormat(chatTemplate: string): 'openai' | 'text' {
+  return /\btools\b/.test(chatTemplate) && chatTemplate.includes('<tool_call>') ? 'openai' : 'text';
 }
 
 const tokenSpec = z.union([z.string(), z.object({ content: z.string() }).loose()]).nullish();

@@ -8,6 +8,9 @@ import { SweEnvConfigSchema } from '../swe/env-config.ts';
 const int = () => z.number().int();
 const runId = () => z.string().regex(RUN_ID, 'must be an id ([A-Za-z0-9._:-], at most 200)');
 
+/** How the agent calls tools (lib/swe/prompts.ts, lib/toolcall.ts); the evaluation report names the one used. */
+export const ToolFormatSchema = z.enum(['text', 'openai', 'auto']).default('text');
+
 /** An OpenAI-compatible server anywhere (ours, vLLM, SGLang, a hosted API). */
 export const ServerModelSchema = z
   .object({
@@ -18,8 +21,12 @@ export const ServerModelSchema = z
     api: z.enum(['completions', 'chat']).default('chat'),
     /** a Hugging Face model directory holding tokenizer.json (+ tokenizer_config.json); needed by `completions` */
     tokenizer: z.string().min(1).optional(),
-    /** chat only: the R2E-Gym `<function=…>` text format (stops at `</function>`) or OpenAI tool calls */
-    toolFormat: z.enum(['text', 'openai']).default('text'),
+    /**
+     * the R2E-Gym `<function=…>` text format (chat: stops at `</function>`), OpenAI tool calls (chat: the server's
+     * template renders the tools and parses the calls; completions: ours does, `<tool_call>` JSON), or `auto`: `openai`
+     * when the model's chat template (in `tokenizer`) renders tools as `<tool_call>` calls, else `text`
+     */
+    toolFormat: ToolFormatSchema,
     /** name of an environment variable of the rollout workers that holds the API key (never the key itself) */
     apiKeyEnv: z
       .string()
@@ -41,8 +48,8 @@ export type ServerModel = z.infer<typeof ServerModelSchema>;
 
 /** The model under evaluation: a run's checkpoint, a Hugging Face directory, or a server anywhere. */
 export const EvalModelSchema = z.union([
-  z.object({ run: runId(), checkpoint: z.union([int().min(0), z.literal('latest')]).default('latest') }).strict(),
-  z.object({ path: z.string().min(1) }).strict(),
+  z.object({ run: runId(), checkpoint: z.union([int().min(0), z.literal('latest')]).default('latest'), toolFormat: ToolFormatSchema }).strict(),
+  z.object({ path: z.string().min(1), toolFormat: ToolFormatSchema }).strict(),
   ServerModelSchema,
 ]);
 export type EvalModel = z.infer<typeof EvalModelSchema>;
@@ -129,8 +136,8 @@ export const EvalConfigSchema = z
     if ('baseUrl' in c.model && c.model.api === 'completions' && !c.model.tokenizer) {
       ctx.addIssue({ code: 'custom', path: ['model', 'tokenizer'], message: 'required with api "completions" (token-id prompts need the tokenizer directory)' });
     }
-    if ('baseUrl' in c.model && c.model.api === 'completions' && c.model.toolFormat === 'openai') {
-      ctx.addIssue({ code: 'custom', path: ['model', 'toolFormat'], message: 'OpenAI tool calls need api "chat"' });
+    if ('baseUrl' in c.model && c.model.api === 'chat' && c.model.toolFormat === 'auto' && !c.model.tokenizer) {
+      ctx.addIssue({ code: 'custom', path: ['model', 'tokenizer'], message: 'required with toolFormat "auto" (the model directory whose chat template decides)' });
     }
     if (c.tasks && new Set(c.tasks).size !== c.tasks.length) ctx.addIssue({ code: 'custom', path: ['tasks'], message: 'lists an instance id twice' });
   });

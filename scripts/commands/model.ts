@@ -91,7 +91,7 @@ export function register(program: Command): void {
         progress.stop();
         console.log(
           `imported ${m.source} to ${m.dir}: ${m.architecture}, ${m.parameters.toLocaleString('en-US')} parameters in ${m.dtype}, ` +
-            `dequantized from ${m.gguf.quantization} (sha256 ${m.gguf.sha256.slice(0, 12)}…), tools: ${m.toolFormat === 'template' ? "the chat template's format" : "swerl's text format"}, ${m.seconds.toFixed(0)} s`,
+            `dequantized from ${m.gguf.quantization} (sha256 ${m.gguf.sha256.slice(0, 12)}…), tools: ${m.toolFormat === 'openai' ? "the chat template's <tool_call> format" : "swerl's text format"}, ${m.seconds.toFixed(0)} s`,
         );
       } catch (e) {
         progress.stop();

@@ -187,6 +187,10 @@ def convert(path: str, out: str, dtype_name: str, card: dict) -> dict:
     config = CONFIG_MAPPING[model_type](**cfg)
     config.architectures = [SUPPORTED_ARCHITECTURES[facts["architecture"]]]
     config.dtype = dtype_name
+    # no padding_idx: swerl packs sequences without padding, and transformers' Embedding(padding_idx=pad) would zero
+    # the input gradient of that token (SmolLM2's pad is <|im_end|>, in every trajectory) where the native engine does not
+    pad_token_id = config.pad_token_id
+    config.pad_token_id = None
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     params = dict(model.state_dict())
@@ -222,7 +226,7 @@ def convert(path: str, out: str, dtype_name: str, card: dict) -> dict:
     config.swerl_import = {"source": card["source"], "gguf_sha256": card["sha256"], "quantization": quant, "dequantized": True}
     config.save_pretrained(out)
     eos = card["eosTokenIds"] or [config.eos_token_id]
-    GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=eos if len(eos) > 1 else eos[0], pad_token_id=config.pad_token_id).save_pretrained(out)
+    GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=eos if len(eos) > 1 else eos[0], pad_token_id=pad_token_id).save_pretrained(out)
 
     emit("progress", {"phase": "tokenizer", "done": 0, "total": 1})
     tok = build_tokenizer(path, facts["preTokenizer"])

@@ -7,7 +7,7 @@ import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/p
 import { basename, dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { catalogModel, CATALOG_NAMES, type CatalogModel } from '../../lib/model-catalog.ts';
-import { toolFormatOf } from '../../lib/tokenizer.ts';
+import { autoToolFormat } from '../../lib/tokenizer.ts';
 import { fsdpPython } from '../../gpu-learner/fsdp/index.ts';
 import { ensureCatalogGguf, sha256File } from './fetch.ts';
 import { ModelImportError, runImportScript, type ProgressFn } from './python.ts';
@@ -54,8 +54,8 @@ export interface ImportRecord {
   architecture: string;
   parameters: number;
   tiedEmbeddings: boolean;
-  /** `template`: the chat template renders tools (the model's own tool-call format); `text`: swerl's `<function=…>` format */
-  toolFormat: 'template' | 'text';
+  /** what `toolFormat: "auto"` picks: `openai` when the chat template renders tools and `<tool_call>` calls, else swerl's `text` format */
+  toolFormat: 'openai' | 'text';
   preTokenizer: string | null;
   importedAt: string;
   seconds: number;
@@ -119,7 +119,7 @@ export async function importModel(raw: ModelImportOptions): Promise<ImportedMode
       architecture: r.architecture,
       parameters: r.parameters,
       tiedEmbeddings: r.tied,
-      toolFormat: toolFormatOf(tokenizerConfig.chat_template ?? ''),
+      toolFormat: autoToolFormat(tokenizerConfig.chat_template ?? ''),
       preTokenizer: r.preTokenizer,
       importedAt: new Date().toISOString(),
       seconds: (Date.now() - t0) / 1000,
@@ -158,7 +158,7 @@ measured on this checkpoint (log-probs, pass rates, training curves) is a figure
 - Tensor types in the GGUF: ${types}.
 - Architecture \`${r.architecture}\`, ${r.parameters.toLocaleString('en-US')} parameters, vocabulary ${c.vocabSize}, ${r.tiedEmbeddings ? 'tied input and output embeddings' : 'a separate output head'}.
 - Tokenizer rebuilt from the GGUF's vocabulary and merges (pre-tokenizer \`${c.preTokenizer ?? 'none'}\`${c.preTokenizerChecked ? ', split as llama.cpp splits it' : ', not checked against llama.cpp by swerl'}); chat template from the GGUF.
-- Tools: ${r.toolFormat === 'template' ? "the chat template renders tool definitions and calls (the model's own format)." : "the chat template renders no tools: swerl's agents use their text format (`<function=NAME>...`)."}
+- Tools: ${r.toolFormat === 'openai' ? 'the chat template renders tool definitions, calls as `<tool_call>` JSON and results (swerl\'s `toolFormat: "auto"` uses it).' : "the chat template renders no tools: swerl's agents use their text format (`<function=NAME>...`)."}
 - Imported by \`swerl model import --from ${r.catalog ?? r.gguf.file} --dtype ${r.dtype}\` on ${r.importedAt.slice(0, 10)} (transformers and gguf from PyPI); \`swerl-import.json\` holds the same facts.
 `;
 }
