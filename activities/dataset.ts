@@ -1,8 +1,8 @@
 // Dataset and bookkeeping activities (rollout queue): the task batch of an iteration and the metrics log.
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeTaskIds } from '../lib/envs/frozenlake.ts';
-import { hashInts } from '../lib/seed.ts';
-import { listSweTasks } from './swe.ts';
+import { hashInts, seededPermutation } from '../lib/seed.ts';
+import { filteredSweTaskIds, listSweTasks } from './swe.ts';
 import { checkContextFits } from './rollout.ts';
 import { keys, openStore } from '../lib/store.ts';
 import { runIteration, runMeanReward, runSuccessRate } from './metrics.ts';
@@ -18,6 +18,7 @@ export async function taskIdsFor(config: TrainingConfig, n: number): Promise<str
     case 'frozenlake':
       return frozenLakeTaskIds(config.batch.tasks, config.seed, n);
     case 'swe': {
+      const filter = config.env.taskFilter;
       const { ids, loadErrors } = await listSweTasks({ tasksFile: config.env.tasksFile });
       if (ids.length === 0) {
         throw nonRetryable(
@@ -25,28 +26,36 @@ export async function taskIdsFor(config: TrainingConfig, n: number): Promise<str
           `config.env.tasksFile: no valid task in ${JSON.stringify(config.env.tasksFile)}${loadErrors.length ? ` (${loadErrors.slice(0, 3).join('; ')})` : ''}`,
         );
       }
-      const sorted = [...ids].sort();
-      const out: string[] = [];
-      for (let k = 0; k < config.batch.tasks; k++) {
-        const pos = n * config.batch.tasks + k;
-        const epoch = Math.floor(pos / sorted.length);
-        out.push(permuted(sorted, hashInts(config.seed, epoch, 0x5e))[pos % sorted.length]);
+      if (filter) {
+        const kept = await filteredSweTaskIds({ tasksFile: config.env.tasksFile, filter });
+        if (kept.ids.length === 0) {
+          const why = Object.entries(kept.excluded)
+            .map(([k, n]) => `${n} ${k}`)
+            .join(', ');
+          throw nonRetryable(
+            FailureType.InvalidConfig,
+            `config.env.taskFilter: none of the ${ids.length} tasks of ${JSON.stringify(config.env.tasksFile)} passes ${JSON.stringify(filter)} (${why})`,
+          );
+        }
+        return sampleIds(kept.ids, config, n);
       }
-      return out;
+      return sampleIds(ids, config, n);
     }
     default:
       throw nonRetryable(FailureType.InvalidConfig, `config.env.kind: no task source for ${JSON.stringify((config.env as { kind: string }).kind)}`);
   }
 }
 
-/** Fisher–Yates with a hash-derived stream (same order on every worker). */
-function permuted<T>(xs: readonly T[], seed: number): T[] {
-  const a = [...xs];
-  for (let i = a.length - 1; i > 0; i--) {
-    const j = hashInts(seed, i) % (i + 1);
-    [a[i], a[j]] = [a[j], a[i]];
+/** SWE: a seeded permutation of the ids, walked in order across iterations (an epoch at a time). */
+function sampleIds(ids: readonly string[], config: TrainingConfig, n: number): string[] {
+  const sorted = [...ids].sort();
+  const out: string[] = [];
+  for (let k = 0; k < config.batch.tasks; k++) {
+    const pos = n * config.batch.tasks + k;
+    const epoch = Math.floor(pos / sorted.length);
+    out.push(seededPermutation(sorted, hashInts(config.seed, epoch, 0x5e))[pos % sorted.length]!);
   }
-  return a;
+  return out;
 }
 
 /** Draws the iteration's tasks and stores the config snapshot its rollouts and learner step read. */

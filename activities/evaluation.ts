@@ -25,6 +25,7 @@ import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../lib/swe/tools.ts';
 import { SWE_OPENAI_TOOLS, SYSTEM_PROMPT_TOOL_CALLS } from '../lib/swe/tool-definitions.ts';
 import { instancePrompt, noToolCallReminder, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 import { GRADER_VERSION, type GradeResult } from '../lib/swe/grading.ts';
+import { DEFAULT_MIN_STRENGTH, isStrong, parseQualityLines, recordQuality, type TaskQuality } from '../lib/swe/quality.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
 import { autoToolFormat, loadTokenizer, type Tokenizer } from '../lib/tokenizer.ts';
 import type { ChatMessage, EndReason } from '../lib/types.ts';
@@ -551,6 +552,8 @@ export interface EvalReportSummary {
   errors: { taskId: string; run: number; reason: string }[];
   /** store prefix of the report files */
   reportKey: string;
+  /** pass@1 on the tasks with strong tests, beside pass1 on all (when the tasks carry a measured strength) */
+  strong?: { minStrength: number; tasks: number; pass1: number };
 }
 
 /** An episode that ended without submitting and was not graded (its working tree is no prediction). */
@@ -648,7 +651,8 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
   const planned = new Set(plan.taskIds);
   const episodes = (await readEvalEpisodes(store, input.evalId)).filter((e) => planned.has(e.taskId) && e.run < plan.runs);
   const errors = await readEvalErrors(store, input.evalId, episodes);
-  const metrics = evaluationMetrics(plan, episodes.map(factsOf), errors, { seed: config.seed });
+  const strong = await strongTaskIds(config);
+  const metrics = evaluationMetrics(plan, episodes.map(factsOf), errors, { seed: config.seed, ...(strong ? { strong } : {}) });
   const prefix = evalKeys.report(input.evalId);
   const runs: RunSummary[] = [];
   for (let r = 0; r < plan.runs; r++) {
@@ -687,6 +691,7 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     episodes: metrics.episodes,
     errors: summary.errors.slice(0, 20),
     reportKey: prefix,
+    ...(metrics.strong ? { strong: metrics.strong } : {}),
   };
 }
 
@@ -696,6 +701,16 @@ function toolFormatLine(plan: EvalPlan): string {
   const what =
     plan.toolFormat === 'openai' ? 'openai (tools rendered by the chat template, calls as <tool_call> JSON / OpenAI tool calls)' : 'text (<function=…> blocks in the reply)';
   return `tool format: ${what}; from ${plan.toolFormatSource}`;
+}
+
+/** The tasks whose tests are strong (lib/swe/quality.ts), or undefined when no task has a measured strength. */
+async function strongTaskIds(config: EvalConfig): Promise<{ ids: Set<string>; minStrength: number } | undefined> {
+  const minStrength = config.quality?.minStrength ?? DEFAULT_MIN_STRENGTH;
+  const { tasks } = await loadTasks(config.tasksFile);
+  const side = config.quality?.file ? parseQualityLines(await readFile(config.quality.file, 'utf8'), config.quality.file) : new Map<string, TaskQuality>();
+  const quality = tasks.map((t) => [t.instance_id, side.get(t.instance_id) ?? recordQuality(t)] as const);
+  if (!quality.some(([, q]) => q?.strength.score != null)) return undefined;
+  return { ids: new Set(quality.filter(([, q]) => isStrong(q, minStrength)).map(([id]) => id)), minStrength };
 }
 
 const factsOf = (e: EvalEpisodeRecord): EpisodeFacts => ({

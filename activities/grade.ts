@@ -210,7 +210,8 @@ async function prepare(sb: Sandbox, work: string, marker: string, hasPatch: bool
     `printf '\\n${marker} base\\n'; git ls-tree -r -z HEAD`,
     wanted.length
       ? [
-          `if ${idx} git read-tree HEAD && ${idx} git apply --cached --whitespace=nowarn ${work}/test.diff 2>/dev/null; then`,
+          // an empty test_patch (factory tasks): the listed files as base has them
+          `if ${idx} git read-tree HEAD && { [ ! -s ${work}/test.diff ] || ${idx} git apply --cached --whitespace=nowarn ${work}/test.diff 2>/dev/null; }; then`,
           `  for f in ${wanted.map(shq).join(' ')}; do if ${idx} git cat-file -e ":$f" 2>/dev/null; then printf '\\n${marker} file %s\\n' "$f"; ${idx} git show ":$f"; fi; done`,
           `fi; rm -f ${work}/index`,
         ].join('\n')
@@ -469,7 +470,7 @@ export async function runTaskTests(input: GradeInput): Promise<GradeResult> {
       'set -e',
       'restore() { rm -rf -- "$1"; if git cat-file -e "HEAD:$1" 2>/dev/null; then git checkout -q HEAD -- "$1"; fi; }',
       ...toRestore.map((f) => `restore ${shq(f)}`),
-      `git apply --whitespace=nowarn ${work}/test.diff`,
+      `[ ! -s ${work}/test.diff ] || git apply --whitespace=nowarn ${work}/test.diff`,
       ...canaryFiles.map((c, i) => `cat ${work}/canary/${i} > ${shq(c.path)}`),
       // nothing of test_patch, the patch or the canaries stays beside the plugin
       `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,

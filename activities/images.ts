@@ -22,6 +22,9 @@ export const BASE_RECIPE = {
   changes: ['ENV LANG=C.UTF-8', 'ENV PYTHONDONTWRITEBYTECODE=1', 'CMD ["/bin/bash"]'],
 } as const;
 
+/** The `environment` a task built from `source_tarball` may name: what BASE_RECIPE installs, and nothing else. */
+export const BASE_ENVIRONMENT = 'debian-bookworm-python3-pytest';
+
 const sha = (s: string | Buffer) => createHash('sha256').update(s).digest('hex');
 
 export function baseImageName(): string {
@@ -65,6 +68,11 @@ function repoName(instanceId: string): string {
 export async function taskImageName(task: SweTask): Promise<string> {
   if (task.image) return task.image;
   if (!task.source_tarball) throw new Error(`task ${task.instance_id}: field image or source_tarball required`);
+  if (task.environment !== undefined && task.environment !== BASE_ENVIRONMENT) {
+    throw new Error(
+      `task ${task.instance_id}: field environment is ${JSON.stringify(task.environment)}, but task images are built only on ${JSON.stringify(BASE_ENVIRONMENT)} (Debian bookworm with python3, python3-pytest and git): give the task an \`image\` that has what it needs`,
+    );
+  }
   const base = baseImageName();
   const h = sha(`${base}\n${await fileHash(task.source_tarball)}\n${taskDockerfile(base)}`).slice(0, 12);
   return `${repoName(task.instance_id)}:${h}`;

@@ -8,6 +8,7 @@ import { sweActivities } from './swe.ts';
 import { evalEpisode, prepareEvaluation, recordEvalError, writeEvaluationReport } from './evaluation.ts';
 import { verifierActivities } from './verifiers.ts';
 import { collectBatch, recoverPump, storeGroupResult } from './pump.ts';
+import { factoryActivities } from './factory/index.ts';
 
 export { LearnerContext, type LearnerWorkerOptions } from './learner.ts';
 export { registerEnvironment } from './rollout.ts';
@@ -30,6 +31,7 @@ export function createRolloutActivities() {
     storeGroupResult,
     recoverPump,
     collectBatch,
+    ...factoryActivities,
   };
 }
 

@@ -1,10 +1,11 @@
 // Evaluation throughput and resume time, measured in one run on this machine:
-//   1. grading alone: gradePatch of each shared task's gold patch, R times, C at once (the baseline);
+//   1. grading alone: gradePatch of each task's gold patch, R times, C at once (the baseline);
 //   2. evaluationRun of the gold-replay agent (a scripted chat model) on the same tasks × R runs, C at once:
 //      episodes per minute and the ratio to grading alone (the orchestration's and the agent loop's overhead);
 //   3. resume: a `swerl worker` child SIGKILLed mid-evaluation and restarted; seconds from the restart to
 //      the first episode resumed and to the end (bounded below by the activity heartbeat timeout).
 // Usage: node --import tsx bench/eval.ts [--runs R] [--concurrency C] [--heartbeat S]
+// Tasks: the repository's (data/swe/), or SWERL_TASKS=FILE for any other SWE-bench-format set (test/helpers/swe-tasks.ts).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,7 +17,8 @@ import { fileStoreUrl, openStore } from '../lib/store.ts';
 import { startDevServer } from '../services/temporal-server.ts';
 import { Client, Connection } from '@temporalio/client';
 import { startWorkers } from '../workers/index.ts';
-import { imagesFor, sharedTasks, TASKS_FILE } from '../test/helpers/docker.ts';
+import { imagesFor } from '../test/helpers/docker.ts';
+import { benchTasks } from '../test/helpers/swe-tasks.ts';
 import { seedTable } from '../test/helpers/eval.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../test/helpers/scripted-agent.ts';
 import { spawnWorker, waitFor } from '../test/helpers/temporal.ts';
@@ -29,7 +31,7 @@ const runs = arg('runs', 2);
 const concurrency = arg('concurrency', 4);
 const heartbeat = arg('heartbeat', 10);
 
-const tasks = await sharedTasks();
+const { file: TASKS_FILE, tasks } = await benchTasks();
 await imagesFor(tasks);
 const ids = tasks.map((t) => t.instance_id);
 const byId = new Map(tasks.map((t) => [t.instance_id, t]));

@@ -1,7 +1,7 @@
 // Kubernetes against Docker, measured in the same run on the same images (`npm run bench:grade -- --backend
 // kubernetes`, on swerl's local cluster, started if it is not running and stopped again after):
 //   - sandbox start to first command: start(image) until `true` has run in it, interleaved, `reps` times each;
-//   - graded patches per minute: the gold patches of the shared tasks graded 2 at a time (one pod or container
+//   - graded patches per minute: the gold patches of the tasks (bench/grade.ts: SWERL_TASKS) graded 2 at a time (one pod or container
 //     each, fresh per patch), each backend in turn.
 // Pods request 500m CPU here: 2 at a time fit the node's 2 allocatable CPUs beside a terminating one.
 import { gradePatch } from '../activities/grade.ts';
@@ -10,7 +10,8 @@ import { mapInLanes } from '../lib/pool.ts';
 import type { SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { clusterDown, clusterUp, ensureNamespace } from '../services/k8s-cluster.ts';
-import { imagesFor, sharedTasks, testBackend } from '../test/helpers/docker.ts';
+import { imagesFor, testBackend } from '../test/helpers/docker.ts';
+import { benchTasks } from '../test/helpers/swe-tasks.ts';
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
@@ -39,7 +40,7 @@ async function gradeAll(backend: SandboxBackend, tasks: SweTask[], concurrency: 
 }
 
 export async function compareBackends(o: { reps: number }): Promise<void> {
-  const tasks = await sharedTasks();
+  const { tasks } = await benchTasks();
   const images = await imagesFor(tasks);
   const up = await clusterUp({ images, log: (s) => console.error(`[cluster] ${s}`) });
   console.log(`cluster ${up.started ? 'started' : 'found running'} in ${up.seconds.toFixed(1)} s (Kubernetes ${up.version})`);

@@ -1,4 +1,4 @@
-// Grading time per shared task with the test-integrity checks (canaries, the results plugin's code
+// Grading time per task with the test-integrity checks (canaries, the results plugin's code
 // checks, call wrapper and snapshots; activities/grade.ts) against the same grader without them, both
 // measured in this run, interleaved, gold patch, fresh container each. Reported as wall time and as the
 // CPU time of the grading container (cgroup usage, steadier on a shared host); the checks must cost
@@ -7,6 +7,7 @@
 // corpus aims at real holes and that this grader closes them.
 //   node --import tsx bench/grade.ts [--reps 3] [--corpus [--kinds runner|integrity]] [--v2 f28da59] [--concurrency 3]
 // With --backend kubernetes: sandbox start and graded patches per minute, Kubernetes against Docker [--reps 2].
+// Tasks: the repository's (data/swe/), or SWERL_TASKS=FILE for any other SWE-bench-format set (test/helpers/swe-tasks.ts).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -16,7 +17,8 @@ import { gradePatch, type GradeResult } from '../activities/grade.ts';
 import type { Sandbox, SandboxBackend } from '../lib/sandbox.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches, withIdsCmd } from '../test/helpers/adversarial.ts';
-import { imagesFor, sharedTasks, testBackend } from '../test/helpers/docker.ts';
+import { imagesFor, testBackend } from '../test/helpers/docker.ts';
+import { benchTasks } from '../test/helpers/swe-tasks.ts';
 import { mapInLanes } from '../lib/pool.ts';
 
 const { values } = parseArgs({
@@ -99,7 +101,7 @@ const pool = <T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> => mapInLa
 
 const { backend: plain, cleanup } = testBackend();
 try {
-  const tasks = await sharedTasks();
+  const { tasks } = await benchTasks();
   await imagesFor(tasks);
   const reps = Number(values.reps ?? 3);
   if (reps > 0) {

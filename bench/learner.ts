@@ -1,22 +1,27 @@
-// The native learner against PyTorch eager (transformers' Qwen3ForCausalLM, fp32, the torch venv) on the same
-// checkpoints and shapes, in one run: forward (log-probs), train (the GRPO++ step: forward, backward, AdamW) and
-// generate (KV cache), on the tiny preset and on the Qwen3-0.6B shape with 2 decoder layers; one thread (tokens per
-// CPU-second, robust to other load on a shared machine) and two threads (tokens per wall second). Then batched
-// decoding on the same shapes: tokens/s of 1, 8 and 16 sequences decoding together (Learner.decoder) against
-// single-stream decoding (one generate at a time), and the native engine against its own naive-matmul reference. Then
-// the policy server over HTTP: tokens/s of 1, 8 and 16 concurrent completion streams, batching vs the single-stream
-// server (`batching: false`).
+// The native learner against PyTorch eager (transformers' causal LM of the checkpoint, fp32, the torch venv) on the
+// same checkpoints and shapes, in one run: forward (log-probs), train (the GRPO++ step: forward, backward, AdamW) and
+// generate (KV cache), on the tiny preset, the Qwen3-0.6B shape with 2 decoder layers, and the two real shapes in full
+// (random weights): SmolLM2-135M (Llama, 30 layers) and Qwen2.5-Coder-0.5B (Qwen2, 24 layers, untied head, 630M
+// parameters); one thread (tokens per CPU-second, robust to other load on a shared machine) and two threads (tokens
+// per wall second). Then batched decoding on the same shapes: tokens/s of 1, 8 and 16 sequences decoding together
+// (Learner.decoder) against single-stream decoding (one generate at a time), and torch generating the same streams
+// as one batch; the native engine against its own naive-matmul reference. Then the policy server over HTTP: tokens/s
+// of 1, 8 and 16 concurrent completion streams, batching vs the single-stream server (`batching: false`).
+// --grpo: one GRPO iteration of 8 tasks × 4 samples (900-token prompt, 300 sampled tokens) on the Qwen2.5 shape, timed
+// by its parts (prefill, batched decoding of 32 streams, training with the prompt shared or not) and added up.
+// --memory: peak RSS of a 630M-parameter fp32 model with AdamW state training 8 × 1,500 tokens (a child process).
 // Ends with `min ratio vs torch: X` (the worst native/torch ratio over the rows).
 // The FSDP engine's rows (--fsdp, or --fsdp-shape qwen3-0.6b [--fsdp-layers N]): training tokens/s, native vs fsdp
 // on 1 and 2 ranks, the time to start the process group and to write a checkpoint.
-// Usage: npm run bench:learner [-- --shapes tiny,0.6b-2l] [-- --threads 1,2] [-- --no-torch] [-- --fsdp]
+// Usage: npm run bench:learner [-- --shapes tiny,0.6b-2l,smollm2,qwen2.5|none] [-- --threads 1,2] [-- --no-torch] [-- --fsdp]
+//        [-- --grpo] [-- --memory]
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { Learner, writeRandomCheckpoint, type QwenConfig, type TrainHyper } from '../gpu-learner/index.ts';
+import { Learner, gemmKernels, writeRandomCheckpoint, type QwenConfig, type TrainBatch, type TrainHyper } from '../gpu-learner/index.ts';
 import { FsdpLearner, fsdpPython, writeTrainBatch } from '../gpu-learner/fsdp/index.ts';
 import { fsdpOptions } from '../gpu-learner/fsdp/crosscheck.ts';
 import { startPolicyServer } from '../policy-server/index.ts';
@@ -51,6 +56,34 @@ const qwen06: QwenConfig = {
   head_dim: 128,
   max_position_embeddings: 40960,
 };
+/** SmolLM2-135M-Instruct's shape (Llama) and Qwen2.5-Coder-0.5B-Instruct's (Qwen2), as their config.json give them. */
+const smollm2: QwenConfig = {
+  model_type: 'llama',
+  vocab_size: 49152,
+  hidden_size: 576,
+  intermediate_size: 1536,
+  num_hidden_layers: 30,
+  num_attention_heads: 9,
+  num_key_value_heads: 3,
+  head_dim: 64,
+  rms_norm_eps: 1e-5,
+  rope_theta: 100000,
+  max_position_embeddings: 8192,
+  tie_word_embeddings: true,
+};
+const qwen25: QwenConfig = {
+  model_type: 'qwen2',
+  vocab_size: 151936,
+  hidden_size: 896,
+  intermediate_size: 4864,
+  num_hidden_layers: 24,
+  num_attention_heads: 14,
+  num_key_value_heads: 2,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1000000,
+  max_position_embeddings: 32768,
+  tie_word_embeddings: false,
+};
 interface Shape {
   name: string;
   config: QwenConfig;
@@ -62,6 +95,8 @@ interface Shape {
 const SHAPES: Shape[] = [
   { name: 'tiny', config: tiny, seqLen: 512, seqs: 4, gen: 128, minSeconds: 2 },
   { name: '0.6b-2l', config: { ...qwen06, num_hidden_layers: 2 }, seqLen: 512, seqs: 2, gen: 32, minSeconds: 4 },
+  { name: 'smollm2', config: smollm2, seqLen: 512, seqs: 2, gen: 32, minSeconds: 4 },
+  { name: 'qwen2.5', config: qwen25, seqLen: 256, seqs: 2, gen: 16, minSeconds: 4 },
 ];
 const hp: TrainHyper = {
   lr: 1e-6,
@@ -118,7 +153,8 @@ async function nativeRates(dir: string, sh: Shape, threads: number, naive = fals
   }
 }
 
-function torchRates(python: string, dir: string, sh: Shape, threads: number): Record<Op, number> {
+/** torch's rates; `extra` adds options (--ops, --streams). OpenMP waits passively: spinning threads starve on a shared machine. */
+function torchRates(python: string, dir: string, sh: Shape, threads: number, extra: string[] = []): Record<string, number> {
   const r = spawnSync(
     python,
     [
@@ -135,12 +171,15 @@ function torchRates(python: string, dir: string, sh: Shape, threads: number): Re
       String(threads),
       '--min-seconds',
       String(sh.minSeconds),
+      ...extra,
     ],
-    { encoding: 'utf8', maxBuffer: 1 << 24 },
+    { encoding: 'utf8', maxBuffer: 1 << 24, env: { ...process.env, OMP_WAIT_POLICY: 'PASSIVE', TRANSFORMERS_VERBOSITY: 'error' } },
   );
   if (r.status !== 0) throw new Error(`bench/learner_torch.py failed (exit ${r.status}):\n${r.stderr.slice(-3000)}`);
-  return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as Record<Op, number>;
+  return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as Record<string, number>;
 }
+
+const STREAMS = [1, 8, 16];
 
 /** Decoding tokens/s (wall) of n sequences together through Learner.decoder, and of single-stream decoding. */
 async function batchedDecode(dir: string, sh: Shape, threads: number): Promise<{ single: number; batched: Map<number, number> }> {
@@ -154,7 +193,7 @@ async function batchedDecode(dir: string, sh: Shape, threads: number): Promise<{
     for (let i = 0; i < 2; i++) tokens += (await l.generate(prompt(i), opts(i))).ids.length;
     const single = tokens / ((performance.now() - t0) / 1000);
     const batched = new Map<number, number>();
-    for (const n of [1, 8, 16]) {
+    for (const n of STREAMS) {
       t0 = performance.now();
       const rs = await Promise.all(Array.from({ length: n }, (_, i) => l.decoder.generate(prompt(i), [opts(i)])));
       batched.set(n, rs.reduce((a, r) => a + r[0].ids.length, 0) / ((performance.now() - t0) / 1000));
@@ -208,8 +247,13 @@ async function serverStreams(dir: string, sh: Shape, threads: number): Promise<{
   }
 }
 
+if (process.argv.includes('--memory-child')) {
+  await memoryChild(arg('memory-child', ''));
+  process.exit(0);
+}
 const shapes = arg('shapes', SHAPES.map((s) => s.name).join(','))
   .split(',')
+  .filter((n) => n !== 'none') // --shapes none: only the --grpo / --memory / --fsdp sections
   .map((n) => {
     const s = SHAPES.find((x) => x.name === n);
     if (!s) throw new Error(`--shapes: unknown shape ${JSON.stringify(n)} (${SHAPES.map((x) => x.name).join(', ')})`);
@@ -227,7 +271,7 @@ interface RowOut {
   torch?: number;
 }
 const rows: RowOut[] = [];
-const decode: { shape: string; single: number; batched: Map<number, number> }[] = [];
+const decode: { shape: string; single: number; batched: Map<number, number>; torch?: Record<string, number> }[] = [];
 const served: { shape: string; rows: Awaited<ReturnType<typeof serverStreams>> }[] = [];
 let naiveRow: { native: Record<Op, number>; naive: Record<Op, number> } | undefined;
 try {
@@ -241,14 +285,16 @@ try {
       if (sh.name === 'tiny' && threads === 1) naiveRow = { native: nat, naive: await nativeRates(dir, { ...sh, minSeconds: 1 }, 1, true) };
       process.stderr.write(`[bench] ${sh.name} ${threads} thread(s) done\n`);
     }
-    decode.push({ shape: sh.name, ...(await batchedDecode(dir, sh, Math.max(...threadList))) });
+    const torchStreams = withTorch ? torchRates(python, dir, sh, Math.max(...threadList), ['--ops', '', '--streams', STREAMS.join(',')]) : undefined;
+    decode.push({ shape: sh.name, ...(await batchedDecode(dir, sh, Math.max(...threadList))), torch: torchStreams });
     served.push({ shape: sh.name, rows: await serverStreams(dir, sh, Math.max(...threadList)) });
   }
   const f = (v: number | undefined, w = 12) => (v === undefined ? '-' : v.toFixed(v < 100 ? 1 : 0)).padStart(w);
   console.log(`gpu-learner vs PyTorch eager ${withTorch ? '' : '(skipped: --no-torch) '}(fp32, CPU): tokens per CPU-second with 1 thread, per wall second with more`);
+  console.log(`native GEMM kernels: ${gemmKernels()}`);
   for (const sh of shapes)
     console.log(
-      `  ${sh.name}: V${sh.config.vocab_size} C${sh.config.hidden_size} L${sh.config.num_hidden_layers} H${sh.config.num_attention_heads}/${sh.config.num_key_value_heads} D${sh.config.head_dim} I${sh.config.intermediate_size}; ${sh.seqs}x${sh.seqLen} tokens per batch; generate ${sh.gen} tokens after a 16-token prompt`,
+      `  ${sh.name}: ${sh.config.model_type ?? 'qwen3'} V${sh.config.vocab_size} C${sh.config.hidden_size} L${sh.config.num_hidden_layers} H${sh.config.num_attention_heads}/${sh.config.num_key_value_heads} D${sh.config.head_dim ?? sh.config.hidden_size / sh.config.num_attention_heads} I${sh.config.intermediate_size}${sh.config.tie_word_embeddings ? ' tied' : ''}; ${sh.seqs}x${sh.seqLen} tokens per batch; generate ${sh.gen} tokens after a 16-token prompt`,
     );
   console.log('shape     operation  threads      native       torch   native/torch');
   console.log('--------  ---------  -------  ----------  ----------   ------------');
@@ -261,11 +307,14 @@ try {
     for (const op of OPS) console.log(`  ${op.padEnd(9)} ${f(naiveRow.native[op])} vs ${f(naiveRow.naive[op])}  ${(naiveRow.native[op] / naiveRow.naive[op]).toFixed(1)}x`);
   }
   console.log(`\nbatched decoding (Learner.decoder, ${Math.max(...threadList)} threads, wall clock): tokens/s of n sequences decoding together vs single-stream generate`);
-  console.log('shape     single-stream      n=1        n=8       n=16    n=8 / single');
-  for (const d of decode)
+  console.log('shape     single-stream      n=1        n=8       n=16    n=8 / single   torch n=1    n=8   n=16   native/torch n=1 / 8 / 16');
+  for (const d of decode) {
+    const t = (n: number) => d.torch?.[`streams${n}`];
+    const vs = STREAMS.map((n) => (t(n) ? (d.batched.get(n)! / t(n)!).toFixed(2) : '-')).join(' / ');
     console.log(
-      `${d.shape.padEnd(8)}  ${f(d.single, 13)}  ${f(d.batched.get(1), 9)}  ${f(d.batched.get(8), 9)}  ${f(d.batched.get(16), 9)}   ${(d.batched.get(8)! / d.single).toFixed(1).padStart(11)}x`,
+      `${d.shape.padEnd(8)}  ${f(d.single, 13)}  ${f(d.batched.get(1), 9)}  ${f(d.batched.get(8), 9)}  ${f(d.batched.get(16), 9)}   ${(d.batched.get(8)! / d.single).toFixed(1).padStart(11)}x  ${f(t(1), 9)} ${f(t(8), 6)} ${f(t(16), 6)}   ${vs}`,
     );
+  }
   console.log(
     `\npolicy server (${Math.max(...threadList)} threads, wall clock, HTTP): tokens/s of n concurrent /v1/completions streams, batching vs the single-stream server (batching: false)`,
   );
@@ -286,8 +335,116 @@ try {
     console.log(`min ratio vs torch: ${worst.x.toFixed(2)} (${worst.r.shape} ${worst.r.op}, ${worst.r.threads} thread${worst.r.threads > 1 ? 's' : ''})`);
   }
   if (process.argv.includes('--fsdp') || process.argv.includes('--fsdp-shape')) await fsdpRows();
+  if (process.argv.includes('--grpo')) await grpoIteration(Math.max(...threadList));
+  if (process.argv.includes('--memory')) memoryPeak();
 } finally {
   rmSync(root, { recursive: true, force: true });
+}
+
+/** A group's packed sequences: one prompt of p tokens, g responses of r tokens (masks 0 on the prompt). */
+function groupBatch(vocab: number, groups: number, g: number, p: number, r: number): TrainBatch {
+  let s = 99;
+  const tok = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) >>> 8) % vocab;
+  const ids: number[] = [],
+    mask: number[] = [],
+    offsets = [0],
+    advantages: number[] = [];
+  for (let k = 0; k < groups; k++) {
+    const prompt = Array.from({ length: p }, tok);
+    for (let i = 0; i < g; i++) {
+      ids.push(...prompt, ...Array.from({ length: r }, tok));
+      mask.push(...prompt.map(() => 0), ...Array.from({ length: r }, () => 1));
+      offsets.push(ids.length);
+      advantages.push(i % 2 ? -0.5 : 0.5);
+    }
+  }
+  return { ids: Int32Array.from(ids), offsets: Int32Array.from(offsets), mask: Float32Array.from(mask), advantages: Float32Array.from(advantages) };
+}
+
+/**
+ * One GRPO iteration of TASKS tasks × G samples on the Qwen2.5-Coder-0.5B shape (random weights), timed by its parts
+ * on this machine (wall clock, `threads` threads) and added up: each task's prompt prefilled once (its G samples share
+ * it), RESP decoding steps of the TASKS·G sequences together, the learner's log-probs of the batch (the sampler-learner
+ * mismatch) and its training step, with the group's prompt shared and, for comparison, not.
+ */
+async function grpoIteration(threads: number): Promise<void> {
+  const TASKS = 8,
+    G = 4,
+    PROMPT = 900,
+    RESP = 300,
+    STEPS = 4;
+  const dir = join(root, 'grpo-qwen2.5');
+  writeRandomCheckpoint(dir, qwen25, 3);
+  const time = async <T>(fn: () => Promise<T>): Promise<[T, number]> => {
+    const t0 = performance.now();
+    const r = await fn();
+    return [r, (performance.now() - t0) / 1000];
+  };
+  const shared = await Learner.load(dir, { threads });
+  let plain: Learner | undefined;
+  try {
+    const group = groupBatch(qwen25.vocab_size, 1, G, PROMPT, RESP);
+    const prompt = group.ids.slice(0, PROMPT);
+    const opts = Array.from({ length: TASKS * G }, (_, i) => ({ maxNewTokens: RESP, temperature: 1, seed: i }));
+    // prefill: one prompt for all TASKS·G sequences here (one prefill, the cache copied), timed as one task's
+    const [seqs, prefill] = await time(() => shared.decodeAdd(prompt, opts));
+    await shared.decodeStep(); // warm-up
+    const [, decode] = await time(async () => {
+      for (let i = 0; i < STEPS; i++) await shared.decodeStep();
+    });
+    for (const q of seqs) await shared.decodeRemove(q);
+    const hp2 = { ...hp, microBatchTokens: 4096 };
+    const [lp, logprobs] = await time(() => shared.logprobs(group));
+    void lp;
+    const [st, trainShared] = await time(() => shared.trainStep(group, hp2));
+    shared.close(); // one 630M trainer at a time (10 GiB with its AdamW state)
+    plain = await Learner.load(dir, { threads, minSharedPrefix: 0 });
+    const [stPlain, trainPlain] = await time(() => plain!.trainStep(group, hp2));
+    const step = decode / STEPS;
+    const parts = {
+      prefill: TASKS * prefill,
+      decode: RESP * step,
+      logprobs: TASKS * logprobs,
+      train: TASKS * trainShared,
+    };
+    const total = Object.values(parts).reduce((a, b) => a + b, 0);
+    console.log(
+      `\nGRPO iteration, Qwen2.5-Coder-0.5B shape (random fp32 weights), ${TASKS} tasks × ${G} samples, ${PROMPT}-token prompt + ${RESP} sampled tokens, ${threads} threads (wall clock, machine load ${loadavg()[0].toFixed(1)}):`,
+    );
+    console.log(`  prefill      ${prefill.toFixed(1)} s per prompt (${(PROMPT / prefill).toFixed(0)} tokens/s)   × ${TASKS} = ${parts.prefill.toFixed(0)} s`);
+    console.log(`  decode       ${step.toFixed(2)} s per step of ${TASKS * G} sequences (${((TASKS * G) / step).toFixed(1)} tokens/s)   × ${RESP} = ${parts.decode.toFixed(0)} s`);
+    console.log(`  log-probs    ${logprobs.toFixed(1)} s per group (${group.ids.length} tokens)   × ${TASKS} = ${parts.logprobs.toFixed(0)} s   (the sampler-learner mismatch)`);
+    console.log(
+      `  train        ${trainShared.toFixed(1)} s per group, prompt shared: ${st.rows} rows for ${st.tokens} tokens (${(st.tokens / st.rows).toFixed(2)}x fewer); not shared ${trainPlain.toFixed(1)} s (${stPlain.rows} rows): ${(trainPlain / trainShared).toFixed(2)}x   × ${TASKS} = ${parts.train.toFixed(0)} s`,
+    );
+    console.log(`  one iteration ≈ ${total.toFixed(0)} s (${(total / 60).toFixed(1)} min): ${(3600 / total).toFixed(1)} updates per hour`);
+  } finally {
+    shared.close();
+    plain?.close();
+  }
+}
+
+/** Peak RSS of a child process that loads the Qwen2.5 shape (630M parameters, fp32) and trains 8 × 1,500 tokens. */
+function memoryPeak(): void {
+  const dir = join(root, 'memory-qwen2.5');
+  writeRandomCheckpoint(dir, qwen25, 4);
+  const r = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--memory-child', dir], { encoding: 'utf8', maxBuffer: 1 << 24 });
+  if (r.status !== 0) throw new Error(`memory child failed (exit ${r.status}):\n${r.stderr.slice(-3000)}`);
+  console.log(r.stdout.trim());
+}
+
+async function memoryChild(dir: string): Promise<void> {
+  const hwm = () => Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) / 1024 / 1024;
+  const l = await Learner.load(dir, { threads: 2 });
+  const loaded = hwm();
+  // 2 tasks × 4 samples of 1,200 prompt + 300 response tokens: 8 × 1,500 = 12,000 tokens, micro-batches of 4,096 rows
+  const b = groupBatch(qwen25.vocab_size, 2, 4, 1200, 300);
+  const st = await l.trainStep(b, { ...hp, microBatchTokens: 4096 });
+  const params = (await l.paramInfo()).reduce((a, p) => a + p.shape.reduce((x, y) => x * y, 1), 0);
+  console.log(
+    `\nmemory: Qwen2.5-Coder-0.5B shape, ${(params / 1e6).toFixed(0)}M fp32 parameters + gradients + AdamW m, v (${((params * 16) / 2 ** 30).toFixed(1)} GiB): peak RSS ${loaded.toFixed(1)} GiB after load, ${hwm().toFixed(1)} GiB after a step on ${st.tokens} tokens (${st.rows} rows, micro-batches of 4,096 rows)`,
+  );
+  l.close();
 }
 
 /** Training tokens/s, native vs fsdp (1 and 2 ranks), process-group start and checkpoint write times. */

@@ -6,7 +6,7 @@ over the real logs of test/fixtures/testlogs/, next to ours (checks/testlogs/dum
   - test ids: for every test the run reported, whether each side parsed it with the status it ran with;
   - verdicts: for every test as FAIL_TO_PASS and as PASS_TO_PASS, whether each side's verdict matches
     the verdict of the test's real status under that side's rules;
-  - the shared tasks: resolved or not, without the fix and with the gold patch;
+  - the repository's SWE tasks: resolved or not, without the fix and with the gold patch;
 and lists every disagreement with the side that is right (the one that matches the run's truth).
 Rule differences (the same real status judged by each rule set, e.g. XFAIL as FAIL_TO_PASS) are listed apart.
 

@@ -39,6 +39,8 @@ export interface TrainHyper {
 export interface TrainStats extends StepStats {
   /** optimizer steps taken after this one */
   step: number;
+  /** rows run through the model: `tokens` less what shared prompts saved (LoadOptions.minSharedPrefix) */
+  rows: number;
 }
 
 export interface GenerateOptions {
@@ -99,6 +101,16 @@ export interface LoadOptions {
   threads?: number;
   /** bench baseline only: the straightforward single-loop matmul */
   naiveMatmul?: boolean;
+  /**
+   * consecutive sequences of a batch sharing at least this many first tokens (a GRPO group's prompt) forward them
+   * once in logprobs() and trainStep() (CPU engine); 0 turns it off. Default 32.
+   */
+  minSharedPrefix?: number;
+  /**
+   * batched decoding (CPU engine): the keys and values of recently prefilled prompts kept up to this many bytes
+   * (default 256 MiB; 0: none), so a later sample of the same prompt copies them instead of prefilling it again
+   */
+  promptCacheBytes?: number;
 }
 
 interface NativeLearner {
@@ -122,9 +134,10 @@ interface NativeLearner {
 }
 
 interface NativeModule {
-  load(dir: string, device: string, threads: number, naive: boolean): Promise<NativeLearner>;
+  load(dir: string, device: string, threads: number, naive: boolean, minSharedPrefix?: number, promptCacheBytes?: number): Promise<NativeLearner>;
   grpoTokenLoss(logp: number, oldLogp: number, adv: number, clipLow: number, clipHigh: number): TokenLoss;
   cudaBuilt: boolean;
+  gemmKernels(): string;
 }
 
 const addonPath = new URL('./build/gpu_learner.node', import.meta.url).pathname;
@@ -136,6 +149,11 @@ function native(): NativeModule {
     nativeModule = createRequire(import.meta.url)(addonPath) as NativeModule;
   }
   return nativeModule;
+}
+
+/** the CPU engine's GEMM kernels, e.g. "OpenBLAS SkylakeX" (benches print it) */
+export function gemmKernels(): string {
+  return native().gemmKernels();
 }
 
 /** true when the addon was built with the CUDA backend */
@@ -191,7 +209,7 @@ export class Learner {
     if (device !== 'cpu' && device !== 'cuda') throw new TypeError(`device must be 'cpu' or 'cuda', got ${JSON.stringify(device)}`);
     const threads = opts.threads ?? 0;
     if (!Number.isInteger(threads) || threads < 0) throw new RangeError(`threads must be a non-negative integer, got ${threads}`);
-    const n = await native().load(dir, device, threads, opts.naiveMatmul ?? false);
+    const n = await native().load(dir, device, threads, opts.naiveMatmul ?? false, opts.minSharedPrefix, opts.promptCacheBytes);
     return new Learner(n, device);
   }
 

@@ -8,7 +8,8 @@ const int = () => z.number().int();
 
 /**
  * Fan-out bounds (DESIGN §1, docs/limits.md). Temporal allows 2,000 pending activities per workflow and
- * warns at 10,240 history events (about 4.4 events per rollout): one workflow schedules at most
+ * warns at 10,240 history events (a rollout costs its 3 activity events plus its share of the workflow tasks
+ * that take its completion; measured in docs/benchmarks.md): one workflow schedules at most
  * ROLLOUTS_PER_WORKFLOW_MAX rollouts; a larger batch fans out through child workflows of whole tasks.
  */
 export const ROLLOUTS_PER_WORKFLOW_DEFAULT = 1000;
@@ -22,10 +23,10 @@ export function tasksPerChildWorkflow(rolloutsPerWorkflow: number, samples: numb
 }
 
 /** FrozenLake (lib/envs/frozenlake.ts owns its fields) plus the discriminator. */
-export const FrozenLakeEnvConfigSchema = FrozenLakeConfigSchema.extend({ kind: z.literal('frozenlake') }).strict();
+export const FrozenLakeEnvConfigSchema = FrozenLakeConfigSchema.extend({ kind: z.literal('frozenlake').describe('FrozenLake maps (lib/envs/frozenlake.ts)') }).strict();
 
 /** SWE tasks (lib/swe/env-config.ts owns its fields) plus the discriminator. */
-export const SweEnvConfigSchema = SweFieldsSchema.extend({ kind: z.literal('swe') }).strict();
+export const SweEnvConfigSchema = SweFieldsSchema.extend({ kind: z.literal('swe').describe('SWE tasks in sandboxes (lib/swe/env-config.ts)') }).strict();
 
 export const EnvConfigSchema = z.discriminatedUnion('kind', [FrozenLakeEnvConfigSchema, SweEnvConfigSchema]);
 
@@ -33,16 +34,27 @@ export const EnvConfigSchema = z.discriminatedUnion('kind', [FrozenLakeEnvConfig
 export const RUN_ID = /^[A-Za-z0-9._:-]{1,200}$/;
 const runIdSchema = () => z.string().regex(RUN_ID, 'must be a run id ([A-Za-z0-9._:-], at most 200)');
 
-export const ModelSourceSchema = z.union([
-  z.object({ preset: z.enum(['tiny', 'frozenlake', 'frozenlake32', 'frozenlake32-tied']), seed: int().min(0).default(0) }).strict(),
-  z.object({ path: z.string().min(1) }).strict(),
-  /**
-   * Start from the newest complete checkpoint of an earlier run in the same store (retraining).
-   * "latest": the newest earlier run of the same Schedule (run ids `<schedule workflow id>-<time>`);
-   * when there is none yet, `initialRun` (if given) is used instead.
-   */
-  z.object({ fromRun: runIdSchema(), initialRun: runIdSchema().optional() }).strict(),
-]);
+export const ModelSourceSchema = z
+  .union([
+    z
+      .object({
+        preset: z
+          .enum(['tiny', 'frozenlake', 'frozenlake32', 'frozenlake32-tied'])
+          .describe('a random Qwen3-shaped model of lib/presets.ts (frozenlake32*: head_dim 32, which vLLM serves on a CPU)'),
+        seed: int().min(0).default(0).describe('seed of the random weights'),
+      })
+      .strict(),
+    z.object({ path: z.string().min(1).describe('a Hugging Face model directory (config.json, safetensors, tokenizer.json)') }).strict(),
+    z
+      .object({
+        fromRun: runIdSchema().describe(
+          'start from the newest complete checkpoint of this earlier run in the same store (retraining); "latest": the newest earlier run of the same Schedule',
+        ),
+        initialRun: runIdSchema().optional().describe('with fromRun "latest": the run to start from when the Schedule has none yet'),
+      })
+      .strict(),
+  ])
+  .describe('the policy at checkpoint 0');
 export type ModelSource = z.infer<typeof ModelSourceSchema>;
 
 /**
@@ -51,48 +63,45 @@ export type ModelSource = z.infer<typeof ModelSourceSchema>;
  */
 export const FsdpConfigSchema = z
   .object({
-    /** processes (devices) per node; at most the node's GPUs (cuda) or CPU cores (cpu) */
-    nprocPerNode: int().min(1).max(64).default(1),
-    nnodes: int().min(1).max(1024).default(1),
-    /** HOST:PORT of torchrun's c10d rendezvous, on the learner worker's node; required when nnodes > 1 */
+    nprocPerNode: int().min(1).max(64).default(1).describe("processes (devices) per node; at most the node's GPUs (cuda) or CPU cores (cpu)"),
+    nnodes: int().min(1).max(1024).default(1).describe('nodes of the process group (DeepSWE: 8)'),
     rdzvEndpoint: z
       .string()
       .regex(/^[^\s:]+:\d+$/, 'must be HOST:PORT')
-      .optional(),
-    /** the address other nodes' rank 0 reaches the learner worker's control socket on */
-    controlHost: z.string().min(1).default('127.0.0.1'),
-    /** compute dtype of gathered parameters ("auto": bfloat16 on cuda, float32 on cpu); master weights and AdamW state stay fp32 */
-    paramDtype: z.enum(['auto', 'bfloat16', 'float32']).default('auto'),
-    /** dtype of the gradient reduce-scatter */
-    reduceDtype: z.enum(['float32', 'bfloat16']).default('float32'),
-    /** sharded parameters, gradients and AdamW state in host memory (FSDP2 CPUOffloadPolicy) */
-    cpuOffload: z.boolean().default(false),
-    activationCheckpointing: z.boolean().default(true),
-    /** tokens per micro-batch and device (whole sequences; a longer sequence is refused); DeepSWE: 32K */
+      .optional()
+      .describe("HOST:PORT of torchrun's c10d rendezvous, on the learner worker's node; required when nnodes > 1"),
+    controlHost: z.string().min(1).default('127.0.0.1').describe("the address other nodes' rank 0 reaches the learner worker's control socket on"),
+    paramDtype: z
+      .enum(['auto', 'bfloat16', 'float32'])
+      .default('auto')
+      .describe('compute dtype of gathered parameters ("auto": bfloat16 on cuda, float32 on cpu); master weights and AdamW state stay fp32'),
+    reduceDtype: z.enum(['float32', 'bfloat16']).default('float32').describe('dtype of the gradient reduce-scatter'),
+    cpuOffload: z.boolean().default(false).describe('sharded parameters, gradients and AdamW state in host memory (FSDP2 CPUOffloadPolicy)'),
+    activationCheckpointing: z.boolean().default(true).describe('recompute each decoder block in the backward pass instead of keeping its activations'),
     maxTokensPerMicroBatch: int()
       .min(1)
       .max(1 << 22)
-      .default(32768),
-    /** transformers attention ("sdpa"; "flash_attention_2" on GPUs with flash-attn installed) */
-    attnImplementation: z.string().min(1).default('sdpa'),
-    /** largest safetensors file of a checkpoint */
+      .default(32768)
+      .describe('tokens per micro-batch and device (whole sequences; a longer sequence is refused); DeepSWE: 32K'),
+    attnImplementation: z.string().min(1).default('sdpa').describe('transformers attention ("sdpa"; "flash_attention_2" on GPUs with flash-attn installed)'),
     checkpointShardMB: z
       .number()
       .gt(0)
       .max(1 << 20)
-      .default(4096),
-    /** no progress from the group for this long while it works: it is killed and the step retried */
+      .default(4096)
+      .describe('largest safetensors file of a checkpoint, MB'),
     stallTimeoutSeconds: z
       .number()
       .gt(0)
       .max(24 * 3600)
-      .default(600),
-    /** torch.distributed timeout of one collective (a dead peer is noticed by then at the latest) */
+      .default(600)
+      .describe('no progress from the group for this long while it works: it is killed and the step retried'),
     collectiveTimeoutSeconds: z
       .number()
       .gt(0)
       .max(24 * 3600)
-      .default(600),
+      .default(600)
+      .describe('torch.distributed timeout of one collective (a dead peer is noticed by then at the latest)'),
   })
   .strict();
 export type FsdpConfig = z.infer<typeof FsdpConfigSchema>;
@@ -102,10 +111,20 @@ export const DECOUPLED_CAP_DEFAULT = 2;
 
 /** `learner.correction` (DESIGN §9, §10): the per-token weight folded into the loss mask (lib/grpo.ts correctedMask). */
 export const CorrectionSchema = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('none') }).strict(),
-  z.object({ kind: z.literal('tis'), cap: z.number().min(1).max(1e6) }).strict(),
-  z.object({ kind: z.literal('mis'), cap: z.number().min(1).max(1e6) }).strict(),
-  z.object({ kind: z.literal('decoupled'), cap: z.number().min(1).max(1e6).default(DECOUPLED_CAP_DEFAULT) }).strict(),
+  z.object({ kind: z.literal('none').describe('no correction: every token weighs 1') }).strict(),
+  z.object({ kind: z.literal('tis').describe('truncated importance sampling: weight min(ρ, cap)'), cap: z.number().min(1).max(1e6).describe('C of min(ρ, C)') }).strict(),
+  z
+    .object({
+      kind: z.literal('mis').describe('masked importance sampling: tokens with ρ outside [1/cap, cap] dropped'),
+      cap: z.number().min(1).max(1e6).describe('C of [1/C, C]'),
+    })
+    .strict(),
+  z
+    .object({
+      kind: z.literal('decoupled').describe('decoupled PPO (asynchronous runs): weight min(π_prox/π_behaviour, cap), the clip around π_prox'),
+      cap: z.number().min(1).max(1e6).default(DECOUPLED_CAP_DEFAULT).describe('C of the behaviour weight'),
+    })
+    .strict(),
 ]);
 export type CorrectionConfig = z.infer<typeof CorrectionSchema>;
 
@@ -121,13 +140,16 @@ export const MAX_STALENESS = 16;
  * between the turns of an episode.
  */
 export const AsyncConfigSchema = z.discriminatedUnion('mode', [
-  z.object({ mode: z.literal('off') }).strict(),
-  z.object({ mode: z.literal('one-step') }).strict(),
+  z.object({ mode: z.literal('off').describe('the synchronous loop') }).strict(),
+  z.object({ mode: z.literal('one-step').describe("iteration n+1's rollouts run on checkpoint n while learner step n trains") }).strict(),
   z
     .object({
-      mode: z.literal('pump'),
-      maxStaleness: int().min(0).max(MAX_STALENESS),
-      order: z.enum(['admission', 'streaming']).default('admission'),
+      mode: z.literal('pump').describe("up to maxInflightRollouts rollouts in flight continuously, in groups admitted under AReaL's rule (lib/pump.ts)"),
+      maxStaleness: int().min(0).max(MAX_STALENESS).describe('η: no trained token was sampled more than η checkpoints before the one it trains'),
+      order: z
+        .enum(['admission', 'streaming'])
+        .default('admission')
+        .describe('"admission": batch n sampled exactly from checkpoint n − η (deterministic); "streaming": episodes move to newer checkpoints between turns'),
     })
     .strict(),
 ]);
@@ -154,15 +176,16 @@ export const TrackingConfigSchema = z
   .object({
     mlflow: z
       .object({
-        /** the tracking server, e.g. http://mlflow.internal:5000 */
         uri: z
           .string()
           .url()
-          .regex(/^https?:\/\//, 'must be an http(s):// URL'),
-        experiment: z.string().min(1).max(500).default('swerl'),
+          .regex(/^https?:\/\//, 'must be an http(s):// URL')
+          .describe('the tracking server, e.g. http://mlflow.internal:5000'),
+        experiment: z.string().min(1).max(500).default('swerl').describe('MLflow experiment (created when missing)'),
       })
       .strict()
-      .optional(),
+      .optional()
+      .describe('an MLflow tracking server: the run or evaluation becomes an MLflow run (docs/monitoring.md)'),
   })
   .strict()
   .prefault({});
@@ -170,92 +193,110 @@ export type TrackingConfig = z.infer<typeof TrackingConfigSchema>;
 
 export const TrainingConfigSchema = z
   .object({
-    /** run id; defaults to the trainingRun workflow id */
-    runId: runIdSchema().optional(),
-    seed: int().min(0).default(0),
-    iterations: int().min(1).max(1_000_000).default(100),
+    runId: runIdSchema().optional().describe('run id: the trainingRun workflow id and the store prefix runs/<runId>/; default: the workflow id'),
+    seed: int().min(0).default(0).describe("the run's seed: task order, maps and sampling seeds derive from it (lib/seed.ts)"),
+    iterations: int().min(1).max(1_000_000).default(100).describe('learner steps of the run (one batch each)'),
     batch: z
-      .object({ tasks: int().min(1).max(512).default(64), samples: int().min(1).max(64).default(8) })
+      .object({
+        tasks: int().min(1).max(512).default(64).describe('tasks per batch (DeepSWE: 64)'),
+        samples: int().min(1).max(64).default(8).describe('episodes per task, the group of the leave-one-out advantage (DeepSWE: 8)'),
+      })
       .strict()
       .prefault({}),
-    maxInflightRollouts: int().min(1).max(4096).default(512),
-    /** the most rollouts one workflow schedules; larger batches fan out through child workflows of this many */
-    rolloutsPerWorkflow: int().min(1).max(ROLLOUTS_PER_WORKFLOW_MAX).default(ROLLOUTS_PER_WORKFLOW_DEFAULT),
+    maxInflightRollouts: int().min(1).max(4096).default(512).describe("rollouts in flight at once over a whole iteration (a pump's capacity); updateHyperparameters may change it"),
+    rolloutsPerWorkflow: int()
+      .min(1)
+      .max(ROLLOUTS_PER_WORKFLOW_MAX)
+      .default(ROLLOUTS_PER_WORKFLOW_DEFAULT)
+      .describe('the most rollouts one workflow schedules; larger batches fan out through child workflows of whole tasks (docs/limits.md)'),
     rollout: z
       .object({
         startToCloseMinutes: z
           .number()
           .gt(0)
           .max(24 * 60)
-          .default(20),
-        heartbeatSeconds: z.number().gt(0).max(600).default(30),
-        heartbeatTimeoutSeconds: z.number().gt(0).max(3600).default(60),
-        maxAttempts: int().min(1).max(100).default(5),
+          .default(20)
+          .describe('one attempt of a rollout activity may run this long (DeepSWE: 20 min)'),
+        heartbeatSeconds: z.number().gt(0).max(600).default(30).describe('a rollout heartbeats every half of this, at least every second'),
+        heartbeatTimeoutSeconds: z
+          .number()
+          .gt(0)
+          .max(3600)
+          .default(60)
+          .describe('a rollout whose worker is silent this long is retried; more than heartbeatSeconds (docs/limits.md sizes it)'),
+        maxAttempts: int().min(1).max(100).default(5).describe('attempts of a rollout that fails for infrastructure reasons; then it is a rollout error, left out of training'),
       })
       .strict()
       .prefault({}),
     episode: z
       .object({
-        maxSteps: int().min(1).max(1000).default(50),
+        maxSteps: int().min(1).max(1000).default(50).describe(`agent turns per episode where the environment sets none (FrozenLake and SWE set env.maxSteps)`),
         responseBudget: int()
           .min(1)
           .max(1 << 20)
-          .default(32768),
-        /** a turn's max_tokens is also clamped to the room left in the model's context window (DESIGN §9) */
+          .default(32768)
+          .describe('generated tokens per episode summed over its turns; the episode ends max_context when it is spent (DeepSWE: 32,768)'),
         maxTokensPerTurn: int()
           .min(1)
           .max(1 << 20)
-          .default(4096),
-        temperature: z.number().gt(0).max(5).default(1),
-        topP: z.number().gt(0).max(1).default(1),
+          .default(4096)
+          .describe("max_tokens of one turn, also clamped to the room left in the model's context window (docs/design.md §9)"),
+        temperature: z.number().gt(0).max(5).default(1).describe('sampling temperature; updateHyperparameters may change it'),
+        topP: z.number().gt(0).max(1).default(1).describe('nucleus sampling; updateHyperparameters may change it'),
         timeoutMinutes: z
           .number()
           .gt(0)
           .max(24 * 60)
-          .default(20),
+          .default(20)
+          .describe('wall-clock limit of an episode; it ends timeout (DeepSWE: 20 min)'),
       })
       .strict()
       .prefault({}),
     algorithm: z
       .object({
-        advantage: z.enum(['loo', 'grpo']).default('loo'),
-        loss: z.enum(['grpo++', 'grpo']).default('grpo++'),
-        lr: z.number().gt(0).max(1).default(1e-6),
-        weightDecay: z.number().min(0).max(1).default(0.01),
-        beta1: z.number().min(0).lt(1).default(0.9),
-        beta2: z.number().min(0).lt(1).default(0.999),
-        eps: z.number().gt(0).max(1).default(1e-8),
-        clipLow: z.number().min(0).max(1).default(0.2),
-        clipHigh: z.number().min(0).max(10).default(0.28),
-        maxGradNorm: z.number().gt(0).max(1e6).default(1.0),
+        advantage: z.enum(['loo', 'grpo']).default('loo').describe('"loo": r_i minus the mean of the other samples\' rewards (GRPO++); "grpo": (r − mean)/std (docs/design.md §5)'),
+        loss: z
+          .enum(['grpo++', 'grpo'])
+          .default('grpo++')
+          .describe('"grpo++": clip-high, no KL, Σ/(N·lMax) normalisation; "grpo": symmetric clip, per-sequence mean (docs/design.md §5)'),
+        lr: z.number().gt(0).max(1).default(1e-6).describe('AdamW learning rate, constant (DeepSWE: 1e-6); updateHyperparameters may change it'),
+        weightDecay: z.number().min(0).max(1).default(0.01).describe('AdamW decoupled weight decay'),
+        beta1: z.number().min(0).lt(1).default(0.9).describe('AdamW β1'),
+        beta2: z.number().min(0).lt(1).default(0.999).describe('AdamW β2'),
+        eps: z.number().gt(0).max(1).default(1e-8).describe('AdamW ε'),
+        clipLow: z.number().min(0).max(1).default(0.2).describe('ε_low: the ratio is clipped below at 1 − ε_low'),
+        clipHigh: z.number().min(0).max(10).default(0.28).describe('ε_high: the ratio is clipped above at 1 + ε_high (clip-high)'),
+        maxGradNorm: z.number().gt(0).max(1e6).default(1.0).describe('global gradient-norm clip; a step whose norm is not finite is skipped'),
         lMax: int()
           .min(1)
           .max(1 << 22)
-          .default(32768),
-        microBatchTokens: int().min(1).optional(),
+          .default(32768)
+          .describe('L_max of the GRPO++ normalisation Σ m·ℓ / (N·L_max), a constant: the longest response (DeepSWE: 32,768)'),
+        microBatchTokens: int()
+          .min(1)
+          .optional()
+          .describe('native engine: gradient accumulation over micro-batches of whole sequences of at most this many tokens (default 4,096)'),
       })
       .strict()
       .prefault({}),
     model: ModelSourceSchema.prefault({ preset: 'tiny' }),
     policy: z
       .object({
-        /** an external OpenAI-compatible server (vLLM, SGLang, a separate learner worker); default: the learner worker's own */
-        baseUrl: z.string().url().optional(),
-        model: z.string().min(1).default('policy'),
-        /**
-         * how the server reloads each checkpoint from disk: "sglang" (POST /update_weights_from_disk; also ours) or "vllm"
-         * (dev mode: /pause, /collective_rpc reload_weights, /update_weight_version, /resume; docs/scale-out.md). The model
-         * name must be one the server lists (vLLM: --served-model-name). Every sync is verified by a probe (DESIGN §9).
-         */
-        weightSync: z.enum(['sglang', 'vllm']).default('sglang'),
-        /**
-         * the served model's context window in tokens, for an external server whose GET /v1/models does not report it
-         * (when both say, the smaller counts); ours is the checkpoint's max_position_embeddings
-         */
+        baseUrl: z.string().url().optional().describe("an external OpenAI-compatible server (vLLM, SGLang, another learner worker's); default: the learner worker's own"),
+        model: z.string().min(1).default('policy').describe('the model name of requests; one the server lists (vLLM: --served-model-name)'),
+        weightSync: z
+          .enum(['sglang', 'vllm'])
+          .default('sglang')
+          .describe(
+            'how the server reloads each checkpoint from disk: "sglang" (POST /update_weights_from_disk; ours too) or "vllm" (dev mode: /pause, /collective_rpc reload_weights, /update_weight_version, /resume; docs/scale-out.md); every sync is verified by a probe (docs/design.md §9)',
+          ),
         contextWindow: int()
           .min(1)
           .max(1 << 24)
-          .optional(),
+          .optional()
+          .describe(
+            "the served model's context window in tokens, for an external server whose GET /v1/models does not report it (when both say, the smaller counts); ours is the checkpoint's max_position_embeddings",
+          ),
       })
       .strict()
       .prefault({}),
@@ -264,64 +305,56 @@ export const TrainingConfigSchema = z
         url: z
           .string()
           .regex(/^file:\/\//, 'must be a file:// URL')
-          .default('file://.runs/store'),
+          .default('file://.runs/store')
+          .describe("the artifact store (lib/store.ts); a relative path resolves against each worker's working directory"),
       })
       .strict()
       .prefault({}),
-    env: EnvConfigSchema.prefault({ kind: 'frozenlake' }),
-    /** experiment tracking: with `mlflow`, every training run is an MLflow run (metrics, params, plots) */
-    tracking: TrackingConfigSchema,
-    /** trainingRun continues-as-new after this many iterations, or sooner when Temporal suggests it */
-    continueAsNewEvery: int().min(1).max(1_000_000).default(100),
-    /** asynchronous RL; absent or {"mode": "off"}: the synchronous loop */
-    async: AsyncConfigSchema.optional(),
-    /** validation: every `every` iterations, an evaluationRun of the new checkpoint on held-out tasks (lib/eval/config.ts) */
+    env: EnvConfigSchema.prefault({ kind: 'frozenlake' }).describe('the environment, by kind'),
+    tracking: TrackingConfigSchema.describe('experiment tracking: with `mlflow`, every training run is an MLflow run (metrics, params, plots)'),
+    continueAsNewEvery: int().min(1).max(1_000_000).default(100).describe('trainingRun continues-as-new after this many iterations, or sooner when Temporal suggests it'),
+    async: AsyncConfigSchema.optional().describe('asynchronous RL (docs/async-training.md); absent: "off"'),
     eval: z
       .object({
-        every: int().min(1).max(1_000_000),
-        /** held-out tasks file (JSONL or parquet of SWE-bench records) */
-        tasks: z.string().min(1),
-        runs: int().min(1).max(1000).default(1),
-        /** at most this many tasks of the file */
-        limit: int().min(1).optional(),
-        /** steps per episode; default env.evalMaxSteps (DeepSWE evaluation: 100) */
-        maxSteps: int().min(1).max(10_000).optional(),
-        /** generated tokens per episode (default 65,536) */
+        every: int().min(1).max(1_000_000).describe('evaluate every this many iterations'),
+        tasks: z.string().min(1).describe('held-out tasks file (JSONL or parquet of SWE-bench records)'),
+        runs: int().min(1).max(1000).default(1).describe('episodes per task'),
+        limit: int().min(1).optional().describe('at most this many tasks of the file'),
+        maxSteps: int().min(1).max(10_000).optional().describe('steps per episode; default env.evalMaxSteps (DeepSWE evaluation: 100)'),
         contextBudget: int()
           .min(1)
           .max(1 << 22)
-          .optional(),
-        /** episodes in flight; default maxInflightRollouts */
-        concurrency: int().min(1).max(4096).optional(),
+          .optional()
+          .describe('generated tokens per episode (default 65,536)'),
+        concurrency: int().min(1).max(4096).optional().describe('episodes in flight; default maxInflightRollouts'),
       })
       .strict()
-      .optional(),
+      .optional()
+      .describe('validation: every `every` iterations, a child evaluationRun of the new checkpoint on held-out tasks (docs/evaluation.md)'),
     learner: z
       .object({
-        /** "native": gpu-learner in the worker process (one device); "fsdp": PyTorch FSDP2 under torchrun (DESIGN §6) */
-        engine: z.enum(['native', 'fsdp']).default('native'),
-        device: z.enum(['cpu', 'cuda']).default('cpu'),
-        /** 0: the learner picks (fsdp on the CPU: torch threads per rank) */
-        threads: int().min(0).max(1024).default(0),
+        engine: z
+          .enum(['native', 'fsdp'])
+          .default('native')
+          .describe('"native": gpu-learner in the worker process (one device); "fsdp": PyTorch FSDP2 under torchrun (docs/design.md §6, docs/scale-out.md)'),
+        device: z.enum(['cpu', 'cuda']).default('cpu').describe("the learner's device"),
+        threads: int().min(0).max(1024).default(0).describe('CPU threads; 0: the learner picks (fsdp on the CPU: torch threads per rank)'),
         timeoutMinutes: z
           .number()
           .gt(0)
           .max(7 * 24 * 60)
-          .default(60),
-        /** the learner heartbeats every second while it works: a dead learner worker is noticed after this long */
-        heartbeatTimeoutSeconds: z.number().min(2).max(3600).default(60),
-        fsdp: FsdpConfigSchema.prefault({}),
-        /**
-         * Sampler–learner mismatch correction (DESIGN §9), ρ = π_learner(old)/π_behaviour per sampled token:
-         * "tis" weights each token's loss by min(ρ, cap); "mis" drops tokens with ρ outside [1/cap, cap].
-         * "decoupled" is decoupled PPO for asynchronous runs (lib/grpo.ts decoupledPpoWeight: the same per-token weight as
-         * TIS, π_old being the proximal policy); "none" turns every correction off.
-         * Absent: none in a synchronous run, right for our own policy server (it samples with the weights the learner
-         * trains, ρ = 1 to rounding); with an external server (vLLM, SGLang: other kernels, maybe bf16) TIS is
-         * recommended, e.g. {"kind": "tis", "cap": 2}. Absent in an asynchronous run (`async`): decoupled, cap
-         * DECOUPLED_CAP_DEFAULT (effectiveCorrection). The mismatch is measured either way (mismatch/* metrics).
-         */
-        correction: CorrectionSchema.optional(),
+          .default(60)
+          .describe('one attempt of a learner step may run this long'),
+        heartbeatTimeoutSeconds: z
+          .number()
+          .min(2)
+          .max(3600)
+          .default(60)
+          .describe('the learner heartbeats every second while it works: a dead learner worker is noticed after this long'),
+        fsdp: FsdpConfigSchema.prefault({}).describe('the FSDP engine; defaults fit one node (DeepSWE: nprocPerNode 8, nnodes 8, cpuOffload true)'),
+        correction: CorrectionSchema.optional().describe(
+          'sampler–learner mismatch correction (docs/design.md §9, §10), ρ = π_learner(old)/π_behaviour per token, folded into the loss mask. Absent: none in a synchronous run (our server samples with the trained weights); decoupled with cap 2 in an asynchronous one; with vLLM or SGLang, {"kind": "tis", "cap": 2} is recommended',
+        ),
       })
       .strict()
       .prefault({}),

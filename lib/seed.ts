@@ -25,6 +25,16 @@ export function hashString(s: string): number {
   return h;
 }
 
+/** Fisher–Yates with a hash-derived stream: the same order on every worker and in every replay (batches, the factory's candidates). */
+export function seededPermutation<T>(xs: readonly T[], seed: number): T[] {
+  const a = [...xs];
+  for (let i = a.length - 1; i > 0; i--) {
+    const j = hashInts(seed, i) % (i + 1);
+    [a[i], a[j]] = [a[j]!, a[i]!];
+  }
+  return a;
+}
+
 /** Small deterministic PRNG (mulberry32-style state walk); next() ∈ [0, 1). */
 export class Rng {
   private state: number;

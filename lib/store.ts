@@ -56,6 +56,11 @@ export const keys = {
   plot: (runId: string, file: string) => `runs/${runId}/plots/${file}`,
   /** what the experiment tracker has been sent (MLflow run id, metrics lines delivered) */
   mlflowState: (runId: string) => `runs/${runId}/tracking/mlflow.json`,
+  /** the task factory's work (workflows/synthesize-tasks.ts): a repository's normalised source, baseline, candidates, verdicts */
+  synthRepoTarball: (synthId: string, slug: string, short: string) => `synth/${safeSegment(synthId)}/repos/${safeSegment(slug)}/source-${safeSegment(short)}.tar.gz`,
+  synthBaseline: (synthId: string, slug: string) => `synth/${safeSegment(synthId)}/repos/${safeSegment(slug)}/baseline.json`,
+  synthCandidates: (synthId: string, slug: string, tier: string) => `synth/${safeSegment(synthId)}/repos/${safeSegment(slug)}/${tier}-candidates.json`,
+  synthVerdict: (synthId: string, slug: string, tier: string, index: number) => `synth/${safeSegment(synthId)}/repos/${safeSegment(slug)}/${tier}/${index}.json`,
 };
 
 /** Task ids become one path segment: anything outside [A-Za-z0-9._-] is escaped. */

@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import { readdirSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { join } from 'node:path';
+import { reportFailure } from './cli-log.ts';
 
 const program = new Command('swerl')
   .description('Durable RL training of coding agents on Temporal')
@@ -16,4 +17,17 @@ for (const f of readdirSync(dir)
   const mod = (await import(pathToFileURL(join(dir, f)).href)) as { register?: (p: Command) => void };
   mod.register?.(program);
 }
-await program.parseAsync(process.argv);
+// a failure ends in one line naming the workflow and the innermost cause, the chain in a log file (scripts/cli-log.ts)
+let command = 'swerl';
+program.hook('preAction', (_root, action) => {
+  const names: string[] = [];
+  for (let c: Command | null = action; c && c !== program; c = c.parent) names.unshift(c.name());
+  command = names.join(' ');
+});
+const fail = (e: unknown) => {
+  reportFailure(command, e);
+  process.exit(1);
+};
+process.on('unhandledRejection', fail);
+process.on('uncaughtException', fail);
+await program.parseAsync(process.argv).catch(fail);

@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { train } from './commands/train.ts';
+import { reportFailure } from './cli-log.ts';
 
 const { values } = parseArgs({ options: { out: { type: 'string' }, iterations: { type: 'string' } } });
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -17,7 +18,10 @@ process.env.PATH = `${join(root, '.tools', 'bin')}:${process.env.PATH ?? ''}`;
 
 const started = Date.now();
 console.log(`FrozenLake GRPO++ demo: configs/frozenlake.json, output in ${out}`);
-const o = await train({ config: join(root, 'configs', 'frozenlake.json'), out, iterations });
+const o = await train({ config: join(root, 'configs', 'frozenlake.json'), out, iterations }).catch((e: unknown) => {
+  reportFailure('demo', e);
+  process.exit(1);
+});
 const ms = o.metrics;
 const fifth = Math.max(1, Math.floor(ms.length / 5));
 const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);

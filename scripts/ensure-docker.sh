@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes a Docker engine available (installs Debian's docker.io + debootstrap when missing, starts
 # dockerd in the background) and then builds the SWE task images. Idempotent; fast when running.
-# Env: SWERL_DOCKER_LOG (dockerd log file), SWERL_SKIP_IMAGES=1 (engine only), SWERL_TASKS (tasks file).
+# Env: SWERL_DOCKER_LOG (dockerd log file), SWERL_SKIP_IMAGES=1 (engine only), SWERL_TASKS (tasks file; default: the
+# repository's own, data/swe/build/tasks.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log="${SWERL_DOCKER_LOG:-/var/log/swerl-dockerd.log}"
@@ -53,15 +54,6 @@ if ! command -v mkfs.btrfs >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
 fi
 
 if [ "${SWERL_SKIP_IMAGES:-0}" != 1 ]; then
-  tasks="${SWERL_TASKS:-}"
-  if [ -z "$tasks" ]; then
-    for c in ../shared/swe-tasks/tasks.jsonl /work/shared/swe-tasks/tasks.jsonl; do
-      [ -f "$c" ] && { tasks="$c"; break; }
-    done
-  fi
-  if [ -n "$tasks" ]; then
-    node scripts/swerl.mjs images build --tasks "$tasks" >&2
-  else
-    node scripts/swerl.mjs images build >&2
-  fi
+  # without SWERL_TASKS: the repository's own tasks (data/swe/, built by scripts/build-swe-tasks.ts)
+  node scripts/swerl.mjs images build ${SWERL_TASKS:+--tasks "$SWERL_TASKS"} >&2
 fi

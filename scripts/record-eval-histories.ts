@@ -22,12 +22,13 @@ import { iterationWorkflowId } from '../workflows/shapes.ts';
 import { shardWorkflowId } from '../workflows/evaluation-run.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../test/helpers/scripted-agent.ts';
 import { seedTable } from '../test/helpers/eval.ts';
+import { buildSweTasks } from './build-swe-tasks.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 
 const only = process.argv[2];
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const tasksFile = join(root, '../shared/swe-tasks/tasks.jsonl');
+const tasksFile = await buildSweTasks();
 const outDir = join(root, 'test/histories');
 const dir = mkdtempSync(join(tmpdir(), 'swerl-record-eval-'));
 const server = await startDevServer({ dir, uiPort: null });

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One idempotent set-up for a fresh machine: node modules + native build, the Temporal CLI,
-# and (with --test or --docker) the Docker engine and SWE task images; with --test (or --torch) also the
-# CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
+# One idempotent set-up for a fresh machine: node modules + native build, the Temporal CLI, the repository's SWE
+# tasks (scripts/build-swe-tasks.ts), and (with --test or --docker) the Docker engine and SWE task images;
+# with --test (or --torch) also the CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
 # monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh), the vLLM venv
 # (scripts/python/vllm.txt), the CUDA emulator build and nvcc for the kernels' register report (test/cpu-heavy/cuda-emu.test.ts),
 # llama.cpp's llama-server with a small GGUF model (scripts/ensure-llama.sh), the local Kubernetes cluster's
@@ -43,6 +43,9 @@ if [ "$want_test" = 1 ]; then
   fi
 fi
 [ -f scripts/ensure-temporal.sh ] && bash scripts/ensure-temporal.sh >&2
+# The repository's own SWE tasks (data/swe/ → data/swe/build/tasks.jsonl and their source tarballs; two PyPI
+# source distributions fetched once into ~/.cache/swerl/sdists, sha256-checked): seconds when nothing changed.
+node --import tsx scripts/build-swe-tasks.ts >/dev/null
 if [ "$want_docker" = 1 ] && [ -f scripts/ensure-docker.sh ]; then
   bash scripts/ensure-docker.sh >&2
 fi

@@ -1,6 +1,6 @@
 // The files and command lines of swerl's local one-node Kubernetes cluster (services/k8s-cluster.ts): pure
 // functions of the state directory's layout and the ports picked at `up`. The choices that matter on this
-// kind of machine (../shared/k8s-notes.md) are said where they are made.
+// kind of machine (docs/kubernetes.md, "Choices this machine forces") are said where they are made.
 import { join } from 'node:path';
 import { DEFAULT_LIMITS } from '../lib/sandbox.ts';
 

@@ -1,7 +1,7 @@
 // swerl's local one-node Kubernetes cluster (`swerl cluster up|down|status|load`, and the tests): etcd,
 // containerd, kube-apiserver, kube-controller-manager, kube-scheduler and the kubelet as plain processes
 // (no systemd) in a state directory, the binaries from scripts/ensure-k8s.sh. Facts and pitfalls behind
-// the choices: ../shared/k8s-notes.md; the files and flags: services/k8s-cluster-config.ts.
+// the choices: docs/kubernetes.md; the files and flags: services/k8s-cluster-config.ts.
 //
 // The state directory keeps what is costly to make across `down`/`up` (certificates, containerd's image
 // store); each `up` starts etcd, the kubelet's directory and the pod network afresh. One cluster per machine

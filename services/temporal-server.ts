@@ -8,7 +8,16 @@ import { fileURLToPath } from 'node:url';
 import { Connection } from '@temporalio/client';
 
 /** Search attributes the training and evaluation workflows upsert (DESIGN §1). */
-export const SEARCH_ATTRIBUTES = { RlIteration: 'Int', RlMeanReward: 'Double', RlPhase: 'Keyword', RlEvalPass1: 'Double', EvalPass1: 'Double', EvalDone: 'Int' } as const;
+export const SEARCH_ATTRIBUTES = {
+  RlIteration: 'Int',
+  RlMeanReward: 'Double',
+  RlPhase: 'Keyword',
+  RlEvalPass1: 'Double',
+  EvalPass1: 'Double',
+  EvalDone: 'Int',
+  SynthValidated: 'Int',
+  SynthPhase: 'Keyword',
+} as const;
 
 export interface DevServerOptions {
   /** directory holding temporal.sqlite and temporal.log */
@@ -256,7 +265,8 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
       try {
         const sa = await conn.operatorService.listSearchAttributes({ namespace });
         const names = Object.keys(sa.customAttributes ?? {});
-        if (Object.keys(SEARCH_ATTRIBUTES).every((n) => names.includes(n))) {
+        // the frontend's namespace cache lags the namespace's creation on a loaded host: a listing resolves through it
+        if (Object.keys(SEARCH_ATTRIBUTES).every((n) => names.includes(n)) && (await conn.workflowService.listWorkflowExecutions({ namespace, pageSize: 1 }))) {
           // the probe may have reached someone else's server: ready only if ours is alive and holds the port
           const holder = listenerPid(port);
           if (exited === null && (holder === null || isSelfOrDescendant(holder, child.pid))) break;

@@ -7,3 +7,4 @@ export { trackingCatchUp } from './run-reporting.ts';
 export { selectBestOfK, selectionShard } from './select-best-of-k.ts';
 export { oneStepIteration } from './one-step-iteration.ts';
 export { rolloutGroup } from './pump.ts';
+export { synthesizeTasks } from './synthesize-tasks.ts';

@@ -12,6 +12,8 @@ export interface ValidateTasksInput {
   /** validations at once (each uses two sandboxes) */
   concurrency?: number;
   timeoutS?: number;
+  /** also measure each task's quality (gold twice, strength from k wrong fixes: lib/swe/quality.ts) */
+  quality?: { k: number; seed: number };
 }
 
 export interface ValidateTasksResult {
@@ -52,7 +54,12 @@ export async function validateTasks(input: ValidateTasksInput): Promise<Validate
   }
   const results = await mapInLanes(todo, concurrency, async (instanceId): Promise<swe.TaskValidation> => {
     try {
-      return await validateSweTask({ tasksFile: input.tasksFile, instanceId, ...(input.timeoutS ? { timeoutS: input.timeoutS } : {}) });
+      return await validateSweTask({
+        tasksFile: input.tasksFile,
+        instanceId,
+        ...(input.timeoutS ? { timeoutS: input.timeoutS } : {}),
+        ...(input.quality ? { quality: input.quality } : {}),
+      });
     } catch (e) {
       return { instanceId, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
     }

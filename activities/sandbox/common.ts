@@ -99,8 +99,8 @@ export interface TarFile {
   mode?: number;
 }
 
-/** Builds an uncompressed tar in memory; names are checked with checkEntryName. */
-export async function buildTar(files: TarFile[]): Promise<Buffer> {
+/** Builds an uncompressed tar in memory; names are checked with checkEntryName. A fixed `mtime` makes it reproducible. */
+export async function buildTar(files: TarFile[], mtime = new Date()): Promise<Buffer> {
   const names = files.map((f) => checkEntryName(f.path));
   const pack = tar.pack();
   const chunks: Buffer[] = [];
@@ -111,7 +111,6 @@ export async function buildTar(files: TarFile[]): Promise<Buffer> {
     pack.on('end', resolve);
     pack.on('error', reject);
   });
-  const mtime = new Date();
   files.forEach((f, i) => {
     const body = typeof f.content === 'string' ? Buffer.from(f.content, 'utf8') : Buffer.from(f.content);
     pack.entry({ name: names[i]!, mode: f.mode ?? 0o644, mtime, type: 'file' }, body);

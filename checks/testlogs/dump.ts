@@ -1,16 +1,14 @@
 // Prints, as JSON, every recorded real log with its truth (SWE-bench id conventions), our parser's
-// statuses, and for the shared tasks their FAIL_TO_PASS/PASS_TO_PASS lists and our verdict:
+// statuses, and for the repository's SWE tasks their FAIL_TO_PASS/PASS_TO_PASS lists and our verdict:
 // the input of checks/swebench_agreement.py.
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseTestLog } from '../../lib/swe/testlog.ts';
 import { judgeTests, listedTests } from '../../lib/swe/grading.ts';
 import { loadTasksStrict } from '../../lib/swe/task.ts';
+import { buildSweTasks } from '../../scripts/build-swe-tasks.ts';
 import { expectedOf, FIXTURES, formatOfFixture, TESTLOG_DIR } from '../../test/helpers/testlogs.ts';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const tasks = new Map((await loadTasksStrict(join(ROOT, '../shared/swe-tasks/tasks.jsonl'))).map((t) => [t.instance_id, t]));
+const tasks = new Map((await loadTasksStrict(await buildSweTasks())).map((t) => [t.instance_id, t]));
 const out: Record<string, unknown> = {};
 for (const name of FIXTURES) {
   const log = readFileSync(`${TESTLOG_DIR}${name}.log`, 'utf8');

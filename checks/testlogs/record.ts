@@ -3,8 +3,8 @@
 // Debian releases (bullseye: Python 3.9, pytest 6.0, Django 2.2, sympy 1.7; bookworm: 3.11, 7.2, 3.2,
 // 1.11; trixie: 3.13, 8.3, 4.2, 1.13), each in a container with no network. Next to every log goes
 // its truth, recorded by the run itself (pytest's own stats, unittest/Django result objects, sympy's
-// reporter), never typed by hand. Also records the shared tasks' test logs without and with the gold
-// patch (truth: the grader's results plugin).
+// reporter), never typed by hand. Also records the repository's SWE tasks' test logs (data/swe/) without and with
+// the gold patch (truth: the grader's results plugin). Suites run in /suite inside the container.
 //   node --import tsx checks/testlogs/record.ts [--only NAME]     (builds the images once: ~3 min each)
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -16,6 +16,7 @@ import { DockerBackend, removeSandboxContainers } from '../../activities/sandbox
 import { aptMirror, imageExists } from '../../activities/images.ts';
 import { runTaskTests } from '../../activities/grade.ts';
 import { loadTasksStrict } from '../../lib/swe/task.ts';
+import { buildSweTasks } from '../../scripts/build-swe-tasks.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const SUITES = join(ROOT, 'checks/testlogs/suites');
@@ -23,6 +24,8 @@ const OUT = join(ROOT, 'test/fixtures/testlogs');
 const RELEASES = ['bullseye', 'bookworm', 'trixie'] as const;
 const PACKAGES = ['python3', 'python3-pytest', 'python3-django', 'python3-sympy'];
 const labels = { 'swerl.purpose': 'testlog-recording' };
+/** where a suite runs inside its container */
+const AT = '/suite';
 
 function sh(cmd: string): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -63,23 +66,23 @@ async function suiteFiles(sub: string): Promise<{ path: string; content: string 
 interface Recording {
   name: string;
   suite: string;
-  /** run from /work; $TRUTH is the truth file */
+  /** run from AT; $TRUTH is the truth file */
   cmd: string;
-  /** copied to the sympy package instead of /work */
+  /** copied to the sympy package instead of AT */
   sympy?: boolean;
   /** also load the grader's results plugin and keep its records (<name>.plugin.jsonl) */
   plugin?: boolean;
 }
 
 // the plugin writes to descriptor 9 (opened by the recording command) and checks the suite's test file
-const PLUGIN = readFileSync(join(ROOT, 'activities/swerl_pytest_results.py'), 'utf8').replace('"__SWERL_CONFIG_PATH__"', JSON.stringify('/work/swerl_config.json'));
+const PLUGIN = readFileSync(join(ROOT, 'activities/swerl_pytest_results.py'), 'utf8').replace('"__SWERL_CONFIG_PATH__"', JSON.stringify(`${AT}/swerl_config.json`));
 const PLUGIN_CONFIG = JSON.stringify({
   fd: 9,
   remove: [],
   addopts: '',
-  testbed: '/work',
-  files: ['/work/test_pt.py'],
-  testFiles: ['/work/test_pt.py'],
+  testbed: AT,
+  files: [`${AT}/test_pt.py`],
+  testFiles: [`${AT}/test_pt.py`],
   touched: [],
   blobs: {},
   checks: true,
@@ -103,18 +106,18 @@ async function record(backend: DockerBackend, image: string, release: string, r:
           { path: 'swerl_config.json', content: PLUGIN_CONFIG },
         ]
       : [];
-    await sb.copyIn([...(await suiteFiles(r.suite)), ...plugin], '/work');
+    await sb.copyIn([...(await suiteFiles(r.suite)), ...plugin], AT);
     if (r.sympy) {
       const d = (await sb.exec("python3 -c 'import os, sympy; print(os.path.dirname(sympy.__file__))'", 60)).stdout.trim();
       await sb.exec(
-        `mkdir -p ${d}/swerl_fixture/tests && cp /work/sympy_pkg/*.py ${d}/swerl_fixture/tests/ && touch ${d}/swerl_fixture/__init__.py ${d}/swerl_fixture/tests/__init__.py`,
+        `mkdir -p ${d}/swerl_fixture/tests && cp ${AT}/sympy_pkg/*.py ${d}/swerl_fixture/tests/ && touch ${d}/swerl_fixture/__init__.py ${d}/swerl_fixture/tests/__init__.py`,
         60,
       );
     }
-    const res = await sb.exec(`cd /work && ${r.plugin ? 'exec 9>>/work/plugin.jsonl && ' : ''}export PYTHONPATH=/work SWERL_TRUTH=/work/truth.json && ${r.cmd} 2>&1`, 300, {
-      cwd: '/work',
+    const res = await sb.exec(`cd ${AT} && ${r.plugin ? `exec 9>>${AT}/plugin.jsonl && ` : ''}export PYTHONPATH=${AT} SWERL_TRUTH=${AT}/truth.json && ${r.cmd} 2>&1`, 300, {
+      cwd: AT,
     });
-    const truth = await sb.readFile('/work/truth.json');
+    const truth = await sb.readFile(`${AT}/truth.json`);
     const version = (
       await sb.exec(
         "python3 --version 2>&1; python3 -m pytest --version 2>&1 | head -1; python3 -c \"import django, sympy; print('django', django.__version__, 'sympy', sympy.__version__)\"",
@@ -125,7 +128,7 @@ async function record(backend: DockerBackend, image: string, release: string, r:
       .replace(/\n/g, '; ');
     const base = join(OUT, `${release}-${r.name}`);
     await writeFile(`${base}.log`, res.stdout);
-    if (r.plugin) await writeFile(`${base}.plugin.jsonl`, await sb.readFile('/work/plugin.jsonl'));
+    if (r.plugin) await writeFile(`${base}.plugin.jsonl`, await sb.readFile(`${AT}/plugin.jsonl`));
     await writeFile(
       `${base}.truth.json`,
       JSON.stringify({ recorded: { release, versions: version, cmd: r.cmd, exit: res.exit }, truth: JSON.parse(truth) as unknown }, null, 1) + '\n',
@@ -136,9 +139,9 @@ async function record(backend: DockerBackend, image: string, release: string, r:
   }
 }
 
-/** The shared tasks' logs without the fix and with the gold patch; truth: the grader's plugin records. */
+/** The tasks' logs without the fix and with the gold patch; truth: the grader's plugin records. */
 async function recordTasks(backend: DockerBackend): Promise<void> {
-  const tasks = await loadTasksStrict(join(ROOT, '../shared/swe-tasks/tasks.jsonl'));
+  const tasks = await loadTasksStrict(await buildSweTasks());
   for (const t of tasks) {
     for (const [label, patch] of [
       ['before', ''],

@@ -172,6 +172,7 @@ Napi::Object stats_obj(Napi::Env env, const gl::TrainStats& s) {
   o.Set("loss", s.loss);
   o.Set("gradNorm", s.grad_norm);
   o.Set("clipFraction", s.clip_fraction);
+  o.Set("rows", double(s.rows));
   o.Set("meanRatio", s.mean_ratio);
   o.Set("tokens", double(s.tokens));
   o.Set("seconds", s.seconds);
@@ -428,7 +429,7 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
 };
 Napi::FunctionReference* NativeLearner::ctor = nullptr;
 
-// load(dir, device, threads, naiveMatmul) -> Promise<NativeLearner>
+// load(dir, device, threads, naiveMatmul[, minSharedPrefix[, promptCacheBytes]]) -> Promise<NativeLearner>
 Napi::Value Load(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsString()) throw Napi::TypeError::New(env, "dir must be a string");
@@ -439,6 +440,16 @@ Napi::Value Load(const Napi::CallbackInfo& info) {
   if (!(th >= 0) || th != std::floor(th) || th > 4096) throw Napi::RangeError::New(env, "threads must be an integer in [0, 4096], got " + std::to_string(th));
   opts.threads = int(th);
   opts.naive_matmul = info[3].ToBoolean();
+  if (info.Length() > 4 && !info[4].IsUndefined()) {
+    const double ms = info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : -1;
+    if (!(ms >= 0) || ms != std::floor(ms)) throw Napi::RangeError::New(env, "minSharedPrefix must be a non-negative integer, got " + info[4].ToString().Utf8Value());
+    opts.min_shared_prefix = int64_t(ms);
+  }
+  if (info.Length() > 5 && !info[5].IsUndefined()) {
+    const double pc = info[5].IsNumber() ? info[5].As<Napi::Number>().DoubleValue() : -1;
+    if (!(pc >= 0) || pc != std::floor(pc)) throw Napi::RangeError::New(env, "promptCacheBytes must be a non-negative integer, got " + info[5].ToString().Utf8Value());
+    opts.prompt_cache_bytes = int64_t(pc);
+  }
   auto m = std::make_shared<Model>();
   return queue_model(
       env, m, [dir, device, opts](Model& md) { md.engine = gl::make_engine(device, dir, opts); },
@@ -470,6 +481,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   NativeLearner::ctor = new Napi::FunctionReference(Napi::Persistent(NativeLearner::Init(env)));
   exports.Set("load", Napi::Function::New(env, Load));
   exports.Set("grpoTokenLoss", Napi::Function::New(env, GrpoTokenLoss));
+  exports.Set("gemmKernels", Napi::Function::New(env, [](const Napi::CallbackInfo& info) -> Napi::Value {
+                return Napi::String::New(info.Env(), gl::cpu_gemm_kernels());
+              }));
 #ifdef GL_HAVE_CUDA
   exports.Set("cudaBuilt", true);
 #else

@@ -79,7 +79,7 @@ void forward_block(const AttnSeq& sq, const AttnShape& a, int64_t h, int64_t i0)
 void backward_group(const AttnSeqGrad& sg, const AttnShape& a, int64_t g) {
   const SimdKernels& K = simd();
   const AttnSeq& sq = sg.fwd;
-  const int64_t D = a.D, ldq = a.Hq * D, ldk = a.Hkv * D, group = a.Hq / a.Hkv, n = sq.n_q;
+  const int64_t D = a.D, ldq = a.Hq * D, ldk = a.Hkv * D, group = a.Hq / a.Hkv, n = sq.n_q, q0 = sq.q0, nk = q0 + n;
   const float *Kp = sq.k + g * D, *Vp = sq.v + g * D;
   float *dK = sg.dk + g * D, *dV = sg.dv + g * D;
   Scratch& t = tls;
@@ -93,9 +93,10 @@ void backward_group(const AttnSeqGrad& sg, const AttnShape& a, int64_t g) {
       for (int64_t d = 0; d < D; d++) s += double(dor[d]) * orow[d];
       t.delta[size_t(i)] = float(s);
     }
-    for (int64_t j0 = 0; j0 < n; j0 += kBk) {
-      const int64_t nj = std::min(kBk, n - j0);
-      for (int64_t i0 = (j0 / kBq) * kBq; i0 < n; i0 += kBq) {  // query blocks at or after the key block
+    for (int64_t j0 = 0; j0 < nk; j0 += kBk) {
+      const int64_t nj = std::min(kBk, nk - j0);
+      // query blocks whose rows (at positions q0 + i) reach the key block
+      for (int64_t i0 = j0 > q0 ? ((j0 - q0) / kBq) * kBq : 0; i0 < n; i0 += kBq) {
         const int64_t mi = std::min(kBq, n - i0);
         const float *Q = sq.q + i0 * ldq + h * D, *dO = sg.dout + i0 * ldq + h * D;
         float *P = t.p.data(), *dS = t.s.data();
@@ -103,7 +104,7 @@ void backward_group(const AttnSeqGrad& sg, const AttnShape& a, int64_t g) {
         bool any = false;
         for (int64_t r = 0; r < mi; r++) {
           float* pr = P + r * kBk;
-          const int64_t vis = std::max<int64_t>(0, std::min(nj, i0 + r + 1 - j0));
+          const int64_t vis = std::max<int64_t>(0, std::min(nj, q0 + i0 + r + 1 - j0));
           if (vis > 0) {
             K.exp_store(pr, pr, vis, sq.lse[(i0 + r) * a.Hq + h], a.scale, 1.0f);
             any = true;

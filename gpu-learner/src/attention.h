@@ -28,7 +28,7 @@ struct AttnSeq {
 // out = softmax(scale·q·kᵀ, causal)·v for every sequence.
 void attention_forward(ThreadPool& tp, const std::vector<AttnSeq>& seqs, const AttnShape& a);
 
-// Backward of attention_forward (q0 = 0) given its out and lse: dq, dk, dv (same layouts) are accumulated into.
+// Backward of attention_forward given its out and lse: dq (n_q rows), dk and dv (q0 + n_q rows) are accumulated into.
 struct AttnSeqGrad {
   AttnSeq fwd;
   const float* dout;

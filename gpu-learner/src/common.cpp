@@ -134,57 +134,77 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+AtomicWriter::AtomicWriter(const std::string& path) : path_(path), tmp_(path + ".tmp" + std::to_string(::getpid())) {
+  f_.open(tmp_, std::ios::binary | std::ios::trunc);
+  if (!f_) throw std::runtime_error(tmp_ + ": cannot open for writing (does the directory exist?)");
+}
+
+AtomicWriter::~AtomicWriter() {
+  if (!done_) {
+    f_.close();
+    std::remove(tmp_.c_str());
+  }
+}
+
+void AtomicWriter::write(const void* p, size_t n) {
+  f_.write(static_cast<const char*>(p), std::streamsize(n));
+  if (!f_) throw std::runtime_error(tmp_ + ": write failed (disk full?)");
+}
+
+void AtomicWriter::commit() {
+  f_.flush();
+  f_.close();
+  if (!f_) throw std::runtime_error(tmp_ + ": write failed (disk full?)");
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) throw std::runtime_error(path_ + ": rename from temporary file failed");
+  done_ = true;
+}
+
 void atomic_write_file(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw std::runtime_error(tmp + ": cannot open for writing (does the directory exist?)");
-    f.write(bytes.data(), std::streamsize(bytes.size()));
-    f.flush();
-    if (!f) { std::remove(tmp.c_str()); throw std::runtime_error(tmp + ": write failed (disk full?)"); }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path + ": rename from temporary file failed");
-  }
+  AtomicWriter w(path);
+  w.write(bytes.data(), bytes.size());
+  w.commit();
 }
 
 static const uint32_t kOptMagic = 0x54504F47;  // "GOPT" little-endian
 static const uint32_t kOptVersion = 1;
 
 void write_optimizer_state(const std::string& path, int64_t step, const std::vector<float>& m, const std::vector<float>& v) {
-  std::string b;
-  auto put = [&](const void* p, size_t n) { b.append(reinterpret_cast<const char*>(p), n); };
+  AtomicWriter w(path);  // streamed: the state of a 630M-parameter model is 5 GB
   const uint64_t n = m.size();
   const uint64_t s = uint64_t(step);
-  put(&kOptMagic, 4);
-  put(&kOptVersion, 4);
-  put(&s, 8);
-  put(&n, 8);
-  put(m.data(), n * 4);
-  put(v.data(), n * 4);
-  atomic_write_file(path, b);
+  w.write(&kOptMagic, 4);
+  w.write(&kOptVersion, 4);
+  w.write(&s, 8);
+  w.write(&n, 8);
+  w.write(m.data(), n * 4);
+  w.write(v.data(), n * 4);
+  w.commit();
 }
 
 bool read_optimizer_state(const std::string& path, int64_t n, int64_t* step, std::vector<float>* m, std::vector<float>* v) {
   if (!file_exists(path)) return false;
-  std::string b = read_file(path);
-  if (b.size() < 24) throw std::runtime_error(path + ": truncated optimizer state (" + std::to_string(b.size()) + " bytes)");
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) throw std::runtime_error(path + ": cannot open for reading");
+  const uint64_t size = uint64_t(f.tellg());
+  if (size < 24) throw std::runtime_error(path + ": truncated optimizer state (" + std::to_string(size) + " bytes)");
+  f.seekg(0);
   uint32_t magic, version;
   uint64_t s, cnt;
-  std::memcpy(&magic, b.data(), 4);
-  std::memcpy(&version, b.data() + 4, 4);
-  std::memcpy(&s, b.data() + 8, 8);
-  std::memcpy(&cnt, b.data() + 16, 8);
+  f.read(reinterpret_cast<char*>(&magic), 4);
+  f.read(reinterpret_cast<char*>(&version), 4);
+  f.read(reinterpret_cast<char*>(&s), 8);
+  f.read(reinterpret_cast<char*>(&cnt), 8);
   if (magic != kOptMagic) throw std::runtime_error(path + ": bad magic number (not a gpu-learner optimizer file)");
   if (version != kOptVersion) throw std::runtime_error(path + ": unsupported version " + std::to_string(version) + ", expected " + std::to_string(kOptVersion));
   if (cnt != uint64_t(n)) throw std::runtime_error(path + ": holds state for " + std::to_string(cnt) + " parameters, the model has " + std::to_string(n));
-  if (b.size() != 24 + 8 * cnt) throw std::runtime_error(path + ": size " + std::to_string(b.size()) + " bytes, expected " + std::to_string(24 + 8 * cnt) + " (truncated?)");
+  if (size != 24 + 8 * cnt) throw std::runtime_error(path + ": size " + std::to_string(size) + " bytes, expected " + std::to_string(24 + 8 * cnt) + " (truncated?)");
+  *step = int64_t(s);
+  if (!m) return true;  // the header only (the step), the moments read when training needs them
   m->resize(cnt);
   v->resize(cnt);
-  std::memcpy(m->data(), b.data() + 24, cnt * 4);
-  std::memcpy(v->data(), b.data() + 24 + cnt * 4, cnt * 4);
-  *step = int64_t(s);
+  f.read(reinterpret_cast<char*>(m->data()), std::streamsize(cnt * 4));  // straight into place: no whole-file copy
+  f.read(reinterpret_cast<char*>(v->data()), std::streamsize(cnt * 4));
+  if (!f) throw std::runtime_error(path + ": short read (truncated file)");
   return true;
 }
 

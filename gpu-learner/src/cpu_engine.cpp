@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <list>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "gl/layout.h"
 #include "gl/sampling.h"
 #include "kernels.h"
+#include "row_plan.h"
 #include "simd.h"
 
 namespace gl {
@@ -48,11 +50,6 @@ struct LayerActs {
   float* rstd2;   // (T)
   float* gate;    // (T,I)
   float* up;      // (T,I)
-  float* h;       // (T,I) silu(gate)·up
-};
-
-struct Seq {
-  int64_t start, len;  // token range within the micro-batch
 };
 
 // A sequence of the batched decoder: its options, RNG, KV cache and next-token logits.
@@ -67,6 +64,23 @@ struct DecodeSeq {
   std::vector<float> logits; // (V) of the token at position len
 };
 using Decoder = std::map<int64_t, DecodeSeq>;  // running sequences by id
+
+// Recently prefilled prompts, newest first: their keys and values (per layer K (n, KD) then V) and the logits after
+// them, so a sample of the same prompt added later (another rollout of a GRPO group, arriving after the first began)
+// copies them instead of prefilling again. Exact prompts only: the copy holds the bits a fresh prefill would, so a
+// sequence's tokens stay those it gets alone. Emptied whenever the weights change.
+struct PromptCache {
+  struct Entry {
+    std::vector<int32_t> prompt;
+    std::vector<float> kv, logits;
+  };
+  std::list<Entry> entries;
+  size_t bytes = 0;
+  void clear() {
+    entries.clear();
+    bytes = 0;
+  }
+};
 
 class CpuEngine final : public Engine {
  public:
@@ -85,22 +99,30 @@ class CpuEngine final : public Engine {
   std::string device() const override { return "cpu"; }
   const std::vector<ParamInfo>& params() const override { return layout_.params(); }
 
+  // The weights now; the AdamW moments (optimizer.bin: its step is checked and read now) when a step or a save needs
+  // them, and the gradients when one is computed: a model that only samples (a policy server) holds its weights alone,
+  // a quarter of a trainer's memory.
   void load(const std::string& dir) override {
-    CheckpointState s = read_checkpoint(dir, cfg_, layout_);
+    CheckpointState s = read_checkpoint(dir, cfg_, layout_, false);
     cfg_.raw_json = s.cfg.raw_json;
     w_ = std::move(s.w);
-    m_ = std::move(s.m);
-    v_ = std::move(s.v);
+    std::vector<float>().swap(m_);
+    std::vector<float>().swap(v_);
+    moments_from_ = s.has_optimizer ? dir + "/optimizer.bin" : "";
     step_ = s.step;
-    g_.assign(size_t(n_params_), 0.0f);
     src_dir_ = dir;
     decoder_.clear();  // their caches hold the old weights' keys and values
+    prompts_.clear();
   }
 
-  void save(const std::string& dir) override { save_checkpoint(dir, layout_, cfg_, w_.data(), m_, v_, step_, src_dir_); }
+  void save(const std::string& dir) override {
+    ensure_moments();
+    save_checkpoint(dir, layout_, cfg_, w_.data(), m_, v_, step_, src_dir_);
+  }
 
   std::vector<float> get_tensor(const std::string& name, bool grad) const override {
     const ParamInfo& p = layout_.find(name);
+    if (grad && g_.empty()) return std::vector<float>(size_t(p.numel), 0.0f);  // no gradient computed yet
     const float* src = (grad ? g_.data() : w_.data()) + p.offset;
     return std::vector<float>(src, src + p.numel);
   }
@@ -109,16 +131,17 @@ class CpuEngine final : public Engine {
     const ParamInfo& p = layout_.find(name);
     check_tensor_size(p, n);
     std::memcpy(w_.data() + p.offset, data, sizeof(float) * size_t(n));
+    prompts_.clear();
   }
 
   // ---------------------------------------------------------------- log-probs
 
   void logprobs(const PackedBatch& b, float* out) override {
     validate_packed(b, cfg_.vocab_size, cfg_.max_position_embeddings);
-    for_micro_batches(b, 4096, [&](int64_t s0, int64_t s1) {
-      const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
-      forward(b.ids + a, b.offsets + s0, s1 - s0, T);
-      std::memcpy(out + a, act_logp_, sizeof(float) * size_t(T));
+    for_row_plans(b, 4096, opts_.min_shared_prefix, [&](const RowPlan& pl) {
+      forward(pl);
+      const int64_t a = b.offsets[pl.s0];
+      for (size_t t = 0; t < pl.src_row.size(); t++) out[a + int64_t(t)] = pl.src_row[t] >= 0 ? act_logp_[pl.src_row[t]] : 0.0f;
     });
   }
 
@@ -126,8 +149,12 @@ class CpuEngine final : public Engine {
 
   TrainStats train_step(const TrainBatch& b, const TrainHyper& hp) override {
     const auto t0 = std::chrono::steady_clock::now();
+    ensure_moments();
     TrainStats st = accumulate_gradients(b, hp);
-    finish_train_step(st, grad_sumsq(), hp, &step_, [&](const AdamStep& a) { adamw(a); });
+    finish_train_step(st, grad_sumsq(), hp, &step_, [&](const AdamStep& a) {
+      adamw(a);
+      prompts_.clear();
+    });
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return st;
   }
@@ -166,6 +193,21 @@ class CpuEngine final : public Engine {
   // ---------------------------------------------------------------- parameters
 
   float* W(int64_t off) { return off < 0 ? nullptr : w_.data() + off; }
+
+  // The AdamW moments of the loaded checkpoint (zeros without optimizer.bin), read on first need.
+  void ensure_moments() {
+    if (!m_.empty()) return;
+    if (moments_from_.empty()) {
+      m_.assign(size_t(n_params_), 0.0f);
+      v_.assign(size_t(n_params_), 0.0f);
+      return;
+    }
+    int64_t step = 0;
+    if (!read_optimizer_state(moments_from_, n_params_, &step, &m_, &v_))
+      throw std::runtime_error(moments_from_ + ": the AdamW state of the loaded checkpoint is gone (read on first use, after load)");
+    if (step != step_)
+      throw std::runtime_error(moments_from_ + ": step " + std::to_string(step) + " now, " + std::to_string(step_) + " when loaded (the checkpoint changed)");
+  }
   float* G(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }
 
   // ---------------------------------------------------------------- activations plan
@@ -176,7 +218,7 @@ class CpuEngine final : public Engine {
     const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, L = cfg_.num_hidden_layers;
     const int64_t qkn = cfg_.qk_norm ? 1 : 0;  // without q/k norm, RoPE runs in place on the projections
-    const int64_t per_layer = T * C * 4 + T * 2 + T * QD * (2 + qkn) + T * KD * (2 + qkn) + qkn * T * (Hq + Hkv) + T * Hq + T * I * 3;
+    const int64_t per_layer = T * C * 4 + T * 2 + T * QD * (2 + qkn) + T * KD * (2 + qkn) + qkn * T * (Hq + Hkv) + T * Hq + T * I * 2;
     const int64_t total = L * per_layer + T * C /*final residual*/ + T * C + T * 3;
     if (int64_t(acts_.size()) < total) acts_.resize(size_t(total));
     float* p = acts_.data();
@@ -192,7 +234,7 @@ class CpuEngine final : public Engine {
         a.qrstd = a.krstd = nullptr; a.qr = a.q; a.kr = a.k;
       }
       a.lse = take(T * Hq); a.atty = take(T * QD); a.resmid = take(T * C); a.ln2 = take(T * C); a.rstd2 = take(T);
-      a.gate = take(T * I); a.up = take(T * I); a.h = take(T * I);
+      a.gate = take(T * I); a.up = take(T * I);  // h = silu(gate)·up is recomputed in the backward: 1/4 less memory
     }
     act_res_final_ = take(T * C);
     act_lnf_ = take(T * C);
@@ -256,30 +298,58 @@ class CpuEngine final : public Engine {
 
   // ---------------------------------------------------------------- forward (training / log-probs)
 
-  // dLoss/dlogp of token t (index in the micro-batch) from its log-prob, called in increasing t (training).
+  // dLoss/dlogp of the batch's token t from its log-prob (training); a row predicting several tokens (a shared
+  // prefix's) sums their calls.
   using TokenGrad = std::function<float(int64_t t, float logp)>;
 
-  // ids (T) of n_seqs packed sequences (offs relative to offs[0]); fills the activations and act_logp_. With
-  // token_grad (training), the LM head's backward runs chunk by chunk right here, while the chunk's logits exist
-  // (no second pass recomputing them): d_ln_ gets dLoss/d(final-norm output) and the head's gradient accumulates.
-  void forward(const int32_t* ids, const int32_t* offs, int64_t n_seqs, int64_t T, const TokenGrad* token_grad = nullptr) {
+  // The attention units of the plan's spans for one layer's q/k/v: a span with a shared prefix reads the prefix's keys
+  // and values, then its own, copied into one contiguous buffer per span (kcat_/vcat_), as one causal sequence whose
+  // queries start at the prefix's length.
+  std::vector<AttnSeq> attn_units(const RowPlan& pl, const LayerActs& a) {
+    const int64_t QD = cfg_.q_dim(), KD = cfg_.kv_dim(), Hq = cfg_.num_attention_heads;
+    int64_t cat = 0;
+    for (const RowSpan& sp : pl.spans)
+      if (sp.prefix >= 0) cat += (pl.spans[size_t(sp.prefix)].len + sp.len) * KD;
+    grow(kcat_, cat);
+    grow(vcat_, cat);
+    std::vector<AttnSeq> att;
+    int64_t off = 0;
+    for (const RowSpan& sp : pl.spans) {
+      const float *k = a.kr + sp.start * KD, *v = a.v + sp.start * KD;
+      int64_t q0 = 0;
+      if (sp.prefix >= 0) {
+        const RowSpan& pre = pl.spans[size_t(sp.prefix)];
+        float *kc = kcat_.data() + off, *vc = vcat_.data() + off;
+        std::memcpy(kc, a.kr + pre.start * KD, sizeof(float) * size_t(pre.len * KD));
+        std::memcpy(kc + pre.len * KD, k, sizeof(float) * size_t(sp.len * KD));
+        std::memcpy(vc, a.v + pre.start * KD, sizeof(float) * size_t(pre.len * KD));
+        std::memcpy(vc + pre.len * KD, v, sizeof(float) * size_t(sp.len * KD));
+        k = kc;
+        v = vc;
+        q0 = pre.len;
+        off += (pre.len + sp.len) * KD;
+      }
+      att.push_back({a.qr + sp.start * QD, k, v, a.atty + sp.start * QD, a.lse + sp.start * Hq, sp.len, q0});
+    }
+    return att;
+  }
+
+  // The plan's rows (a micro-batch); fills the activations and act_logp_ (per row: the log-prob of the token it
+  // predicts). With token_grad (training), the LM head runs only on head_rows (increasing: the rows predicting a
+  // trained token; a prompt's rows predict none), and its backward runs chunk by chunk right here, while the chunk's
+  // logits exist (no second pass recomputing them): d_ln_ gets dLoss/d(final-norm output) (0 on the other rows) and
+  // the head's gradient accumulates.
+  void forward(const RowPlan& pl, const TokenGrad* token_grad = nullptr, const std::vector<int64_t>* head_rows = nullptr) {
     const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
-    const int64_t L = cfg_.num_hidden_layers;
-    seqs_.clear();
-    pos_.resize(size_t(T));
-    int64_t longest = 0;
-    for (int64_t s = 0; s < n_seqs; s++) {
-      const int64_t a = offs[s] - offs[0], n = offs[s + 1] - offs[s];
-      seqs_.push_back({a, n});
-      longest = std::max(longest, n);
-      for (int64_t i = 0; i < n; i++) pos_[size_t(a + i)] = int32_t(i);
-    }
-    rope_.ensure(longest);
+    const int64_t L = cfg_.num_hidden_layers, T = pl.rows();
+    const int32_t* pos = pl.pos.data();
+    rope_.ensure(pl.longest());
     plan_acts(T);
     // embedding: res_in[0] (T,C) = E[ids]
-    for (int64_t t = 0; t < T; t++) std::memcpy(la_[0].res_in + t * C, W(emb_) + int64_t(ids[t]) * C, sizeof(float) * size_t(C));
+    for (int64_t t = 0; t < T; t++) std::memcpy(la_[0].res_in + t * C, W(emb_) + int64_t(pl.ids[size_t(t)]) * C, sizeof(float) * size_t(C));
     grow(scratch_a_, T * C);
+    grow(h_, T * I);
     for (int64_t l = 0; l < L; l++) {
       const LayerParams& p = layers_[size_t(l)];
       LayerActs& a = la_[size_t(l)];
@@ -291,79 +361,130 @@ class CpuEngine final : public Engine {
       // per-head RMSNorm over D (Qwen3), then RoPE
       qk_norm(a.qr, a.qrstd, a.q, p.qn, T * Hq, D);
       qk_norm(a.kr, a.krstd, a.k, p.kn, T * Hkv, D);
-      rope_forward(*tp_, a.qr, pos_.data(), rope_, T, Hq, D);
-      rope_forward(*tp_, a.kr, pos_.data(), rope_, T, Hkv, D);
-      // causal attention within each sequence; q head h reads kv head h / (Hq/Hkv)
-      std::vector<AttnSeq> att;
-      for (const Seq& sq : seqs_)
-        att.push_back({a.qr + sq.start * QD, a.kr + sq.start * KD, a.v + sq.start * KD, a.atty + sq.start * QD, a.lse + sq.start * Hq, sq.len, 0});
-      attention_forward(*tp_, att, attn_shape());
+      rope_forward(*tp_, a.qr, pos, rope_, T, Hq, D);
+      rope_forward(*tp_, a.kr, pos, rope_, T, Hkv, D);
+      // causal attention within each span (after its shared prefix); q head h reads kv head h / (Hq/Hkv)
+      attention_forward(*tp_, attn_units(pl, a), attn_shape());
       linear_forward(scratch_a_.data(), a.atty, W(p.wo), W(p.bo), T, QD, C);
       for (int64_t i = 0; i < T * C; i++) a.resmid[i] = a.res_in[i] + scratch_a_[size_t(i)];
       rmsnorm_forward(*tp_, a.ln2, a.rstd2, a.resmid, W(p.ln2), T, C, cfg_.rms_norm_eps);
       linear_forward(a.gate, a.ln2, W(p.wg), nullptr, T, C, I);
       linear_forward(a.up, a.ln2, W(p.wu), nullptr, T, C, I);
-      swiglu_forward(*tp_, a.h, a.gate, a.up, T * I);
-      linear_forward(scratch_a_.data(), a.h, W(p.wd), nullptr, T, I, C);
+      swiglu_forward(*tp_, h_.data(), a.gate, a.up, T * I);
+      linear_forward(scratch_a_.data(), h_.data(), W(p.wd), nullptr, T, I, C);
       for (int64_t i = 0; i < T * C; i++) res_out[i] = a.resmid[i] + scratch_a_[size_t(i)];
     }
     rmsnorm_forward(*tp_, act_lnf_, act_rstdf_, act_res_final_, W(normf_), T, C, cfg_.rms_norm_eps);
-    // LM head in row chunks (the (T,V) logits never exist at once): logp[t] = logits[t−1][ids[t]] − lse[t−1]
-    for (int64_t t = 0; t < T; t++) act_logp_[t] = 0;
-    const int64_t chunk = head_chunk(T);
+    // LM head in row chunks (the (n,V) logits never exist at once): logp[r] = logits[r][target[r]] − lse[r]
+    const int64_t n = head_rows ? int64_t(head_rows->size()) : T;
+    const int64_t* rows = head_rows ? head_rows->data() : nullptr;  // null: every row
+    const float* lnf = act_lnf_;
+    if (rows) {  // the selected rows gathered, so each chunk is one GEMM
+      grow(lnf_sel_, n * C);
+      tp_->parallel_for(n, [&](int64_t i) { std::memcpy(lnf_sel_.data() + i * C, act_lnf_ + rows[i] * C, sizeof(float) * size_t(C)); });
+      lnf = lnf_sel_.data();
+    }
+    const int64_t chunk = head_chunk(std::max<int64_t>(n, 1));
     grow(logits_, chunk * V);
     if (token_grad) {
       grow(d_ln_, T * C);
       grow(dlogp_, T);
+      std::fill(d_ln_.begin(), d_ln_.begin() + T * C, 0.0f);  // rows without a trained token
     }
-    for (int64_t r0 = 0; r0 < T; r0 += chunk) {
-      const int64_t rn = std::min(chunk, T - r0);
-      matmul_nt(*tp_, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, V, C, false, naive());
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+      const int64_t rn = std::min(chunk, n - i0);
+      matmul_nt(*tp_, logits_.data(), lnf + i0 * C, W(head_), rn, V, C, false, naive());
       tp_->parallel_for(rn, [&](int64_t i) {
         const float* lr = logits_.data() + i * V;
         const float lse = float(log_sum_exp(lr, V));
-        const int64_t r = r0 + i;
+        const int64_t r = rows ? rows[i0 + i] : i0 + i;
+        const int32_t y = pl.target[size_t(r)];
         act_lse_[r] = lse;
-        if (r + 1 < T && pos_[size_t(r + 1)] != 0) act_logp_[r + 1] = lr[ids[r + 1]] - lse;
+        act_logp_[r] = y >= 0 ? lr[y] - lse : 0.0f;
       });
-      if (token_grad) head_backward(ids, T, r0, rn, *token_grad);
+      if (token_grad) head_backward(pl, i0, rn, rows, lnf, *token_grad);
     }
   }
 
-  // The LM head's backward for rows [r0, r0+rn) whose logits are in logits_: dlogits[r] = c·(onehot(ids[r+1]) −
-  // softmax(logits[r])) with c = dLoss/dlogp[r+1]; dln[r] = dlogits[r] @ Whead ; dWhead += dlogits^T lnf.
-  void head_backward(const int32_t* ids, int64_t T, int64_t r0, int64_t rn, const TokenGrad& token_grad) {
+  // The LM head's backward for the chunk of selected rows [i0, i0+rn) (rows: their row numbers, null: i itself),
+  // whose logits are in logits_ and final-norm outputs in lnf: dlogits[r] = c·(onehot(target[r]) − softmax(logits[r]))
+  // with c = dLoss/dlogp[r] (summed over the tokens the row predicts); dln[r] = dlogits[r] @ Whead ; dWhead +=
+  // dlogits^T lnf.
+  void head_backward(const RowPlan& pl, int64_t i0, int64_t rn, const int64_t* rows, const float* lnf, const TokenGrad& token_grad) {
     const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+    auto row = [&](int64_t i) { return rows ? rows[i0 + i] : i0 + i; };
     bool any = false;
-    for (int64_t r = r0; r < r0 + rn; r++) {  // in token order: the loss is summed in it
-      const bool has = r + 1 < T && pos_[size_t(r + 1)] != 0;
-      dlogp_[size_t(r)] = has ? token_grad(r + 1, act_logp_[r + 1]) : 0.0f;
-      any |= dlogp_[size_t(r)] != 0;
+    for (int64_t i = 0; i < rn; i++) {  // in row order, each row's tokens in increasing order: the loss is summed in it
+      const int64_t r = row(i);
+      double c = 0;
+      for (int64_t k = pl.row_tok_off[size_t(r)]; k < pl.row_tok_off[size_t(r + 1)]; k++) c += token_grad(pl.row_tok[size_t(k)], act_logp_[r]);
+      dlogp_[size_t(r)] = float(c);
+      any |= c != 0;
     }
-    float* dln = d_ln_.data() + r0 * C;
-    if (!any || !with_grads_) {
-      std::fill(dln, dln + rn * C, 0.0f);
-      return;
-    }
+    if (!any || !with_grads_) return;  // d_ln_ stays 0 on these rows
     const SimdKernels& sk = simd();
     tp_->parallel_for(rn, [&](int64_t i) {
       float* lr = logits_.data() + i * V;
-      const int64_t r = r0 + i;
+      const int64_t r = row(i);
       const float c = dlogp_[size_t(r)];
       sk.exp_store(lr, lr, V, act_lse_[r], 1.0f, -c);  // −c·softmax
-      if (c != 0) lr[ids[r + 1]] += c;
+      if (c != 0) lr[pl.target[size_t(r)]] += c;
     });
-    linear_backward(dln, false, G(head_), nullptr, logits_.data(), act_lnf_ + r0 * C, W(head_), rn, C, V);
+    if (rows) grow(dln_sel_, rn * C);
+    float* dln = rows ? dln_sel_.data() : d_ln_.data() + i0 * C;
+    linear_backward(dln, false, G(head_), nullptr, logits_.data(), lnf + i0 * C, W(head_), rn, C, V);
+    if (rows)
+      tp_->parallel_for(rn, [&](int64_t i) { std::memcpy(d_ln_.data() + row(i) * C, dln + i * C, sizeof(float) * size_t(C)); });
   }
 
   // ---------------------------------------------------------------- backward
 
+  // Attention's backward for one layer: dqr, dkr, dv (zeroed, rows of the plan) from datty. A span with a shared
+  // prefix runs on its concatenated keys (attn_units) into dkcat_/dvcat_; the prefix rows of those gradients are then
+  // added into the prefix's rows, in span order (fixed), and the span's own rows into its rows.
+  void attention_backward_rows(const RowPlan& pl, const LayerActs& a, float* dqr, float* dkr, float* dv) {
+    const int64_t QD = cfg_.q_dim(), KD = cfg_.kv_dim();
+    const std::vector<AttnSeq> units = attn_units(pl, a);
+    grow(dkcat_, int64_t(kcat_.size()));
+    grow(dvcat_, int64_t(vcat_.size()));
+    std::vector<AttnSeqGrad> att;
+    int64_t off = 0;
+    for (size_t i = 0; i < units.size(); i++) {
+      const RowSpan& sp = pl.spans[i];
+      float *dk = dkr + sp.start * KD, *dvv = dv + sp.start * KD;
+      if (sp.prefix >= 0) {
+        const int64_t n = (units[i].q0 + sp.len) * KD;
+        std::fill(dkcat_.begin() + off, dkcat_.begin() + off + n, 0.0f);
+        std::fill(dvcat_.begin() + off, dvcat_.begin() + off + n, 0.0f);
+        dk = dkcat_.data() + off;
+        dvv = dvcat_.data() + off;
+        off += n;
+      }
+      att.push_back({units[i], d_atty_.data() + sp.start * QD, dqr + sp.start * QD, dk, dvv});
+    }
+    attention_backward(*tp_, att, attn_shape());
+    off = 0;
+    for (const RowSpan& sp : pl.spans) {
+      if (sp.prefix < 0) continue;
+      const RowSpan& pre = pl.spans[size_t(sp.prefix)];
+      const float *gk = dkcat_.data() + off, *gv = dvcat_.data() + off;
+      for (int64_t i = 0; i < pre.len * KD; i++) {
+        dkr[pre.start * KD + i] += gk[i];
+        dv[pre.start * KD + i] += gv[i];
+      }
+      std::memcpy(dkr + sp.start * KD, gk + pre.len * KD, sizeof(float) * size_t(sp.len * KD));
+      std::memcpy(dv + sp.start * KD, gv + pre.len * KD, sizeof(float) * size_t(sp.len * KD));
+      off += (pre.len + sp.len) * KD;
+    }
+  }
+
   // Back from d_ln_ (dLoss/d(final-norm output), left by forward's fused LM-head backward) through the layers.
   // Accumulates into the gradient allocation.
-  void backward(const int32_t* ids, int64_t T) {
+  void backward(const RowPlan& pl) {
     const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim;
     const int64_t Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
-    const int64_t L = cfg_.num_hidden_layers;
+    const int64_t L = cfg_.num_hidden_layers, T = pl.rows();
+    const int32_t* pos = pl.pos.data();
     grow(d_res_, T * C); grow(d_ln_, T * C); grow(d_atty_, T * QD); grow(d_q_, T * QD); grow(d_k_, T * KD); grow(d_v_, T * KD);
     grow(d_gate_, T * I); grow(d_up_, T * I); grow(d_h_, T * I); grow(d_qn_, T * QD); grow(d_kn_, T * KD);
     float *dres = d_res_.data(), *dln = d_ln_.data();
@@ -373,26 +494,23 @@ class CpuEngine final : public Engine {
       const LayerParams& p = layers_[size_t(l)];
       LayerActs& a = la_[size_t(l)];
       // res_out = resmid + down(h): dresmid = dres ; dh = dres @ Wd
-      linear_backward(d_h_.data(), false, G(p.wd), nullptr, dres, a.h, W(p.wd), T, I, C);
+      swiglu_forward(*tp_, h_.data(), a.gate, a.up, T * I);  // h again (not kept: activation memory)
+      linear_backward(d_h_.data(), false, G(p.wd), nullptr, dres, h_.data(), W(p.wd), T, I, C);
       swiglu_backward(*tp_, d_gate_.data(), d_up_.data(), d_h_.data(), a.gate, a.up, T * I);
       linear_backward(dln, false, G(p.wg), nullptr, d_gate_.data(), a.ln2, W(p.wg), T, C, I);
       linear_backward(dln, true, G(p.wu), nullptr, d_up_.data(), a.ln2, W(p.wu), T, C, I);
       rmsnorm_backward(*tp_, dres, G(p.ln2), dln, a.resmid, W(p.ln2), a.rstd2, T, C);
       // resmid = res_in + o(atty): dres_in = dresmid ; datty = dresmid @ Wo
       linear_backward(d_atty_.data(), false, G(p.wo), G(p.bo), dres, a.atty, W(p.wo), T, QD, C);
-      // attention backward per (sequence, kv head): the group's q heads share dK, dV
+      // attention backward per (span, kv head): the group's q heads share dK, dV
       std::fill(d_qn_.begin(), d_qn_.begin() + T * QD, 0.0f);
       std::fill(d_kn_.begin(), d_kn_.begin() + T * KD, 0.0f);
       std::fill(d_v_.begin(), d_v_.begin() + T * KD, 0.0f);
       float *dqr = d_qn_.data(), *dkr = d_kn_.data(), *dv = d_v_.data();
-      std::vector<AttnSeqGrad> att;
-      for (const Seq& sq : seqs_)
-        att.push_back({{a.qr + sq.start * QD, a.kr + sq.start * KD, a.v + sq.start * KD, a.atty + sq.start * QD, a.lse + sq.start * Hq, sq.len, 0},
-                       d_atty_.data() + sq.start * QD, dqr + sq.start * QD, dkr + sq.start * KD, dv + sq.start * KD});
-      attention_backward(*tp_, att, attn_shape());
+      attention_backward_rows(pl, a, dqr, dkr, dv);
       // RoPE^T, then the per-head RMSNorm backward to the projection outputs
-      rope_backward(*tp_, dqr, pos_.data(), rope_, T, Hq, D);
-      rope_backward(*tp_, dkr, pos_.data(), rope_, T, Hkv, D);
+      rope_backward(*tp_, dqr, pos, rope_, T, Hq, D);
+      rope_backward(*tp_, dkr, pos, rope_, T, Hkv, D);
       float *dq = dqr, *dk = dkr;  // without q/k norm, RoPE^T gives the projections' gradients
       if (p.qn >= 0) {
         std::fill(d_q_.begin(), d_q_.begin() + T * QD, 0.0f);
@@ -408,10 +526,10 @@ class CpuEngine final : public Engine {
       rmsnorm_backward(*tp_, dres, G(p.ln1), dln, a.res_in, W(p.ln1), a.rstd1, T, C);
     }
     if (!with_grads_) return;
-    // embedding: dE[ids[t]] += dres[t] (serial: ids repeat)
+    // embedding: dE[ids[r]] += dres[r] (serial: ids repeat)
     float* dE = G(emb_);
     for (int64_t t = 0; t < T; t++) {
-      float* row = dE + int64_t(ids[t]) * C;
+      float* row = dE + int64_t(pl.ids[size_t(t)]) * C;
       const float* d = dres + t * C;
       for (int64_t c = 0; c < C; c++) row[c] += d[c];
     }
@@ -421,7 +539,7 @@ class CpuEngine final : public Engine {
 
   TrainStats accumulate_gradients(const TrainBatch& b, const TrainHyper& hp) {
     validate_train(b, hp, cfg_.vocab_size, cfg_.max_position_embeddings);
-    if (with_grads_) std::fill(g_.begin(), g_.end(), 0.0f);
+    if (with_grads_) g_.assign(size_t(n_params_), 0.0f);  // allocated on first use
     const bool pp = hp.mode == LossMode::GrpoPlusPlus;
     const double clip_high = pp ? hp.clip_high : hp.clip_low;  // GRPO: symmetric clip
     const std::vector<double> norms = sequence_loss_norms(b, hp);
@@ -429,12 +547,19 @@ class CpuEngine final : public Engine {
     st.tokens = b.n_tokens;
     double loss = 0, ratio_sum = 0;
     int64_t masked = 0, clipped = 0;
-    for_micro_batches(b, hp.micro_batch_tokens, [&](int64_t s0, int64_t s1) {
-      const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
-      int64_t s = s0;  // the sequence of token t: tokens come in increasing order
-      const TokenGrad token_grad = [&](int64_t tt, float logp) -> float {
-        const int64_t t = a + tt;
-        while (t >= b.offsets[s + 1]) s++;
+    for_row_plans(b, hp.micro_batch_tokens, opts_.min_shared_prefix, [&](const RowPlan& pl) {
+      auto seq_of = [&](int64_t t) { return int64_t(std::upper_bound(b.offsets + pl.s0, b.offsets + pl.s1 + 1, int32_t(t)) - b.offsets) - 1; };
+      std::vector<int64_t> head_rows;  // rows predicting a trained token: the LM head runs on these only
+      for (int64_t r = 0; r < pl.rows(); r++)
+        for (int64_t k = pl.row_tok_off[size_t(r)]; k < pl.row_tok_off[size_t(r + 1)]; k++) {
+          const int64_t t = pl.row_tok[size_t(k)];
+          if (b.mask[t] != 0 && norms[size_t(seq_of(t))] != 0) {
+            head_rows.push_back(r);
+            break;
+          }
+        }
+      const TokenGrad token_grad = [&](int64_t t, float logp) -> float {
+        const int64_t s = seq_of(t);
         const double norm = norms[size_t(s)], m = b.mask[t];
         if (norm == 0 || m == 0) return 0.0f;  // (the first token of a sequence has no prediction: never asked)
         const double lp = logp;
@@ -446,8 +571,9 @@ class CpuEngine final : public Engine {
         ratio_sum += tl.ratio;
         return float(m * tl.dlogp / norm);
       };
-      forward(b.ids + a, b.offsets + s0, s1 - s0, T, &token_grad);
-      if (with_grads_) backward(b.ids + a, T);
+      st.rows += pl.rows();
+      forward(pl, &token_grad, &head_rows);
+      if (with_grads_) backward(pl);
     });
     st.loss = loss;
     st.clip_fraction = masked ? double(clipped) / double(masked) : 0.0;
@@ -522,9 +648,12 @@ class CpuEngine final : public Engine {
       s.rng = Rng(opts[i].seed);
       s.max_t = decode_limit(cfg_, n_prompt, opts[i]);
     }
-    // the prompt's prefill once, into the sequence that may grow longest; the others copy its cache
+    // the prompt's prefill once (or a recent one's copy), into the sequence that may grow longest; the others copy its cache
     DecodeSeq& first = *std::max_element(fresh.begin(), fresh.end(), [](auto& a, auto& b) { return a.max_t < b.max_t; });
-    prefill(first, prompt, n_prompt);
+    if (!cached_prefill(first, prompt, n_prompt)) {
+      prefill(first, prompt, n_prompt);
+      remember_prefill(first, prompt, n_prompt);
+    }
     const int64_t KD = cfg_.kv_dim();
     for (DecodeSeq& s : fresh) {
       if (&s == &first) continue;
@@ -565,6 +694,46 @@ class CpuEngine final : public Engine {
     for (const DecodeToken& t : out)
       if (t.finish != DecodeToken::Running) d.erase(t.seq);
     return out;
+  }
+
+  // s (empty) takes a remembered prefill of exactly this prompt; false when there is none.
+  bool cached_prefill(DecodeSeq& s, const int32_t* prompt, int64_t n) {
+    const int64_t KD = cfg_.kv_dim();
+    for (auto it = prompts_.entries.begin(); it != prompts_.entries.end(); ++it) {
+      if (int64_t(it->prompt.size()) != n || !std::equal(it->prompt.begin(), it->prompt.end(), prompt)) continue;
+      reserve(s, n);
+      for (int64_t l = 0; l < cfg_.num_hidden_layers; l++) {
+        std::memcpy(kcache(s, l), it->kv.data() + 2 * l * n * KD, sizeof(float) * size_t(n * KD));
+        std::memcpy(vcache(s, l), it->kv.data() + (2 * l + 1) * n * KD, sizeof(float) * size_t(n * KD));
+      }
+      s.logits = it->logits;
+      s.len = n;
+      prompts_.entries.splice(prompts_.entries.begin(), prompts_.entries, it);  // most recently used first
+      return true;
+    }
+    return false;
+  }
+
+  // Keeps a copy of s's prefill of prompt (its first n cache rows) within opts_.prompt_cache_bytes, oldest dropped.
+  void remember_prefill(DecodeSeq& s, const int32_t* prompt, int64_t n) {
+    const int64_t KD = cfg_.kv_dim(), L = cfg_.num_hidden_layers;
+    const size_t bytes = sizeof(float) * size_t(2 * L * n * KD + cfg_.vocab_size) + sizeof(int32_t) * size_t(n);
+    if (bytes > size_t(std::max<int64_t>(0, opts_.prompt_cache_bytes))) return;
+    PromptCache::Entry e;
+    e.prompt.assign(prompt, prompt + n);
+    e.kv.resize(size_t(2 * L * n * KD));
+    for (int64_t l = 0; l < L; l++) {
+      std::memcpy(e.kv.data() + 2 * l * n * KD, kcache(s, l), sizeof(float) * size_t(n * KD));
+      std::memcpy(e.kv.data() + (2 * l + 1) * n * KD, vcache(s, l), sizeof(float) * size_t(n * KD));
+    }
+    e.logits = s.logits;
+    prompts_.entries.push_front(std::move(e));
+    prompts_.bytes += bytes;
+    while (prompts_.bytes > size_t(opts_.prompt_cache_bytes)) {
+      const PromptCache::Entry& old = prompts_.entries.back();
+      prompts_.bytes -= sizeof(float) * (old.kv.size() + old.logits.size()) + sizeof(int32_t) * old.prompt.size();
+      prompts_.entries.pop_back();
+    }
   }
 
   // The prompt's n tokens at positions s.len.. through the model into s's cache; s.logits of the last one.
@@ -669,19 +838,21 @@ class CpuEngine final : public Engine {
   const int64_t n_params_, emb_, normf_, head_;  // from layout_
   RopeTable rope_;
   int64_t step_ = 0;
-  std::vector<float> w_, g_, m_, v_;  // parameters, gradients, Adam moments: one allocation each
-  std::string src_dir_;
+  std::vector<float> w_, g_, m_, v_;  // parameters, gradients, Adam moments: one allocation each (g, m, v on first use)
+  std::string src_dir_, moments_from_;  // moments_from_: the loaded checkpoint's optimizer.bin, "" for none
   bool with_grads_ = true;
   // activations of the current micro-batch
   std::vector<float> acts_;
   std::vector<LayerActs> la_;
-  std::vector<Seq> seqs_;
-  std::vector<int32_t> pos_;
   float *act_res_final_ = nullptr, *act_lnf_ = nullptr, *act_rstdf_ = nullptr, *act_lse_ = nullptr, *act_logp_ = nullptr;
   // backward scratch
   std::vector<float> d_res_, d_ln_, d_atty_, d_q_, d_k_, d_v_, d_qn_, d_kn_, d_gate_, d_up_, d_h_, scratch_a_, scratch_t_, logits_, dlogp_;
+  std::vector<float> kcat_, vcat_, dkcat_, dvcat_;  // keys/values of spans after a shared prefix, and their gradients
+  std::vector<float> h_;  // (T,I) silu(gate)·up of the layer at hand
+  std::vector<float> lnf_sel_, dln_sel_;  // training: the final-norm rows the LM head runs on, and their gradients
   // batched decoding
   Decoder decoder_;
+  PromptCache prompts_;
   int64_t next_seq_id_ = 0;
 };
 

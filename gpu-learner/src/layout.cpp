@@ -92,13 +92,13 @@ std::vector<float> read_weights(const std::string& dir, const ParamLayout& layou
   return w;
 }
 
-CheckpointState read_checkpoint(const std::string& dir, const QwenConfig& loaded, const ParamLayout& layout) {
+CheckpointState read_checkpoint(const std::string& dir, const QwenConfig& loaded, const ParamLayout& layout, bool moments) {
   CheckpointState s;
   s.cfg = load_config(dir);
   check_same_model_shape(loaded, s.cfg, dir);
   s.w = read_weights(dir, layout, s.cfg);
-  s.has_optimizer = read_optimizer_state(dir + "/optimizer.bin", layout.size(), &s.step, &s.m, &s.v);
-  if (!s.has_optimizer) {
+  s.has_optimizer = read_optimizer_state(dir + "/optimizer.bin", layout.size(), &s.step, moments ? &s.m : nullptr, moments ? &s.v : nullptr);
+  if (!s.has_optimizer && moments) {
     s.m.assign(size_t(layout.size()), 0.0f);
     s.v.assign(size_t(layout.size()), 0.0f);
   }

@@ -151,17 +151,16 @@ void write_safetensors_f32(const std::string& path, const std::vector<TensorView
   }
   h += "}";
   while ((8 + h.size()) % 8) h += ' ';
-  std::string bytes;
-  bytes.reserve(8 + h.size() + off);
-  uint64_t hl = h.size();
-  for (int i = 0; i < 8; i++) bytes += char((hl >> (8 * i)) & 0xFF);
-  bytes += h;
+  AtomicWriter w(path);  // streamed tensor by tensor: never a second copy of the weights in memory
+  const uint64_t hl = h.size();
+  w.write(&hl, 8);  // little-endian host (x86, arm64)
+  w.write(h.data(), h.size());
   for (auto& t : tensors) {
     uint64_t numel = 1;
     for (auto d : t.shape) numel *= uint64_t(d);
-    bytes.append(reinterpret_cast<const char*>(t.data), numel * 4);
+    w.write(t.data, numel * 4);
   }
-  atomic_write_file(path, bytes);
+  w.commit();
 }
 
 }  // namespace gl

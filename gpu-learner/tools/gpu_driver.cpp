@@ -390,7 +390,12 @@ int cmd_compare(const Args& a) {
       const auto& w = w0[p.name];
       std::vector<float> dc(w.size()), dg(w.size());
       for (size_t i = 0; i < w.size(); i++) { dc[i] = wc[i] - w[i]; dg[i] = wg[i] - w[i]; }
-      report("update after " + std::to_string(steps) + " AdamW steps " + p.name, rel_l2(dg, dc), tol.update);
+      // The key bias's gradient is a near-cancellation (each query row's score gradients sum to 0, so only the RoPE
+      // rotation of the bias is seen): in bf16 it sits within rounding noise, which Adam's per-element normalisation
+      // turns into updates of random sign. Its gradient is checked above; its update only in exact mode.
+      const bool noise = tol_kind != "exact" && p.name.size() > 11 && p.name.compare(p.name.size() - 11, 11, "k_proj.bias") == 0;
+      if (noise) std::printf("update after %lld AdamW steps %s %.3e (informational: gradient within bf16 noise)\n", (long long)steps, p.name.c_str(), rel_l2(dg, dc));
+      else report("update after " + std::to_string(steps) + " AdamW steps " + p.name, rel_l2(dg, dc), tol.update);
     }
   }
   char dg[32];

@@ -19,12 +19,10 @@ const MOVES: Record<FrozenLakeAction, [number, number]> = { L: [0, -1], D: [1, 0
 /** A seeded heavy-tailed wait per environment step: lognormal, median `medianMs · (1 + growth · step)`, at most `maxMs`. */
 export const StepLatencySchema = z
   .object({
-    medianMs: z.number().min(0).max(600_000),
-    /** σ of the underlying normal: 0 is a fixed wait, 1 already a long tail (p99 ≈ 10 × the median) */
-    sigma: z.number().min(0).max(4).default(1),
-    /** growth of the median per step taken (later turns are slower) */
-    growth: z.number().min(0).max(100).default(0),
-    maxMs: z.number().min(0).max(3_600_000).default(60_000),
+    medianMs: z.number().min(0).max(600_000).describe('median wait of a step, ms'),
+    sigma: z.number().min(0).max(4).default(1).describe('σ of the underlying normal: 0 is a fixed wait, 1 already a long tail (p99 ≈ 10 × the median)'),
+    growth: z.number().min(0).max(100).default(0).describe('growth of the median per step taken (later turns are slower)'),
+    maxMs: z.number().min(0).max(3_600_000).default(60_000).describe('the longest wait, ms'),
   })
   .strict();
 export type StepLatency = z.infer<typeof StepLatencySchema>;
@@ -43,18 +41,12 @@ export function stepLatencyMs(l: StepLatency, mapSeed: number, episodeSeed: numb
 }
 
 export const FrozenLakeConfigSchema = z.object({
-  /** side of the square map; S at top-left, G at bottom-right */
-  size: z.number().int().min(2).max(16).default(4),
-  /** chance that a cell other than S and G is a hole */
-  holeProbability: z.number().min(0).max(0.8).default(0.2),
-  /** step limit the episode loop applies (turns) */
-  maxSteps: z.number().int().min(1).max(1000).default(8),
-  /** Gym semantics: the intended move with p 1/3, each perpendicular move with p 1/3 */
-  slippery: z.boolean().default(false),
-  /** the system prompt; keep it expressible in the policy's tokenizer */
-  systemPrompt: z.string().default('Reach G. Avoid H. Reply L D R U.'),
-  /** a seeded wait per step (the long-tailed variant); absent: none */
-  latency: StepLatencySchema.optional(),
+  size: z.number().int().min(2).max(16).default(4).describe('side of the square map; S at top-left, G at bottom-right'),
+  holeProbability: z.number().min(0).max(0.8).default(0.2).describe('chance that a cell other than S and G is a hole (every map is solvable)'),
+  maxSteps: z.number().int().min(1).max(1000).default(8).describe('turns per episode'),
+  slippery: z.boolean().default(false).describe("Gym's semantics: the intended move with p 1/3, each perpendicular move with p 1/3"),
+  systemPrompt: z.string().default('Reach G. Avoid H. Reply L D R U.').describe("the system prompt; keep it expressible in the policy's tokenizer"),
+  latency: StepLatencySchema.optional().describe('a seeded lognormal wait per step (the long-tailed variant of bench/async.ts); absent: none'),
 });
 export type FrozenLakeConfig = z.infer<typeof FrozenLakeConfigSchema>;
 export type FrozenLakeConfigInput = z.input<typeof FrozenLakeConfigSchema>;

@@ -9,49 +9,56 @@ const int = () => z.number().int();
 const runId = () => z.string().regex(RUN_ID, 'must be an id ([A-Za-z0-9._:-], at most 200)');
 
 /** How the agent calls tools (lib/swe/prompts.ts, lib/toolcall.ts); the evaluation report names the one used. */
-export const ToolFormatSchema = z.enum(['text', 'openai', 'auto']).default('text');
+export const ToolFormatSchema = z
+  .enum(['text', 'openai', 'auto'])
+  .default('text')
+  .describe(
+    "the R2E-Gym `<function=…>` text format (chat: stops at `</function>`), OpenAI tool calls (chat: the server's template renders the tools and parses the calls; completions: ours does, `<tool_call>` JSON), or \"auto\": \"openai\" when the model's chat template renders tools as `<tool_call>` calls, else \"text\"",
+  );
 
 /** An OpenAI-compatible server anywhere (ours, vLLM, SGLang, a hosted API). */
 export const ServerModelSchema = z
   .object({
-    baseUrl: z.string().url(),
-    /** the `model` field of requests */
-    model: z.string().min(1),
-    /** `chat`: messages through the server's chat template; `completions`: token-id prompts from `tokenizer` */
-    api: z.enum(['completions', 'chat']).default('chat'),
-    /** a Hugging Face model directory holding tokenizer.json (+ tokenizer_config.json); needed by `completions` */
-    tokenizer: z.string().min(1).optional(),
-    /**
-     * the R2E-Gym `<function=…>` text format (chat: stops at `</function>`), OpenAI tool calls (chat: the server's
-     * template renders the tools and parses the calls; completions: ours does, `<tool_call>` JSON), or `auto`: `openai`
-     * when the model's chat template (in `tokenizer`) renders tools as `<tool_call>` calls, else `text`
-     */
+    baseUrl: z.string().url().describe("the server's root or its /v1, as OpenAI clients write it"),
+    model: z.string().min(1).describe('the `model` field of requests'),
+    api: z.enum(['completions', 'chat']).default('chat').describe('"chat": messages through the server\'s chat template; "completions": token-id prompts from `tokenizer`'),
+    tokenizer: z.string().min(1).optional().describe('a Hugging Face model directory holding tokenizer.json (+ tokenizer_config.json); needed by "completions"'),
     toolFormat: ToolFormatSchema,
-    /** name of an environment variable of the rollout workers that holds the API key (never the key itself) */
     apiKeyEnv: z
       .string()
       .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name')
-      .optional(),
-    /**
-     * the model's context window in tokens (prompt + reply of a turn), for servers whose GET /v1/models does not
-     * report it (vLLM, SGLang and llama-server do); when both say, the smaller one counts
-     */
+      .optional()
+      .describe('name of an environment variable of the rollout workers that holds the API key (never the key itself)'),
     contextWindow: z
       .number()
       .int()
       .min(1)
       .max(1 << 24)
-      .optional(),
+      .optional()
+      .describe(
+        "the model's context window in tokens (prompt + reply of a turn), for servers whose GET /v1/models does not report it (vLLM, SGLang and llama-server do); when both say, the smaller one counts",
+      ),
   })
   .strict();
 export type ServerModel = z.infer<typeof ServerModelSchema>;
 
 /** The model under evaluation: a run's checkpoint, a Hugging Face directory, or a server anywhere. */
-export const EvalModelSchema = z.union([
-  z.object({ run: runId(), checkpoint: z.union([int().min(0), z.literal('latest')]).default('latest'), toolFormat: ToolFormatSchema }).strict(),
-  z.object({ path: z.string().min(1), toolFormat: ToolFormatSchema }).strict(),
-  ServerModelSchema,
-]);
+export const EvalModelSchema = z
+  .union([
+    z
+      .object({
+        run: runId().describe("a training run of the same store: its checkpoint, served by the learner worker's policy server"),
+        checkpoint: z
+          .union([int().min(0), z.literal('latest')])
+          .default('latest')
+          .describe('the checkpoint index, or the newest'),
+        toolFormat: ToolFormatSchema,
+      })
+      .strict(),
+    z.object({ path: z.string().min(1).describe('a Hugging Face model directory, served by the learner worker'), toolFormat: ToolFormatSchema }).strict(),
+    ServerModelSchema,
+  ])
+  .describe('the model under evaluation');
 export type EvalModel = z.infer<typeof EvalModelSchema>;
 
 /** SWE environment fields an evaluation may set (the task file, steps and grading limit have their own fields). */
@@ -72,64 +79,64 @@ const StoreSchema = z
     url: z
       .string()
       .regex(/^file:\/\//, 'must be a file:// URL')
-      .default('file://.runs/store'),
+      .default('file://.runs/store')
+      .describe("the artifact store (lib/store.ts); a relative path resolves against each worker's working directory"),
   })
   .strict()
   .prefault({});
 
 export const EvalConfigSchema = z
   .object({
-    /** evaluation id (store prefix evals/<id>/); defaults to the evaluationRun workflow id */
-    evalId: runId().optional(),
-    /** JSONL or parquet of SWE-bench records (lib/swe/task.ts) */
-    tasksFile: z.string().min(1),
-    /** only these instance ids (in this order) */
-    tasks: z.array(z.string().min(1)).min(1).optional(),
-    /** at most this many tasks (after `tasks`) */
-    limit: int().min(1).optional(),
+    evalId: runId().optional().describe('evaluation id: the store prefix evals/<id>/; default: the evaluationRun workflow id'),
+    tasksFile: z.string().min(1).describe('JSONL or parquet of SWE-bench records (lib/swe/task.ts)'),
+    tasks: z.array(z.string().min(1)).min(1).optional().describe('only these instance ids (in this order)'),
+    limit: int().min(1).optional().describe('at most this many tasks (after `tasks`)'),
     model: EvalModelSchema,
-    /** `model_name_or_path` of the predictions; derived from the model when absent */
-    modelName: z.string().min(1).optional(),
-    /** episodes per task (DeepSWE: 16) */
-    runs: int().min(1).max(1000).default(1),
-    seed: int().min(0).default(0),
+    quality: z
+      .object({
+        minStrength: z.number().min(0).max(1).optional().describe('the least test strength of a strong task (default 0.8)'),
+        file: z.string().min(1).optional().describe("a `swerl validate-tasks --quality-out` file; default: the records' own `quality`"),
+      })
+      .strict()
+      .optional()
+      .describe('which tasks count as strong, for pass@1 on strong tasks reported beside pass@1 on all'),
+    modelName: z.string().min(1).optional().describe('`model_name_or_path` of the predictions; derived from the model when absent'),
+    runs: int().min(1).max(1000).default(1).describe('episodes per task: n of pass@k (DeepSWE: 16)'),
+    seed: int().min(0).default(0).describe("the evaluation's seed: each (task, run) episode's sampling seed derives from it"),
     sampling: z
-      .object({ temperature: z.number().min(0).max(5).default(1), topP: z.number().gt(0).max(1).default(1) })
+      .object({
+        temperature: z.number().min(0).max(5).default(1).describe('sampling temperature (0: greedy)'),
+        topP: z.number().gt(0).max(1).default(1).describe('nucleus sampling'),
+      })
       .strict()
       .prefault({}),
-    /** steps per episode (DeepSWE evaluation: 100) */
-    maxSteps: int().min(1).max(10_000).default(100),
-    /**
-     * generated tokens per episode, summed over its turns (DeepSWE evaluation: 64K; `max_context` when spent). It
-     * does not bound the prompt: every turn's max_tokens is also clamped to the room left in the model's context
-     * window, and an episode with no room left ends `context_exhausted` (DESIGN §9), so no request exceeds it.
-     */
+    maxSteps: int().min(1).max(10_000).default(100).describe('steps per episode (DeepSWE evaluation: 100)'),
     contextBudget: int()
       .min(1)
       .max(1 << 22)
-      .default(65_536),
+      .default(65_536)
+      .describe(
+        "generated tokens per episode, summed over its turns (DeepSWE evaluation: 64K; max_context when spent); each turn is also clamped to the room left in the model's context window (docs/design.md §9)",
+      ),
     maxTokensPerTurn: int()
       .min(1)
       .max(1 << 20)
-      .default(8192),
+      .default(8192)
+      .describe("max_tokens of one turn, also clamped to the room left in the model's context window"),
     episodeTimeoutMinutes: z
       .number()
       .gt(0)
       .max(24 * 60)
-      .default(20),
-    /** test-run limit of grading (DeepSWE: 5 min) */
-    gradeTimeoutSeconds: int().min(1).max(7200).default(300),
-    /** episodes in flight at once */
-    concurrency: int().min(1).max(4096).default(16),
-    /** attempts of an episode that could not happen (infrastructure) before it is reported as `error` */
-    maxAttempts: int().min(1).max(100).default(3),
-    heartbeatTimeoutSeconds: z.number().gt(0).max(3600).default(120),
-    /** episodes per child workflow, so no history nears Temporal's event limit */
-    shardSize: int().min(1).max(2000).default(500),
-    env: EvalEnvSchema.prefault({}),
+      .default(20)
+      .describe('wall-clock limit of an episode (DeepSWE: 20 min)'),
+    gradeTimeoutSeconds: int().min(1).max(7200).default(300).describe('test-run limit of grading (DeepSWE: 5 min)'),
+    concurrency: int().min(1).max(4096).default(16).describe('episodes in flight at once'),
+    maxAttempts: int().min(1).max(100).default(3).describe('attempts of an episode that could not happen (infrastructure) before it is reported as `error`'),
+    heartbeatTimeoutSeconds: z.number().gt(0).max(3600).default(120).describe('an episode whose worker is silent this long is retried'),
+    shardSize: int().min(1).max(2000).default(500).describe("episodes per child workflow, so no history nears Temporal's event limit"),
+    env: EvalEnvSchema.prefault({}).describe('the SWE environment fields an evaluation may set (their meaning: the training config\'s env with kind "swe")'),
     store: StoreSchema,
-    /** with `mlflow`, the evaluation is an MLflow run (pass@k, its config, its report files) */
-    tracking: TrackingConfigSchema,
+    tracking: TrackingConfigSchema.describe('with `mlflow`, the evaluation is an MLflow run (pass@k, its config, its report files)'),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -153,59 +160,59 @@ export function validateEvalConfig(input: unknown): { ok: true; config: EvalConf
 
 /** The verifier model of the execution-free verifier and of the reproduction-test generator. */
 export const VerifierModelSchema = ServerModelSchema.omit({ toolFormat: true, tokenizer: true, contextWindow: true })
-  .extend({ api: z.literal('chat').default('chat') })
+  .extend({ api: z.literal('chat').default('chat').describe('verifiers speak the chat API') })
   .strict();
 
 export const BestOfKConfigSchema = z
   .object({
-    /** the finished evaluation whose trajectories are the candidates */
-    evalId: runId(),
-    /** selection id (store prefix evals/<evalId>/selections/<id>/); defaults to the workflow id */
-    selectionId: runId().optional(),
-    /** Best@K curve up to this K (default: the evaluation's runs); selections are made among the first K runs */
-    k: int().min(1).max(1000).optional(),
-    /** random K-subsets per K for the curve (at least 1,000; all subsets when there are fewer) */
-    subsets: int().min(1000).max(1_000_000).default(1000),
-    seed: int().min(0).default(0),
+    evalId: runId().describe('the finished evaluation whose trajectories are the candidates'),
+    selectionId: runId().optional().describe('selection id: the store prefix evals/<evalId>/selections/<id>/; default: the workflow id'),
+    k: int().min(1).max(1000).optional().describe("Best@K curve up to this K (default: the evaluation's runs); selections are made among the first K runs"),
+    subsets: int().min(1000).max(1_000_000).default(1000).describe('random K-subsets per K for the curve (at least 1,000; all subsets when there are fewer)'),
+    seed: int().min(0).default(0).describe('seed of the subsets and of the deterministic tie-breaks'),
     executionFree: z
       .object({
-        model: VerifierModelSchema,
-        /** tokens the verifier may think before its YES/NO */
+        model: VerifierModelSchema.describe('the verifier: any OpenAI-compatible chat server'),
         maxTokens: int()
           .min(1)
           .max(1 << 16)
-          .default(1024),
-        temperature: z.number().min(0).max(5).default(0),
-        /** alternatives read at each position (the answer token's P(YES) and P(NO) come from these) */
-        topLogprobs: int().min(2).max(20).default(20),
-        /** the trajectory is condensed (longest thoughts first) until the prompt has at most this many characters */
-        maxPromptChars: int().min(1000).max(10_000_000).default(120_000),
+          .default(1024)
+          .describe('tokens the verifier may think before its YES/NO'),
+        temperature: z.number().min(0).max(5).default(0).describe("the verifier's sampling temperature"),
+        topLogprobs: int().min(2).max(20).default(20).describe("alternatives read at each position (the answer token's P(YES) and P(NO) come from these)"),
+        maxPromptChars: int()
+          .min(1000)
+          .max(10_000_000)
+          .default(120_000)
+          .describe('the trajectory is condensed (longest thoughts first) until the prompt has at most this many characters'),
       })
       .strict()
-      .optional(),
+      .optional()
+      .describe('the execution-free verifier: score = P(YES)/(P(YES)+P(NO)) of its judgement (docs/design.md §8)'),
     executionBased: z
       .object({
-        /** run the repository's own tests that pass at the base commit */
-        regression: z.boolean().default(true),
+        regression: z.boolean().default(true).describe("run the repository's own tests that pass at the base commit, with each candidate"),
         reproduction: z
           .object({
-            model: VerifierModelSchema,
-            /** generated tests per task */
-            tests: int().min(1).max(50).default(3),
+            model: VerifierModelSchema.describe('the model that writes issue-reproducing tests'),
+            tests: int().min(1).max(50).default(3).describe('generated tests per task'),
             maxTokens: int()
               .min(1)
               .max(1 << 16)
-              .default(2048),
-            temperature: z.number().min(0).max(5).default(1),
+              .default(2048)
+              .describe('tokens per generated test'),
+            temperature: z.number().min(0).max(5).default(1).describe('sampling temperature of the test writer'),
           })
           .strict()
-          .optional(),
-        timeoutSeconds: int().min(1).max(7200).default(300),
+          .optional()
+          .describe('generated reproduction tests, run against every candidate'),
+        timeoutSeconds: int().min(1).max(7200).default(300).describe('limit of one verifier test run, seconds'),
       })
       .strict()
-      .optional(),
-    concurrency: int().min(1).max(4096).default(8),
-    maxAttempts: int().min(1).max(100).default(3),
+      .optional()
+      .describe('the execution-based verifiers (docs/design.md §8)'),
+    concurrency: int().min(1).max(4096).default(8).describe('verifier activities in flight at once'),
+    maxAttempts: int().min(1).max(100).default(3).describe('attempts of a verifier activity that could not happen (infrastructure)'),
     store: StoreSchema,
   })
   .strict()

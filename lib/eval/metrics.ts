@@ -118,6 +118,8 @@ export interface EvalMetrics {
   ends: Record<string, number>;
   mean: { steps: number; tokens: number; responseTokens: number; seconds: number };
   perRepo: RepoRow[];
+  /** pass@1 over the tasks whose tests are strong (lib/swe/quality.ts), beside pass@1 over all; absent when no task has a measured strength */
+  strong?: { minStrength: number; tasks: number; pass1: number };
 }
 
 /** The evaluation's numbers from its plan (tasks × runs), its completed episodes and its error count per task. */
@@ -125,7 +127,7 @@ export function evaluationMetrics(
   plan: { taskIds: readonly string[]; repos: Readonly<Record<string, string>>; runs: number },
   episodes: readonly EpisodeFacts[],
   errors: readonly { taskId: string; run: number }[],
-  opts: { bootstrapSamples?: number; seed?: number } = {},
+  opts: { bootstrapSamples?: number; seed?: number; strong?: { ids: ReadonlySet<string>; minStrength: number } } = {},
 ): EvalMetrics {
   const counts = new Map<string, TaskCounts>(plan.taskIds.map((id) => [id, { taskId: id, repo: plan.repos[id] ?? repoOf(id), runs: plan.runs, completed: 0, resolved: 0 }]));
   const ends: Record<string, number> = {};
@@ -170,7 +172,14 @@ export function evaluationMetrics(
     ends,
     mean: { steps: mean(sum.steps), tokens: mean(sum.tokens), responseTokens: mean(sum.responseTokens), seconds: mean(sum.seconds) },
     perRepo: [...repos.values()].map((r) => ({ ...r, pass1: r.pass1 / r.tasks })).sort((a, b) => a.repo.localeCompare(b.repo)),
+    ...(opts.strong ? { strong: strongPass1(tasks, opts.strong) } : {}),
   };
+}
+
+/** pass@1 (mean of c/n, n = runs requested) over the strong tasks. */
+function strongPass1(tasks: readonly TaskCounts[], o: { ids: ReadonlySet<string>; minStrength: number }): { minStrength: number; tasks: number; pass1: number } {
+  const chosen = tasks.filter((t) => o.ids.has(t.taskId));
+  return { minStrength: o.minStrength, tasks: chosen.length, pass1: chosen.length ? chosen.reduce((s, t) => s + t.resolved / t.runs, 0) / chosen.length : 0 };
 }
 
 /** `owner__name-hash` (SWE-bench instance ids) → `owner/name`. */
@@ -189,6 +198,10 @@ export function formatEvalMetrics(m: EvalMetrics, title = 'evaluation'): string 
   );
   const ci = m.pass1CI ? ` (${Math.round(m.pass1CI.level * 100)}% CI ${pct(m.pass1CI.low).trim()} – ${pct(m.pass1CI.high).trim()})` : '';
   lines.push(`pass@1 ${pct(m.pass1).trim()}${ci} against the dataset; ${pct(m.pass1Completed).trim()} against completed episodes`);
+  if (m.strong)
+    lines.push(
+      `pass@1 all tasks ${pct(m.pass1).trim()} (${m.tasks}) | strong tasks ${m.strong.tasks ? pct(m.strong.pass1).trim() : '-'} (${m.strong.tasks}, test strength ≥ ${m.strong.minStrength})`,
+    );
   lines.push(`  k        ${m.passAtK.map((_, i) => String(i + 1).padStart(6)).join(' ')}`);
   lines.push(`  pass@k   ${m.passAtK.map(pct).join(' ')}`);
   lines.push(`  (compl.) ${m.passAtKCompleted.map(pct).join(' ')}`);

@@ -2,6 +2,7 @@
 // workflow code, imports it (lib/sandbox.ts is pure too); lib/config.ts adds the `kind: 'swe'` discriminator.
 import { z } from 'zod';
 import { DEFAULT_LIMITS, DEFAULT_MAX_PATCH_BYTES } from '../sandbox.ts';
+import { TaskFilterSchema } from './quality.ts';
 
 /** Scratch files the agent is told to write; never part of the submitted patch. */
 export const DEFAULT_SCRATCH_GLOBS = ['reproduce_issue.py', 'reproduce*.py'];
@@ -9,53 +10,56 @@ export const DEFAULT_SCRATCH_GLOBS = ['reproduce_issue.py', 'reproduce*.py'];
 /** The SWE environment's fields of the run config (lib/config.ts adds `kind: 'swe'`). */
 export const SweEnvConfigSchema = z
   .object({
-    /** JSONL or parquet of SWE-bench-style records (lib/swe/task.ts) */
-    tasksFile: z.string().min(1),
-    /** `tests`: 1 iff FAIL_TO_PASS and PASS_TO_PASS all pass (DeepSWE); `similarity`: SWE-RL difflib ratio, −1 when malformed */
-    reward: z.enum(['tests', 'similarity']).default('tests'),
-    /** steps per episode in training (DeepSWE 50) */
-    maxSteps: z.number().int().min(1).max(10_000).default(50),
-    /** steps per episode in evaluation (DeepSWE 100) */
-    evalMaxSteps: z.number().int().min(1).max(10_000).default(100),
-    /** per-command limit of execute_bash, seconds (R2E-Gym 90) */
-    commandTimeoutS: z.number().int().min(1).max(3600).default(90),
-    /** the environment's own wall-clock limit from reset(); a command that would run past it ends with env_timeout */
-    episodeTimeoutS: z.number().int().min(1).max(86_400).default(1200),
-    /** test-run limit of grading (DeepSWE 5 min) */
-    gradeTimeoutS: z.number().int().min(1).max(7200).default(300),
-    /** grade episodes that did not end with `finish` (they get 0 otherwise) */
-    gradeUnsubmitted: z.boolean().default(false),
-    scratchGlobs: z.array(z.string().min(1)).default(DEFAULT_SCRATCH_GLOBS),
-    backend: z.enum(['docker', 'kubernetes']).default('docker'),
+    tasksFile: z.string().min(1).describe('JSONL or parquet of SWE-bench-style records (lib/swe/task.ts); a relative path is made absolute by the CLI'),
+    taskFilter: TaskFilterSchema.optional().describe("train only on the tasks that pass this filter: their measured quality, the factory's split (lib/swe/quality.ts)"),
+    reward: z
+      .enum(['tests', 'similarity'])
+      .default('tests')
+      .describe('"tests": 1 iff FAIL_TO_PASS and PASS_TO_PASS all pass (DeepSWE; docs/grading.md); "similarity": the SWE-RL difflib ratio, −1 when malformed'),
+    maxSteps: z.number().int().min(1).max(10_000).default(50).describe('steps per episode in training (DeepSWE: 50)'),
+    evalMaxSteps: z.number().int().min(1).max(10_000).default(100).describe("steps per episode in a run's validation (DeepSWE: 100)"),
+    commandTimeoutS: z.number().int().min(1).max(3600).default(90).describe('per-command limit of execute_bash, seconds (R2E-Gym: 90)'),
+    episodeTimeoutS: z
+      .number()
+      .int()
+      .min(1)
+      .max(86_400)
+      .default(1200)
+      .describe("the environment's own wall-clock limit from reset(), seconds; a command that would run past it ends the episode env_timeout"),
+    gradeTimeoutS: z.number().int().min(1).max(7200).default(300).describe('test-run limit of grading, seconds (DeepSWE: 5 min)'),
+    gradeUnsubmitted: z.boolean().default(false).describe('grade episodes that did not end with `finish` (they get 0 otherwise)'),
+    scratchGlobs: z.array(z.string().min(1)).default(DEFAULT_SCRATCH_GLOBS).describe('files the agent is told to write for itself, never part of the patch'),
+    backend: z.enum(['docker', 'kubernetes']).default('docker').describe('where sandboxes run: Docker containers or Kubernetes pods (docs/kubernetes.md)'),
     limits: z
       .object({
-        cpus: z.number().gt(0).max(64).default(DEFAULT_LIMITS.cpus),
+        cpus: z.number().gt(0).max(64).default(DEFAULT_LIMITS.cpus).describe('CPUs of one sandbox'),
         memoryBytes: z
           .number()
           .int()
           .min(8 << 20)
-          .default(DEFAULT_LIMITS.memoryBytes),
-        pids: z.number().int().min(16).default(DEFAULT_LIMITS.pids),
-        /** what the sandbox may write, MiB (a storage quota, the ephemeral-storage limit or a watchdog; docs/limits.md); 0: none */
+          .default(DEFAULT_LIMITS.memoryBytes)
+          .describe('memory of one sandbox, bytes'),
+        pids: z.number().int().min(16).default(DEFAULT_LIMITS.pids).describe('processes of one sandbox (Kubernetes: the kubelet’s podPidsLimit)'),
         diskMiB: z
           .number()
           .int()
           .min(0)
           .max(1 << 20)
-          .default(DEFAULT_LIMITS.diskMiB),
+          .default(DEFAULT_LIMITS.diskMiB)
+          .describe('what the sandbox may write, MiB (a storage quota, the ephemeral-storage limit or a watchdog; docs/limits.md); 0: none'),
       })
       .strict()
-      .prefault({}),
-    maxObservationChars: z.number().int().min(1000).max(1_000_000).default(10_000),
-    /** a patch (new files or diff) larger than this ends with reward 0, reason `patch_too_large` */
+      .prefault({})
+      .describe('resources of each sandbox'),
+    maxObservationChars: z.number().int().min(1000).max(1_000_000).default(10_000).describe('a tool observation is clipped to this many characters'),
     maxPatchBytes: z
       .number()
       .int()
       .min(1024)
       .max(64 << 20)
-      .default(DEFAULT_MAX_PATCH_BYTES),
-    /** warn the agent once fewer response tokens than this remain (episode loop) */
-    tokenWarningAt: z.number().int().min(0).default(2048),
+      .default(DEFAULT_MAX_PATCH_BYTES)
+      .describe('a patch (new files or diff) larger than this ends with reward 0, reason `patch_too_large`'),
+    tokenWarningAt: z.number().int().min(0).default(2048).describe('the agent is warned once when fewer response tokens than this remain'),
   })
   .strict();
 

@@ -110,7 +110,8 @@ export const SweTaskSchema = z
     problem_statement: z.string().min(1),
     /** the gold fix */
     patch: z.string(),
-    test_patch: z.string().min(1),
+    /** the tests the fix needs; empty when the repository's own tests at base are the task's (factory tasks) */
+    test_patch: z.string().transform((s) => (s.trim() === '' ? '' : s)),
     FAIL_TO_PASS: testList,
     PASS_TO_PASS: testList,
     /** shell command run from /testbed that prints a log testlog.ts parses */

@@ -2,12 +2,14 @@
 // (services/k8s-cluster.ts; docs/kubernetes.md). Also the `--backend docker|kubernetes`, `--kubeconfig` and
 // `--namespace` options `swerl grade`, `swerl validate-tasks` and `swerl eval` share.
 import type { Command } from 'commander';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { spawnSync } from 'node:child_process';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import type { SandboxBackend } from '../../lib/sandbox.ts';
 import { loadTasks } from '../../lib/swe/task.ts';
 import { defaultTasksFile } from './images.ts';
+import { checkKubernetesAccess, loadKubeConfig } from '../../activities/sandbox/k8s-access.ts';
 
 const BackendOptionsSchema = z
   .object({
@@ -39,6 +41,13 @@ export function parseBackendOptions(raw: { backend?: unknown; kubeconfig?: unkno
   return { ...r.data, ...(r.data.kubeconfig ? { kubeconfig: resolve(r.data.kubeconfig) } : {}) };
 }
 
+/** The kubeconfig of these options, once its cluster has answered: a cluster that cannot work stops the command before its first task. */
+export async function checkedKubeConfig(o: Pick<BackendCliOptions, 'kubeconfig' | 'namespace'>): Promise<KubeConfig> {
+  const { kubeConfig, source } = await loadKubeConfig(o.kubeconfig);
+  await checkKubernetesAccess(kubeConfig, source, o.namespace ?? process.env.SWERL_K8S_NAMESPACE ?? 'swerl');
+  return kubeConfig;
+}
+
 /**
  * The sandbox backend of these options. On swerl's own cluster (the kubeconfig's server is the local
  * cluster's), an image a pod needs is loaded from Docker first: that cluster cannot pull.
@@ -46,10 +55,7 @@ export function parseBackendOptions(raw: { backend?: unknown; kubeconfig?: unkno
 export async function sandboxBackendFrom(o: BackendCliOptions): Promise<SandboxBackend> {
   const { createSandboxBackend } = await import('../../activities/sandbox/index.ts');
   if (o.backend === 'docker') return createSandboxBackend('docker');
-  const lib = await import('@kubernetes/client-node');
-  const kubeConfig = new lib.KubeConfig();
-  if (o.kubeconfig) kubeConfig.loadFromFile(o.kubeconfig);
-  else kubeConfig.loadFromDefault();
+  const kubeConfig = await checkedKubeConfig(o);
   const backend = await createSandboxBackend('kubernetes', { kubernetes: { kubeConfig, ...(o.namespace ? { namespace: o.namespace } : {}) } });
   const { clusterStatus, loadImages } = await import('../../services/k8s-cluster.ts');
   const st = await clusterStatus();
@@ -76,16 +82,21 @@ async function taskImagesInDocker(tasksFile: string | undefined): Promise<string
 }
 
 /**
- * For `swerl eval --backend kubernetes` on swerl's own cluster: builds the images of `taskIds` (all tasks
- * when empty) and loads them, since the worker's pods cannot pull. Does nothing for another cluster.
+ * For `swerl eval --backend kubernetes`: with the embedded worker, stops at once when its cluster cannot work
+ * (a worker of a server has its own kubeconfig). On swerl's own cluster, builds the images of `taskIds` (all tasks
+ * when empty) and loads them, since the worker's pods cannot pull; does nothing more for another cluster.
  */
-export async function prepareLocalClusterImages(tasksFile: string, taskIds: string[], kubeconfig: string | undefined, log: (s: string) => void): Promise<void> {
+export async function prepareLocalClusterImages(
+  tasksFile: string,
+  taskIds: string[],
+  sandboxes: Pick<BackendCliOptions, 'kubeconfig' | 'namespace'>,
+  embeddedWorker: boolean,
+  log: (s: string) => void,
+): Promise<void> {
   const { clusterStatus, loadImages } = await import('../../services/k8s-cluster.ts');
+  const kc = embeddedWorker ? await checkedKubeConfig(sandboxes) : (await loadKubeConfig(sandboxes.kubeconfig).catch(() => null))?.kubeConfig;
+  if (!kc) return;
   const st = await clusterStatus();
-  const lib = await import('@kubernetes/client-node');
-  const kc = new lib.KubeConfig();
-  if (kubeconfig) kc.loadFromFile(kubeconfig);
-  else kc.loadFromDefault();
   if (!st.running || kc.getCurrentCluster()?.server !== st.server) return;
   const { buildImages, imageExists, taskImageName } = await import('../../activities/images.ts');
   const { tasks } = await loadTasks(tasksFile);

@@ -7,8 +7,7 @@ import cliProgress from 'cli-progress';
 import { cp, mkdir, readFile } from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
-import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
-import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError, type WorkflowHandle } from '@temporalio/client';
 import { validateBestOfKConfig, validateEvalConfig } from '../../lib/eval/config.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
 import { formatEvalErrors, formatEvalMetrics, type EvalMetrics } from '../../lib/eval/metrics.ts';
@@ -19,6 +18,7 @@ import { evaluationStatusQuery, selectionStatusQuery } from '../../workflows/eva
 import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
 import type { SelectionResult } from '../../workflows/select-best-of-k.ts';
 import { parseBackendOptions, prepareLocalClusterImages, withBackendOptions, type BackendCliOptions } from './cluster.ts';
+import { followResult, installCliLogger, useLogDir } from '../cli-log.ts';
 
 export interface EvalOptions {
   config: string;
@@ -52,11 +52,7 @@ async function connect(address: string | undefined, dir: string, log: (s: string
     server = await startDevServer({ dir: join(dir, 'temporal'), uiPort: 0 });
     addr = server.address;
     log(`embedded Temporal dev server at ${addr}${server.uiUrl ? ` (web UI ${server.uiUrl})` : ''}`);
-    try {
-      Runtime.install({ logger: new DefaultLogger(process.env.SWERL_LOG_LEVEL === 'INFO' ? 'INFO' : 'WARN') });
-    } catch {
-      // a runtime exists already (tests, a host process): keep its logger
-    }
+    installCliLogger();
     workers = await startWorkers({ address: addr, queues: ['learner', 'rollout'] });
   }
   const connection = await Connection.connect({ address: addr });
@@ -114,11 +110,13 @@ export async function evaluate(o: EvalOptions): Promise<EvalOutcome> {
   raw0.evalId = evalId;
   const outDir = resolve(o.out ?? join('runs', evalId));
   await mkdir(outDir, { recursive: true });
+  useLogDir(outDir);
   if (raw0.store === undefined) raw0.store = { url: fileStoreUrl(join(outDir, 'store')) };
   const v = validateEvalConfig(raw0);
   if (!v.ok) throw new Error(`invalid config ${o.config}:\n  ${v.errors.join('\n  ')}`);
   const config = v.config;
-  if (config.env.backend === 'kubernetes') await prepareLocalClusterImages(config.tasksFile, config.tasks ?? [], o.sandboxes?.kubeconfig, log);
+  const embedded = !(o.address ?? process.env.TEMPORAL_ADDRESS);
+  if (config.env.backend === 'kubernetes') await prepareLocalClusterImages(config.tasksFile, config.tasks ?? [], o.sandboxes ?? {}, embedded, log);
   const temporal = await connect(o.address, outDir, log);
   try {
     const result = await startAndFollow<EvaluationRunResult>(temporal.client, {
@@ -171,7 +169,7 @@ async function startAndFollow<R>(
   }
   const handle = client.workflow.getHandle(o.workflowId);
   let finished = false;
-  const resultP = handle.result().finally(() => (finished = true)) as Promise<R>;
+  const resultP = followResult<R>(handle, o.workflowId).finally(() => (finished = true));
   let bar: cliProgress.SingleBar | null = null;
   while (!finished) {
     await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
@@ -189,15 +187,6 @@ async function startAndFollow<R>(
   }
   bar?.stop();
   return resultP;
-}
-
-/** The messages of a failure and its causes (`type: message <- …`). */
-function causeChain(e: unknown): string {
-  const parts: string[] = [];
-  for (let x = e as { message?: string; type?: string; cause?: unknown } | undefined, d = 0; x && d < 5; x = x.cause as typeof x, d++) {
-    if (x.message) parts.push(x.type ? `${x.type}: ${x.message}` : x.message);
-  }
-  return parts.join(' <- ') || String(e);
 }
 
 /** Why a finished evaluation measured nothing (every episode an error), or null: the CLI then exits 1. */
@@ -237,19 +226,11 @@ export function register(program: Command): void {
       const backendGiven = command.getOptionValueSource('backend') !== 'default';
       const k8sGiven = raw.kubeconfig !== undefined || raw.namespace !== undefined;
       const sandboxes = backendGiven || k8sGiven ? parseBackendOptions({ ...raw, backend: backendGiven ? raw.backend : 'kubernetes' }) : undefined;
-      let o: EvalOutcome;
-      try {
-        o = await evaluate({ config: raw.config, out: raw.out, address: raw.address, evalId: raw.evalId, ...(sandboxes ? { sandboxes } : {}) });
-      } catch (e) {
-        if (!(e instanceof WorkflowFailedError)) throw e;
-        // e.g. the server check before the first episode: say what failed, not the client's stack
-        console.error(`swerl eval: the evaluation failed: ${causeChain(e.cause)}`);
-        process.exitCode = 1;
-        return;
-      }
+      // a failed evaluation (e.g. the server check before the first episode) ends in one line (scripts/cli.ts)
+      const o = await evaluate({ config: raw.config, out: raw.out, address: raw.address, evalId: raw.evalId, ...(sandboxes ? { sandboxes } : {}) });
       const failed = evaluationFailure(o.result);
       if (failed) {
-        console.error(`swerl eval: ${failed}`);
+        console.error(`swerl eval: ${o.evalId}: ${failed}`);
         process.exitCode = 1;
       }
     });
@@ -298,6 +279,7 @@ export async function selectBestOfK(o: BestOfKOptions): Promise<{ selectionId: s
   const config = v.config;
   const outDir = resolve(o.out ?? join('runs', `${config.evalId}-${selectionId}`));
   await mkdir(outDir, { recursive: true });
+  useLogDir(outDir);
   const temporal = await connect(o.address, outDir, log);
   try {
     const workflowId = `${config.evalId}-${selectionId}`;

@@ -20,6 +20,7 @@ import type { SandboxBackend } from '../../lib/sandbox.ts';
 import { defaultTasksFile } from './images.ts';
 import { mapInLanes } from '../../lib/pool.ts';
 import { parseBackendOptions, sandboxBackendFrom, withBackendOptions } from './cluster.ts';
+import { appendLog, logFile, useLogDir } from '../cli-log.ts';
 
 const ATTEMPTS = 3;
 
@@ -132,6 +133,7 @@ export function register(program: Command): void {
         kubeconfig?: string;
         namespace?: string;
       }) => {
+        useLogDir(opt.out);
         const backend = await sandboxBackendFrom(parseBackendOptions(opt));
         const tasksFile = opt.tasks ?? defaultTasksFile();
         if (!tasksFile) throw new Error('--tasks FILE is required (no default tasks file found)');
@@ -172,6 +174,13 @@ export function register(program: Command): void {
         for (const [id, why] of Object.entries(summary.error_reasons)) console.log(`  error ${id}: ${why}`);
         console.log(`Report written to ${summaryPath}`);
         process.exitCode = summary.error_instances ? 1 : 0;
+        const reasons = Object.entries(summary.error_reasons);
+        if (reasons.length) {
+          // the reasons in full in the log; the last line says what went wrong first
+          appendLog(`swerl grade ${opt.runId}: ${reasons.length} instance(s) could not be graded\n${reasons.map(([id, why]) => `  ${id}: ${why}`).join('\n')}`);
+          const [id, why] = reasons[0]!;
+          console.error(`swerl grade: ${opt.runId}: ${reasons.length} of ${summary.total_instances} instances could not be graded, first ${id}: ${why} (all in ${logFile()})`);
+        }
       },
     );
 }

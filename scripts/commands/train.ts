@@ -10,10 +10,11 @@ import { validateConfig, type TrainingConfig } from '../../lib/config.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { writeRewardPlot } from '../../lib/plot.ts';
-import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { progressQuery, statusQuery } from '../../workflows/signals.ts';
 import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
+import { followResult, installCliLogger, useLogDir } from '../cli-log.ts';
+import { checkedKubeConfig } from './cluster.ts';
 
 export interface TrainOptions {
   config: string;
@@ -62,6 +63,7 @@ function readMetrics(storeUrl: string, runId: string): IterationMetrics[] {
 export async function train(o: TrainOptions): Promise<TrainOutcome> {
   const outDir = resolve(o.out ?? join('runs', `train-${new Date().toISOString().replace(/[:.]/g, '-')}`));
   mkdirSync(outDir, { recursive: true });
+  useLogDir(outDir);
   const raw = JSON.parse(readFileSync(o.config, 'utf8')) as Record<string, unknown>;
   if (o.iterations !== undefined) raw.iterations = o.iterations;
   if (raw.store === undefined) raw.store = { url: fileStoreUrl(join(outDir, 'store')) };
@@ -81,16 +83,14 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
   const log = (s: string) => {
     if (!o.quiet) console.log(s);
   };
+  // the embedded worker's sandbox pods: a cluster that cannot work stops the run before its first task
+  if (!address && config.env.kind === 'swe' && config.env.backend === 'kubernetes') await checkedKubeConfig({});
   if (!address) {
     server = await startDevServer({ dir: join(outDir, 'temporal'), uiPort: 0 });
     address = server.address;
     log(`embedded Temporal dev server at ${address}${server.uiUrl ? ` (web UI ${server.uiUrl})` : ''}`);
-    try {
-      // the progress bar is the output; the embedded worker only reports problems
-      Runtime.install({ logger: new DefaultLogger(process.env.SWERL_LOG_LEVEL === 'INFO' ? 'INFO' : 'WARN') });
-    } catch {
-      // a runtime exists already (tests, a host process): keep its logger
-    }
+    // the progress bar is the output; the embedded worker reports problems, one line each
+    installCliLogger();
     workers = await startWorkers({ address, queues: ['learner', 'rollout'], learner: { device: config.learner.device, threads: o.threads ?? config.learner.threads } });
     // Ctrl-C: stop the embedded worker and server; the run resumes with the same --out and --run-id
     const embedded = { server, workers };
@@ -127,7 +127,7 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
     let barIter = -1;
     let printed = -1;
     let finished = false;
-    const resultP = handle.result().finally(() => (finished = true)) as Promise<TrainingRunResult>;
+    const resultP = followResult<TrainingRunResult>(handle, runId).finally(() => (finished = true));
     const flushMetrics = () => {
       const ms = readMetrics(config.store.url, runId);
       if (ms.length) writeFileSync(metricsPath, ms.map((m) => JSON.stringify(m)).join('\n') + '\n');

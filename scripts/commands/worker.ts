@@ -3,6 +3,8 @@ import type { Command } from 'commander';
 import { z } from 'zod';
 import { startWorkers, type QueueName } from '../../workers/index.ts';
 import { startWorkerMetrics } from '../../workers/metrics-server.ts';
+import { backendKindFromEnv } from '../../activities/sandbox/index.ts';
+import { checkedKubeConfig } from './cluster.ts';
 
 const WorkerOptionsSchema = z.object({
   queues: z
@@ -60,6 +62,8 @@ export function register(program: Command): void {
         return;
       }
       const o = parsed.data;
+      // pods of a cluster that cannot work would fail one rollout at a time: stop here, naming the fix
+      if (o.queues.includes('rollout') && backendKindFromEnv() === 'kubernetes') await checkedKubeConfig({});
       // before any connection: the SDK's metrics exporter is part of its runtime
       const metrics = o.metricsPort === undefined ? null : await startWorkerMetrics({ host: o.metricsHost, port: o.metricsPort });
       if (metrics) console.log(`metrics on ${metrics.url}${metrics.sdk ? " (ours and the Temporal SDK's)" : ''}`);

@@ -11,7 +11,8 @@ import { DEFAULT_LIMITS, SandboxUnavailableError, type SandboxLimits } from '../
 import { SweTools } from '../../lib/swe/tools.ts';
 import { SERVICE_IP } from '../../services/k8s-cluster-config.ts';
 import { kubeConfigOf } from '../../services/k8s-cluster.ts';
-import { imagesFor, requireDocker, sharedTask } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 import { useK8sCluster, type TestCluster } from '../helpers/k8s.ts';
 
 describe('against the local cluster (swerl cluster up)', () => {
@@ -28,7 +29,7 @@ describe('against the local cluster (swerl cluster up)', () => {
   useK8sCluster((c) => (cluster = c), {
     images: async () => {
       await requireDocker();
-      [image] = await imagesFor([await sharedTask('tkem__cachetools-9a6cb65')]);
+      [image] = await imagesFor([await sweTask(TASK.srcLayout)]);
       return [image!];
     },
   });

@@ -24,7 +24,8 @@ import type { SweTask } from '../../lib/swe/task.ts';
 import { statusQuery } from '../../workflows/signals.ts';
 import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
 import { kubeConfigOf, startComponent, stopComponent } from '../../services/k8s-cluster.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { useK8sCluster, type TestCluster } from '../helpers/k8s.ts';
 import { metricValue } from '../helpers/metrics.ts';
 import { editCallsFromPatch, FINISH, scriptedServable, startScriptedModel, type ScriptTurn } from '../helpers/scripted-agent.ts';
@@ -34,6 +35,8 @@ import { writeModel } from '../../lib/presets.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import { seedTable } from '../helpers/eval.ts';
 import { ROOT, spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
+
+const TASKS_FILE = await sweTasksFile();
 
 const exec = promisify(execFile);
 /** The swerl CLI as a child process. */
@@ -58,7 +61,7 @@ process.env.SWERL_K8S_MEMORY_REQUEST = '128Mi';
 useK8sCluster((c) => (cluster = c), {
   images: async () => {
     await requireDocker();
-    tasks = await sharedTasks();
+    tasks = await sweTasks();
     return imagesFor(tasks);
   },
 });

@@ -256,3 +256,47 @@ test(`run-time dispatch: every SIMD variant this CPU has (${variants.join(', ')}
   assert.notEqual(bad.status, 0);
   assert.match(bad.stderr, /GL_SIMD must be avx512, avx2 or baseline, got "sse9"/);
 });
+
+test('a later sample of a prompt already prefilled copies its keys and values: the same bits as prefilling it again', async () => {
+  const fresh = await Learner.load(modelDir, { threads: 2, promptCacheBytes: 0 });
+  const cached = await Learner.load(modelDir, { threads: 2 });
+  try {
+    const p = prompts[2];
+    // two samples of one prompt added at different steps (two rollouts of a group arriving apart)
+    const run = async (l: Learner) => {
+      const [a] = await l.decodeAdd(p, [{ ...opts[0], seed: 1 }]);
+      const toks = new Map<number, number[]>([[a, []]]);
+      for (let i = 0; i < 3; i++) for (const t of await l.decodeStep()) toks.get(t.seq)!.push(t.id);
+      const [b] = await l.decodeAdd(p, [{ ...opts[0], seed: 2 }]);
+      toks.set(b, []);
+      while (l.decoder.running === 0 && (toks.get(a)!.length < 40 || toks.get(b)!.length < 40)) {
+        const step = await l.decodeStep();
+        if (step.length === 0) break;
+        for (const t of step) toks.get(t.seq)!.push(t.id);
+      }
+      return [...toks.values()];
+    };
+    assert.deepEqual(await run(cached), await run(fresh));
+    const t0 = performance.now();
+    for (let i = 0; i < 5; i++) await fresh.generate(p, { maxNewTokens: 1, seed: i });
+    const prefilling = performance.now() - t0;
+    const t1 = performance.now();
+    for (let i = 0; i < 5; i++) await cached.generate(p, { maxNewTokens: 1, seed: i });
+    console.log(`5 one-token samples of a 70-token prompt: ${prefilling.toFixed(1)} ms prefilling each, ${(performance.now() - t1).toFixed(1)} ms with the cache`);
+    // a weight change empties it: the next sample is what the new weights give
+    const name = 'model.norm.weight';
+    const w = await cached.getParam(name);
+    await cached.setParam(
+      name,
+      w.map((v) => v * 1.5),
+    );
+    await fresh.setParam(
+      name,
+      w.map((v) => v * 1.5),
+    );
+    same(await cached.generate(p, opts[0]), await fresh.generate(p, opts[0]), 'after a weight change');
+  } finally {
+    fresh.close();
+    cached.close();
+  }
+});

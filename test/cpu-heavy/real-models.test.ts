@@ -18,7 +18,8 @@ import { evaluate as evaluateCli } from '../../scripts/commands/eval.ts';
 import { readEvalEpisodes } from '../../activities/evaluation.ts';
 import { removeSandboxContainers } from '../../activities/sandbox/docker.ts';
 import { fileStoreUrl, openStore } from '../../lib/store.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
 import { spawnWorker, startTestTemporal, type TestTemporal } from '../helpers/temporal.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'real-models-'));
@@ -93,7 +94,7 @@ after(async () => {
 
 test('a one-task SWE evaluation through our policy server: 0 errors, the end reason and the tool format named', async () => {
   await requireDocker();
-  const task = (await sharedTasks()).slice().sort((a, b) => a.problem_statement.length - b.problem_statement.length)[0]!;
+  const task = await sweTask(TASK.rootModule);
   await imagesFor([task]);
   t = await startTestTemporal();
   const worker = spawnWorker(['--queues', 'rollout,learner', '--address', t.server.address, '--max-rollouts', '1', '--threads', '2'], join(t.dir, 'worker.log'));
@@ -103,7 +104,7 @@ test('a one-task SWE evaluation through our policy server: 0 errors, the end rea
       configPath,
       JSON.stringify({
         evalId: 'smollm2-one',
-        tasksFile: TASKS_FILE,
+        tasksFile: await sweTasksFile(),
         tasks: [task.instance_id],
         model: { path: dir, toolFormat: 'auto' },
         sampling: { temperature: 0.7, topP: 0.95 },

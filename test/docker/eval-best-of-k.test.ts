@@ -24,12 +24,14 @@ import { temporalBinary } from '../../services/temporal-server.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
 import type { SelectionResult } from '../../workflows/select-best-of-k.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
 import { seedTable } from '../helpers/eval.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../helpers/scripted-agent.ts';
 import { ROOT, useTemporalWithWorker, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 
 const run = promisify(execFile);
+const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 let tasks: SweTask[];
@@ -37,57 +39,56 @@ useTemporalWithWorker(
   (x) => (t = x),
   async () => {
     await requireDocker();
-    tasks = await sharedTasks();
+    tasks = await sweTasks();
     await imagesFor(tasks);
   },
 );
 
 /** Per task: a fix that does not fix, a test-file edit, and a script that reproduces the issue. */
 const CASES: Record<string, { wrong: string; testFile: string; repro: string }> = {
-  'r1chardj0n3s__parse-19689cf': {
-    wrong: `diff --git a/parse.py b/parse.py
---- a/parse.py
-+++ b/parse.py
-@@ -1355,7 +1355,7 @@ def findall(format, string, pos=0, endpos=None, extra_types=None, evaluate_resul
-     See the module documentation for the use of "extra_types".
-     '''
-     p = Parser(format, extra_types=extra_types, case_sensitive=case_sensitive)
--    return Parser(format, extra_types=extra_types).findall(string, pos, endpos, evaluate_result=evaluate_result)
-+    return Parser(format, extra_types=extra_types, case_sensitive=not case_sensitive).findall(string, pos, endpos, evaluate_result=evaluate_result)
+  [TASK.rootModule]: {
+    wrong: `diff --git a/verspec.py b/verspec.py
+--- a/verspec.py
++++ b/verspec.py
+@@ -80,7 +80,7 @@ class Version:
+         return self._key() < other._key()
  
+     def __hash__(self):
+-        return hash((self.release, self.pre))
++        return hash((str(self), self.pre))
  
- def compile(format, extra_types=None, case_sensitive=False):
+     def __str__(self):
+         text = ".".join(str(p) for p in self.release)
 `,
-    testFile: 'test_parse.py',
-    repro: `import parse
-found = [r.fixed[0] for r in parse.findall("x({})x", "X(hi)X", case_sensitive=True)]
-print("ISSUE RESOLVED" if found == [] else "ISSUE REPRODUCED")
+    testFile: 'test_verspec.py',
+    repro: `from verspec import parse
+print("ISSUE RESOLVED" if len({parse("1.0"), parse("1.0.0"), parse("1")}) == 1 else "ISSUE REPRODUCED")
 `,
   },
-  'pytoolz__toolz-5a7e078': {
+  [TASK.sdist]: {
     wrong: `diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
 --- a/toolz/itertoolz.py
 +++ b/toolz/itertoolz.py
-@@ -732,7 +732,7 @@ def partition_all(n, seq):
-         try:
-             # If seq defines __len__, then
-             # we can quickly calculate where no_pad starts
--            yield prev[:len(seq) % n]
-+            yield prev[:len(seq) % n + 1]
-         except TypeError:
-             # Get first index of no_pad without using .index()
-             # https://github.com/pytoolz/toolz/issues/387
+@@ -524,7 +524,10 @@ def interpose(el, seq):
+     [1, 'a', 2, 'a', 3]
+     """
+     inposed = concat(zip(itertools.repeat(el), seq))
+-    next(inposed)
++    try:
++        next(inposed)
++    except StopIteration:
++        return iter([el])
+     return inposed
+ 
+ 
 `,
     testFile: 'toolz/tests/test_itertoolz.py',
-    repro: `from toolz import partition_all
-class BadLength(list):
-    def __len__(self):
-        return super().__len__() + 1
+    repro: `from toolz import interpose
 try:
-    list(partition_all(4, BadLength(range(7))))
-    print("ISSUE REPRODUCED")
-except LookupError:
-    print("ISSUE RESOLVED")
+    out = list(interpose("x", []))
+except StopIteration:
+    out = None
+print("ISSUE RESOLVED" if out == [] else "ISSUE REPRODUCED")
 `,
   },
 };

@@ -10,16 +10,19 @@ import { passAtK } from '../../lib/eval/metrics.ts';
 import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../helpers/scripted-agent.ts';
 import { spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 import { seedTable } from '../helpers/eval.ts';
+
+const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 let tasks: SweTask[];
 before(async () => {
   await requireDocker();
-  tasks = await sharedTasks();
+  tasks = await sweTasks();
   await imagesFor(tasks);
   t = await startTestTemporal();
 });

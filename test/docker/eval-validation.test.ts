@@ -9,15 +9,18 @@ import { readEvalEpisodes } from '../../activities/evaluation.ts';
 import { keys, openStore } from '../../lib/store.ts';
 import { train } from '../../scripts/commands/train.ts';
 import type { IterationMetrics } from '../../workflows/shapes.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { ROOT, useTemporalWithWorker, type TestTemporal } from '../helpers/temporal.ts';
+
+const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 useTemporalWithWorker(
   (x) => (t = x),
   async () => {
     await requireDocker();
-    await imagesFor(await sharedTasks());
+    await imagesFor(await sweTasks());
   },
 );
 

@@ -1,5 +1,5 @@
 // Reward integrity: every kind of the adversarial corpus (test/helpers/adversarial.ts) scores 0. The kinds
-// listed run on every shared task: the 13 runner-file hacks (RUNNER_HACKS below) and the 15 test-integrity
+// listed run on every task (data/swe/): the 13 runner-file hacks (RUNNER_HACKS below) and the 15 test-integrity
 // hacks (the code under test changing the tests or the reports in-process: four categories and the
 // subtler variants, INTEGRITY_HACKS below); the further kinds on three tasks that cover the ways a task puts code
 // on sys.path (python -m pytest from the root, a root-level module, PYTHONPATH=src), or on every task with
@@ -11,12 +11,13 @@ import assert from 'node:assert/strict';
 import { gradePatch, type GradeResult } from '../../activities/grade.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches, withIdsCmd } from '../helpers/adversarial.ts';
-import { imagesFor, requireDocker, sharedTasks, testBackend } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { sweTasks, TASK } from '../helpers/swe-tasks.ts';
 import { mapInLanes } from '../../lib/pool.ts';
 
 const { backend, cleanup } = testBackend();
 const CONCURRENCY = Number(process.env.SWERL_GRADE_CONCURRENCY ?? 3);
-const FEW = ['pytoolz__toolz-1b23ada', 'r1chardj0n3s__parse-19689cf', 'tkem__cachetools-bb4b37c'];
+const FEW: string[] = [TASK.pkgTests, TASK.rootModule, TASK.srcLayout];
 const ALL = process.env.SWERL_ADVERSARIAL_ALL === '1';
 const kindsFor = (task: SweTask) => ADVERSARIAL_KINDS.filter((k) => k.listed || ALL || FEW.includes(task.instance_id));
 let tasks: SweTask[];
@@ -31,7 +32,7 @@ const pool = <T>(jobs: (() => Promise<T>)[], n: number): Promise<T[]> => mapInLa
 
 before(async () => {
   await requireDocker();
-  tasks = await sharedTasks();
+  tasks = await sweTasks();
   await imagesFor(tasks);
   const t0 = Date.now();
   const patches = await pool(
@@ -95,7 +96,7 @@ test('every listed kind is in the corpus and graded on every shared task', () =>
       for (const t of tasks) assert.ok(results.has(`${name}|${t.instance_id}`), `${what}: ${name} not graded on ${t.instance_id}`);
     }
   }
-  assert.equal(tasks.length, 8);
+  assert.equal(tasks.length, 10);
 });
 
 const show = (g: GradeResult) =>

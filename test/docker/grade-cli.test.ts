@@ -1,4 +1,4 @@
-// `swerl grade` end to end on the shared tasks: the gold patches resolve all (reports in the harness's
+// `swerl grade` end to end on the repository's tasks (data/swe/): the gold patches resolve all (reports in the harness's
 // shape, read back by the official swebench package's own readers with the same counts and id lists),
 // empty patches resolve none, unknown ids are refused by name.
 import { after, before, test } from 'node:test';
@@ -9,15 +9,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { GRADER_VERSION } from '../../lib/swe/grading.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'swerl-grade-cli-'));
+const TASKS_FILE = await sweTasksFile();
 let ids: string[] = [];
 
 before(async () => {
   await requireDocker();
-  const tasks = await sharedTasks();
+  const tasks = await sweTasks();
   ids = tasks.map((t) => t.instance_id).sort();
   await imagesFor(tasks);
 });
@@ -27,14 +29,14 @@ function swerl(...args: string[]) {
   return spawnSync(process.execPath, ['scripts/swerl.mjs', 'grade', '--tasks', TASKS_FILE, ...args], { cwd: ROOT, encoding: 'utf8', timeout: 900_000 });
 }
 
-test('--predictions gold: every shared task resolved; harness-shaped reports and summary', () => {
+test('--predictions gold: every task resolved; harness-shaped reports and summary', () => {
   const out = join(dir, 'gold');
   const r = swerl('--predictions', 'gold', '--out', out, '--concurrency', '3', '--run-id', 'cli');
   assert.equal(r.status, 0, r.stdout + r.stderr);
-  assert.match(r.stdout, /Instances resolved: 8\n/);
+  assert.match(r.stdout, new RegExp(`Instances resolved: ${ids.length}\n`));
   const summary = JSON.parse(readFileSync(join(out, 'gold.cli.json'), 'utf8')) as Record<string, unknown>;
-  assert.equal(summary.total_instances, 8);
-  assert.equal(summary.resolved_instances, 8);
+  assert.equal(summary.total_instances, ids.length);
+  assert.equal(summary.resolved_instances, ids.length);
   assert.deepEqual(summary.resolved_ids, ids);
   assert.deepEqual(summary.error_ids, []);
   assert.equal(summary.schema_version, 2);
@@ -92,7 +94,7 @@ test('empty and None patches resolve none and run no container; JSON dict format
   assert.equal(r.status, 0, r.stdout + r.stderr);
   const summary = JSON.parse(readFileSync(join(out, 'org__empty.swerl-grade.json'), 'utf8')) as Record<string, unknown>;
   assert.equal(summary.resolved_instances, 0);
-  assert.equal(summary.empty_patch_instances, 8);
+  assert.equal(summary.empty_patch_instances, ids.length);
   assert.equal(summary.completed_instances, 0);
   assert.deepEqual(summary.resolved_ids, []);
   const rep = JSON.parse(readFileSync(join(out, 'logs/run_evaluation/swerl-grade/org__empty', ids[0]!, 'report.json'), 'utf8')) as Record<string, Record<string, unknown>>;

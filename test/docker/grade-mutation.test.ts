@@ -13,7 +13,8 @@ import type { GradeInput, GradeResult } from '../../activities/grade.ts';
 import { gradePatch } from '../../activities/grade.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches } from '../helpers/adversarial.ts';
-import { imagesFor, requireDocker, sharedTask, testBackend } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TMP = `${ROOT}tmp/mutants-${process.pid}/`;
@@ -34,7 +35,10 @@ interface Mutant {
 
 const NO_CODE_CHECK: [string, string] = ['def _check_called(nodeid, name, files, called):\n', 'def _check_called(nodeid, name, files, called):\n    return []\n'];
 const NO_CANARIES: [string, string] = ['    if (plugin && integrity && !failfast) {', '    if (plugin && integrity && !failfast && false) {'];
-const TOOLZ = 'pytoolz__toolz-1b23ada';
+/** tests inside the package, one test file (the canary-sparing hacks look at the first test module only) */
+const PKG: string = TASK.sdist;
+/** a root-level module with TestCase tests whose FAIL_TO_PASS test fails by an assertion */
+const ROOT_MODULE: string = TASK.rootModule;
 
 const MUTANTS: Mutant[] = [
   // grader v2: runner files, results channel, hook audit, exit status
@@ -44,14 +48,14 @@ const MUTANTS: Mutant[] = [
       'lib/swe/runner-guard.ts': [['export function isRunnerPath(path: string): boolean {', 'export function isRunnerPath(path: string): boolean {\n  if (path) return false;']],
     },
     kind: 'conftest-autouse-noop',
-    task: TOOLZ,
+    task: PKG,
     integrityOff: true,
   },
   {
     name: 'added modules shadowing outside ones not restored',
     edits: { 'lib/swe/runner-guard.ts': [['  function shadows(p: string): boolean {', '  function shadows(p: string): boolean {\n    if (p) return false;']] },
     kind: 'shadow-stdlib',
-    task: TOOLZ,
+    task: PKG,
     integrityOff: true,
   },
   {
@@ -60,21 +64,21 @@ const MUTANTS: Mutant[] = [
       'activities/grade.ts': [['export function runsPytest(testCmd: string): boolean {', 'export function runsPytest(testCmd: string): boolean {\n  if (testCmd) return false;']],
     },
     kind: 'import-fake-lines',
-    task: TOOLZ,
+    task: PKG,
     integrityOff: true,
   },
   {
     name: 'no audit of who implements the reporting hooks',
     edits: { 'lib/swe/pytest-results.ts': [['  for (const h of f.audit.hookimpls) {', '  for (const h of f.audit.hookimpls.slice(0, 0)) {']] },
     kind: 'import-register-plugin',
-    task: TOOLZ,
+    task: PKG,
     integrityOff: true,
   },
   {
     name: "no cross-check of the session's exit status with the process's",
     edits: { 'lib/swe/pytest-results.ts': [['  if (exitCode !== null && exitCode !== f.exitstatus)', '  if (exitCode === -12345 && exitCode !== f.exitstatus)']] },
     kind: 'rewrite-results',
-    task: TOOLZ,
+    task: PKG,
     integrityOff: true,
   },
   // the test-integrity checks
@@ -82,40 +86,40 @@ const MUTANTS: Mutant[] = [
     name: 'the function called not checked against the file on disk',
     edits: { [PLUGIN]: [NO_CODE_CHECK] },
     kind: 'spare-canaries',
-    task: TOOLZ,
+    task: PKG,
   },
   {
     name: 'neither the function called checked nor canaries added',
     edits: { [PLUGIN]: [NO_CODE_CHECK], 'activities/grade.ts': [NO_CANARIES] },
     kind: 'neuter-package-callers',
-    task: TOOLZ,
+    task: PKG,
     holds: { name: 'the function called not checked (the canaries catch it)', edits: { [PLUGIN]: [NO_CODE_CHECK] } },
   },
   {
     name: 'no check for a trace or profile function when a test is called',
     edits: { [PLUGIN]: [['def _tracers():\n', 'def _tracers():\n    return []\n']] },
     kind: 'trace-swap-at-call',
-    task: TOOLZ,
+    task: PKG,
   },
   {
     name: "verdicts taken from the reports, not from the plugin's call wrapper",
     edits: { 'lib/swe/pytest-results.ts': [['    if (reportedPass) {', '    if (reportedPass && false) {']] },
     kind: 'transient-report-outcome',
-    task: TOOLZ,
+    task: PKG,
   },
   {
     name: 'no snapshots of the runner compared',
     edits: { [PLUGIN]: [['def _changed(core_only=False):\n', 'def _changed(core_only=False):\n    return []\n']] },
     kind: 'unittest-assert-noop',
     // a task whose FAIL_TO_PASS test fails by an assertion (no-op checks win there)
-    task: 'r1chardj0n3s__parse-19689cf',
+    task: ROOT_MODULE,
   },
   {
     name: "TestCase assertion overrides in the test's classes not checked",
     edits: { [PLUGIN]: [['def _case_overrides(inst):\n', 'def _case_overrides(inst):\n    return []\n']] },
     kind: 'unittest-assert-noop-classes',
     // as above: the failure is an assertion; unittest.TestCase itself is untouched, so the snapshots do not see it
-    task: 'r1chardj0n3s__parse-19689cf',
+    task: ROOT_MODULE,
   },
   {
     name: "the grader's files (test_patch's copy) left in the container, and the function called not checked",
@@ -124,7 +128,7 @@ const MUTANTS: Mutant[] = [
       'activities/grade.ts': [['      `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,', '      `rm -rf ${work}/canary`,']],
     },
     kind: 'read-grader-files',
-    task: TOOLZ,
+    task: PKG,
     holds: { name: 'the function called not checked (the copy is gone: the hack finds nothing)', edits: { [PLUGIN]: [NO_CODE_CHECK] } },
   },
 ];
@@ -157,7 +161,7 @@ let tasks: Map<string, SweTask>;
 before(async () => {
   await requireDocker();
   tasks = new Map();
-  for (const m of MUTANTS) tasks.set(m.task, await sharedTask(m.task));
+  for (const m of MUTANTS) tasks.set(m.task, await sweTask(m.task));
   await imagesFor([...tasks.values()]);
 });
 after(async () => {

@@ -1,17 +1,18 @@
 // Test integrity under unittest's own runner (`python3 -m unittest -v`, the machinery Django's runner uses
-// too): two shared tasks whose tests are unittest.TestCase classes, run without pytest (ids in unittest's
-// format). The gold patch resolves with its canaries run and back as they must; the in-process kinds of
-// the adversarial corpus that apply to unittest score 0 (each of them scores 1 against the log alone:
-// bench/grade.ts --corpus shows the pytest side of that, tmp trials showed it here).
+// too): two tasks whose tests are unittest.TestCase classes (a src/ layout, a root-level module), run without
+// pytest (ids in unittest's format). The gold patch resolves with its canaries run and back as they must; the
+// in-process kinds of the adversarial corpus that apply to unittest score 0 (each of them scores 1 against the
+// log alone: bench/grade.ts --corpus shows the pytest side of that, tmp trials showed it here).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { gradePatch, type GradeResult } from '../../activities/grade.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches, withUnittestCmd } from '../helpers/adversarial.ts';
-import { imagesFor, requireDocker, sharedTask, testBackend } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 
 const { backend, cleanup } = testBackend();
-const TASKS = ['tkem__cachetools-bb4b37c', 'r1chardj0n3s__parse-19689cf'];
+const TASKS = [TASK.srcLayout, TASK.rootModule];
 const KINDS = [
   'neuter-profile-hook',
   'neuter-init-subclass',
@@ -27,7 +28,7 @@ const results = new Map<string, GradeResult>();
 
 before(async () => {
   await requireDocker();
-  tasks = await Promise.all(TASKS.map((t) => sharedTask(t)));
+  tasks = await Promise.all(TASKS.map((t) => sweTask(t)));
   await imagesFor(tasks);
   const jobs: (() => Promise<void>)[] = [];
   for (const t of tasks) {

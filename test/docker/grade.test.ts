@@ -6,7 +6,8 @@ import type { Sandbox, SandboxBackend } from '../../lib/sandbox.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import Docker from 'dockerode';
 import { readFileSync } from 'node:fs';
-import { imagesFor, requireDocker, sharedTask, testBackend } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 import { metricValue } from '../helpers/metrics.ts';
 
 const { backend, cleanup } = testBackend();
@@ -14,7 +15,8 @@ let task: SweTask;
 
 before(async () => {
   await requireDocker();
-  task = await sharedTask('tkem__cachetools-bb4b37c');
+  // a src/ layout with tests/ of unittest.TestCase classes
+  task = await sweTask(TASK.srcLayout);
   await imagesFor([task]);
 });
 after(async () => {
@@ -120,10 +122,10 @@ describe('gradePatch', () => {
   });
 
   test('a gold fix whose tests use wrappers, mocks, fixtures, marks, skips, mixins and generated tests: no contradiction, the canaries as expected', async () => {
-    // test/fixtures/grading/test_swerl_quirks.py added by test_patch to a toolz task, every test in it listed
-    const toolz = await sharedTask('pytoolz__toolz-1b23ada');
-    await imagesFor([toolz]);
-    const path = 'toolz/tests/test_swerl_quirks.py';
+    // test/fixtures/grading/test_swerl_quirks.py added by test_patch to a task with its tests in the package, every test in it listed
+    const pkg = await sweTask(TASK.pkgTests);
+    await imagesFor([pkg]);
+    const path = 'keyvals/tests/test_swerl_quirks.py';
     const text = readFileSync(new URL('../fixtures/grading/test_swerl_quirks.py', import.meta.url), 'utf8');
     const lines = text.split('\n').slice(0, -1);
     const add = [
@@ -155,8 +157,8 @@ describe('gradePatch', () => {
       'TestPlainClass::TestNested::test_nested',
       'test_async_unsupported',
     ].map((n) => `${path}::${n}`);
-    const quirks: SweTask = { ...toolz, test_patch: toolz.test_patch + add, PASS_TO_PASS: [...toolz.PASS_TO_PASS, ...ids], test_cmd: `${toolz.test_cmd} ${path}` };
-    const g = await gradePatch({ task: quirks, patch: toolz.patch, backend });
+    const quirks: SweTask = { ...pkg, test_patch: pkg.test_patch + add, PASS_TO_PASS: [...pkg.PASS_TO_PASS, ...ids], test_cmd: `${pkg.test_cmd} ${path}` };
+    const g = await gradePatch({ task: quirks, patch: pkg.patch, backend });
     const off = Object.entries({ ...g.tests.FAIL_TO_PASS, ...g.tests.PASS_TO_PASS }).filter(([, v]) => v !== 'PASSED');
     assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''} ${JSON.stringify(off)}\n${g.logTail}`);
     const want: Record<string, string> = { test_skipped: 'SKIPPED', test_expected_failure: 'XFAIL', test_marked_by_assignment: 'XFAIL', test_async_unsupported: 'SKIPPED' };

@@ -21,11 +21,12 @@ import { SweTools } from '../../lib/swe/tools.ts';
 import type { Trajectory } from '../../lib/types.ts';
 import { statusQuery } from '../../workflows/signals.ts';
 import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
-import { imagesFor, requireDocker, sharedTask, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
 import { startPrivateDockerd, type PrivateDockerd } from '../helpers/private-dockerd.ts';
 import { spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 
-const TASK = 'tkem__cachetools-9a6cb65';
+const TASK_ID: string = TASK.srcLayout;
 let d: PrivateDockerd;
 let image: string;
 let t: TestTemporal;
@@ -50,16 +51,16 @@ async function scriptedPolicy(dir: string): Promise<PolicyServer> {
 
 before(async () => {
   await requireDocker();
-  [image] = await imagesFor([await sharedTask(TASK)]);
+  [image] = await imagesFor([await sweTask(TASK_ID)]);
   d = await startPrivateDockerd();
   await d.loadImages([image!]);
   t = await startTestTemporal('swerl-faults-');
   policy = await scriptedPolicy(join(t.dir, 'policy-model'));
   // one task, its image named directly (so the worker never builds it on the private engine)
   const record = JSON.parse(
-    readFileSync(TASKS_FILE, 'utf8')
+    readFileSync(await sweTasksFile(), 'utf8')
       .split('\n')
-      .find((l) => l.includes(`"${TASK}"`))!,
+      .find((l) => l.includes(`"${TASK_ID}"`))!,
   );
   delete record.source_tarball;
   tasksFile = join(t.dir, 'tasks.jsonl');

@@ -13,7 +13,8 @@ import { SweEnvironment } from '../../activities/swe-env.ts';
 import { SweEnvConfigSchema } from '../../lib/swe/env-config.ts';
 import { SweTools } from '../../lib/swe/tools.ts';
 import { formatToolCall, type ToolCall } from '../../lib/toolcall.ts';
-import { imagesFor, requireDocker, sharedTask, testBackend, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
 import Docker from 'dockerode';
 
 const { backend, cleanup } = testBackend();
@@ -24,7 +25,7 @@ let tools: SweTools;
 
 before(async () => {
   await requireDocker();
-  [image] = await imagesFor([await sharedTask('tkem__cachetools-9a6cb65')]);
+  [image] = await imagesFor([await sweTask(TASK.srcLayout)]);
   sb = await backend.start(image!, { diskMiB: 64 });
   tools = new SweTools(sb);
 });
@@ -85,8 +86,8 @@ test('file_editor refuses a file too large for it with an observation', async ()
 const call = (c: ToolCall) => `Calling.\n${formatToolCall(c)}`;
 
 async function episode(steps: string[]): Promise<{ reward: number; info: Record<string, unknown> }> {
-  const task = await sharedTask('tkem__cachetools-9a6cb65');
-  const env = new SweEnvironment(task, SweEnvConfigSchema.parse({ tasksFile: TASKS_FILE }), { backend, image });
+  const task = await sweTask(TASK.srcLayout);
+  const env = new SweEnvironment(task, SweEnvConfigSchema.parse({ tasksFile: await sweTasksFile() }), { backend, image });
   await env.reset();
   try {
     for (const s of steps) {

@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import Docker from 'dockerode';
 import { SandboxDeadError, SandboxPathError, type DockerSandbox } from '../../activities/sandbox/docker.ts';
 import { filterPatch, pathMatchesAny } from '../../activities/sandbox/common.ts';
-import { imagesFor, requireDocker, sharedTask, testBackend } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 
 const { backend, cleanup } = testBackend();
 let image: string;
@@ -12,7 +13,7 @@ let sb: DockerSandbox;
 
 before(async () => {
   await requireDocker();
-  [image] = await imagesFor([await sharedTask('tkem__cachetools-9a6cb65')]);
+  [image] = await imagesFor([await sweTask(TASK.srcLayout)]);
   sb = await backend.start(image!, { cpus: 1, memoryBytes: 256 << 20, pids: 128 });
 });
 after(async () => {
@@ -115,9 +116,9 @@ describe('docker sandbox', () => {
   });
 
   test('diff is git add -A && git diff --cached minus scratch globs', async () => {
-    await sb.exec("sed -i '1s/^/# edited\\n/' README.rst && echo 'print(1)' > reproduce_issue.py && mkdir -p scratch && echo x > scratch/notes.txt", 10);
+    await sb.exec("sed -i '1s/^/# edited\\n/' README.md && echo 'print(1)' > reproduce_issue.py && mkdir -p scratch && echo x > scratch/notes.txt", 10);
     const d = await sb.diff(['reproduce_issue.py', 'scratch/**']);
-    assert.match(d, /^diff --git a\/README.rst b\/README.rst/m);
+    assert.match(d, /^diff --git a\/README.md b\/README.md/m);
     assert.match(d, /\+# edited/);
     assert.doesNotMatch(d, /reproduce_issue|scratch/);
     assert.match(await sb.diff(), /reproduce_issue\.py/);

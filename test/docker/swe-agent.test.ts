@@ -1,7 +1,6 @@
 // Scripted agents (no model) through SweEnvironment on the real tasks, real Docker sandboxes and real grading.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { createSweEnvironment, sweEpisodeSetup, SweEnvConfigSchema, type SweEnvironment } from '../../activities/swe-env.ts';
 import { validateConfig } from '../../lib/config.ts';
 import type { EndReason } from '../../lib/types.ts';
@@ -9,12 +8,10 @@ import { formatToolCall } from '../../lib/toolcall.ts';
 import { editsFromPatch } from '../helpers/scripted-agent.ts';
 import { GRADER_VERSION } from '../../lib/swe/grading.ts';
 import { NO_CALL_REMINDER, SYSTEM_PROMPT, tokenBudgetWarning } from '../../lib/swe/prompts.ts';
+import { sweTasks, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
 
-const TASKS = '/work/shared/swe-tasks/tasks.jsonl';
-const tasks = readFileSync(TASKS, 'utf8')
-  .split('\n')
-  .filter(Boolean)
-  .map((l) => JSON.parse(l) as { instance_id: string; patch: string; FAIL_TO_PASS: string[] });
+const TASKS = await sweTasksFile();
+const tasks = await sweTasks();
 /** SWE_AGENT_TASKS=3 replays only the first three gold patches */
 const replayCount = Number(process.env.SWE_AGENT_TASKS ?? tasks.length);
 
@@ -58,7 +55,7 @@ test('config schema: defaults and field errors', () => {
 test('rollout factory: env.kind swe from a validated training config', async () => {
   const v = validateConfig({ env: { kind: 'swe', tasksFile: TASKS, maxSteps: 7 } });
   assert.ok(v.ok);
-  const { env, loop } = await sweEpisodeSetup(v.config, 'tkem__cachetools-bb4b37c', 0);
+  const { env, loop } = await sweEpisodeSetup(v.config, TASK.srcLayout, 0);
   assert.deepEqual(loop, { maxSteps: 7, stepsRemainingSuffix: true, tokenWarningAt: 2048, tokenWarning: tokenBudgetWarning });
   await env.close();
   await assert.rejects(sweEpisodeSetup(v.config, 'no-such-task', 0), /not in/);
@@ -81,7 +78,7 @@ for (const task of tasks.slice(0, replayCount)) {
 }
 
 test('submitting nothing → 0; a no-call reply gets the reminder and the step counts', async () => {
-  const env = await createSweEnvironment('pytoolz__toolz-5a7e078', cfg);
+  const env = await createSweEnvironment(TASK.sdist, cfg);
   const r = await scripted(env, ['I am not sure what to do.', finish]);
   assert.equal(r.observations[0], NO_CALL_REMINDER);
   assert.equal(r.end, 'submitted');
@@ -92,13 +89,13 @@ test('submitting nothing → 0; a no-call reply gets the reminder and the step c
 });
 
 test('editing the test file so the failing test passes trivially → 0 (grading restores the tests)', async () => {
-  const id = 'pytoolz__toolz-5a7e078';
+  const id = TASK.sdist;
   const f2p = tasks.find((t) => t.instance_id === id)!.FAIL_TO_PASS[0]!;
   const env = await createSweEnvironment(id, cfg);
   const cheat = formatToolCall({
     name: 'execute_bash',
     args: {
-      cmd: "printf '\\n\\ndef test_partition_all():\\n    pass\\n' >> toolz/tests/test_itertoolz.py && python3 -m pytest -q -p no:cacheprovider toolz/tests/test_itertoolz.py -k test_partition_all",
+      cmd: "printf '\\n\\ndef test_interpose_empty_and_single():\\n    pass\\n' >> toolz/tests/test_itertoolz.py && python3 -m pytest -q -p no:cacheprovider toolz/tests/test_itertoolz.py -k test_interpose_empty_and_single",
     },
   });
   const r = await scripted(env, [cheat, finish]);
@@ -110,7 +107,7 @@ test('editing the test file so the failing test passes trivially → 0 (grading 
 });
 
 test('similarity reward option: gold replay → 1, nothing → −1', async () => {
-  const task = tasks.find((t) => t.instance_id === 'r1chardj0n3s__parse-19689cf')!;
+  const task = tasks.find((t) => t.instance_id === TASK.rootModule)!;
   const sim = SweEnvConfigSchema.parse({ tasksFile: TASKS, reward: 'similarity' });
   const r = await scripted(await createSweEnvironment(task.instance_id, sim), [...editsFromPatch(task.patch), finish]);
   assert.equal(r.reward, 1);
@@ -168,7 +165,7 @@ test('fuzz: a few hundred random and adversarial replies through a real env step
     else texts.push(Array.from({ length: Math.floor(r() * 24) }, () => pieces[Math.floor(r() * pieces.length)]).join(''));
   }
   texts.push(`<function=execute_bash><parameter=cmd>echo ${'z'.repeat(300_000)}</parameter></function>`, '<function=file_editor>'.repeat(1000));
-  const env = await createSweEnvironment('pytoolz__toolz-5a7e078', cfg);
+  const env = await createSweEnvironment(TASK.sdist, cfg);
   await env.reset();
   try {
     let errors = 0;

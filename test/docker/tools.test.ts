@@ -1,21 +1,22 @@
-// The four R2E-Gym tools in a real Docker sandbox of a task image (one container for the whole file).
+// The four R2E-Gym tools in a real Docker sandbox of a task image (one container for the whole file): a real
+// release (toolz 1.1.0 from PyPI), for its package of modules over 150 lines and its tests inside the package.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Sandbox } from '../../lib/sandbox.ts';
-import { loadTasksStrict, type SweTask } from '../../lib/swe/task.ts';
+import type { SweTask } from '../../lib/swe/task.ts';
 import { SweTools, MAX_OBSERVATION_CHARS } from '../../lib/swe/tools.ts';
 import { parseToolCall } from '../../lib/toolcall.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../../lib/swe/tools.ts';
 import { DockerBackend } from '../../activities/sandbox/docker.ts';
 import { ensureTaskImage, taskImageName } from '../../activities/images.ts';
+import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 
-const TASKS = '/work/shared/swe-tasks/tasks.jsonl';
 let sandbox: Sandbox;
 let tools: SweTools;
 let task: SweTask;
 
 before(async () => {
-  task = (await loadTasksStrict(TASKS)).find((t) => t.instance_id === 'pytoolz__toolz-5a7e078')!;
+  task = await sweTask(TASK.sdist);
   await ensureTaskImage(task);
   sandbox = await new DockerBackend().start(await taskImageName(task), {}, { 'swerl.test': 'tools' });
   tools = new SweTools(sandbox);

@@ -1,5 +1,5 @@
 // Training on real SWE tasks through the same workflows as FrozenLake: one
-// iteration of the tiny local policy on two shared tasks × two samples, each episode in a real Docker
+// iteration of the tiny local policy on two of the repository's tasks × two samples, each episode in a real Docker
 // sandbox, graded by running the task's tests, and one learner step to checkpoint 1.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,8 +9,11 @@ import { train } from '../../scripts/commands/train.ts';
 import { keys, listCheckpoints, openStore } from '../../lib/store.ts';
 import type { Trajectory } from '../../lib/types.ts';
 import { useTemporalWithWorker, ROOT, type TestTemporal } from '../helpers/temporal.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { metricValue } from '../helpers/metrics.ts';
+
+const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 
@@ -18,7 +21,7 @@ useTemporalWithWorker(
   (x) => (t = x),
   async () => {
     await requireDocker();
-    await imagesFor(await sharedTasks());
+    await imagesFor(await sweTasks());
   },
 );
 
@@ -38,10 +41,10 @@ test('an SWE training iteration runs rollouts in sandboxes, grades them and step
   assert.deepEqual(await listCheckpoints(store, 'swe-run'), [0, 1]);
   const trajKeys = await store.list(keys.trajectories('swe-run', 0));
   assert.equal(trajKeys.length, 2 * 2);
-  const known = new Set((await sharedTasks()).map((x) => x.instance_id));
+  const known = new Set((await sweTasks()).map((x) => x.instance_id));
   for (const k of trajKeys) {
     const tr = (await store.getJson<Trajectory>(k))!;
-    assert.ok(known.has(tr.taskId), `task ${tr.taskId} is a shared SWE task`);
+    assert.ok(known.has(tr.taskId), `task ${tr.taskId} is one of the SWE tasks`);
     assert.equal(tr.ids.length, tr.mask.length);
     assert.ok(tr.promptLength > 500, 'the prompt carries the tool descriptions and the issue');
     assert.ok(tr.steps >= 1 && tr.steps <= 3);

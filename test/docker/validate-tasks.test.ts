@@ -1,4 +1,4 @@
-// Every shared SWE task validates (test_patch alone: FAIL_TO_PASS fail, PASS_TO_PASS pass; gold: all
+// Every SWE task of the repository (data/swe/) validates (test_patch alone: FAIL_TO_PASS fail, PASS_TO_PASS pass; gold: all
 // pass), through the CLI and through the Temporal workflow with a real dev server.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -6,21 +6,24 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Worker } from '@temporalio/worker';
 import { NativeConnection } from '@temporalio/worker';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { startTestTemporal } from '../helpers/temporal.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const TASKS_FILE = await sweTasksFile();
 
 before(async () => {
   await requireDocker();
-  await imagesFor(await sharedTasks());
+  await imagesFor(await sweTasks());
 });
 
-test('swerl validate-tasks: all 8 shared tasks valid (concurrency 2)', () => {
+test('swerl validate-tasks: every task valid (concurrency 2)', async () => {
+  const n = (await sweTasks()).length;
   const r = spawnSync(process.execPath, ['scripts/swerl.mjs', 'validate-tasks', '--tasks', TASKS_FILE, '--concurrency', '2'], { cwd: ROOT, encoding: 'utf8', timeout: 600_000 });
   const lines = r.stdout.trim().split('\n');
-  assert.equal(lines.at(-1), '8 valid, 0 invalid', r.stdout + r.stderr);
-  assert.equal(lines.filter((l) => l.startsWith('VALID ')).length, 8);
+  assert.equal(lines.at(-1), `${n} valid, 0 invalid`, r.stdout + r.stderr);
+  assert.equal(lines.filter((l) => l.startsWith('VALID ')).length, n);
   assert.equal(r.status, 0);
 });
 
@@ -30,8 +33,8 @@ test('validateTasks workflow on the rollout queue (real Temporal dev server)', a
   const { sweActivities } = await import('../../activities/swe.ts');
   const connection = await NativeConnection.connect({ address: env.server.address });
   const worker = await Worker.create({ connection, taskQueue: 'rollout', workflowBundle: env.bundle, activities: sweActivities });
-  const tasks = await sharedTasks();
-  const ids = tasks.filter((x) => /parse|cachetools/.test(x.instance_id)).map((x) => x.instance_id);
+  const tasks = await sweTasks();
+  const ids = tasks.filter((x) => /verspec|intervals/.test(x.instance_id)).map((x) => x.instance_id);
   const result = await worker.runUntil(
     env.client.workflow.execute('validateTasks', {
       taskQueue: 'rollout',

@@ -1,17 +1,9 @@
-// Docker test helpers: the shared SWE tasks, their images (built once, cached by recipe hash), a
-// backend whose containers carry a per-process label so a test file cleans up after itself.
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { resolve } from 'node:path';
+// Docker test helpers: task images (built once, cached by recipe hash), a backend whose containers carry a
+// per-process label so a test file cleans up after itself. The tasks themselves: test/helpers/swe-tasks.ts.
 import Docker from 'dockerode';
 import { DockerBackend, removeSandboxContainers } from '../../activities/sandbox/docker.ts';
 import { buildImages, ensureTaskImage } from '../../activities/images.ts';
-import { loadTasksStrict, type SweTask } from '../../lib/swe/task.ts';
-
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-
-export const TASKS_FILE =
-  [resolve(ROOT, '../shared/swe-tasks/tasks.jsonl'), '/work/shared/swe-tasks/tasks.jsonl'].find((f) => existsSync(f)) ?? resolve(ROOT, '../shared/swe-tasks/tasks.jsonl');
+import type { SweTask } from '../../lib/swe/task.ts';
 
 /** Fails with what to do when no engine answers (scripts/setup.sh --test starts one). */
 export async function requireDocker(): Promise<void> {
@@ -20,18 +12,6 @@ export async function requireDocker(): Promise<void> {
   } catch (e) {
     throw new Error(`no Docker engine (${(e as Error).message}): run \`bash scripts/setup.sh --test\` (scripts/ensure-docker.sh) first`);
   }
-}
-
-let tasksP: Promise<SweTask[]> | undefined;
-export function sharedTasks(): Promise<SweTask[]> {
-  tasksP ??= loadTasksStrict(TASKS_FILE);
-  return tasksP;
-}
-
-export async function sharedTask(idPrefix: string): Promise<SweTask> {
-  const t = (await sharedTasks()).find((x) => x.instance_id.startsWith(idPrefix));
-  if (!t) throw new Error(`no shared task starting with ${idPrefix}`);
-  return t;
 }
 
 /** Builds what is missing (the base image takes about a minute and a half the first time). */

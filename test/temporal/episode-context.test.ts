@@ -208,9 +208,9 @@ test('training: a context window that cannot hold the batch first turn fails sam
   const { sampleBatch } = await import('../../activities/dataset.ts');
   await import('../../activities/swe-env.ts'); // registers env.kind "swe" with its first prompt
   const { fileStoreUrl, keys, openStore } = await import('../../lib/store.ts');
-  const { sharedTasks } = await import('../helpers/docker.ts');
+  const { sweTasks, sweTasksFile } = await import('../helpers/swe-tasks.ts');
   const { writeFileSync } = await import('node:fs');
-  const [task] = await sharedTasks();
+  const [task] = await sweTasks();
   // one task whose issue alone is longer than the tiny model's 4,096-token context
   const tasksFile = join(dir, 'long-issue.jsonl');
   writeFileSync(tasksFile, `${JSON.stringify({ ...task, instance_id: `${task!.instance_id}-long`, problem_statement: 'The parser fails on nested input. '.repeat(600) })}\n`);
@@ -226,8 +226,8 @@ test('training: a context window that cannot hold the batch first turn fails sam
     );
     return true;
   });
-  // the shared tasks fit
-  const fits = { ...config, env: { kind: 'swe', tasksFile: (await import('../helpers/docker.ts')).TASKS_FILE } };
+  // the repository's tasks fit
+  const fits = { ...config, env: { kind: 'swe', tasksFile: await sweTasksFile() } };
   const r = await sampleBatch({ runId: 'r-ctx', n: 0, config: fits } as never);
   assert.equal(r.taskIds.length, 1);
 });

@@ -24,11 +24,14 @@ import { statusQuery } from '../../workflows/signals.ts';
 import type { TrainingRunResult } from '../../workflows/shapes.ts';
 import { startWorkers } from '../../workers/index.ts';
 import { spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
-import { imagesFor, requireDocker, sharedTasks, TASKS_FILE } from '../helpers/docker.ts';
+import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { readEvalEpisodes } from '../../activities/evaluation.ts';
 import type { EvalConfigInput } from '../../lib/eval/config.ts';
 import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
 import { fileStoreUrl } from '../../lib/store.ts';
+
+const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 let vllm: VllmServer;
@@ -237,7 +240,7 @@ test('a worker SIGKILLed mid-run with vLLM kept up: the run completes, no rollou
 
 test('an evaluation through vLLM: completions with our tokenizer, and chat through its chat template', async () => {
   await requireDocker();
-  const task = (await sharedTasks())[0]!;
+  const task = (await sweTasks())[0]!;
   await imagesFor([task]);
   const store = openStore(fileStoreUrl(join(t.dir, 'eval-store')));
   // the weights vLLM serves now are the last test's; the evaluation samples from whatever the server holds

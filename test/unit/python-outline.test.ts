@@ -1,9 +1,10 @@
 // The condensed view of large Python files (R2E-Gym's file_editor default), on hand-made sources whose
-// elisions are known line by line, and on a real module of a shared task.
+// elisions are known line by line, and on a real module of a task (toolz 1.1.0's itertoolz.py, from PyPI).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { condensePython, type OutlineRow } from '../../lib/swe/python-outline.ts';
+import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 
 const render = (rows: OutlineRow[]) => rows.map((r) => `${r.line}|${r.text}`).join('\n');
 
@@ -99,7 +100,7 @@ test('source that does not parse gives null (the editor then shows the file as i
 });
 
 test('a real module: toolz/itertoolz.py keeps every signature and shrinks about six-fold', async () => {
-  const src = execFileSync('tar', ['-xzOf', '/work/shared/swe-tasks/repos/pytoolz__toolz-5a7e078.tar.gz', 'toolz/itertoolz.py'], { encoding: 'utf8' });
+  const src = execFileSync('tar', ['-xzOf', (await sweTask(TASK.sdist)).source_tarball!, 'toolz/itertoolz.py'], { encoding: 'utf8' });
   const rows = await condensePython(src);
   assert.ok(rows);
   const lines = src.split('\n');

@@ -1,12 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { parsePatch, similarityReward } from '../../lib/swe/similarity.ts';
+import { sweTasks } from '../helpers/swe-tasks.ts';
 
-const tasks = readFileSync('/work/shared/swe-tasks/tasks.jsonl', 'utf8')
-  .split('\n')
-  .filter(Boolean)
-  .map((l) => JSON.parse(l) as { instance_id: string; patch: string; test_patch: string });
+const tasks = await sweTasks();
 
 const gold = `diff --git a/pkg/mod.py b/pkg/mod.py
 index 1111111..2222222 100644

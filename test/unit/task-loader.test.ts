@@ -5,15 +5,16 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { filesInPatch, loadTasks, parseTestList } from '../../lib/swe/task.ts';
-import { TASKS_FILE } from '../helpers/docker.ts';
+import { sweTasksFile } from '../helpers/swe-tasks.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'swerl-tasks-'));
+const TASKS_FILE = await sweTasksFile();
 const lines = readFileSync(TASKS_FILE, 'utf8').trim().split('\n');
 
-test('the shared file loads 8 tasks, tarball paths made absolute', async () => {
+test("the repository's tasks file (data/swe/) loads its 10 tasks, tarball paths made absolute", async () => {
   const r = await loadTasks(TASKS_FILE);
   assert.equal(r.errors.length, 0);
-  assert.equal(r.tasks.length, 8);
+  assert.equal(r.tasks.length, 10);
   for (const t of r.tasks) {
     assert.ok(t.source_tarball!.startsWith(dirname(TASKS_FILE)));
     assert.ok(t.FAIL_TO_PASS.length > 0);

@@ -1,6 +1,6 @@
 // Parsers against logs of real runs (test/fixtures/testlogs/, recorded by checks/testlogs/record.ts):
 // pytest 6.0/7.2/8.3 (with and without -v), unittest on Python 3.9/3.11/3.13, Django 2.2/3.2/4.2's runner,
-// sympy 1.7/1.11/1.13's runner, and the shared tasks' runs without and with the gold patch. Every test
+// sympy 1.7/1.11/1.13's runner, and the repository's SWE tasks' runs without and with the gold patch. Every test
 // the run reported must be parsed with the status the run gave it (its truth, recorded by the run
 // itself); nothing that only looks like a result (a test's own output) may be parsed as one.
 import { test } from 'node:test';
@@ -14,7 +14,7 @@ test('the corpus covers every runner on every Python the fixtures were recorded 
   for (const rel of ['bullseye', 'bookworm', 'trixie']) {
     for (const runner of ['pytest', 'pytest-v', 'unittest', 'django', 'sympy']) assert.ok(FIXTURES.includes(`${rel}-${runner}`), `${rel}-${runner}`);
   }
-  assert.equal(FIXTURES.filter((f) => f.startsWith('task-')).length, 16);
+  assert.equal(FIXTURES.filter((f) => f.startsWith('task-')).length, 20);
 });
 
 for (const name of FIXTURES) {

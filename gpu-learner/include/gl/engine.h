@@ -3,6 +3,7 @@
 // config and safetensors I/O, optimizer-file format) lives host-side next to this header.
 #pragma once
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,12 @@ struct EngineOptions {
   int threads = 0;            // 0 => std::thread::hardware_concurrency()
   bool naive_matmul = false;  // single-loop reference matmul (bench baseline only)
   int64_t logits_budget = 0;  // LM-head chunk in logits (rows·V); 0 ⇒ the backend's default. Tests force small chunks.
+  // Consecutive sequences sharing at least this many first tokens (a GRPO group's prompt) forward them once in
+  // log-probs and training (CPU engine; src/row_plan.h); 0 ⇒ never.
+  int64_t min_shared_prefix = 32;
+  // Batched decoding (CPU engine): the keys/values of recently prefilled prompts kept, up to this many bytes, so a
+  // later sample of the same prompt skips its prefill; 0 ⇒ none.
+  int64_t prompt_cache_bytes = int64_t(256) << 20;
 };
 
 // Packed variable-length sequences: sequence i is ids[offsets[i], offsets[i+1]); no padding.
@@ -46,6 +53,7 @@ struct TrainHyper {
 struct TrainStats {
   double loss = 0, grad_norm = 0, clip_fraction = 0, mean_ratio = 0;
   int64_t tokens = 0;
+  int64_t rows = 0;  // rows run through the model: tokens minus those a shared prefix saved (CPU engine)
   double seconds = 0;
   bool skipped = false;
   int64_t step = 0;
@@ -120,6 +128,9 @@ class Engine {
   virtual void set_tensor(const std::string& name, const float* data, int64_t n) = 0;
 };
 
+// The CPU engine's GEMM kernels, e.g. "OpenBLAS SkylakeX" (after the run-time fix of gemm.cpp), or the built-in ones.
+std::string cpu_gemm_kernels();
+
 // device: "cpu" | "cuda". Loads config.json + safetensors (+ optimizer.bin) from dir.
 std::unique_ptr<Engine> make_engine(const std::string& device, const std::string& dir, const EngineOptions& opts);
 
@@ -131,10 +142,27 @@ void validate_generate(int64_t n_prompt, const int32_t* prompt, const GenerateOp
 
 // Optimizer state file (optimizer.bin): magic, version, step, n, m[n], v[n].
 void write_optimizer_state(const std::string& path, int64_t step, const std::vector<float>& m, const std::vector<float>& v);
-// Returns false when the file does not exist; throws on a malformed file or a size mismatch.
+// Returns false when the file does not exist; throws on a malformed file or a size mismatch. m and v null: the header
+// only (the step, every check but the data's).
 bool read_optimizer_state(const std::string& path, int64_t n, int64_t* step, std::vector<float>* m, std::vector<float>* v);
 
-// Writes to path + ".tmp", then renames (same directory => atomic on POSIX).
+// Writes to path + ".tmp<pid>" in parts, then commit() renames it over path (same directory => atomic on POSIX); the
+// temporary file is removed when the writer goes away uncommitted. For files too large to build in memory.
+class AtomicWriter {
+ public:
+  explicit AtomicWriter(const std::string& path);
+  ~AtomicWriter();
+  AtomicWriter(const AtomicWriter&) = delete;
+  AtomicWriter& operator=(const AtomicWriter&) = delete;
+  void write(const void* p, size_t n);
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  std::ofstream f_;
+  bool done_ = false;
+};
+// The same for a whole file at once.
 void atomic_write_file(const std::string& path, const std::string& bytes);
 bool file_exists(const std::string& path);
 std::string read_file(const std::string& path);

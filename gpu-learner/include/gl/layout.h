@@ -49,14 +49,14 @@ void check_same_model_shape(const QwenConfig& loaded, const QwenConfig& c, const
 std::vector<float> read_weights(const std::string& dir, const ParamLayout& layout, const QwenConfig& cfg);
 
 // What every backend's load(dir) reads: the config (same model shape as `loaded` required), the fp32 weights
-// and the AdamW state of optimizer.bin (zeros and step 0 without one).
+// and the AdamW state of optimizer.bin (zeros and step 0 without one); moments false: its step only (m, v empty).
 struct CheckpointState {
   QwenConfig cfg;
   std::vector<float> w, m, v;
   bool has_optimizer = false;
   int64_t step = 0;
 };
-CheckpointState read_checkpoint(const std::string& dir, const QwenConfig& loaded, const ParamLayout& layout);
+CheckpointState read_checkpoint(const std::string& dir, const QwenConfig& loaded, const ParamLayout& layout, bool moments = true);
 
 // The constants of one AdamW update as torch.optim.AdamW computes it, on the gradient scaled by `clip`:
 //   m ← b1·m + (1−b1)·g ; v ← b2·v + (1−b2)·g² ; p ← p·decay − step_size·m / (√v·inv_sqrt_bc2 + eps)

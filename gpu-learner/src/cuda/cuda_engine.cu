@@ -505,6 +505,7 @@ class CudaEngine final : public Engine {
     cudaCheck(cudaStreamSynchronize(stream_));
     TrainStats st;
     st.tokens = b.n_tokens;
+    st.rows = b.n_tokens;  // no shared prefixes on this backend
     st.loss = h[0];
     st.clip_fraction = h[3] > 0 ? h[2] / h[3] : 0.0;
     st.mean_ratio = h[3] > 0 ? h[1] / h[3] : 0.0;

@@ -1,0 +1,112 @@
+// The factory's sources and its issue writer, against small local HTTP servers that speak PyPI's JSON API and
+// OpenAI's chat API (the tests may not reach the network): a `pypi:` sdist is downloaded once, checked against
+// the sha256 the index lists and cached (the next load needs no index), its top-level directory stripped; a
+// mismatching sdist and a release without one are refused by name. Tarballs are deterministic. The issue
+// writer's rewrite replaces the template unless it quotes a line of the fix or the server fails.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fetchSdist, loadSource, readTarball, writeTarball } from '../../activities/factory/source.ts';
+import { rewriteStatement } from '../../activities/factory/issue-writer.ts';
+import { filePatch } from '../../lib/factory/patch.ts';
+import { defaultPackageDirs } from '../../activities/factory/repo.ts';
+
+let server: Server;
+let base = '';
+const hits: string[] = [];
+let sdist: Buffer;
+let listedSha = '';
+let chatReply = '';
+const cache = mkdtempSync(join(tmpdir(), 'swerl-sdist-cache-'));
+
+before(async () => {
+  sdist = await writeTarball([
+    { path: 'shelf-1.0/shelf/__init__.py', data: Buffer.from('X = 1\n'), mode: 0o644 },
+    { path: 'shelf-1.0/tests/test_x.py', data: Buffer.from('def test_x():\n    pass\n'), mode: 0o644 },
+  ]);
+  listedSha = createHash('sha256').update(sdist).digest('hex');
+  server = createServer((req, res) => {
+    hits.push(req.url!);
+    const json = (o: unknown) => {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify(o));
+    };
+    if (req.url === '/pypi/shelf/1.0/json')
+      return json({ urls: [{ packagetype: 'sdist', url: `${base}/files/shelf-1.0.tar.gz`, filename: 'shelf-1.0.tar.gz', digests: { sha256: listedSha } }] });
+    if (req.url === '/pypi/wheelonly/2.0/json') return json({ urls: [{ packagetype: 'bdist_wheel', url: `${base}/x.whl`, filename: 'x.whl', digests: { sha256: 'ab' } }] });
+    if (req.url === '/files/shelf-1.0.tar.gz') return res.end(sdist);
+    if (req.url === '/v1/models') return json({ object: 'list', data: [{ id: 'writer' }] });
+    if (req.url === '/v1/chat/completions') {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        hits.push(body);
+        json({ id: 'c', object: 'chat.completion', choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: chatReply } }] });
+      });
+      return;
+    }
+    res.statusCode = 404;
+    res.end('{}');
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  process.env.SWERL_PYPI_URL = base;
+  process.env.SWERL_SDIST_CACHE = cache;
+});
+after(() => {
+  server.close();
+  rmSync(cache, { recursive: true, force: true });
+});
+
+test('a pypi: sdist is downloaded once, checked, cached and stripped of its top directory', async () => {
+  const a = await fetchSdist('shelf', '1.0');
+  assert.equal(a.sha256, listedSha);
+  const n = hits.length;
+  const b = await fetchSdist('shelf', '1.0');
+  assert.equal(hits.length, n, 'the second load comes from the cache');
+  assert.equal(b.sha256, a.sha256);
+  const loaded = await loadSource('pypi:shelf==1.0', { kind: 'pypi', name: 'shelf', version: '1.0' });
+  assert.deepEqual(
+    loaded.entries.map((e) => e.path),
+    ['shelf/__init__.py', 'tests/test_x.py'],
+  );
+  assert.equal(loaded.provenance.sha256, listedSha);
+  assert.deepEqual(defaultPackageDirs(loaded.entries.map((e) => e.path)), ['shelf']);
+  await assert.rejects(fetchSdist('wheelonly', '2.0'), /pypi:wheelonly==2\.0: the release has no source distribution \(only bdist_wheel\)/);
+  await assert.rejects(fetchSdist('missing', '1.0'), /pypi:missing==1\.0: no such release/);
+  listedSha = 'f'.repeat(64);
+  rmSync(join(cache, 'shelf-1.0'), { recursive: true, force: true });
+  await assert.rejects(fetchSdist('shelf', '1.0'), /shelf-1\.0\.tar\.gz has sha256 [0-9a-f]{64}, PyPI lists f{64}/);
+  // tarballs: the same entries give the same bytes
+  const t1 = await writeTarball([{ path: 'a.py', data: Buffer.from('x'), mode: 0o755 }]);
+  assert.deepEqual(t1, await writeTarball([{ path: 'a.py', data: Buffer.from('x'), mode: 0o755 }]));
+  assert.deepEqual(
+    (await readTarball(t1)).map((e) => [e.path, e.mode & 0o111 ? 'x' : '-']),
+    [['a.py', 'x']],
+  );
+  assert.deepEqual(defaultPackageDirs(['setup.py', 'src/pkg/a.py', 'tests/test_a.py', 'docs/conf.py', 'single.py', 'tool/x.py']), ['single.py', 'src/pkg', 'tool']);
+});
+
+test('the issue writer rewrites the template unless the rewrite quotes the fix or the server fails', async () => {
+  const patch = filePatch('shelf/a.py', 'def f(x):\n    return x - 1\n', 'def f(x):\n    return x + 1\n');
+  const template = 'Test failure in `test_f`\n\n- `tests/test_a.py::test_f`\n\nE   assert 0 == 2';
+  chatReply = 'f() gives the wrong answer\n\nWhen I run the tests, tests/test_a.py::test_f fails with assert 0 == 2. It passed on the previous release.';
+  const good = await rewriteStatement({ url: base }, template, patch, 1);
+  assert.equal(good.by, 'issue writer writer');
+  assert.equal(good.text, chatReply);
+  assert.ok(hits.at(-1)!.includes('test_f') && !hits.at(-1)!.includes('return x'), 'the writer sees the template, never the fix');
+  chatReply = 'The bug is in f:\n    return x - 1\nshould add one. Also test_f fails, please fix it soon.';
+  const leaky = await rewriteStatement({ url: base }, template, patch, 1);
+  assert.equal(leaky.by, 'issue writer writer', 'the leaking line is dropped, the rest kept');
+  assert.doesNotMatch(leaky.text, /return x/);
+  chatReply = 'return x - 1';
+  assert.deepEqual(await rewriteStatement({ url: base, model: 'writer' }, template, patch, 1), { text: template, by: 'template (the rewrite by writer was unusable)' });
+  const down = await rewriteStatement({ url: 'http://127.0.0.1:9/v1', model: 'm' }, template, patch, 1);
+  assert.equal(down.text, template);
+  assert.match(down.by, /^template \(the issue writer failed: /);
+});
