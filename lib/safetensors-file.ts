@@ -38,7 +38,7 @@ export function openSafetensors(path: string): SafetensorsReader {
       const e = entry(name);
       const [a, b] = e.data_offsets;
       const bytes = new Uint8Array(b - a);
-      for (let done = 0; done < bytes.length; ) done += readSync(fd, bytes, done, bytes.length - done, 8 + n + a + done);
+      for (let done = 0; done < bytes.length;) done += readSync(fd, bytes, done, bytes.length - done, 8 + n + a + done);
       if (e.dtype === 'F32') return new Float32Array(bytes.buffer);
       if (e.dtype === 'I32') return new Int32Array(bytes.buffer);
       if (e.dtype === 'BF16') {

@@ -13,7 +13,7 @@ export const ToolFormatSchema = z
   .enum(['text', 'openai', 'auto'])
   .default('text')
   .describe(
-    "the R2E-Gym `<function=…>` text format (chat: stops at `</function>`), OpenAI tool calls (chat: the server's template renders the tools and parses the calls; completions: ours does, `<tool_call>` JSON), or \"auto\": \"openai\" when the model's chat template renders tools as `<tool_call>` calls, else \"text\"",
+    'the R2E-Gym `<function=…>` text format (chat: stops at `</function>`), OpenAI tool calls (chat: the server\'s template renders the tools and parses the calls; completions: ours does, `<tool_call>` JSON), or "auto": "openai" when the model\'s chat template renders tools as `<tool_call>` calls, else "text"',
   );
 
 /** An OpenAI-compatible server anywhere (ours, vLLM, SGLang, a hosted API). */

@@ -57,7 +57,15 @@ const relL2 = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
   return Math.sqrt(d) / Math.max(Math.sqrt(n), 1e-30);
 };
 const rel = (a: number, b: number): number => Math.abs(a - b) / Math.max(Math.abs(b), 1e-30);
-const row = (check: RealRow['check'], config: string, quantity: string, diff: number, tol: number, at?: string): RealRow => ({ check, config, quantity, diff, tol, ok: diff <= tol, ...(at ? { at } : {}) });
+const row = (check: RealRow['check'], config: string, quantity: string, diff: number, tol: number, at?: string): RealRow => ({
+  check,
+  config,
+  quantity,
+  diff,
+  tol,
+  ok: diff <= tol,
+  ...(at ? { at } : {}),
+});
 
 /** A row of a real-model check: the oracle's and the FSDP cross-check's, and the probe after a vLLM sync. */
 export type RealRow = Omit<Row, 'check'> & { check: Row['check'] | 'probe' };
@@ -70,7 +78,9 @@ export function formatRealRows(rows: readonly RealRow[]): string {
   ];
   for (const r of rows) {
     const ok = r.check === 'mutant' ? (r.ok ? 'caught' : 'MISSED') : r.ok ? 'ok' : 'OVER';
-    lines.push(`${r.check.padEnd(6)}  ${r.config.padEnd(27)}  ${r.quantity.padEnd(48)}  ${r.diff.toExponential(2).padStart(12)}  ${r.tol.toExponential(0).padStart(10)}  ${ok.padEnd(6)}  ${r.at ?? ''}`);
+    lines.push(
+      `${r.check.padEnd(6)}  ${r.config.padEnd(27)}  ${r.quantity.padEnd(48)}  ${r.diff.toExponential(2).padStart(12)}  ${r.tol.toExponential(0).padStart(10)}  ${ok.padEnd(6)}  ${r.at ?? ''}`,
+    );
   }
   return lines.join('\n');
 }
@@ -114,7 +124,10 @@ export async function realOracleRows(dir: string, work: string, name: string, o:
     l.close();
   }
   writeTrainBatch(join(work, 'batch.safetensors'), batch);
-  writeFileSync(join(work, 'cases.json'), JSON.stringify([{ model: dir, batch: join(work, 'batch.safetensors'), out: join(work, 'oracle'), lMax: REAL_HP.lMax, clipLow: REAL_HP.clipLow, clipHigh: REAL_HP.clipHigh }]));
+  writeFileSync(
+    join(work, 'cases.json'),
+    JSON.stringify([{ model: dir, batch: join(work, 'batch.safetensors'), out: join(work, 'oracle'), lMax: REAL_HP.lMax, clipLow: REAL_HP.clipLow, clipHigh: REAL_HP.clipHigh }]),
+  );
   runOracle(o.python ?? fsdpPython('cpu'), join(work, 'cases.json'));
   const t = openSafetensors(join(work, 'oracle', 'oracle.safetensors'));
   try {
@@ -134,7 +147,9 @@ export async function realOracleRows(dir: string, work: string, name: string, o:
       if (e > worst) [worst, at] = [e, Number.isFinite(e) ? p : `no torch gradient for ${p}`];
     }
     const missing = t.names.filter((k) => k.startsWith('grad.') && !g.grads.has(k.slice(5)));
-    rows.push(row('oracle', name, `every gradient (${g.grads.size}), rel-L2`, missing.length ? Infinity : worst, REAL_TOLERANCE.gradient, missing.length ? `torch-only ${missing[0]}` : at));
+    rows.push(
+      row('oracle', name, `every gradient (${g.grads.size}), rel-L2`, missing.length ? Infinity : worst, REAL_TOLERANCE.gradient, missing.length ? `torch-only ${missing[0]}` : at),
+    );
     return rows;
   } finally {
     t.close();
@@ -156,7 +171,16 @@ export async function realEngineStepRows(dir: string, work: string, name: string
   }
   const path = join(work, 'batch.safetensors');
   writeTrainBatch(path, batch);
-  const trainer = await FsdpLearner.start(fsdpOptions(1, { threads: o.threads ?? 2, maxTokensPerMicroBatch: 4096, checkpointShardMB: 2048, stallTimeoutSeconds: 1800, collectiveTimeoutSeconds: 1800, ...(o.python ? { python: o.python } : {}) }));
+  const trainer = await FsdpLearner.start(
+    fsdpOptions(1, {
+      threads: o.threads ?? 2,
+      maxTokensPerMicroBatch: 4096,
+      checkpointShardMB: 2048,
+      stallTimeoutSeconds: 1800,
+      collectiveTimeoutSeconds: 1800,
+      ...(o.python ? { python: o.python } : {}),
+    }),
+  );
   let fsdp: { loss: number; gradNorm: number };
   try {
     await trainer.load(dir);
@@ -206,7 +230,12 @@ export interface VllmProbeResult {
  * reload_weights`, a tied head served untied); the probe's log-probs must equal the learner's on checkpoint 1 (fp32:
  * to rounding; bf16: the derived bound) and must not pass against checkpoint 0 (a stale sync is caught).
  */
-export async function vllmProbeRows(dir: string, work: string, name: string, o: { dtype: 'float32' | 'bfloat16'; threads?: number; maxModelLen?: number }): Promise<VllmProbeResult> {
+export async function vllmProbeRows(
+  dir: string,
+  work: string,
+  name: string,
+  o: { dtype: 'float32' | 'bfloat16'; threads?: number; maxModelLen?: number },
+): Promise<VllmProbeResult> {
   const { startVllm } = await import('../../services/vllm.ts');
   const { createPolicyClient } = await import('../../lib/policy-client.ts');
   const { probeServedCheckpoint } = await import('../../activities/learner.ts');
@@ -245,7 +274,11 @@ export async function vllmProbeRows(dir: string, work: string, name: string, o: 
       rows: [
         row('probe', tag, 'checkpoint 0 served at start, max |Δ log p|', before.maxAbsDelta, before.tolerance),
         row('probe', tag, 'checkpoint 1 after the sync, max |Δ log p|', after.maxAbsDelta, after.tolerance),
-        { ...row('mutant', tag, 'probe of ckpt 1 against ckpt 0 (stale)', stale.maxAbsDelta, stale.tolerance), ok: stale.maxAbsDelta > stale.tolerance, at: 'caught when above tol' },
+        {
+          ...row('mutant', tag, 'probe of ckpt 1 against ckpt 0 (stale)', stale.maxAbsDelta, stale.tolerance),
+          ok: stale.maxAbsDelta > stale.tolerance,
+          at: 'caught when above tol',
+        },
       ],
       startSeconds: vllm.startSeconds,
       syncSeconds,

@@ -102,7 +102,7 @@ export function register(program: Command): void {
     });
   model
     .command('fetch')
-    .description('download a catalog model\'s GGUF into the cache (checked against its pinned sha256) and print its path; set-up uses it')
+    .description("download a catalog model's GGUF into the cache (checked against its pinned sha256) and print its path; set-up uses it")
     .argument('<name>', CATALOG_NAMES.join(' | '))
     .action(async (name: string) => {
       const progress = progressPrinter();

@@ -51,7 +51,7 @@ test('swerl model import: SmolLM2 from the cached GGUF into a checkpoint directo
   );
   assert.deepEqual([cfg.vocab_size, cfg.tie_word_embeddings, cfg.max_position_embeddings, cfg.dtype], [49152, true, 8192, 'float32']);
   assert.equal((cfg.rope_parameters as { rope_theta: number }).rope_theta, 100000);
-  assert.equal(cfg.pad_token_id, undefined, 'no padding_idx: the pad token (<|im_end|>) must get its input gradient');
+  assert.equal(cfg.pad_token_id ?? null, null, 'no padding_idx: the pad token (<|im_end|>) must get its input gradient');
   assert.deepEqual(cfg.swerl_import, { source: (cfg.swerl_import as { source: string }).source, gguf_sha256: m.gguf.sha256, quantization: 'Q4_1', dequantized: true });
   assert.equal(m.gguf.sha256, 'b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53');
   assert.deepEqual([m.parameters, m.tiedEmbeddings, m.toolFormat, m.preTokenizer], [134_515_008, true, 'text', 'smollm']);
@@ -62,7 +62,10 @@ test('swerl model import: SmolLM2 from the cached GGUF into a checkpoint directo
   const tok = await loadTokenizer(dir);
   assert.deepEqual([tok.vocabSize, tok.imStart, tok.imEnd, tok.eos], [49152, 1, 2, 2]);
   // llama.cpp's 'smollm' pre-tokenizer: every digit alone
-  assert.deepEqual(tok.encode('x 2026').map((id) => tok.decode([id])), ['x', ' ', '2', '0', '2', '6']);
+  assert.deepEqual(
+    tok.encode('x 2026').map((id) => tok.decode([id])),
+    ['x', ' ', '2', '0', '2', '6'],
+  );
 });
 
 test("chat templates render byte for byte as transformers' apply_chat_template, and texts encode to the same ids", async () => {
