@@ -4,7 +4,9 @@
 //   oracle:  the native engine vs transformers' causal LM in fp32 (gpu-learner/fsdp/swerl_fsdp/oracle.py) on a packed
 //            batch of chat-templated text: log-probs, the GRPO++ loss and every gradient;
 //   engines: one AdamW step from the same batch on the native engine and on the FSDP engine (1 rank): loss, grad
-//            norm and the weight change.
+//            norm and the weight change;
+//   probe:   vLLM synced to a trained checkpoint (DESIGN §9);
+//   eval:    a one-task SWE evaluation, through our policy server or vLLM.
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -17,6 +19,9 @@ import { FsdpLearner, fsdpPython, writeTrainBatch } from '../../gpu-learner/fsdp
 import { fsdpOptions, type Row } from '../../gpu-learner/fsdp/crosscheck.ts';
 import { chatCorpus } from './chat-templates.ts';
 import type { ProbeResult } from '../../lib/sync-probe.ts';
+import type { EvalConfigInput } from '../../lib/eval/config.ts';
+
+type EvalModelInput = EvalConfigInput['model'];
 
 export type { Row };
 const FSDP_PKG = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'gpu-learner', 'fsdp');
@@ -288,5 +293,73 @@ export async function vllmProbeRows(
     await vllm.close();
     l0.close();
     l1.close();
+  }
+}
+
+export interface OneTaskEval {
+  /** the episode's end reason, steps, generated tokens and seconds */
+  end: string;
+  api: string;
+  steps: number;
+  responseTokens: number;
+  seconds: number;
+  errors: number;
+  completed: number;
+  /** summary.txt of the evaluation */
+  summary: string;
+}
+
+/**
+ * A one-task SWE evaluation (`swerl eval` against a Temporal dev server and one `swerl worker` process) of `model`:
+ * an imported directory served by the worker's policy server, or a server anywhere (vLLM). maxSteps/tokens kept small.
+ */
+export async function oneTaskEval(model: EvalModelInput, work: string, o: { taskId?: string; maxSteps?: number; evalId?: string } = {}): Promise<OneTaskEval> {
+  const { requireDocker, imagesFor } = await import('../../test/helpers/docker.ts');
+  const { sweTask, sweTasksFile, TASK } = await import('../../test/helpers/swe-tasks.ts');
+  const { spawnWorker, startTestTemporal } = await import('../../test/helpers/temporal.ts');
+  const { evaluate } = await import('../commands/eval.ts');
+  const { readEvalEpisodes } = await import('../../activities/evaluation.ts');
+  const { removeSandboxContainers } = await import('../../activities/sandbox/docker.ts');
+  const { fileStoreUrl, openStore } = await import('../../lib/store.ts');
+  await requireDocker();
+  const task = await sweTask(o.taskId ?? TASK.rootModule);
+  await imagesFor([task]);
+  mkdirSync(work, { recursive: true });
+  const t = await startTestTemporal();
+  const worker = spawnWorker(['--queues', 'rollout,learner', '--address', t.server.address, '--max-rollouts', '1', '--threads', '2'], join(work, 'worker.log'));
+  const evalId = o.evalId ?? 'real-one';
+  const store = fileStoreUrl(join(work, 'store'));
+  try {
+    const config = {
+      evalId,
+      tasksFile: await sweTasksFile(),
+      tasks: [task.instance_id],
+      model,
+      sampling: { temperature: 0.7, topP: 0.95 },
+      maxSteps: o.maxSteps ?? 3,
+      maxTokensPerTurn: 96,
+      contextBudget: 512,
+      concurrency: 1,
+      heartbeatTimeoutSeconds: 60,
+      store: { url: store },
+    };
+    writeFileSync(join(work, 'eval.json'), JSON.stringify(config));
+    const r = await evaluate({ config: join(work, 'eval.json'), out: join(work, 'out'), address: t.server.address, quiet: true });
+    const [e] = await readEvalEpisodes(openStore(store), evalId);
+    return {
+      end: e?.end ?? 'none',
+      api: e?.api ?? 'none',
+      steps: e?.steps ?? 0,
+      responseTokens: e?.responseTokens ?? 0,
+      seconds: e?.seconds ?? 0,
+      errors: r.result.summary.episodes.errors,
+      completed: r.result.summary.episodes.completed,
+      summary: readFileSync(join(work, 'out', 'summary.txt'), 'utf8'),
+    };
+  } finally {
+    worker.kill('SIGTERM');
+    await new Promise((res) => worker.once('exit', res));
+    await removeSandboxContainers({ labels: { 'swerl.pid': String(worker.pid) } });
+    await t.close();
   }
 }

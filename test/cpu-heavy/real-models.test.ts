@@ -6,21 +6,15 @@
 // run in `npm run check:real-models` (scripts/check-real-models.ts), not here: npm test's CPU lane is its longest.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { importModel } from '../../scripts/model-import/index.ts';
 import { fsdpPython } from '../../gpu-learner/fsdp/index.ts';
 import { chatTemplateParity } from '../../scripts/checks/chat-templates.ts';
-import { formatRealRows, realOracleRows, vllmProbeRows, type RealRow } from '../../scripts/checks/real-models.ts';
+import { formatRealRows, oneTaskEval, realOracleRows, vllmProbeRows, type RealRow } from '../../scripts/checks/real-models.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
-import { evaluate as evaluateCli } from '../../scripts/commands/eval.ts';
-import { readEvalEpisodes } from '../../activities/evaluation.ts';
-import { removeSandboxContainers } from '../../activities/sandbox/docker.ts';
-import { fileStoreUrl, openStore } from '../../lib/store.ts';
-import { imagesFor, requireDocker } from '../helpers/docker.ts';
-import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
-import { spawnWorker, startTestTemporal, type TestTemporal } from '../helpers/temporal.ts';
+import { TASK } from '../helpers/swe-tasks.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'real-models-'));
 const dir = join(work, 'smollm2');
@@ -86,48 +80,13 @@ test('vLLM serves the imported model; a sync to a trained checkpoint is verified
   assert.equal(r.probe.dtype, 'fp32');
 });
 
-let t: TestTemporal | undefined;
-after(async () => {
-  await t?.close();
-});
-
 test('a one-task SWE evaluation through our policy server: 0 errors, the end reason and the tool format named', async () => {
-  await requireDocker();
-  const task = await sweTask(TASK.rootModule);
-  await imagesFor([task]);
-  t = await startTestTemporal();
-  const worker = spawnWorker(['--queues', 'rollout,learner', '--address', t.server.address, '--max-rollouts', '1', '--threads', '2'], join(t.dir, 'worker.log'));
-  try {
-    const configPath = join(t.dir, 'eval.json');
-    writeFileSync(
-      configPath,
-      JSON.stringify({
-        evalId: 'smollm2-one',
-        tasksFile: await sweTasksFile(),
-        tasks: [task.instance_id],
-        model: { path: dir, toolFormat: 'auto' },
-        sampling: { temperature: 0.7, topP: 0.95 },
-        maxSteps: 3,
-        maxTokensPerTurn: 96,
-        contextBudget: 512,
-        concurrency: 1,
-        heartbeatTimeoutSeconds: 60,
-        store: { url: fileStoreUrl(join(t.dir, 'store')) },
-      }),
-    );
-    const o = await evaluateCli({ config: configPath, out: join(t.dir, 'out'), address: t.server.address, quiet: true });
-    assert.equal(o.result.summary.episodes.errors, 0, JSON.stringify(o.result.summary.errors));
-    assert.equal(o.result.summary.episodes.completed, 1);
-    const [e] = await readEvalEpisodes(openStore(fileStoreUrl(join(t.dir, 'store'))), 'smollm2-one');
-    assert.ok(['submitted', 'max_steps', 'max_context', 'context_exhausted', 'timeout', 'env_timeout'].includes(e!.end), e!.end);
-    assert.equal(e!.api, 'completions');
-    const summary = readFileSync(join(t.dir, 'out', 'summary.txt'), 'utf8');
-    assert.match(summary, new RegExp(`ends: ${e!.end} 1`));
-    assert.match(summary, /tool format: text \(<function=…> blocks in the reply\); from auto: the chat template of .* renders no tools/);
-    console.log(`${task.instance_id}: ${e!.end} after ${e!.steps} steps, ${e!.responseTokens} tokens generated, ${e!.seconds.toFixed(0)} s`);
-  } finally {
-    worker.kill('SIGTERM');
-    await new Promise((r) => worker.once('exit', r));
-    await removeSandboxContainers({ labels: { 'swerl.pid': String(worker.pid) } });
-  }
+  const e = await oneTaskEval({ path: dir, toolFormat: 'auto' }, join(work, 'eval'), { evalId: 'smollm2-one' });
+  console.log(`${TASK.rootModule}: ${e.end} after ${e.steps} steps, ${e.responseTokens} tokens generated, ${e.seconds.toFixed(0)} s`);
+  assert.equal(e.errors, 0, e.summary);
+  assert.equal(e.completed, 1);
+  assert.ok(['submitted', 'max_steps', 'max_context', 'context_exhausted', 'timeout', 'env_timeout'].includes(e.end), e.end);
+  assert.equal(e.api, 'completions');
+  assert.match(e.summary, new RegExp(`ends: ${e.end} 1`));
+  assert.match(e.summary, /tool format: text \(<function=…> blocks in the reply\); from auto: the chat template of .* renders no tools/);
 });
