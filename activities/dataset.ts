@@ -5,8 +5,8 @@ import { hashInts, seededPermutation } from '../lib/seed.ts';
 import { filteredSweTaskIds, listSweTasks } from './swe.ts';
 import { checkContextFits } from './rollout.ts';
 import { keys, openStore } from '../lib/store.ts';
-import { runIteration, runMeanReward, runSuccessRate } from './metrics.ts';
-import type { IterationMetrics, SampleBatchInput, SampleBatchResult, StoreLearnerItemsInput } from '../workflows/shapes.ts';
+import { runIteration, runMeanReward, runSuccessRate } from '../lib/metrics.ts';
+import type { IterationMetrics, SampleBatchInput, SampleBatchResult, StoreLearnerItemsInput } from '../lib/training/shapes.ts';
 import { FailureType, nonRetryable } from '../lib/failures.ts';
 
 /**

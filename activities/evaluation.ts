@@ -7,7 +7,8 @@ import { runChatEpisode } from '../lib/chat-episode.ts';
 import { runEpisode, toolResultFrame, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
 import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
-import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts, type EvalMetrics } from '../lib/eval/metrics.ts';
+import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts } from '../lib/eval/metrics.ts';
+import type { EvalReportSummary } from '../lib/eval/shapes.ts';
 import {
   createChatClient,
   createPolicyClient,
@@ -534,26 +535,6 @@ export async function readEvalErrors(store: ArtifactStore, evalId: string, episo
     if (r && !finished.has(`${r.taskId}\u0000${r.run}`)) out.push(r);
   }
   return out;
-}
-
-/** The small summary of a finished evaluation that crosses workflow history. */
-export interface EvalReportSummary {
-  evalId: string;
-  modelName: string;
-  tasks: number;
-  runs: number;
-  pass1: number;
-  pass1Completed: number | null;
-  pass1CI: { low: number; high: number; level: number } | null;
-  passAtK: (number | null)[];
-  passAtKCompleted: (number | null)[];
-  episodes: EvalMetrics['episodes'];
-  /** the first errors (all are in the report) */
-  errors: { taskId: string; run: number; reason: string }[];
-  /** store prefix of the report files */
-  reportKey: string;
-  /** pass@1 on the tasks with strong tests, beside pass1 on all (when the tasks carry a measured strength) */
-  strong?: { minStrength: number; tasks: number; pass1: number };
 }
 
 /** An episode that ended without submitting and was not graded (its working tree is no prediction). */

@@ -35,7 +35,7 @@ import { filesOfTestIds, filesOfUnittestIds, pathsToRestore, testTreeImports } f
 import { integrityContradictions, pluginRunContradictions, readPluginRecords } from '../lib/swe/pytest-results.ts';
 import { canariesFor, type Canary, type CanaryFile } from '../lib/swe/canaries.ts';
 import { ensureTaskImage } from './images.ts';
-import { gradingSeconds } from './metrics.ts';
+import { gradingSeconds } from '../lib/metrics.ts';
 import { shq } from '../lib/shell.ts';
 
 export { GRADER_VERSION, GradingError, type GradeReason, type GradeResult, type TestOutcome } from '../lib/swe/grading.ts';

@@ -9,7 +9,7 @@ import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { defaultDocker } from './sandbox/docker.ts';
+import { defaultDocker, imageExists } from '../services/docker.ts';
 import { buildTar } from './sandbox/common.ts';
 import type { SweTask } from '../lib/swe/task.ts';
 import { mapInLanes } from '../lib/pool.ts';
@@ -76,16 +76,6 @@ export async function taskImageName(task: SweTask): Promise<string> {
   const base = baseImageName();
   const h = sha(`${base}\n${await fileHash(task.source_tarball)}\n${taskDockerfile(base)}`).slice(0, 12);
   return `${repoName(task.instance_id)}:${h}`;
-}
-
-export async function imageExists(name: string, docker: Docker = defaultDocker()): Promise<boolean> {
-  try {
-    await docker.getImage(name).inspect();
-    return true;
-  } catch (e) {
-    if ((e as { statusCode?: number }).statusCode === 404) return false;
-    throw e;
-  }
 }
 
 /** The Debian mirror apt is configured with (deb822 `URIs:` or one-line `deb URL bookworm`). */

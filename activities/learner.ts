@@ -17,13 +17,13 @@ import { FailureType, nonRetryable } from '../lib/failures.ts';
 import { buildTrainBatch, correctedMask, keptTokens, logprobMismatch, type MismatchStats, type PackedTrainBatch, type StepStats } from '../lib/grpo.ts';
 import { createPolicyClient, PolicyResponseError, servesCheckpoint } from '../lib/policy-client.ts';
 import { compareProbe, dtypeClass, FP32_PROBE_TOLERANCE, halfPrecisionProbeTolerance, PROBE_NEW_TOKENS, PROBE_SEED, probePrompt, type ProbeResult } from '../lib/sync-probe.ts';
-import { UNTIED_HEAD_FILE, untiedHeadFile } from '../services/vllm.ts';
+import { UNTIED_HEAD_FILE, untiedHeadFile } from '../lib/checkpoint-layout.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
 import type { FsdpLearner } from '../gpu-learner/fsdp/index.ts';
 import type { PolicyServer, ServableModel } from '../policy-server/index.ts';
-import type { InitCheckpointInput, InitCheckpointResult, LearnerItem, LearnerStepInput, LearnerStepResult, SyncPolicyInput, SyncPolicyResult } from '../workflows/shapes.ts';
-import { checkpointBytes, checkpointBytesWritten, learnerStepSeconds, mismatchK3, mismatchMaxAbsDelta, mismatchMeanAbsDelta, syncProbeMaxDelta } from './metrics.ts';
+import type { InitCheckpointInput, InitCheckpointResult, LearnerItem, LearnerStepInput, LearnerStepResult, SyncPolicyInput, SyncPolicyResult } from '../lib/training/shapes.ts';
+import { checkpointBytes, checkpointBytesWritten, learnerStepSeconds, mismatchK3, mismatchMaxAbsDelta, mismatchMeanAbsDelta, syncProbeMaxDelta } from '../lib/metrics.ts';
 
 /**
  * What the learner step and the sync probe need from an engine: the native gpu-learner's Learner has exactly

@@ -2,7 +2,7 @@
 // finds it, what the store says after a crash, and a batch's groups gathered for the learner step and the metrics.
 import { mergeIterationSummaries, type IterationSummary } from '../lib/grpo.ts';
 import { keys, listCheckpoints, openStore } from '../lib/store.ts';
-import type { LearnerItem, RolloutFailure } from '../workflows/shapes.ts';
+import type { LearnerItem, RolloutFailure } from '../lib/training/shapes.ts';
 
 /** What a group child workflow stores: the learner step reads `items`, the metrics the rest. */
 export interface GroupResult {

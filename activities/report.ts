@@ -7,7 +7,7 @@ import { parseMetricsJsonl, renderChart, rewardChart } from '../lib/plot.ts';
 import { keys, openStore, type ArtifactStore } from '../lib/store.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import type { TrainingConfig } from '../lib/config.ts';
-import type { ReportRunInput, ReportRunResult } from '../workflows/shapes.ts';
+import type { ReportRunInput, ReportRunResult } from '../lib/training/shapes.ts';
 import { LOG_BATCH_LIMITS, MLFLOW_EVAL_ID_TAG, MLFLOW_RUN_ID_TAG, MlflowClient, MlflowError, configParams, mlflowKey, numericLeaves, type MlflowMetric } from './mlflow.ts';
 import { FailureType, retryable } from '../lib/failures.ts';
 

@@ -12,8 +12,8 @@ import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/sto
 import { contextFitError } from '../lib/episode-rules.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import type { ChatMessage, RolloutSummary, Trajectory } from '../lib/types.ts';
-import type { RolloutInput } from '../workflows/shapes.ts';
-import { rolloutSeconds, rolloutsFinished, rolloutsInFlight } from './metrics.ts';
+import type { RolloutInput } from '../lib/training/shapes.ts';
+import { rolloutSeconds, rolloutsFinished, rolloutsInFlight } from '../lib/metrics.ts';
 import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
 
 /** What an environment contributes to one episode: the world and its loop options. */

@@ -32,8 +32,8 @@ import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
 import type { TrainingConfigInput } from '../lib/config.ts';
 import { startWorkers, type RunningWorkers } from '../workers/index.ts';
 import type { LearnerHandle } from '../activities/learner.ts';
-import { policyModelLoads } from '../activities/metrics.ts';
-import type { IterationMetrics, TrainingRunResult } from '../workflows/shapes.ts';
+import { policyModelLoads } from '../lib/metrics.ts';
+import type { IterationMetrics, TrainingRunResult } from '../lib/training/shapes.ts';
 
 const { values: args } = parseArgs({
   options: {

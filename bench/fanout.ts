@@ -19,7 +19,7 @@ import { startDevServer } from '../services/temporal-server.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { ROLLOUTS_PER_WORKFLOW_DEFAULT, tasksPerChildWorkflow, type TrainingConfigInput } from '../lib/config.ts';
 import { startWorkers } from '../workers/index.ts';
-import { iterationWorkflowId, rolloutChunkWorkflowId, type TrainingRunResult } from '../workflows/shapes.ts';
+import { iterationWorkflowId, rolloutChunkWorkflowId, type TrainingRunResult } from '../lib/training/shapes.ts';
 
 const { values: args } = parseArgs({
   options: {

@@ -21,10 +21,11 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { Learner, gemmKernels, writeRandomCheckpoint, type QwenConfig, type TrainBatch, type TrainHyper } from '../gpu-learner/index.ts';
+import { Learner, gemmKernels, writeRandomCheckpoint, type QwenConfig, type TrainBatch } from '../gpu-learner/index.ts';
 import { FsdpLearner, fsdpPython, writeTrainBatch } from '../gpu-learner/fsdp/index.ts';
 import { fsdpOptions } from '../gpu-learner/fsdp/crosscheck.ts';
 import { startPolicyServer } from '../policy-server/index.ts';
+import { trainHyper } from '../test/helpers/tiny-model.ts';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -98,19 +99,7 @@ const SHAPES: Shape[] = [
   { name: 'smollm2', config: smollm2, seqLen: 512, seqs: 2, gen: 32, minSeconds: 4 },
   { name: 'qwen2.5', config: qwen25, seqLen: 256, seqs: 2, gen: 16, minSeconds: 4 },
 ];
-const hp: TrainHyper = {
-  lr: 1e-6,
-  weightDecay: 0.01,
-  beta1: 0.9,
-  beta2: 0.999,
-  eps: 1e-8,
-  clipLow: 0.2,
-  clipHigh: 0.28,
-  maxGradNorm: 1,
-  lMax: 32768,
-  mode: 'grpo++',
-  microBatchTokens: 4096,
-};
+const hp = trainHyper({ lr: 1e-6, lMax: 32768, microBatchTokens: 4096 });
 
 function batchOf(config: QwenConfig, n: number, seqLen: number) {
   let s = 12345;

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import type { PackedTrainBatch as TrainBatch, StepStats } from '../lib/grpo.ts';
 import { DECODER_ARCHITECTURES, decoderTensorShapes, type QwenConfig } from '../lib/qwen3.ts';
 import { encodeSafetensors, type NamedTensor, type StDtype } from '../lib/safetensors.ts';
+import { mulberry32 } from '../lib/seed.ts';
 
 export type { PackedTrainBatch as TrainBatch } from '../lib/grpo.ts';
 export { decoderFeatures, decoderTensorShapes, type DecoderArchitecture, type Qwen3ModelConfig, type QwenConfig } from '../lib/qwen3.ts';
@@ -576,17 +577,8 @@ export function writeSafetensors(path: string, tensors: NamedTensor[], dtype: St
   renameSync(tmp, path);
 }
 
-/** Small deterministic PRNG (mulberry32) with normal samples. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0 || 0x9e3779b9;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** lib/seed.ts's mulberry32; seed 0 walks from the golden ratio, as random checkpoints always have. */
+const rng = (seed: number): (() => number) => mulberry32(seed >>> 0 || 0x9e3779b9);
 
 export interface RandomCheckpointOptions {
   dtype?: StDtype;

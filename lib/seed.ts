@@ -35,21 +35,35 @@ export function seededPermutation<T>(xs: readonly T[], seed: number): T[] {
   return a;
 }
 
-/** Small deterministic PRNG (mulberry32-style state walk); next() ∈ [0, 1). */
-export class Rng {
-  private state: number;
-  constructor(seed: number) {
-    this.state = mix32(seed) | 0;
-  }
-  nextU32(): number {
-    this.state = (this.state + 0x6d2b79f5) | 0;
-    let t = this.state;
+/** mulberry32 from `seed` as given: uint32 draws, the same stream on every platform. The one PRNG of swerl. */
+export function mulberry32U32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
     t = Math.imul(t ^ (t >>> 15), t | 1);
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return (t ^ (t >>> 14)) >>> 0;
+  };
+}
+
+/** mulberry32 from `seed` as given, uniform in [0, 1). */
+export function mulberry32(seed: number): () => number {
+  const u = mulberry32U32(seed);
+  return () => u() / 4294967296;
+}
+
+/** mulberry32 from a mixed seed (nearby seeds give unrelated streams); next() ∈ [0, 1). */
+export class Rng {
+  private readonly u: () => number;
+  constructor(seed: number) {
+    this.u = mulberry32U32(mix32(seed));
+  }
+  nextU32(): number {
+    return this.u();
   }
   next(): number {
-    return this.nextU32() / 4294967296;
+    return this.u() / 4294967296;
   }
 }
 

@@ -3,7 +3,7 @@
 // (batched with other requests or one at a time).
 import type { Tokenizer } from '../lib/tokenizer.ts';
 import { chunkSeed, sampleSeed } from '../lib/seed.ts';
-import { recordGeneration } from '../activities/metrics.ts';
+import { recordGeneration } from '../lib/metrics.ts';
 import { HttpError } from './http.ts';
 import type { EngineResult, ModelScheduler } from './scheduler.ts';
 import { untilStopString } from './stop-strings.ts';

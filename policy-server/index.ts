@@ -9,7 +9,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Tokenizer } from '../lib/tokenizer.ts';
-import { policyModelLoads } from '../activities/metrics.ts';
+import { policyModelLoads } from '../lib/metrics.ts';
 import { sendError } from './http.ts';
 import { defaultLoadModel, ServedModels, slot, type LoadModel, type ServableModel, type Slot } from './models.ts';
 import { route, type RouteContext } from './routes.ts';

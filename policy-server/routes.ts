@@ -1,6 +1,6 @@
 // The server's routes: OpenAI's completions and models, health, and SGLang's model info and weight reload.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { policyModelLoads } from '../activities/metrics.ts';
+import { policyModelLoads } from '../lib/metrics.ts';
 import { chatCompletions, completions, type CompletionContext } from './completions.ts';
 import { badRequest, HttpError, readJson, send, whileClientWaits } from './http.ts';
 import { ServerClosingError, type LoadModel } from './models.ts';

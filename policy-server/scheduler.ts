@@ -7,7 +7,7 @@
 // - One at a time (`batching: false`, today's single-stream server, and engines without batched decoding: the
 //   CUDA backend): one engine call per sample, in turn.
 // Both give the same tokens and log-probs for the same request and seed, whatever else runs.
-import { policyBatchSize, policyPrefillSequences, policyQueuedSequences } from '../activities/metrics.ts';
+import { policyBatchSize, policyPrefillSequences, policyQueuedSequences } from '../lib/metrics.ts';
 import type { ServableModel } from './models.ts';
 
 /** One sample as the engine takes it (gpu-learner's GenerateOptions). */

@@ -13,7 +13,7 @@ import { startDevServer } from '../services/temporal-server.ts';
 import { FP32_PROBE_TOLERANCE } from '../lib/sync-probe.ts';
 import type { TrainingConfigInput } from '../lib/config.ts';
 import type { Trajectory } from '../lib/types.ts';
-import type { IterationMetrics } from '../workflows/shapes.ts';
+import type { IterationMetrics } from '../lib/training/shapes.ts';
 import { startWorkers } from '../workers/index.ts';
 import { startVllm, VLLM_VERSION } from '../services/vllm.ts';
 

@@ -7,19 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 log="${SWERL_DOCKER_LOG:-/var/log/swerl-dockerd.log}"
 
-say() { echo "[ensure-docker] $*" >&2; }
+tag=ensure-docker; . scripts/lib.sh
 
 if ! docker info >/dev/null 2>&1; then
   missing=()
   command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
   command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
-  if [ "${#missing[@]}" -gt 0 ]; then
-    if [ "$(id -u)" != 0 ]; then say "need root to install ${missing[*]}"; exit 1; fi
-    say "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-  fi
+  apt_install "${missing[@]}"
   if ! pgrep -x dockerd >/dev/null 2>&1; then
     say "starting dockerd (log: $log)"
     # Sandboxes run with NetworkMode none, so the engine needs no NAT rules; inside this machine
@@ -39,19 +33,12 @@ if ! docker info >/dev/null 2>&1; then
   say "docker engine up"
 fi
 
-# debootstrap is needed for the base image even when an engine was already running.
-if ! command -v debootstrap >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends debootstrap >&2
-  fi
-fi
-
-# btrfs-progs: the fault tests run a private engine whose data root is a btrfs loop file (real disk quotas).
-if ! command -v mkfs.btrfs >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends btrfs-progs >&2
-fi
+# debootstrap is needed for the base image even when an engine was already running; btrfs-progs because the fault
+# tests run a private engine whose data root is a btrfs loop file (real disk quotas). Best effort without root.
+more=()
+command -v debootstrap >/dev/null 2>&1 || more+=(debootstrap)
+command -v mkfs.btrfs >/dev/null 2>&1 || more+=(btrfs-progs)
+[ "$(id -u)" != 0 ] || apt_install "${more[@]}"
 
 if [ "${SWERL_SKIP_IMAGES:-0}" != 1 ]; then
   # without SWERL_TASKS: the repository's own tasks (data/swe/, built by scripts/build-swe-tasks.ts)

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 version="${SWERL_K8S_VERSION:-v1.34.4}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/swerl/k8s"
 pause_image="localhost/swerl-pause:1"
-say() { echo "[ensure-k8s] $*" >&2; }
+tag=ensure-k8s; . scripts/lib.sh
 
 # --- Debian packages ---------------------------------------------------------------------------
 missing=()
@@ -24,25 +24,18 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/loopback ] && [ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
 { command -v containerd >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1; } || missing+=(docker.io)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
-if [ "${#missing[@]}" -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then say "need root to install ${missing[*]}"; exit 1; fi
-  say "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  # Installing etcd-server starts nothing here (no systemd); swerl cluster up runs its own etcd.
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+# Installing etcd-server starts nothing here (no systemd); swerl cluster up runs its own etcd.
+apt_install "${missing[@]}"
 if ! command -v go >/dev/null 2>&1; then
   for g in /usr/local/go/bin/go "$HOME/go/bin/go"; do [ -x "$g" ] && { PATH="$(dirname "$g"):$PATH"; break; }; done
 fi
 command -v go >/dev/null 2>&1 || { say "need Go >= 1.24 (for example /usr/local/go) to build Kubernetes"; exit 1; }
 
 mkdir -p "$cache"
-hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
 # --- the Kubernetes binary ---------------------------------------------------------------------
 goversion="$(go env GOVERSION)"
-key="$version-$( { cat scripts/k8s/build-kube.sh scripts/k8s/kube/main.go; echo "$version $goversion"; } | sha256sum | cut -c1-16)"
+key="$version-$( { cat scripts/k8s/build-kube.sh scripts/k8s/kube/main.go; echo "$version $goversion"; } | short_hash)"
 kube="$cache/$key/kube"
 if [ ! -x "$kube" ] && [ "$background" = 1 ]; then
   say "building Kubernetes $version in the background (cold: about 25 min on 2 cores, at nice 19; log: $cache/$key.log)"
@@ -63,7 +56,7 @@ if [ ! -x "$kube" ]; then
 fi
 
 # --- the pause image ---------------------------------------------------------------------------
-pause_tar="$cache/pause-$(hash_of scripts/k8s/pause.c)-1.tar"
+pause_tar="$cache/pause-$(short_hash < scripts/k8s/pause.c)-1.tar"
 if [ ! -s "$pause_tar" ]; then
   docker info >/dev/null 2>&1 || { say "the pause image is imported through Docker: run scripts/ensure-docker.sh first"; exit 1; }
   say "building the pause image $pause_image"

@@ -6,21 +6,13 @@
 # when missing; and the MLflow tracking server in its own venv (scripts/python/mlflow.txt). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-say() { echo "[ensure-monitoring] $*" >&2; }
+tag=ensure-monitoring; . scripts/lib.sh
 
 missing=()
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
-if [ "${#missing[@]}" -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then say "need root to install ${missing[*]} (apt-get)"; exit 1; fi
-  t0=$(date +%s)
-  say "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-  say "installed in $(( $(date +%s) - t0 )) s"
-fi
+apt_install "${missing[@]}"
 py="$(bash scripts/ensure-python.sh mlflow)"
 # the lock installs without byte-compiling: import what `mlflow server` loads once, so its .pyc files are
 # written now and not at each test's first server start (over a minute on a busy 2-core machine)
@@ -29,5 +21,5 @@ if [ ! -f "$venv/.warm" ] || [ "$venv/.stamp" -nt "$venv/.warm" ]; then
   t0=$(date +%s)
   "$py" -W ignore -c 'import mlflow.cli, mlflow.server, mlflow.server.fastapi_app, mlflow.server.handlers, mlflow.store.tracking.sqlalchemy_store, mlflow.store.db.utils' >&2
   touch "$venv/.warm"
-  say "mlflow server modules compiled in $(( $(date +%s) - t0 )) s"
+  say "mlflow server modules compiled in $(since "$t0") s"
 fi

@@ -12,35 +12,36 @@
 # Usage: bash scripts/ensure-python.sh GROUP     (e.g. torch, mlflow, swebench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tag=ensure-python; . scripts/lib.sh
 group="${1:?usage: ensure-python.sh GROUP}"
 req="scripts/python/$group.txt"
-[ -f "$req" ] || { echo "[ensure-python] no requirements file $req" >&2; exit 2; }
+[ -f "$req" ] || { say "no requirements file $req"; exit 2; }
 venv="$PWD/.tools/venv-$group"
 post="$(sed -n 's/^# ensure-python: post //p' "$req")"
 nodeps=0; grep -q '^# ensure-python: no-deps' "$req" && nodeps=1
-want="$(cat "$req" ${post:+"$post"} | sha256sum | cut -c1-16)"
+want="$(cat "$req" ${post:+"$post"} | short_hash)"
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.stamp" 2>/dev/null)" = "$want" ]; then
   echo "$venv/bin/python"; exit 0
 fi
 py="${SWERL_PYTHON:-python3}"
-command -v "$py" >/dev/null 2>&1 || { echo "[ensure-python] $py not found: install Python 3.10+ or set SWERL_PYTHON" >&2; exit 1; }
-echo "[ensure-python] $group: installing $req into $venv" >&2
+command -v "$py" >/dev/null 2>&1 || { say "$py not found: install Python 3.10+ or set SWERL_PYTHON"; exit 1; }
+say "$group: installing $req into $venv"
 t0=$(date +%s)
-[ -x "$venv/bin/python" ] || "$py" -m venv "$venv" >&2
+[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 if [ "$nodeps" = 1 ]; then
   cache="${SWERL_WHEEL_CACHE:-$HOME/.cache/swerl/wheels}"
   mkdir -p "$cache"
   offline=("${pip[@]}" install --quiet --no-deps --no-compile --no-index --find-links "$cache" -r "$req")
   if ! "${offline[@]}" 2>/dev/null; then  # some wheel is not cached yet: fetch what is missing
-    "${pip[@]}" download --quiet --no-deps --only-binary=:all: -d "$cache" -r "$req" >&2
-    "${offline[@]}" >&2
+    "${pip[@]}" download --quiet --no-deps --only-binary=:all: -d "$cache" -r "$req"
+    "${offline[@]}"
   fi
 else
-  "${pip[@]}" install --quiet -r "$req" >&2
+  "${pip[@]}" install --quiet -r "$req"
 fi
-echo "[ensure-python] $group: packages installed after $(( $(date +%s) - t0 )) s" >&2
-[ -z "$post" ] || "$venv/bin/python" "$post" >&2
+say "$group: packages installed after $(since "$t0") s"
+[ -z "$post" ] || "$venv/bin/python" "$post"
 echo "$want" > "$venv/.stamp"
-echo "[ensure-python] $group ready in $(( $(date +%s) - t0 )) s" >&2
+say "$group ready in $(since "$t0") s"
 echo "$venv/bin/python"

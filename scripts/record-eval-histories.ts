@@ -18,7 +18,7 @@ import { loadTokenizer } from '../lib/tokenizer.ts';
 import { startDevServer } from '../services/temporal-server.ts';
 import { loadTasksStrict } from '../lib/swe/task.ts';
 import { startWorkers } from '../workers/index.ts';
-import { iterationWorkflowId } from '../workflows/shapes.ts';
+import { iterationWorkflowId } from '../lib/training/shapes.ts';
 import { shardWorkflowId } from '../workflows/evaluation-run.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../test/helpers/scripted-agent.ts';
 import { seedTable } from '../test/helpers/eval.ts';

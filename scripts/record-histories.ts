@@ -14,10 +14,10 @@ import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import { startDevServer } from '../services/temporal-server.ts';
-import { fileStoreUrl } from '../lib/store.ts';
+import { tinyConfig } from '../test/helpers/temporal.ts';
 import { startWorkers } from '../workers/index.ts';
 import { pauseSignal, resumeSignal, statusQuery, updateHyperparametersUpdate } from '../workflows/signals.ts';
-import { iterationWorkflowId, rolloutChunkWorkflowId, rolloutGroupWorkflowId } from '../workflows/shapes.ts';
+import { iterationWorkflowId, rolloutChunkWorkflowId, rolloutGroupWorkflowId } from '../lib/training/shapes.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 
 const scenarios = process.argv.slice(2);
@@ -30,20 +30,18 @@ const workers = await startWorkers({ address: server.address, queues: ['learner'
 const connection = await Connection.connect({ address: server.address });
 const client = new Client({ connection });
 try {
-  const baseConfig = (runId: string) => ({
-    runId,
-    seed: 3,
-    iterations: 2,
-    batch: { tasks: 2, samples: 2 },
-    maxInflightRollouts: 2,
-    rollout: { startToCloseMinutes: 5, heartbeatSeconds: 2, heartbeatTimeoutSeconds: 10, maxAttempts: 3 },
-    episode: { maxSteps: 6, responseBudget: 6, maxTokensPerTurn: 1, temperature: 1, topP: 1, timeoutMinutes: 5 },
-    algorithm: { lr: 1e-3, lMax: 6 },
-    model: { preset: 'frozenlake', seed: 1 },
-    store: { url: fileStoreUrl(join(dir, 'store')) },
-    env: { kind: 'frozenlake', size: 4, maxSteps: 6 },
-    learner: { device: 'cpu', threads: 1, timeoutMinutes: 10 },
-  });
+  // the tests' FrozenLake config (test/helpers/temporal.ts), smaller: 2 tasks x 2 samples, 6 steps
+  const baseConfig = (runId: string) =>
+    tinyConfig(dir, {
+      runId,
+      seed: 3,
+      batch: { tasks: 2, samples: 2 },
+      maxInflightRollouts: 2,
+      rollout: { startToCloseMinutes: 5, heartbeatSeconds: 2, heartbeatTimeoutSeconds: 10, maxAttempts: 3 },
+      episode: { maxSteps: 6, responseBudget: 6, maxTokensPerTurn: 1, temperature: 1, topP: 1, timeoutMinutes: 5 },
+      algorithm: { lr: 1e-3, lMax: 6 },
+      env: { kind: 'frozenlake', size: 4, maxSteps: 6 },
+    });
   mkdirSync(outDir, { recursive: true });
   /** The run ids of a continue-as-new chain, oldest first. */
   const runChain = async (workflowId: string): Promise<string[]> => {

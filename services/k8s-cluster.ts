@@ -494,7 +494,7 @@ export async function loadImages(images: string[], o: ClusterOptions = {}): Prom
   const want = [...new Set(images)].filter((i) => !have.has(normalizeImageRef(i)));
   const present = [...new Set(images)].filter((i) => have.has(normalizeImageRef(i)));
   if (want.length) {
-    const { imageExists } = await import('../activities/images.ts');
+    const { imageExists } = await import('./docker.ts');
     for (const i of want) {
       if (!(await imageExists(i))) throw new Error(`image ${JSON.stringify(i)} is not in Docker, so it cannot be loaded into the cluster (build it first: swerl images build)`);
     }

@@ -199,30 +199,12 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
   }
 }
 
-async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
-  const dir = resolve(opts.dir);
-  mkdirSync(dir, { recursive: true });
-  const ip = opts.ip ?? '127.0.0.1';
-  const port = opts.port && opts.port > 0 ? opts.port : await freePort(ip);
+/** The `temporal server start-dev` arguments, and the web UI's address (null when headless). */
+async function devServerArgs(opts: DevServerOptions, ip: string, port: number, dbFile: string): Promise<{ args: string[]; uiUrl: string | null }> {
   const httpPort = await freePort(ip);
   const metricsPort = await freePort(ip);
-  const dbFile = join(dir, 'temporal.sqlite');
-  const args = [
-    'server',
-    'start-dev',
-    '--db-filename',
-    dbFile,
-    '--ip',
-    ip,
-    '--port',
-    String(port),
-    '--http-port',
-    String(httpPort),
-    '--metrics-port',
-    String(metricsPort),
-    '--log-level',
-    'warn',
-  ];
+  const args = ['server', 'start-dev', '--db-filename', dbFile, '--ip', ip, '--port', String(port)];
+  args.push('--http-port', String(httpPort), '--metrics-port', String(metricsPort), '--log-level', 'warn');
   let uiUrl: string | null = null;
   if (opts.uiPort === null) {
     args.push('--headless');
@@ -233,6 +215,39 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
   }
   if (opts.namespace && opts.namespace !== 'default') args.push('--namespace', opts.namespace);
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
+  return { args, uiUrl };
+}
+
+/** The server a probe reached is ready: our search attributes registered, a listing answered, the port ours. */
+async function probeReady(address: string, namespace: string, port: number, child: ChildProcess): Promise<{ ready: boolean; impostor: number | null }> {
+  try {
+    const conn = await Connection.connect({ address, connectTimeout: 1000 });
+    try {
+      const sa = await conn.operatorService.listSearchAttributes({ namespace });
+      const names = Object.keys(sa.customAttributes ?? {});
+      // the frontend's namespace cache lags the namespace's creation on a loaded host: a listing resolves through it
+      if (Object.keys(SEARCH_ATTRIBUTES).every((n) => names.includes(n)) && (await conn.workflowService.listWorkflowExecutions({ namespace, pageSize: 1 }))) {
+        // the probe may have reached someone else's server: ready only if ours is alive and holds the port
+        const holder = listenerPid(port);
+        if (holder === null || isSelfOrDescendant(holder, child.pid)) return { ready: true, impostor: null };
+        return { ready: false, impostor: holder };
+      }
+    } finally {
+      await conn.close();
+    }
+  } catch {
+    // not ready yet
+  }
+  return { ready: false, impostor: null };
+}
+
+async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
+  const dir = resolve(opts.dir);
+  mkdirSync(dir, { recursive: true });
+  const ip = opts.ip ?? '127.0.0.1';
+  const port = opts.port && opts.port > 0 ? opts.port : await freePort(ip);
+  const dbFile = join(dir, 'temporal.sqlite');
+  const { args, uiUrl } = await devServerArgs(opts, ip, port, dbFile);
 
   await checkNotInUse([{ port, what: 'frontend' }, ...(uiUrl ? [{ port: Number(new URL(uiUrl).port), what: 'web UI' }] : [])], ip, dbFile);
   const logFile = join(dir, 'temporal.log');
@@ -253,32 +268,15 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
   const address = `${ip}:${port}`;
   const deadline = Date.now() + (opts.readyTimeoutMs ?? 60_000);
   const namespace = opts.namespace ?? 'default';
-  let impostor: number | null = null;
   for (;;) {
     if (exited !== null) {
       const said = readFileSync(logFile).subarray(logStart).toString('utf8');
       const msg = `temporal dev server exited (${exited}); see ${logFile}`;
       throw /bind: address already in use/.test(said) ? new PortRaceError(msg) : new Error(msg);
     }
-    try {
-      const conn = await Connection.connect({ address, connectTimeout: 1000 });
-      try {
-        const sa = await conn.operatorService.listSearchAttributes({ namespace });
-        const names = Object.keys(sa.customAttributes ?? {});
-        // the frontend's namespace cache lags the namespace's creation on a loaded host: a listing resolves through it
-        if (Object.keys(SEARCH_ATTRIBUTES).every((n) => names.includes(n)) && (await conn.workflowService.listWorkflowExecutions({ namespace, pageSize: 1 }))) {
-          // the probe may have reached someone else's server: ready only if ours is alive and holds the port
-          const holder = listenerPid(port);
-          if (exited === null && (holder === null || isSelfOrDescendant(holder, child.pid))) break;
-          if (exited === null && holder !== null) impostor = holder;
-        }
-      } finally {
-        await conn.close();
-      }
-    } catch {
-      // not ready yet
-    }
-    if (impostor !== null) {
+    const { ready, impostor } = await probeReady(address, namespace, port, child);
+    if (ready && exited === null) break;
+    if (impostor !== null && exited === null) {
       child.kill('SIGKILL');
       throw new ServerInUseError(
         `port ${port} answered from pid ${impostor} (${commandLine(impostor) || 'unknown'}), not from the server started (pid ${child.pid}); stop it with \`kill ${impostor}\``,

@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { LearnerContext, createActivities, createRolloutActivities, type LearnerWorkerOptions } from '../activities/index.ts';
-import { TASK_QUEUES } from '../workflows/shapes.ts';
+import { TASK_QUEUES } from '../lib/training/shapes.ts';
 import { Connection } from '@temporalio/client';
 import { failOrphanedActivities, workerIdentity } from './orphans.ts';
 

@@ -1,9 +1,9 @@
-// The worker's Prometheus endpoint: GET /metrics serves our metrics (activities/metrics.ts) followed by
+// The worker's Prometheus endpoint: GET /metrics serves our metrics (lib/metrics.ts) followed by
 // the Temporal SDK's own worker metrics, which its core exports on a loopback port of their own
 // (Runtime telemetryOptions); one scrape target per worker process.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { registry } from '../activities/metrics.ts';
+import { registry } from '../lib/metrics.ts';
 
 export interface MetricsServer {
   url: string;

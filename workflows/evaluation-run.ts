@@ -20,8 +20,8 @@ import { FailureType, INVALID_INPUT, nonRetryable, RetryPolicies } from '../lib/
 import { lanesPerGroup, mapInLanes } from '../lib/pool.ts';
 import { policyResync } from '../lib/policy-resync.ts';
 import { EVAL_DONE_SA, EVAL_PASS1_SA, evaluationStatusQuery, shardProgressSignal } from './evaluation-signals.ts';
-import type { EvalItem, EvalReportSummary, EvaluationRunResult, EvaluationShardInput, EvaluationStatus, ShardProgress, ShardResult } from './evaluation-shapes.ts';
-import { TASK_QUEUES, type SyncPolicyInput } from './shapes.ts';
+import type { EvalItem, EvalReportSummary, EvaluationRunResult, EvaluationShardInput, EvaluationStatus, ShardProgress, ShardResult } from '../lib/eval/shapes.ts';
+import { TASK_QUEUES, type SyncPolicyInput } from '../lib/training/shapes.ts';
 import { trackEvaluation } from './run-reporting.ts';
 
 type Activities = ReturnType<typeof createActivities>;

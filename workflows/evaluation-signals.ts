@@ -1,7 +1,7 @@
 // Queries, signals and search attributes of the evaluation workflows (one definition each).
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 import { defineSearchAttributeKey } from '@temporalio/common';
-import type { EvaluationStatus, SelectionStatus, ShardProgress } from './evaluation-shapes.ts';
+import type { EvaluationStatus, SelectionStatus, ShardProgress } from '../lib/eval/shapes.ts';
 
 export const evaluationStatusQuery = defineQuery<EvaluationStatus>('status');
 export const selectionStatusQuery = defineQuery<SelectionStatus>('status');

@@ -13,7 +13,7 @@ import {
   type Rollouts,
   type Validation,
 } from './rl-iteration.ts';
-import type { OneStepIterationInput, OneStepIterationResult, PendingBatch, RlIterationInput } from './shapes.ts';
+import type { OneStepIterationInput, OneStepIterationResult, PendingBatch, RlIterationInput } from '../lib/training/shapes.ts';
 
 /** The checkpoint a one-step run samples batch n from. */
 export function oneStepSamplingCheckpoint(n: number): number {

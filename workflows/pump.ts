@@ -14,8 +14,8 @@ import type { TrainingConfig } from '../lib/config.ts';
 import { admit, batchReady, complete, recoveredPump, startVersion, takeBatch, totalGroups, batchOf, type PumpParams, type PumpState } from '../lib/pump.ts';
 import { activitiesFor, iterationMetrics, MAX_REPORTED_FAILURES, rollOutTasks, syncPolicyInput } from './rl-iteration.ts';
 import { groupDoneSignal } from './signals.ts';
-import type { IterationMetrics, IterationPhase, LearnerStepResult, RolloutGroupInput, RolloutGroupResult, TrainingRunResult, TrainingRunState } from './shapes.ts';
-import { rolloutGroupWorkflowId, TASK_QUEUES } from './shapes.ts';
+import type { IterationMetrics, IterationPhase, LearnerStepResult, RolloutGroupInput, RolloutGroupResult, TrainingRunResult, TrainingRunState } from '../lib/training/shapes.ts';
+import { rolloutGroupWorkflowId, TASK_QUEUES } from '../lib/training/shapes.ts';
 
 /** What the pump needs of its training run (TrainingRun in training-run.ts). */
 export interface PumpHost {

@@ -39,8 +39,8 @@ import type {
   RolloutInput,
   RolloutSummary,
   SyncPolicyResult,
-} from './shapes.ts';
-import { rolloutChunkWorkflowId, TASK_QUEUES } from './shapes.ts';
+} from '../lib/training/shapes.ts';
+import { rolloutChunkWorkflowId, TASK_QUEUES } from '../lib/training/shapes.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 

@@ -7,8 +7,8 @@ import { ParentClosePolicy, log, proxyActivities, startChild } from '@temporalio
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { createActivities } from '../activities/index.ts';
 import type { TrackingConfig, TrainingConfig } from '../lib/config.ts';
-import type { IterationMetrics, IterationPhase, ReportRunInput, ReportRunResult, TrainingRunState } from './shapes.ts';
-import { TASK_QUEUES } from './shapes.ts';
+import type { IterationMetrics, IterationPhase, ReportRunInput, ReportRunResult, TrainingRunState } from '../lib/training/shapes.ts';
+import { TASK_QUEUES } from '../lib/training/shapes.ts';
 import { RetryPolicies } from '../lib/failures.ts';
 
 type Activities = ReturnType<typeof createActivities>;

@@ -7,8 +7,8 @@ import { executeChild, proxyActivities, setHandler, workflowInfo } from '@tempor
 import type { createActivities } from '../activities/index.ts';
 import { validateBestOfKConfig } from '../lib/eval/config.ts';
 import { selectionStatusQuery } from './evaluation-signals.ts';
-import type { SelectionStatus } from './evaluation-shapes.ts';
-import { TASK_QUEUES } from './shapes.ts';
+import type { SelectionStatus } from '../lib/eval/shapes.ts';
+import { TASK_QUEUES } from '../lib/training/shapes.ts';
 import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
 import { lanesPerGroup, mapInLanes } from '../lib/pool.ts';
 

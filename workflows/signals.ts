@@ -2,7 +2,7 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import { defineSearchAttributeKey } from '@temporalio/common';
 import type { Hyperparameters, HyperparametersUpdate } from '../lib/config.ts';
-import type { IterationPhase, IterationProgress, RolloutChunkProgress, TrainingStatus } from './shapes.ts';
+import type { IterationPhase, IterationProgress, RolloutChunkProgress, TrainingStatus } from '../lib/training/shapes.ts';
 
 export const pauseSignal = defineSignal('pause');
 export const resumeSignal = defineSignal('resume');

@@ -22,7 +22,7 @@ import {
   type SynthStatus,
   type Tier,
 } from '../lib/factory/shapes.ts';
-import { TASK_QUEUES } from './shapes.ts';
+import { TASK_QUEUES } from '../lib/training/shapes.ts';
 import { SYNTH_PHASE_SA, SYNTH_VALIDATED_SA, synthStatusQuery } from './synthesize-signals.ts';
 
 type Activities = ReturnType<typeof createActivities>;

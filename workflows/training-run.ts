@@ -35,8 +35,8 @@ import {
   stopAfterIterationSignal,
   updateHyperparametersUpdate,
 } from './signals.ts';
-import type { IterationMetrics, IterationPhase, RlIterationResult, TrainingRunResult, TrainingRunState, TrainingStatus } from './shapes.ts';
-import { iterationWorkflowId, TASK_QUEUES } from './shapes.ts';
+import type { IterationMetrics, IterationPhase, RlIterationResult, TrainingRunResult, TrainingRunState, TrainingStatus } from '../lib/training/shapes.ts';
+import { iterationWorkflowId, TASK_QUEUES } from '../lib/training/shapes.ts';
 import { noteEvaluation, runDetails, runReporter, type RunReporter } from './run-reporting.ts';
 
 type Activities = ReturnType<typeof createActivities>;

@@ -5,6 +5,7 @@
 // engine errors. Disk: a real quota (`--storage-opt size`) where the storage driver has one, else a
 // watchdog that stops a command once the container's writable layer passes limits.diskMiB.
 import Docker from 'dockerode';
+import { defaultDocker } from '../../services/docker.ts';
 import { posix } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
@@ -91,12 +92,6 @@ function isEngineFailure(e: unknown): boolean {
 
 function unavailable(what: string, e: unknown): SandboxUnavailableError {
   return new SandboxUnavailableError(`${what}: docker engine: ${(e as Error)?.message ?? String(e)}`);
-}
-
-let dockerSingleton: Docker | undefined;
-export function defaultDocker(): Docker {
-  dockerSingleton ??= new Docker();
-  return dockerSingleton;
 }
 
 /** How the backend holds a sandbox to limits.diskMiB. */

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import type { SandboxBackend } from '../../lib/sandbox.ts';
 import { DockerBackend, type DockerBackendOptions } from './docker.ts';
 import type { K8sBackendOptions } from './k8s.ts';
-import { timedSandboxStart } from '../metrics.ts';
+import { timedSandboxStart } from '../../lib/metrics.ts';
 
 export { DockerBackend, DockerSandbox, removeSandboxContainers } from './docker.ts';
 export { SandboxDeadError, SandboxPathError, SANDBOX_LABEL, filterPatch } from './common.ts';

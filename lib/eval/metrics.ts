@@ -2,17 +2,10 @@
 // its numerically stable product form, a bootstrap confidence interval over tasks, and the summary tables.
 // Pure and deterministic (seeded), so workflow code and the CLI may call it.
 
-/** mulberry32: a small seeded PRNG, uniform in [0, 1); the same stream on every platform. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from '../seed.ts';
+
+/** A seeded PRNG uniform in [0, 1) (lib/seed.ts's mulberry32): the same stream on every platform. */
+export const seededRandom = mulberry32;
 
 /**
  * Unbiased pass@k of one task with n episodes of which c resolved (Chen et al. 2021):

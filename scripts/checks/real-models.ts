@@ -244,7 +244,7 @@ export async function vllmProbeRows(
   const { startVllm } = await import('../../services/vllm.ts');
   const { createPolicyClient } = await import('../../lib/policy-client.ts');
   const { probeServedCheckpoint } = await import('../../activities/learner.ts');
-  const { untiedHeadFile } = await import('../../services/vllm.ts');
+  const { untiedHeadFile } = await import('../../lib/checkpoint-layout.ts');
   mkdirSync(work, { recursive: true });
   const ckpt1 = join(work, 'ckpt-1');
   // a private copy of checkpoint 0: vLLM's untied head file is written beside its weights

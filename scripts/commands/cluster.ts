@@ -73,7 +73,8 @@ export async function sandboxBackendFrom(o: BackendCliOptions): Promise<SandboxB
 /** Images of the tasks in `tasksFile` that Docker holds (what `cluster up` and `cluster load --tasks` load). */
 async function taskImagesInDocker(tasksFile: string | undefined): Promise<string[]> {
   if (!tasksFile) return [];
-  const { imageExists, taskImageName } = await import('../../activities/images.ts');
+  const { taskImageName } = await import('../../activities/images.ts');
+  const { imageExists } = await import('../../services/docker.ts');
   const { tasks } = await loadTasks(tasksFile);
   const names = await Promise.all(tasks.map((t) => taskImageName(t).catch(() => null)));
   const out: string[] = [];
@@ -98,7 +99,8 @@ export async function prepareLocalClusterImages(
   if (!kc) return;
   const st = await clusterStatus();
   if (!st.running || kc.getCurrentCluster()?.server !== st.server) return;
-  const { buildImages, imageExists, taskImageName } = await import('../../activities/images.ts');
+  const { buildImages, taskImageName } = await import('../../activities/images.ts');
+  const { imageExists } = await import('../../services/docker.ts');
   const { tasks } = await loadTasks(tasksFile);
   const chosen = taskIds.length ? tasks.filter((t) => taskIds.includes(t.instance_id)) : tasks;
   await buildImages(

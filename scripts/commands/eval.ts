@@ -15,7 +15,7 @@ import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { evaluationStatusQuery, selectionStatusQuery } from '../../workflows/evaluation-signals.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import type { SelectionResult } from '../../workflows/select-best-of-k.ts';
 import { parseBackendOptions, prepareLocalClusterImages, withBackendOptions, type BackendCliOptions } from './cluster.ts';
 import { followResult, installCliLogger, useLogDir } from '../cli-log.ts';

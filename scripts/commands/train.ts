@@ -12,7 +12,7 @@ import { startDevServer, type DevServer } from '../../services/temporal-server.t
 import { writeRewardPlot } from '../../lib/plot.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { progressQuery, statusQuery } from '../../workflows/signals.ts';
-import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
+import type { IterationMetrics, TrainingRunResult } from '../../lib/training/shapes.ts';
 import { followResult, installCliLogger, useLogDir } from '../cli-log.ts';
 import { checkedKubeConfig } from './cluster.ts';
 
@@ -60,49 +60,106 @@ function readMetrics(storeUrl: string, runId: string): IterationMetrics[] {
   }
 }
 
-export async function train(o: TrainOptions): Promise<TrainOutcome> {
-  const outDir = resolve(o.out ?? join('runs', `train-${new Date().toISOString().replace(/[:.]/g, '-')}`));
-  mkdirSync(outDir, { recursive: true });
-  useLogDir(outDir);
+/** The run's config from its file and the command's options; workers may run elsewhere, so relative paths are made absolute. */
+function loadTrainConfig(o: TrainOptions, outDir: string): TrainingConfig {
   const raw = JSON.parse(readFileSync(o.config, 'utf8')) as Record<string, unknown>;
   if (o.iterations !== undefined) raw.iterations = o.iterations;
   if (raw.store === undefined) raw.store = { url: fileStoreUrl(join(outDir, 'store')) };
-  // Workers may run elsewhere: a relative tasks file is made absolute against this process's cwd.
   const env = raw.env as { tasksFile?: unknown } | undefined;
   if (env && typeof env.tasksFile === 'string' && !isAbsolute(env.tasksFile)) env.tasksFile = resolve(env.tasksFile);
   const ev = raw.eval as { tasks?: unknown } | undefined;
   if (ev && typeof ev.tasks === 'string' && !isAbsolute(ev.tasks)) ev.tasks = resolve(ev.tasks);
   const v = validateConfig(raw);
   if (!v.ok) throw new Error(`invalid config ${o.config}:\n  ${v.errors.join('\n  ')}`);
-  const runId = o.runId ?? v.config.runId ?? `run-${Date.now().toString(36)}`;
-  const config: TrainingConfig = { ...v.config, runId };
+  return { ...v.config, runId: o.runId ?? v.config.runId ?? `run-${Date.now().toString(36)}` };
+}
 
-  let server: DevServer | null = null;
-  let workers: RunningWorkers | null = null;
-  let address = o.address ?? process.env.TEMPORAL_ADDRESS;
+/** An embedded dev server and worker for a run given no server; Ctrl-C stops both, and the run resumes with the same --out and --run-id. */
+async function startEmbedded(config: TrainingConfig, o: TrainOptions, outDir: string, log: (s: string) => void): Promise<{ server: DevServer; workers: RunningWorkers }> {
+  const server = await startDevServer({ dir: join(outDir, 'temporal'), uiPort: 0 });
+  log(`embedded Temporal dev server at ${server.address}${server.uiUrl ? ` (web UI ${server.uiUrl})` : ''}`);
+  // the progress bar is the output; the embedded worker reports problems, one line each
+  installCliLogger();
+  const workers = await startWorkers({
+    address: server.address,
+    queues: ['learner', 'rollout'],
+    learner: { device: config.learner.device, threads: o.threads ?? config.learner.threads },
+  });
+  const onSignal = (sig: NodeJS.Signals) => {
+    console.error(`\n${sig}: stopping the embedded worker and server (resume with the same --out and --run-id ${config.runId})`);
+    void Promise.allSettled([workers.shutdown()])
+      .then(() => server.stop())
+      .then(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  return { server, workers };
+}
+
+/** Follows a started run to its end: metrics.jsonl and a line per iteration as they land, a progress bar of the current iteration's rollouts. */
+async function followRun(client: Client, config: TrainingConfig, metricsPath: string, quiet: boolean, log: (s: string) => void): Promise<TrainingRunResult> {
+  const runId = config.runId!;
+  const handle = client.workflow.getHandle(runId);
+  const total = config.batch.tasks * config.batch.samples;
+  let bar: cliProgress.SingleBar | null = null;
+  let barIter = -1;
+  let printed = -1;
+  let finished = false;
+  const resultP = followResult<TrainingRunResult>(handle, runId).finally(() => (finished = true));
+  const flushMetrics = () => {
+    const ms = readMetrics(config.store.url, runId);
+    if (ms.length) writeFileSync(metricsPath, ms.map((m) => JSON.stringify(m)).join('\n') + '\n');
+    for (const m of ms)
+      if (m.iteration > printed) {
+        bar?.stop();
+        bar = null;
+        log(formatMetrics(m));
+        printed = m.iteration;
+      }
+  };
+  while (!finished) {
+    await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
+    flushMetrics();
+    if (finished || quiet) continue;
+    try {
+      const st = await handle.query(statusQuery);
+      if (st.running && st.iterationWorkflowId) {
+        const p = await client.workflow.getHandle(st.iterationWorkflowId).query(progressQuery);
+        if (p.n !== barIter) {
+          bar?.stop();
+          bar = new cliProgress.SingleBar(
+            { format: `iter ${p.n} |{bar}| {value}/{total} rollouts | {phase}`, hideCursor: false, noTTYOutput: !process.stdout.isTTY, notTTYSchedule: 5000 },
+            cliProgress.Presets.shades_classic,
+          );
+          bar.start(total, 0, { phase: p.phase });
+          barIter = p.n;
+        }
+        bar?.update(p.rolloutsDone, { phase: p.phase });
+      }
+    } catch {
+      // the server may be restarting, or the iteration just ended
+    }
+  }
+  (bar as cliProgress.SingleBar | null)?.stop();
+  const result = await resultP;
+  flushMetrics();
+  return result;
+}
+
+export async function train(o: TrainOptions): Promise<TrainOutcome> {
+  const outDir = resolve(o.out ?? join('runs', `train-${new Date().toISOString().replace(/[:.]/g, '-')}`));
+  mkdirSync(outDir, { recursive: true });
+  useLogDir(outDir);
+  const config = loadTrainConfig(o, outDir);
+  const runId = config.runId!;
   const log = (s: string) => {
     if (!o.quiet) console.log(s);
   };
+  let address = o.address ?? process.env.TEMPORAL_ADDRESS;
   // the embedded worker's sandbox pods: a cluster that cannot work stops the run before its first task
   if (!address && config.env.kind === 'swe' && config.env.backend === 'kubernetes') await checkedKubeConfig({});
-  if (!address) {
-    server = await startDevServer({ dir: join(outDir, 'temporal'), uiPort: 0 });
-    address = server.address;
-    log(`embedded Temporal dev server at ${address}${server.uiUrl ? ` (web UI ${server.uiUrl})` : ''}`);
-    // the progress bar is the output; the embedded worker reports problems, one line each
-    installCliLogger();
-    workers = await startWorkers({ address, queues: ['learner', 'rollout'], learner: { device: config.learner.device, threads: o.threads ?? config.learner.threads } });
-    // Ctrl-C: stop the embedded worker and server; the run resumes with the same --out and --run-id
-    const embedded = { server, workers };
-    const onSignal = (sig: NodeJS.Signals) => {
-      console.error(`\n${sig}: stopping the embedded worker and server (resume with the same --out and --run-id ${runId})`);
-      void Promise.allSettled([embedded.workers.shutdown()])
-        .then(() => embedded.server.stop())
-        .then(() => process.exit(130));
-    };
-    process.once('SIGINT', onSignal);
-    process.once('SIGTERM', onSignal);
-  }
+  const embedded = address ? null : await startEmbedded(config, o, outDir, log);
+  address ??= embedded!.server.address;
   const connection = await Connection.connect({ address });
   const client = new Client({ connection });
   const metricsPath = join(outDir, 'metrics.jsonl');
@@ -121,57 +178,14 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
       if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
       log(`trainingRun ${runId} is already running: following it`);
     }
-    const handle = client.workflow.getHandle(runId);
-    const total = config.batch.tasks * config.batch.samples;
-    let bar: cliProgress.SingleBar | null = null;
-    let barIter = -1;
-    let printed = -1;
-    let finished = false;
-    const resultP = followResult<TrainingRunResult>(handle, runId).finally(() => (finished = true));
-    const flushMetrics = () => {
-      const ms = readMetrics(config.store.url, runId);
-      if (ms.length) writeFileSync(metricsPath, ms.map((m) => JSON.stringify(m)).join('\n') + '\n');
-      for (const m of ms)
-        if (m.iteration > printed) {
-          bar?.stop();
-          bar = null;
-          log(formatMetrics(m));
-          printed = m.iteration;
-        }
-    };
-    while (!finished) {
-      await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 500))]);
-      flushMetrics();
-      if (finished || o.quiet) continue;
-      try {
-        const st = await handle.query(statusQuery);
-        if (st.running && st.iterationWorkflowId) {
-          const p = await client.workflow.getHandle(st.iterationWorkflowId).query(progressQuery);
-          if (p.n !== barIter) {
-            bar?.stop();
-            bar = new cliProgress.SingleBar(
-              { format: `iter ${p.n} |{bar}| {value}/{total} rollouts | {phase}`, hideCursor: false, noTTYOutput: !process.stdout.isTTY, notTTYSchedule: 5000 },
-              cliProgress.Presets.shades_classic,
-            );
-            bar.start(total, 0, { phase: p.phase });
-            barIter = p.n;
-          }
-          bar?.update(p.rolloutsDone, { phase: p.phase });
-        }
-      } catch {
-        // the server may be restarting, or the iteration just ended
-      }
-    }
-    bar?.stop();
-    const result = await resultP;
-    flushMetrics();
+    const result = await followRun(client, config, metricsPath, o.quiet ?? false, log);
     const metrics = readMetrics(config.store.url, runId);
     const plotPaths = metrics.length ? await writeRewardPlot(metricsPath, join(outDir, 'reward.html'), `FrozenLake reward (${runId})`) : [];
     return { runId, result, metrics, metricsPath, plotPaths, outDir };
   } finally {
     await connection.close().catch(() => undefined);
-    await workers?.shutdown();
-    await server?.stop();
+    await embedded?.workers.shutdown();
+    await embedded?.server.stop();
   }
 }
 

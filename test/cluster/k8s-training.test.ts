@@ -22,7 +22,7 @@ import type { TrainingConfigInput } from '../../lib/config.ts';
 import type { EvalConfigInput } from '../../lib/eval/config.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { statusQuery } from '../../workflows/signals.ts';
-import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
+import type { IterationMetrics, TrainingRunResult } from '../../lib/training/shapes.ts';
 import { kubeConfigOf, startComponent, stopComponent } from '../../services/k8s-cluster.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
 import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';

@@ -20,7 +20,7 @@ import { parseToolCall } from '../../lib/toolcall.ts';
 import { NO_CALL_REMINDER } from '../../lib/swe/prompts.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../../lib/swe/tools.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import { ensureLlama, startLlamaServer, type LlamaServer } from '../../services/llama-server.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
 import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { Learner, writeRandomCheckpoint, type GenerateOptions, type GenerateResult, type QwenConfig } from '../../gpu-learner/index.ts';
+import { trainHyper } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-batch-'));
 const modelDir = join(root, 'model');
@@ -195,19 +196,7 @@ test('results do not depend on the thread count: generation, batched decoding, l
     assert.deepEqual(await one.logprobs({ ids, offsets }), await learner.logprobs({ ids, offsets }));
     // a training step from the same weights: same statistics and the same bytes of every parameter after it
     const batch = { ids, offsets, mask: Float32Array.from(ids, (_, t) => (t % 3 ? 1 : 0)), advantages: Float32Array.from([1, -0.5, 0.25]) };
-    const hp = {
-      lr: 1e-3,
-      weightDecay: 0.01,
-      beta1: 0.9,
-      beta2: 0.999,
-      eps: 1e-8,
-      clipLow: 0.2,
-      clipHigh: 0.28,
-      maxGradNorm: 1,
-      lMax: 64,
-      mode: 'grpo++' as const,
-      microBatchTokens: 40,
-    };
+    const hp = trainHyper({ lMax: 64, microBatchTokens: 40 });
     const two = await Learner.load(modelDir, { threads: 2 });
     try {
       const [s1, s2] = [await one.trainStep(batch, hp), await two.trainStep(batch, hp)];

@@ -6,10 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { Learner, writeRandomCheckpoint, type QwenConfig, type TrainHyper } from '../../gpu-learner/index.ts';
+import { Learner, writeRandomCheckpoint, type QwenConfig } from '../../gpu-learner/index.ts';
+import { tinyModelConfig, trainHyper } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-err-'));
-const config: QwenConfig = {
+const config = tinyModelConfig({
   vocab_size: 32,
   hidden_size: 16,
   intermediate_size: 24,
@@ -17,23 +18,10 @@ const config: QwenConfig = {
   num_attention_heads: 2,
   num_key_value_heads: 1,
   head_dim: 8,
-  rms_norm_eps: 1e-6,
-  rope_theta: 10000,
   max_position_embeddings: 64,
   tie_word_embeddings: false,
-};
-const hp: TrainHyper = {
-  lr: 1e-3,
-  weightDecay: 0.01,
-  beta1: 0.9,
-  beta2: 0.999,
-  eps: 1e-8,
-  clipLow: 0.2,
-  clipHigh: 0.28,
-  maxGradNorm: 1,
-  lMax: 16,
-  mode: 'grpo++',
-};
+});
+const hp = trainHyper();
 const good = join(root, 'good');
 let learner: Learner;
 before(async () => {

@@ -8,36 +8,14 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 
 import { Learner, grpoTokenLoss, writeRandomCheckpoint, type QwenConfig, type TrainHyper } from '../../gpu-learner/index.ts';
+import { tinyModelConfig, trainHyper } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-gradcheck-'));
 after(() => rmSync(root, { recursive: true, force: true }));
 
-const base: QwenConfig = {
-  vocab_size: 64,
-  hidden_size: 32,
-  intermediate_size: 48,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 12,
-  rms_norm_eps: 1e-6,
-  rope_theta: 10000,
-  max_position_embeddings: 256,
-};
+const base = tinyModelConfig();
 
-const hp: TrainHyper = {
-  lr: 1e-3,
-  weightDecay: 0.01,
-  beta1: 0.9,
-  beta2: 0.999,
-  eps: 1e-8,
-  clipLow: 0.2,
-  clipHigh: 0.28,
-  maxGradNorm: 1,
-  lMax: 8,
-  mode: 'grpo++',
-  microBatchTokens: 12,
-};
+const hp = trainHyper({ lMax: 8, microBatchTokens: 12 });
 
 function rng(seed: number) {
   let s = seed >>> 0;

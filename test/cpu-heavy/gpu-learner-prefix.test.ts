@@ -9,24 +9,13 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 
 import { TOLERANCE } from '../../gpu-learner/fsdp/crosscheck.ts';
-import { Learner, writeRandomCheckpoint, type QwenConfig, type TrainBatch, type TrainHyper } from '../../gpu-learner/index.ts';
+import { Learner, writeRandomCheckpoint, type QwenConfig, type TrainBatch } from '../../gpu-learner/index.ts';
+import { tinyModelConfig, trainHyper } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-prefix-'));
 after(() => rmSync(root, { recursive: true, force: true }));
 
-const base: QwenConfig = {
-  vocab_size: 61,
-  hidden_size: 32,
-  intermediate_size: 48,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 8,
-  rms_norm_eps: 1e-6,
-  rope_theta: 10000,
-  max_position_embeddings: 512,
-  tie_word_embeddings: false,
-};
+const base = tinyModelConfig({ vocab_size: 61, head_dim: 8, max_position_embeddings: 512, tie_word_embeddings: false });
 
 /** groups of [prompt, responses]; the batch lists each group's sequences prompt + response, masks 0 on prompts */
 function groupedBatch(vocab: number): { batch: TrainBatch; rows: number } {
@@ -88,26 +77,14 @@ for (const [name, config] of [
       batch.oldLogprobs = Float32Array.from(want, (v, t) => Math.min(0, v - [0.3, -0.3, 0][t % 3]));
       for (const microBatchTokens of [4096, 150]) {
         // 150 rows: groups split across micro-batches, each part forwarding the prompt again
-        const hp: TrainHyper = {
-          lr: 1e-3,
-          weightDecay: 0,
-          beta1: 0.9,
-          beta2: 0.999,
-          eps: 1e-8,
-          clipLow: 0.2,
-          clipHigh: 0.28,
-          maxGradNorm: 1,
-          lMax: 64,
-          mode: 'grpo++',
-          microBatchTokens,
-        };
+        const hp = trainHyper({ weightDecay: 0, lMax: 64, microBatchTokens });
         const a = await plain.debugGradients(batch, hp);
         const b = await shared.debugGradients(batch, hp);
         assert.ok(Math.abs(a.loss - b.loss) <= TOLERANCE.loss * Math.abs(a.loss), `loss ${b.loss} vs ${a.loss}`);
         for (const [p, g] of a.grads) assert.ok(relL2(b.grads.get(p)!, g) <= TOLERANCE.gradient, `${p}: rel-L2 ${relL2(b.grads.get(p)!, g)} (micro-batch ${microBatchTokens})`);
       }
       // the prompts really were shared: a step forwards fewer rows than the batch has tokens
-      const hp: TrainHyper = { lr: 1e-3, weightDecay: 0, beta1: 0.9, beta2: 0.999, eps: 1e-8, clipLow: 0.2, clipHigh: 0.28, maxGradNorm: 1, lMax: 64, mode: 'grpo++' };
+      const hp = trainHyper({ weightDecay: 0, lMax: 64 });
       const st = await shared.trainStep(batch, hp);
       assert.equal((await plain.trainStep(batch, hp)).rows, batch.ids.length);
       // group 1: 70-token prompt, 4 members: 3 × 69 rows saved; group 3: 100-token prompt, 3 members: 2 × 99

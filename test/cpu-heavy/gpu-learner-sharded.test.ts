@@ -7,22 +7,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { Learner, writeRandomCheckpoint, writeSafetensors, type QwenConfig } from '../../gpu-learner/index.ts';
+import { Learner, writeRandomCheckpoint, writeSafetensors } from '../../gpu-learner/index.ts';
+import { tinyModelConfig } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-sharded-'));
-const config: QwenConfig = {
+const config = tinyModelConfig({
   vocab_size: 40,
   hidden_size: 16,
   intermediate_size: 24,
   num_hidden_layers: 3,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
   head_dim: 8,
-  rms_norm_eps: 1e-6,
-  rope_theta: 10000,
   max_position_embeddings: 64,
   tie_word_embeddings: false,
-};
+});
 const single = join(root, 'single');
 const batch = { ids: Int32Array.from([1, 7, 3, 39, 0, 12, 5, 5, 20]), offsets: Int32Array.from([0, 5, 9]) };
 const tensors: { name: string; shape: number[]; data: Float32Array }[] = [];

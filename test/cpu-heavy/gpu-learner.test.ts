@@ -6,34 +6,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { Learner, grpoTokenLoss, writeRandomCheckpoint, type QwenConfig, type TrainBatch, type TrainHyper } from '../../gpu-learner/index.ts';
+import { Learner, grpoTokenLoss, writeRandomCheckpoint, type TrainBatch } from '../../gpu-learner/index.ts';
+import { tinyModelConfig, trainHyper } from '../helpers/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'gl-test-'));
-const config: QwenConfig = {
-  vocab_size: 64,
-  hidden_size: 32,
-  intermediate_size: 48,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 12,
-  rms_norm_eps: 1e-6,
-  rope_theta: 10000,
-  max_position_embeddings: 256,
-  tie_word_embeddings: true,
-};
-const hp: TrainHyper = {
-  lr: 3e-3,
-  weightDecay: 0.0,
-  beta1: 0.9,
-  beta2: 0.999,
-  eps: 1e-8,
-  clipLow: 0.2,
-  clipHigh: 0.28,
-  maxGradNorm: 1,
-  lMax: 16,
-  mode: 'grpo++',
-};
+const config = tinyModelConfig({ tie_word_embeddings: true });
+const hp = trainHyper({ lr: 3e-3, weightDecay: 0 });
 const modelDir = join(root, 'f32');
 let learner: Learner;
 

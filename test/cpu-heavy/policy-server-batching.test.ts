@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import type { Histogram } from 'prom-client';
 import { Learner, type GenerateOptions, type GenerateResult } from '../../gpu-learner/index.ts';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../../policy-server/index.ts';
-import { policyBatchSize, policyPrefillSequences, policyQueuedSequences } from '../../activities/metrics.ts';
+import { policyBatchSize, policyPrefillSequences, policyQueuedSequences } from '../../lib/metrics.ts';
 import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
 import { FROZENLAKE_ACTION_IDS, writeModel } from '../../lib/presets.ts';
 import { sampleSeed } from '../../lib/seed.ts';

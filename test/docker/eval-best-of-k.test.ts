@@ -22,27 +22,23 @@ import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { temporalBinary } from '../../services/temporal-server.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import type { SelectionResult } from '../../workflows/select-best-of-k.ts';
-import { imagesFor, requireDocker } from '../helpers/docker.ts';
-import { sweTasks, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
+import { sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
 import { seedTable } from '../helpers/eval.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../helpers/scripted-agent.ts';
-import { ROOT, useTemporalWithWorker, waitFor, type TestTemporal } from '../helpers/temporal.ts';
+import { ROOT, waitFor, type TestTemporal } from '../helpers/temporal.ts';
+import { useSweWorker } from '../helpers/swe-worker.ts';
 
 const run = promisify(execFile);
 const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 let tasks: SweTask[];
-useTemporalWithWorker(
-  (x) => (t = x),
-  async () => {
-    await requireDocker();
-    tasks = await sweTasks();
-    await imagesFor(tasks);
-  },
-);
+useSweWorker((x, ts) => {
+  t = x;
+  tasks = ts;
+});
 
 /** Per task: a fix that does not fix, a test-file edit, and a script that reproduces the issue. */
 const CASES: Record<string, { wrong: string; testFile: string; repro: string }> = {

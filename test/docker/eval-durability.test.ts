@@ -9,7 +9,7 @@ import { removeSandboxContainers } from '../../activities/sandbox/docker.ts';
 import { passAtK } from '../../lib/eval/metrics.ts';
 import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
 import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../helpers/scripted-agent.ts';

@@ -8,21 +8,15 @@ import { join } from 'node:path';
 import { readEvalEpisodes } from '../../activities/evaluation.ts';
 import { keys, openStore } from '../../lib/store.ts';
 import { train } from '../../scripts/commands/train.ts';
-import type { IterationMetrics } from '../../workflows/shapes.ts';
-import { imagesFor, requireDocker } from '../helpers/docker.ts';
-import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
-import { ROOT, useTemporalWithWorker, type TestTemporal } from '../helpers/temporal.ts';
+import type { IterationMetrics } from '../../lib/training/shapes.ts';
+import { sweTasksFile } from '../helpers/swe-tasks.ts';
+import { ROOT, type TestTemporal } from '../helpers/temporal.ts';
+import { useSweWorker } from '../helpers/swe-worker.ts';
 
 const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
-useTemporalWithWorker(
-  (x) => (t = x),
-  async () => {
-    await requireDocker();
-    await imagesFor(await sweTasks());
-  },
-);
+useSweWorker((x) => (t = x));
 
 test('eval: {every: 1} runs a child evaluationRun of checkpoint 1 and records its pass@1', async () => {
   const config = JSON.parse(readFileSync(join(ROOT, 'configs/swe.json'), 'utf8'));

@@ -21,25 +21,21 @@ import { writeModel } from '../../lib/presets.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { filesInPatch, type SweTask } from '../../lib/swe/task.ts';
 import { evaluationStatusQuery } from '../../workflows/evaluation-signals.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
-import { imagesFor, requireDocker } from '../helpers/docker.ts';
-import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
+import { sweTasksFile } from '../helpers/swe-tasks.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptedModelServer, type ScriptTurn } from '../helpers/scripted-agent.ts';
 import { seedTable } from '../helpers/eval.ts';
-import { ROOT, useTemporalWithWorker, type TestTemporal } from '../helpers/temporal.ts';
+import { ROOT, type TestTemporal } from '../helpers/temporal.ts';
+import { useSweWorker } from '../helpers/swe-worker.ts';
 
 const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 let tasks: SweTask[];
-useTemporalWithWorker(
-  (x) => (t = x),
-  async () => {
-    await requireDocker();
-    tasks = await sweTasks();
-    await imagesFor(tasks);
-  },
-);
+useSweWorker((x, ts) => {
+  t = x;
+  tasks = ts;
+});
 
 const storeUrl = () => fileStoreUrl(join(t.dir, 'store'));
 

@@ -20,7 +20,7 @@ import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { SweTools } from '../../lib/swe/tools.ts';
 import type { Trajectory } from '../../lib/types.ts';
 import { statusQuery } from '../../workflows/signals.ts';
-import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
+import type { IterationMetrics, TrainingRunResult } from '../../lib/training/shapes.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
 import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
 import { startPrivateDockerd, type PrivateDockerd } from '../helpers/private-dockerd.ts';

@@ -9,6 +9,7 @@ import { editsFromPatch } from '../helpers/scripted-agent.ts';
 import { GRADER_VERSION } from '../../lib/swe/grading.ts';
 import { NO_CALL_REMINDER, SYSTEM_PROMPT, tokenBudgetWarning } from '../../lib/swe/prompts.ts';
 import { sweTasks, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
+import { mulberry32 } from '../../lib/seed.ts';
 
 const TASKS = await sweTasksFile();
 const tasks = await sweTasks();
@@ -116,17 +117,7 @@ test('similarity reward option: gold replay → 1, nothing → −1', async () =
   assert.equal(none.info.reason, 'empty_patch');
 });
 
-/** Deterministic PRNG (mulberry32). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 test('fuzz: a few hundred random and adversarial replies through a real env step never throw', async () => {
   const r = rng(11);

@@ -8,8 +8,8 @@ import { join } from 'node:path';
 import { train } from '../../scripts/commands/train.ts';
 import { keys, listCheckpoints, openStore } from '../../lib/store.ts';
 import type { Trajectory } from '../../lib/types.ts';
-import { useTemporalWithWorker, ROOT, type TestTemporal } from '../helpers/temporal.ts';
-import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { ROOT, type TestTemporal } from '../helpers/temporal.ts';
+import { useSweWorker } from '../helpers/swe-worker.ts';
 import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { metricValue } from '../helpers/metrics.ts';
 
@@ -17,13 +17,7 @@ const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 
-useTemporalWithWorker(
-  (x) => (t = x),
-  async () => {
-    await requireDocker();
-    await imagesFor(await sweTasks());
-  },
-);
+useSweWorker((x) => (t = x));
 
 test('an SWE training iteration runs rollouts in sandboxes, grades them and steps the learner', async () => {
   const config = JSON.parse(readFileSync(join(ROOT, 'configs/swe.json'), 'utf8'));

@@ -5,7 +5,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { keys, listCheckpoints, openStore } from '../../lib/store.ts';
 import type { Trajectory } from '../../lib/types.ts';
-import type { IterationMetrics } from '../../workflows/shapes.ts';
+import type { IterationMetrics } from '../../lib/training/shapes.ts';
 import type { TestConfig } from './temporal.ts';
 
 export async function metricsOf(c: TestConfig): Promise<IterationMetrics[]> {

@@ -1,6 +1,6 @@
-// Reads this process's Prometheus registry (activities/metrics.ts): the sum of one series' samples whose
+// Reads this process's Prometheus registry (lib/metrics.ts): the sum of one series' samples whose
 // labels include `labels` (`name` may be a histogram's `_count` / `_sum`).
-import { registry } from '../../activities/metrics.ts';
+import { registry } from '../../lib/metrics.ts';
 
 export async function metricValue(name: string, labels: Record<string, string> = {}): Promise<number> {
   const family = name.replace(/_(count|sum)$/, '');

@@ -12,7 +12,7 @@ import type { ChildProcess } from 'node:child_process';
 import type { TrainingConfigInput } from '../../lib/config.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { statusQuery } from '../../workflows/signals.ts';
-import { rolloutGroupWorkflowId, type TrainingRunResult, type TrainingStatus } from '../../workflows/shapes.ts';
+import { rolloutGroupWorkflowId, type TrainingRunResult, type TrainingStatus } from '../../lib/training/shapes.ts';
 import { spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestConfig, type TestTemporal } from '../helpers/temporal.ts';
 import { assertSameCheckpoints, checkExactlyOnce } from '../helpers/async.ts';
 

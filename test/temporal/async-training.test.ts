@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { keys, openStore } from '../../lib/store.ts';
 import type { Trajectory } from '../../lib/types.ts';
-import { iterationWorkflowId, type TrainingRunResult } from '../../workflows/shapes.ts';
+import { iterationWorkflowId, type TrainingRunResult } from '../../lib/training/shapes.ts';
 import { assertSameCheckpoints, checkExactlyOnce as check, metricsOf } from '../helpers/async.ts';
 import { tinyConfig, useTemporalWithWorker, type TestConfig, type TestTemporal } from '../helpers/temporal.ts';
 import type { TrainingConfigInput } from '../../lib/config.ts';

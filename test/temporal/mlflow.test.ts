@@ -10,7 +10,7 @@ import type { ChildProcess } from 'node:child_process';
 import { spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 import { startMlflowServer, type MlflowServer } from '../helpers/mlflow.ts';
 import { pauseSignal, resumeSignal, statusQuery } from '../../workflows/signals.ts';
-import type { TrainingRunResult } from '../../workflows/shapes.ts';
+import type { TrainingRunResult } from '../../lib/training/shapes.ts';
 import { trackingCatchUpWorkflowId } from '../../workflows/run-reporting.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';

@@ -10,7 +10,7 @@ import { tinyConfig, useTemporalWithWorker, waitFor, type TestTemporal } from '.
 import { launchChromium } from '../helpers/browser.ts';
 import { seriesIterations } from '../helpers/plots.ts';
 import { pauseSignal, resumeSignal, statusQuery } from '../../workflows/signals.ts';
-import type { TrainingRunResult } from '../../workflows/shapes.ts';
+import type { TrainingRunResult } from '../../lib/training/shapes.ts';
 import { openStore, keys } from '../../lib/store.ts';
 import { readMetricsLines } from '../../activities/report.ts';
 import { report } from '../../scripts/commands/report.ts';

@@ -8,7 +8,7 @@ import { WorkflowFailedError, type Client } from '@temporalio/client';
 import { train } from '../../scripts/commands/train.ts';
 import { createSchedule, deleteSchedule, listSchedules, scheduledConfig, triggerSchedule } from '../../scripts/commands/schedule.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../../lib/store.ts';
-import type { TrainingRunResult } from '../../workflows/shapes.ts';
+import type { TrainingRunResult } from '../../lib/training/shapes.ts';
 import { useTemporalWithWorker, tinyConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 
 let t: TestTemporal;

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { train } from '../../scripts/commands/train.ts';
 import { keys, openStore } from '../../lib/store.ts';
 import type { Trajectory } from '../../lib/types.ts';
-import { policyModelLoads } from '../../activities/metrics.ts';
+import { policyModelLoads } from '../../lib/metrics.ts';
 import { useTemporalWithWorker, tinyConfig, type TestTemporal } from '../helpers/temporal.ts';
 
 let t: TestTemporal;

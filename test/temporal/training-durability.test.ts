@@ -9,12 +9,11 @@ import type { TrainingConfigInput } from '../../lib/config.ts';
 import type { ChildProcess } from 'node:child_process';
 import { STICKY_QUEUE_TIMEOUT, startWorkers } from '../../workers/index.ts';
 import { RetryPolicies } from '../../lib/failures.ts';
-import { keys, listCheckpoints, openStore } from '../../lib/store.ts';
-import type { Trajectory } from '../../lib/types.ts';
 import { progressQuery, statusQuery } from '../../workflows/signals.ts';
-import { iterationWorkflowId } from '../../workflows/shapes.ts';
-import type { IterationMetrics, TrainingRunResult } from '../../workflows/shapes.ts';
+import { iterationWorkflowId } from '../../lib/training/shapes.ts';
+import type { TrainingRunResult } from '../../lib/training/shapes.ts';
 import { ROOT, spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
+import { assertRunComplete, runMetrics } from '../helpers/run-checks.ts';
 
 let t: TestTemporal;
 before(async () => {
@@ -35,38 +34,6 @@ const seconds = (d: unknown): number => Number(/^(\d+)s$/.exec(String(d))![1]);
 
 /** rollouts in flight at once: 32 rollouts run in 4 waves, so the rollout phase is long enough to catch */
 const WAVE = 8;
-
-async function iterationMetrics(storeUrl: string, runId: string): Promise<IterationMetrics[]> {
-  const text = (await openStore(storeUrl).get(keys.metrics(runId)))?.toString('utf8') ?? '';
-  return text
-    .trim()
-    .split('\n')
-    .map((l) => JSON.parse(l) as IterationMetrics);
-}
-
-async function checkRun(storeUrl: string, runId: string, iterations: number, perIteration: number): Promise<void> {
-  const store = openStore(storeUrl);
-  assert.deepEqual(
-    await listCheckpoints(store, runId),
-    Array.from({ length: iterations + 1 }, (_, i) => i),
-  );
-  for (let n = 0; n < iterations; n++) {
-    const trajKeys = await store.list(keys.trajectories(runId, n));
-    assert.equal(trajKeys.length, perIteration, `iteration ${n}: one trajectory per (task, sample)`);
-    for (const k of trajKeys) assert.equal((await store.getJson<Trajectory>(k))!.checkpoint, n);
-  }
-  const metrics = await iterationMetrics(storeUrl, runId);
-  assert.deepEqual(
-    metrics.map((m) => m.iteration),
-    Array.from({ length: iterations }, (_, i) => i),
-    'one metrics line per iteration',
-  );
-  for (const m of metrics) {
-    assert.equal(m.learnerTrajectories, perIteration, `iteration ${m.iteration}: the learner consumed every trajectory once`);
-    assert.equal(m.rolloutErrors, 0);
-    assert.equal(m.checkpoint, m.iteration + 1);
-  }
-}
 
 /** The FrozenLake preset's heartbeat sizing (configs/frozenlake.json): what the recovery times below measure. */
 const preset = JSON.parse(readFileSync(join(ROOT, 'configs', 'frozenlake.json'), 'utf8')) as TrainingConfigInput;
@@ -153,12 +120,12 @@ test('a SIGKILLed worker restarted mid-iteration loses and duplicates no rollout
     );
     const result: TrainingRunResult = await h.result();
     assert.equal(result.iterations, 3);
-    await checkRun(config.store.url, runId, 3, 32);
+    await assertRunComplete(config.store.url, runId, 3, 32);
     // after the new worker is ready, the interrupted iteration waits at most one heartbeat timeout for its lost
     // rollouts (the new worker fails them at once when it finds them), one retry interval, and once for its next
     // workflow task held on the dead worker's sticky queue; then it does what an undisturbed iteration
     // (iteration 0, same run) does, twice over for a process that has just started
-    const undisturbed = (await iterationMetrics(config.store.url, runId))[0]!.iterationSeconds;
+    const undisturbed = (await runMetrics(config.store.url, runId))[0]!.iterationSeconds;
     const waits = {
       heartbeat: config.rollout.heartbeatTimeoutSeconds!,
       retry: seconds(RetryPolicies.rollout(1).initialInterval),
@@ -189,7 +156,7 @@ test('a restarted worker fails the rollouts its dead predecessor was running, so
   try {
     const result: TrainingRunResult = await h.result();
     assert.equal(result.iterations, 2);
-    await checkRun(config.store.url, runId, 2, 32);
+    await assertRunComplete(config.store.url, runId, 2, 32);
     const events = (await t.client.workflow.getHandle(`${runId}-iter-1`).fetchHistory()).events ?? [];
     // a retried attempt's failure is recorded on the started event of the attempt that completed
     const lastFailures = events.map((e) => e.activityTaskStartedEventAttributes?.lastFailure).filter((f) => f);
@@ -225,7 +192,7 @@ test('the Temporal server stopped and restarted on the same SQLite file mid-run:
     await t.restartServer();
     const result: TrainingRunResult = await waitFor('the run after the restart', async () => t.client.workflow.getHandle(runId).result(), 150_000, 1000);
     assert.equal(result.iterations, 3);
-    await checkRun(config.store.url, runId, 3, 8);
+    await assertRunComplete(config.store.url, runId, 3, 8);
   } finally {
     await workers.shutdown();
   }

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WorkflowFailedError, WorkflowUpdateFailedError } from '@temporalio/client';
 import { statusQuery, pauseSignal, resumeSignal, stopAfterIterationSignal, updateHyperparametersUpdate } from '../../workflows/signals.ts';
-import type { TrainingRunResult, TrainingStatus } from '../../workflows/shapes.ts';
+import type { TrainingRunResult, TrainingStatus } from '../../lib/training/shapes.ts';
 import { useTemporalWithWorker, tinyConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 
 let t: TestTemporal;

@@ -11,25 +11,26 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { train } from '../../scripts/commands/train.ts';
 import { writeModel } from '../../lib/presets.ts';
-import { keys, listCheckpoints, openStore } from '../../lib/store.ts';
+import { keys, openStore } from '../../lib/store.ts';
 import { createPolicyClient, PolicyResponseError, weightVersion } from '../../lib/policy-client.ts';
 import type { Trajectory } from '../../lib/types.ts';
-import type { IterationMetrics } from '../../workflows/shapes.ts';
 import { probeServedCheckpoint } from '../../activities/learner.ts';
 import { FP32_PROBE_TOLERANCE } from '../../lib/sync-probe.ts';
 import { Learner } from '../../gpu-learner/index.ts';
-import { startVllm, UNTIED_HEAD_FILE, untiedHeadFile, VLLM_VERSION, type VllmServer } from '../../services/vllm.ts';
+import { startVllm, VLLM_VERSION, type VllmServer } from '../../services/vllm.ts';
+import { UNTIED_HEAD_FILE, untiedHeadFile } from '../../lib/checkpoint-layout.ts';
 import type { TrainingConfigInput } from '../../lib/config.ts';
 import { statusQuery } from '../../workflows/signals.ts';
-import type { TrainingRunResult } from '../../workflows/shapes.ts';
+import type { TrainingRunResult } from '../../lib/training/shapes.ts';
 import { startWorkers } from '../../workers/index.ts';
 import { spawnWorker, startTestTemporal, tinyConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
 import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { readEvalEpisodes } from '../../activities/evaluation.ts';
 import type { EvalConfigInput } from '../../lib/eval/config.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import { fileStoreUrl } from '../../lib/store.ts';
+import { assertRunComplete } from '../helpers/run-checks.ts';
 
 const TASKS_FILE = await sweTasksFile();
 
@@ -69,35 +70,6 @@ function vllmConfig(runId: string, preset: 'frozenlake32' | 'frozenlake32-tied',
   });
 }
 
-/** No rollout lost or run twice: a trajectory per (task, sample) from checkpoint n, each consumed once by the learner. */
-async function checkRun(storeUrl: string, runId: string, iterations: number, perIteration: number): Promise<IterationMetrics[]> {
-  const store = openStore(storeUrl);
-  assert.deepEqual(
-    await listCheckpoints(store, runId),
-    Array.from({ length: iterations + 1 }, (_, i) => i),
-  );
-  for (let n = 0; n < iterations; n++) {
-    const trajKeys = await store.list(keys.trajectories(runId, n));
-    assert.equal(trajKeys.length, perIteration, `iteration ${n}: one trajectory per (task, sample)`);
-    for (const k of trajKeys) assert.equal((await store.getJson<Trajectory>(k))!.checkpoint, n);
-  }
-  const lines = ((await store.get(keys.metrics(runId)))?.toString('utf8') ?? '')
-    .trim()
-    .split('\n')
-    .map((l) => JSON.parse(l) as IterationMetrics);
-  assert.deepEqual(
-    lines.map((m) => m.iteration),
-    Array.from({ length: iterations }, (_, i) => i),
-    'one metrics line per iteration',
-  );
-  for (const m of lines) {
-    assert.equal(m.learnerTrajectories, perIteration, `iteration ${m.iteration}: the learner consumed every trajectory once`);
-    assert.equal(m.rolloutErrors, 0);
-    assert.equal(m.checkpoint, m.iteration + 1);
-  }
-  return lines;
-}
-
 /** vLLM's own count of generated tokens (its Prometheus /metrics). */
 async function vllmGeneratedTokens(): Promise<number> {
   const text = await (await fetch(`${vllm.url}/metrics`)).text();
@@ -122,7 +94,7 @@ for (const preset of ['frozenlake32', 'frozenlake32-tied'] as const) {
     }
     assert.equal(o.result.checkpoint, 3);
     const store = openStore(config.store.url);
-    const lines = await checkRun(config.store.url, runId, 3, 6);
+    const lines = await assertRunComplete(config.store.url, runId, 3, 6);
     let sampled = 0;
     for (const m of lines) {
       // the sync before the iteration's rollouts: checkpoint n into vLLM, the probe within fp32 rounding
@@ -225,7 +197,7 @@ test('a worker SIGKILLed mid-run with vLLM kept up: the run completes, no rollou
     worker = spawnWorker(args, logFile);
     const result: TrainingRunResult = await h.result();
     assert.equal(result.iterations, 3);
-    const lines = await checkRun(config.store.url, runId, 3, 8);
+    const lines = await assertRunComplete(config.store.url, runId, 3, 8);
     for (const m of lines) {
       assert.ok(m.sync && m.sync.probeMaxAbsDelta <= FP32_PROBE_TOLERANCE, `iteration ${m.iteration}: verified sync`);
       assert.ok(m.mismatch && m.mismatch.maxAbsDelta <= 1e-4, `iteration ${m.iteration}: mismatch ${JSON.stringify(m.mismatch)}`);

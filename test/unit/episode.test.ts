@@ -1,6 +1,5 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -231,9 +230,8 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
 // --- with the real Learner -------------------------------------------------------------------
 
 const learnerPath = new URL('../../gpu-learner/index.ts', import.meta.url);
-const haveLearner = existsSync(learnerPath);
 
-test('real Learner: stream invariants and log-probs equal Learner.logprobs', { skip: !haveLearner && 'gpu-learner/index.ts not built yet' }, async () => {
+test('real Learner: stream invariants and log-probs equal Learner.logprobs', async () => {
   const { Learner } = await import(learnerPath.href);
   const learner = await Learner.load(join(dir, 'model'), { device: 'cpu', threads: 1 });
   try {
@@ -276,7 +274,7 @@ test('real Learner: stream invariants and log-probs equal Learner.logprobs', { s
   }
 });
 
-test('real policy server over HTTP gives the same stream as the in-process client', { skip: !haveLearner && 'gpu-learner/index.ts not built yet' }, async () => {
+test('real policy server over HTTP gives the same stream as the in-process client', async () => {
   const { Learner } = await import(learnerPath.href);
   const { startPolicyServer } = await import('../../policy-server/index.ts');
   const { createPolicyClient } = await import('../../lib/policy-client.ts');

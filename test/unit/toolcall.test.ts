@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { extractToolCallBlocks, formatToolCall, parseOpenAIToolCalls, parseToolCall, type ParseResult, type ToolCall } from '../../lib/toolcall.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../../lib/swe/tools.ts';
+import { mulberry32 } from '../../lib/seed.ts';
 
 const swe = { tools: SWE_TOOL_SCHEMAS, aliases: SWE_TOOL_ALIASES };
 
@@ -121,17 +122,7 @@ test('formatToolCall round-trips', () => {
   assert.deepEqual(ok(parseToolCall(formatToolCall({ name: 'file_editor', args: { command: 'view', path: '/testbed', view_range: [1, -1] } }), swe)).args.view_range, [1, -1]);
 });
 
-/** Deterministic PRNG (mulberry32) so failures reproduce. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 const PIECES = [
   '<function=',

@@ -14,11 +14,11 @@ import { temporalBinary } from '../../services/temporal-server.ts';
 import { buildWorkflowBundle } from '../../workers/index.ts';
 import { EVAL_DONE_SA, EVAL_PASS1_SA, RL_EVAL_PASS1_SA } from '../../workflows/evaluation-signals.ts';
 import { RL_ITERATION_SA, RL_MEAN_REWARD_SA, RL_PHASE_SA } from '../../workflows/signals.ts';
-import type { LearnerStepInput, RolloutInput, TrainingRunResult } from '../../workflows/shapes.ts';
+import type { LearnerStepInput, RolloutInput, TrainingRunResult } from '../../lib/training/shapes.ts';
 import type { GroupResult } from '../../activities/pump.ts';
 import { statusQuery, stopAfterIterationSignal } from '../../workflows/signals.ts';
 import { mergeIterationSummaries } from '../../lib/grpo.ts';
-import type { EvaluationRunResult } from '../../workflows/evaluation-shapes.ts';
+import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import { tinyConfig, waitFor } from '../helpers/temporal.ts';
 
 type Activities = ReturnType<typeof createActivities>;

@@ -1,9 +1,9 @@
 // Inputs and outputs that cross workflow history between the training workflows and their activities.
 // Small shapes only: ids, keys, numbers (DESIGN §2).
-import type { CompactFilteredEnd, EndReason, RolloutSummary } from '../lib/types.ts';
-import type { Hyperparameters, TrainingConfig } from '../lib/config.ts';
-import type { IterationSummary, MismatchStats, StepStats } from '../lib/grpo.ts';
-import type { PumpState } from '../lib/pump.ts';
+import type { CompactFilteredEnd, EndReason, RolloutSummary } from '../types.ts';
+import type { Hyperparameters, TrainingConfig } from '../config.ts';
+import type { IterationSummary, MismatchStats, StepStats } from '../grpo.ts';
+import type { PumpState } from '../pump.ts';
 
 export type { RolloutSummary };
 

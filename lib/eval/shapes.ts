@@ -1,8 +1,6 @@
 // Inputs and outputs of the evaluation workflows that cross history (ids, counts, small summaries).
-import type { EvalReportSummary } from '../activities/evaluation.ts';
-import type { SyncPolicyInput } from './shapes.ts';
-
-export type { EvalReportSummary };
+import type { EvalMetrics } from './metrics.ts';
+import type { SyncPolicyInput } from '../training/shapes.ts';
 
 export interface EvalItem {
   taskId: string;
@@ -63,4 +61,24 @@ export interface SelectionStatus {
   total: number;
   done: number;
   errors: number;
+}
+
+/** The small summary of a finished evaluation that crosses workflow history. */
+export interface EvalReportSummary {
+  evalId: string;
+  modelName: string;
+  tasks: number;
+  runs: number;
+  pass1: number;
+  pass1Completed: number | null;
+  pass1CI: { low: number; high: number; level: number } | null;
+  passAtK: (number | null)[];
+  passAtKCompleted: (number | null)[];
+  episodes: EvalMetrics['episodes'];
+  /** the first errors (all are in the report) */
+  errors: { taskId: string; run: number; reason: string }[];
+  /** store prefix of the report files */
+  reportKey: string;
+  /** pass@1 on the tasks with strong tests, beside pass1 on all (when the tasks carry a measured strength) */
+  strong?: { minStrength: number; tasks: number; pass1: number };
 }
