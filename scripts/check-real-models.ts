@@ -42,10 +42,13 @@ const evalLine = (what: string, e: OneTaskEval): string => {
   if (e.errors > 0 || e.completed !== 1) failures.push(`${what}: ${e.errors} errors, ${e.completed} completed`);
   return `eval  ${what}: ${e.errors} errors, end ${e.end} after ${e.steps} steps (${e.api}, ${e.responseTokens} tokens, ${e.seconds.toFixed(0)} s); ${format}`;
 };
+// each step's rows and time printed as soon as it ends (a long check stopped halfway keeps what it measured)
 const timed = async <T>(what: string, f: () => Promise<T>): Promise<T> => {
   const t0 = Date.now();
   const r = await f();
   timings.push(`${what}: ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+  const stepRows = Array.isArray(r) ? (r as RealRow[]) : ((r as { rows?: RealRow[] }).rows ?? []);
+  console.log(`${stepRows.length ? `${formatRealRows(stepRows)}\n` : ''}${timings.at(-1)}`);
   return r;
 };
 try {

@@ -257,14 +257,26 @@ export async function vllmProbeRows(
     for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(from, f), join(to, f));
   }
   symlinkSync(join(dir, 'model.safetensors'), join(ckpt0, 'model.safetensors'));
-  const l0 = await Learner.load(dir, { threads: o.threads ?? 2 });
-  const l1 = await Learner.load(dir, { threads: o.threads ?? 2 });
-  const vllm = await startVllm({ model: ckpt0, servedModelName: 'policy', dtype: o.dtype, maxModelLen: o.maxModelLen ?? 1024, logFile: join(work, 'vllm.log') });
+  // checkpoint 1 first, by a learner closed before the others load: a 0.5B model's optimizer state is 4× its weights
+  const trainer = await Learner.load(dir, { threads: o.threads ?? 2 });
   try {
     const batch = await realTextBatch(dir);
-    batch.oldLogprobs = await l1.logprobs(batch);
-    await l1.trainStep(batch, REAL_HP);
-    await l1.save(ckpt1);
+    batch.oldLogprobs = await trainer.logprobs(batch);
+    await trainer.trainStep(batch, REAL_HP);
+    await trainer.save(ckpt1);
+  } finally {
+    trainer.close();
+  }
+  const l0 = await Learner.load(dir, { threads: o.threads ?? 2 });
+  const l1 = await Learner.load(ckpt1, { threads: o.threads ?? 2 });
+  const vllm = await startVllm({ model: ckpt0, servedModelName: 'policy', dtype: o.dtype, maxModelLen: o.maxModelLen ?? 1024, logFile: join(work, 'vllm.log') }).catch(
+    (e: unknown) => {
+      l0.close();
+      l1.close();
+      throw e;
+    },
+  );
+  try {
     const client = createPolicyClient({ baseUrl: vllm.url, model: 'policy', weightSync: 'vllm' });
     const dtype = (await client.vllmInfo()).dtype;
     const before = await probeServedCheckpoint(client, l0, ckpt0, dtype);
