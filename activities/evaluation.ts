@@ -9,16 +9,10 @@ import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/co
 import { evalKeys } from '../lib/eval/keys.ts';
 import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts } from '../lib/eval/metrics.ts';
 import type { EvalReportSummary } from '../lib/eval/shapes.ts';
-import {
-  createChatClient,
-  createPolicyClient,
-  isContextOverflow,
-  PolicyResponseError,
-  PolicyUnavailableError,
-  preflightServer,
-  serverRoot,
-  type ChatApiMessage,
-} from '../lib/policy-client.ts';
+import { createChatClient, type ChatApiMessage } from '../lib/policy/chat.ts';
+import { createPolicyClient } from '../lib/policy/completions.ts';
+import { isContextOverflow, PolicyResponseError, PolicyUnavailableError, serverRoot } from '../lib/policy/http.ts';
+import { preflightServer } from '../lib/policy/preflight.ts';
 import { contextFitError } from '../lib/episode-rules.ts';
 import { keys, listCheckpoints, openStore, type ArtifactStore } from '../lib/store.ts';
 import { formatLoadError, loadTasks, type SweTask } from '../lib/swe/task.ts';

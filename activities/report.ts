@@ -151,6 +151,117 @@ function chunks<T>(xs: T[], n: number): T[][] {
   return out;
 }
 
+/** What one delivery to MLflow works on: the subject, where it goes, and its saved progress. */
+interface Delivery {
+  store: ArtifactStore;
+  subject: TrackedSubject;
+  cfg: MlflowConfig;
+  client: MlflowClient;
+  state: MlflowState;
+  save: () => Promise<void>;
+  final?: ReportRunInput['final'];
+}
+
+/** A request MLflow refused (not one it could not take now) would be refused forever: noted, and skipped. */
+function skipIfRefused(e: unknown, state: MlflowState): void {
+  if (!(e instanceof MlflowError) || e.transient || e.code === 'RESOURCE_DOES_NOT_EXIST') throw e;
+  state.lastError = e.message;
+}
+
+/** The subject's MLflow run: found by its tag, or created (a concurrent creation resolved to the oldest). */
+async function ensureMlflowRun(d: Delivery): Promise<string> {
+  const { client, subject, state } = d;
+  if (state.mlflowRunId) return state.mlflowRunId;
+  state.experimentId = await client.experimentId(d.cfg.experiment);
+  let runs = await client.findRuns(state.experimentId, subject.name, subject.tag);
+  if (!runs.length) {
+    const first = subject.lines[0];
+    const start = first?.time ? Math.round(first.time - 1000 * Number(first.iterationSeconds ?? 0)) : (state.fixedTime ?? Date.now());
+    const created = await client.createRun(state.experimentId, subject.name, start, [
+      { key: subject.tag, value: subject.name },
+      { key: 'mlflow.source.name', value: subject.source },
+      { key: 'mlflow.source.type', value: 'JOB' },
+    ]);
+    // a concurrent attempt may have created one too: keep the oldest, delete ours if it is not
+    runs = await client.findRuns(state.experimentId, subject.name, subject.tag);
+    if (runs.length && runs[0].run_id !== created.run_id && runs.some((r) => r.run_id === created.run_id)) await client.deleteRun(created.run_id);
+    if (!runs.length) runs = [created];
+  }
+  state.mlflowRunId = runs[0].run_id;
+  state.artifactUri = runs[0].artifact_uri;
+  await d.save();
+  return state.mlflowRunId;
+}
+
+/** The config as params, once (params are write-once in MLflow: a value logged before stays). */
+async function logParamsOnce(d: Delivery, mlflowRunId: string): Promise<void> {
+  if (d.state.paramsLogged) return;
+  const config = await d.subject.params();
+  if (config === null) return;
+  try {
+    for (const batch of chunks(configParams(config), LOG_BATCH_LIMITS.params)) await d.client.logBatch(mlflowRunId, { params: batch });
+  } catch (e) {
+    skipIfRefused(e, d.state);
+  }
+  d.state.paramsLogged = true;
+  await d.save();
+}
+
+/** The metrics lines not delivered yet: whole lines per request, within MLflow's limit of metrics per request. */
+async function logPendingMetrics(d: Delivery, mlflowRunId: string): Promise<void> {
+  const { lines } = d.subject;
+  const state = d.state;
+  while (state.sentLines < lines.length) {
+    const batch: MlflowMetric[] = [];
+    let upTo = state.sentLines;
+    while (upTo < lines.length) {
+      const ms = iterationMetrics(lines[upTo], state.fixedTime);
+      if (batch.length && batch.length + ms.length > LOG_BATCH_LIMITS.metrics) break;
+      batch.push(...ms.slice(0, LOG_BATCH_LIMITS.metrics));
+      upTo++;
+    }
+    beat(`mlflow: metrics of line ${upTo}`);
+    try {
+      await d.client.logBatch(mlflowRunId, { metrics: batch });
+    } catch (e) {
+      skipIfRefused(e, state);
+    }
+    state.sentLines = upTo;
+    await d.save();
+  }
+}
+
+/** The plots and metrics.jsonl, when lines came since they were last uploaded (and always at the end). */
+async function logArtifacts(d: Delivery): Promise<void> {
+  const { lines } = d.subject;
+  const state = d.state;
+  if (!lines.length || ((state.artifactsOf ?? -1) >= lines.length && !d.final)) return;
+  beat('mlflow: artifacts');
+  try {
+    await uploadArtifacts(d.store, await d.subject.artifacts(Math.max(0, state.artifactsOf ?? 0)), d.client, state.artifactUri!);
+  } catch (e) {
+    skipIfRefused(e, state);
+  }
+  state.artifactsOf = lines.length;
+  await d.save();
+}
+
+/** Run, params, metrics, artifacts, then the run closed when final; each phase saves its progress. */
+async function deliver(d: Delivery): Promise<string> {
+  beat('mlflow: run');
+  const mlflowRunId = await ensureMlflowRun(d);
+  await logParamsOnce(d, mlflowRunId);
+  await logPendingMetrics(d, mlflowRunId);
+  await logArtifacts(d);
+  if (d.final && d.state.closed !== d.final.status) {
+    const last = d.subject.lines.at(-1)?.time;
+    await d.client.updateRun(mlflowRunId, d.final.status, Math.round(last ?? Date.now()));
+    d.state.closed = d.final.status;
+    await d.save();
+  }
+  return mlflowRunId;
+}
+
 /**
  * Brings the run's MLflow run up to date: finds or creates it (tag swerl.run_id = our run id), logs the
  * config as params once, the undelivered metrics lines, the plots and metrics.jsonl as artifacts, and
@@ -168,111 +279,33 @@ export async function syncMlflow(
   let st = await store.getJson<MlflowState>(key);
   if (!st || st.uri !== cfg.uri || st.experiment !== cfg.experiment) st = { uri: cfg.uri, experiment: cfg.experiment, sentLines: 0, fixedTime: Date.now() };
   const state = st;
-  const save = () => store.putJson(key, state);
+  const d: Delivery = { store, subject, cfg, client, state, save: () => store.putJson(key, state), final };
   const sentBefore = state.sentLines;
   const pending = () =>
     Math.max(0, lines.length - state.sentLines) +
     (state.paramsLogged ? 0 : 1) +
     ((state.artifactsOf ?? -1) < lines.length && lines.length > 0 ? 1 : 0) +
     (final && state.closed !== final.status ? 1 : 0);
-  const deliver = async (): Promise<string> => {
-    beat('mlflow: run');
-    if (!state.mlflowRunId) {
-      state.experimentId = await client.experimentId(cfg.experiment);
-      let runs = await client.findRuns(state.experimentId, subject.name, subject.tag);
-      if (!runs.length) {
-        const first = lines[0];
-        const start = first?.time ? Math.round(first.time - 1000 * Number(first.iterationSeconds ?? 0)) : (state.fixedTime ?? Date.now());
-        const created = await client.createRun(state.experimentId, subject.name, start, [
-          { key: subject.tag, value: subject.name },
-          { key: 'mlflow.source.name', value: subject.source },
-          { key: 'mlflow.source.type', value: 'JOB' },
-        ]);
-        // a concurrent attempt may have created one too: keep the oldest, delete ours if it is not
-        runs = await client.findRuns(state.experimentId, subject.name, subject.tag);
-        if (runs.length && runs[0].run_id !== created.run_id && runs.some((r) => r.run_id === created.run_id)) await client.deleteRun(created.run_id);
-        if (!runs.length) runs = [created];
-      }
-      state.mlflowRunId = runs[0].run_id;
-      state.artifactUri = runs[0].artifact_uri;
-      await save();
-    }
-    const mlflowRunId = state.mlflowRunId;
-    if (!state.paramsLogged) {
-      const config = await subject.params();
-      if (config !== null) {
-        const params = configParams(config);
-        try {
-          for (const batch of chunks(params, LOG_BATCH_LIMITS.params)) await client.logBatch(mlflowRunId, { params: batch });
-        } catch (e) {
-          // params are write-once in MLflow: a value logged before (another config) stays; not worth retrying
-          if (!(e instanceof MlflowError) || e.transient || e.code === 'RESOURCE_DOES_NOT_EXIST') throw e;
-          state.lastError = e.message;
-        }
-        state.paramsLogged = true;
-        await save();
-      }
-    }
-    while (state.sentLines < lines.length) {
-      // whole lines per request, within MLflow's limit of metrics per request
-      const batch: MlflowMetric[] = [];
-      let upTo = state.sentLines;
-      while (upTo < lines.length) {
-        const ms = iterationMetrics(lines[upTo], state.fixedTime);
-        if (batch.length && batch.length + ms.length > LOG_BATCH_LIMITS.metrics) break;
-        batch.push(...ms.slice(0, LOG_BATCH_LIMITS.metrics));
-        upTo++;
-      }
-      beat(`mlflow: metrics of line ${upTo}`);
-      try {
-        await client.logBatch(mlflowRunId, { metrics: batch });
-      } catch (e) {
-        // a request MLflow refuses (not one it could not take now) would be refused forever: skip it
-        if (!(e instanceof MlflowError) || e.transient || e.code === 'RESOURCE_DOES_NOT_EXIST') throw e;
-        state.lastError = e.message;
-      }
-      state.sentLines = upTo;
-      await save();
-    }
-    if (lines.length && ((state.artifactsOf ?? -1) < lines.length || final)) {
-      beat('mlflow: artifacts');
-      try {
-        await uploadArtifacts(store, await subject.artifacts(Math.max(0, state.artifactsOf ?? 0)), client, state.artifactUri!);
-      } catch (e) {
-        if (!(e instanceof MlflowError) || e.transient || e.code === 'RESOURCE_DOES_NOT_EXIST') throw e;
-        state.lastError = e.message;
-      }
-      state.artifactsOf = lines.length;
-      await save();
-    }
-    if (final && state.closed !== final.status) {
-      const last = lines.at(-1)?.time;
-      await client.updateRun(mlflowRunId, final.status, Math.round(last ?? Date.now()));
-      state.closed = final.status;
-      await save();
-    }
-    return mlflowRunId;
-  };
   try {
     let mlflowRunId: string;
     try {
-      mlflowRunId = await deliver();
+      mlflowRunId = await deliver(d);
     } catch (e) {
       // the MLflow run is gone (deleted, or a new server): start over with a new one
       if (!(e instanceof MlflowError) || e.code !== 'RESOURCE_DOES_NOT_EXIST' || !state.mlflowRunId) throw e;
       Object.assign(state, { mlflowRunId: undefined, artifactUri: undefined, paramsLogged: false, sentLines: 0, artifactsOf: undefined, closed: undefined });
-      mlflowRunId = await deliver();
+      mlflowRunId = await deliver(d);
     }
     if (state.unreachable) {
       state.unreachable = undefined;
-      await save();
+      await d.save();
     }
     return { mlflowRunId, sent: Math.max(0, state.sentLines - sentBefore), pending: pending() };
   } catch (e) {
     // unreachable or failing server: keep what was delivered, report the rest as pending
     if (!(e instanceof MlflowError)) throw e;
     state.unreachable = e.message;
-    await save().catch(() => undefined);
+    await d.save().catch(() => undefined);
     return { mlflowRunId: state.mlflowRunId ?? null, sent: Math.max(0, state.sentLines - sentBefore), pending: pending(), error: e.message };
   }
 }

@@ -8,7 +8,7 @@ import { evalKeys } from '../lib/eval/keys.ts';
 import { bestAtKCurve, oracleSelect, pickOne, SELECTORS, type Candidate, type SelectorName } from '../lib/eval/best-of-k.ts';
 import { passAtKCurve } from '../lib/eval/metrics.ts';
 import { judgeMessages, judgementScore, reportsResolved, reproductionMessages, scriptFrom, type Judgement } from '../lib/eval/verifiers.ts';
-import { createChatClient } from '../lib/policy-client.ts';
+import { createChatClient } from '../lib/policy/chat.ts';
 import type { Sandbox } from '../lib/sandbox.ts';
 import { openStore, type ArtifactStore } from '../lib/store.ts';
 import { logFormatOf, parseTestLog } from '../lib/swe/testlog.ts';

@@ -13,7 +13,7 @@ import { FrozenLakeConfigSchema, frozenLakeFromTaskId, frozenLakeTaskIds } from 
 import { hashInts } from '../lib/seed.ts';
 import { runEpisode } from '../lib/episode.ts';
 import { buildTrainBatch, groupAdvantages, summariseIteration, type AdvantageEstimator, type EpisodeSummary } from '../lib/grpo.ts';
-import { createInProcessPolicyClient } from '../lib/policy-client.ts';
+import { createInProcessPolicyClient } from '../lib/policy/completions.ts';
 import { writeRewardPlot } from '../lib/plot.ts';
 import { writeModel } from '../lib/presets.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';

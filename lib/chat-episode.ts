@@ -7,7 +7,8 @@
 // the server (see promptTokens below).
 import { turnSeed, type EpisodeStepEvent } from './episode.ts';
 import { afterStep, cutTurnEnd, planTurn, type EpisodeProgress } from './episode-rules.ts';
-import { isContextOverflow, type ChatApiMessage, type ChatClient, type ChatRequest, type ChatResult } from './policy-client.ts';
+import { isContextOverflow } from './policy/http.ts';
+import { type ChatApiMessage, type ChatClient, type ChatRequest, type ChatResult } from './policy/chat.ts';
 import { extractToolCallBlocks, formatToolCall, parseOpenAIToolCalls, type ToolSchemas } from './toolcall.ts';
 import type { EndReason, TextEnvironment } from './types.ts';
 

@@ -65,3 +65,10 @@ export const RetryPolicies = {
   /** Delivery to a tracker that may be down for days: unbounded, backing off to every 5 minutes (bound it with a schedule-to-close timeout). */
   untilDelivered: { initialInterval: '5s', backoffCoefficient: 2, maximumInterval: '5 minutes' } satisfies RetryPolicy,
 };
+
+/** The message of the innermost cause of `e` (an activity's failure wraps its error's): what a report should show. */
+export function innermostMessage(e: unknown): string {
+  let x: unknown = e;
+  for (let d = 0; d < 20 && x instanceof Error && x.cause instanceof Error; d++) x = x.cause;
+  return x instanceof Error ? x.message : String(x);
+}

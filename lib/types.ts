@@ -75,10 +75,10 @@ export interface CompletionResult {
   version?: number;
 }
 
-/** Client side of a policy server (lib/policy-client.ts implements it over HTTP). */
+/** Client side of a policy server (lib/policy/completions.ts implements it over HTTP). */
 export interface PolicyClient {
   complete(req: CompletionRequest): Promise<CompletionResult>;
-  /** make the server serve the weights in `dir` (lib/policy-client.ts WEIGHT_SYNC: SGLang's or vLLM's reload from disk) */
+  /** make the server serve the weights in `dir` (lib/policy/weight-sync.ts WEIGHT_SYNC: SGLang's or vLLM's reload from disk) */
   loadWeights(dir: string, checkpoint: number): Promise<void>;
   /** what the server serves now: the checkpoint index and the directory it was loaded from, each null when unknown */
   servedModel(): Promise<ServedModel>;

@@ -2,7 +2,7 @@
 // and with the gold patch (all must pass); reports broken tasks. Bounded parallelism.
 import { proxyActivities } from '@temporalio/workflow';
 import type * as swe from '../activities/swe.ts';
-import { FailureType, nonRetryable, RetryPolicies } from '../lib/failures.ts';
+import { FailureType, innermostMessage, nonRetryable, RetryPolicies } from '../lib/failures.ts';
 import { mapInLanes } from '../lib/pool.ts';
 
 export interface ValidateTasksInput {
@@ -61,7 +61,7 @@ export async function validateTasks(input: ValidateTasksInput): Promise<Validate
         ...(input.quality ? { quality: input.quality } : {}),
       });
     } catch (e) {
-      return { instanceId, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
+      return { instanceId, valid: false, problems: [`validation failed: ${innermostMessage(e)}`], durationS: 0 };
     }
   });
   const valid = results.filter((r) => r.valid).length;

@@ -2,7 +2,8 @@
 // report (lib/factory/problem.ts issueWriterMessages). The rewrite goes through the same check as the template:
 // lines holding a line of the fix are dropped, and a rewrite that is unusable (too short, still leaking, or the
 // server failed) leaves the template in place; the record's provenance says which it is.
-import { createChatClient, listServerModels } from '../../lib/policy-client.ts';
+import { createChatClient } from '../../lib/policy/chat.ts';
+import { listServerModels } from '../../lib/policy/preflight.ts';
 import { issueWriterMessages, leakedLines, scrub } from '../../lib/factory/problem.ts';
 
 /** shorter than this, a rewrite says less than the template */

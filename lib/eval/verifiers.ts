@@ -1,7 +1,7 @@
 // The verifiers' pure parts (DESIGN §8, R2E-Gym): the execution-free judge's prompt (trajectory condensed,
 // longest thoughts first) and its score P(YES)/(P(YES)+P(NO)) read from the answer token's log-probs
 // wherever the answer appears; the reproduction-test prompt and the scripts it returns; regression counts.
-import type { ChatApiMessage, TokenLogprob } from '../policy-client.ts';
+import type { ChatApiMessage, TokenLogprob } from '../policy/chat.ts';
 
 export interface Turn {
   action: string;

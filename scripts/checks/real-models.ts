@@ -242,7 +242,7 @@ export async function vllmProbeRows(
   o: { dtype: 'float32' | 'bfloat16'; threads?: number; maxModelLen?: number },
 ): Promise<VllmProbeResult> {
   const { startVllm } = await import('../../services/vllm.ts');
-  const { createPolicyClient } = await import('../../lib/policy-client.ts');
+  const { createPolicyClient } = await import('../../lib/policy/completions.ts');
   const { probeServedCheckpoint } = await import('../../activities/learner.ts');
   const { untiedHeadFile } = await import('../../lib/checkpoint-layout.ts');
   mkdirSync(work, { recursive: true });

@@ -15,6 +15,7 @@ import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { validateSynthInput, type SynthInputRaw, type SynthRepo } from '../../lib/factory/config.ts';
 import type { SynthResult, SynthStatus } from '../../lib/factory/shapes.ts';
 import { synthStatusQuery } from '../../workflows/synthesize-signals.ts';
+import { followResult } from '../cli-log.ts';
 
 const RepoLineSchema = z
   .object({
@@ -153,7 +154,7 @@ export async function whenNamespaceReady<T>(fn: () => Promise<T>): Promise<T> {
 async function follow(client: Client, workflowId: string, quiet: boolean): Promise<SynthResult> {
   const handle = client.workflow.getHandle(workflowId);
   let finished = false;
-  const resultP = (handle.result() as Promise<SynthResult>).finally(() => (finished = true));
+  const resultP = followResult<SynthResult>(handle, workflowId).finally(() => (finished = true));
   let bar: cliProgress.SingleBar | null = null;
   while (!finished && !quiet) {
     await Promise.race([resultP.catch(() => undefined), new Promise((r) => setTimeout(r, 1000))]);

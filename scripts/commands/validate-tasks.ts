@@ -14,6 +14,7 @@ import { mapInLanes } from '../../lib/pool.ts';
 import { parseBackendOptions, sandboxBackendFrom, withBackendOptions } from './cluster.ts';
 import { DEFAULT_MIN_STRENGTH, isStrong, type TaskQuality } from '../../lib/swe/quality.ts';
 import { writeFileSync } from 'node:fs';
+import { followResult } from '../cli-log.ts';
 
 interface Line {
   instanceId: string;
@@ -126,13 +127,15 @@ export function register(program: Command): void {
         const { Client, Connection } = await import('@temporalio/client');
         const connection = await Connection.connect({ address: o.address });
         const client = new Client({ connection });
-        const r = await client.workflow.execute('validateTasks', {
+        const id = `validate-tasks-${Date.now()}`;
+        const handle = await client.workflow.start('validateTasks', {
           taskQueue: 'learner',
-          workflowId: `validate-tasks-${Date.now()}`,
+          workflowId: id,
           args: [{ tasksFile: resolve(file), concurrency, ...(quality ? { quality } : {}) }],
         });
-        await connection.close();
-        ({ results, loadErrors } = r as { results: Line[]; loadErrors: string[] });
+        // a failed run ends in one line naming the workflow and the innermost cause (scripts/cli-log.ts)
+        const r = await followResult<{ results: Line[]; loadErrors: string[] }>(handle, id).finally(() => connection.close());
+        ({ results, loadErrors } = r);
         results.forEach(show);
       } else {
         ({ results, loadErrors } = await validateTasksLocally(file, concurrency, show, await sandboxBackendFrom(sandboxes), quality));

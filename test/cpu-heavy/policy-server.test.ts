@@ -8,7 +8,8 @@ import { fileURLToPath } from 'node:url';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../../policy-server/index.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import { FROZENLAKE_ACTION_IDS, writeModel } from '../../lib/presets.ts';
-import { createPolicyClient, servesCheckpoint } from '../../lib/policy-client.ts';
+import { createPolicyClient } from '../../lib/policy/completions.ts';
+import { servesCheckpoint } from '../../lib/policy/weight-sync.ts';
 import { policyModelLoads } from '../../lib/metrics.ts';
 
 /** models /update_weights_from_disk loaded so far (this process's server) */

@@ -229,7 +229,7 @@ test('mismatch/* reaches MLflow (nested keys) and the run details in the UI', as
 
 test('the probe of a bf16 server: within 4× what bf16 weights change (derived by the learner), and another checkpoint still fails', async (t) => {
   const { probeServedCheckpoint } = await import('../../activities/learner.ts');
-  const { createInProcessPolicyClient } = await import('../../lib/policy-client.ts');
+  const { createInProcessPolicyClient } = await import('../../lib/policy/completions.ts');
   const root = mkdtempSync(join(tmpdir(), 'swerl-probe-bf16-'));
   t.after(() => rmSync(root, { recursive: true, force: true }));
   const m0 = await writeModel(join(root, 'c0'), 'tiny', 3);

@@ -10,17 +10,10 @@ import { join } from 'node:path';
 import { runEpisode } from '../../lib/episode.ts';
 import { runChatEpisode } from '../../lib/chat-episode.ts';
 import { afterStep, contextFitError, cutTurnEnd, planTurn, MIN_REPLY_TOKENS } from '../../lib/episode-rules.ts';
-import {
-  createChatClient,
-  createPolicyClient,
-  effectiveContextWindow,
-  isContextOverflow,
-  listServerModels,
-  preflightServer,
-  PolicyResponseError,
-  serverRoot,
-  type ChatClient,
-} from '../../lib/policy-client.ts';
+import { createChatClient, type ChatClient } from '../../lib/policy/chat.ts';
+import { createPolicyClient } from '../../lib/policy/completions.ts';
+import { effectiveContextWindow, listServerModels, preflightServer } from '../../lib/policy/preflight.ts';
+import { isContextOverflow, PolicyResponseError, serverRoot } from '../../lib/policy/http.ts';
 import { writeModel } from '../../lib/presets.ts';
 import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
 import type { CompletionRequest, TextEnvironment } from '../../lib/types.ts';

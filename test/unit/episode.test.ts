@@ -5,7 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runEpisode, observationText, turnSeed, TOKEN_BUDGET_WARNING, type EpisodePolicy } from '../../lib/episode.ts';
 import { FrozenLakeEnv, generateMap, renderGrid } from '../../lib/envs/frozenlake.ts';
-import { PolicyUnavailableError, createInProcessPolicyClient } from '../../lib/policy-client.ts';
+import { PolicyUnavailableError } from '../../lib/policy/http.ts';
+import { createInProcessPolicyClient } from '../../lib/policy/completions.ts';
 import { writeModel } from '../../lib/presets.ts';
 import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
 import type { CompletionRequest, TextEnvironment } from '../../lib/types.ts';
@@ -277,7 +278,7 @@ test('real Learner: stream invariants and log-probs equal Learner.logprobs', asy
 test('real policy server over HTTP gives the same stream as the in-process client', async () => {
   const { Learner } = await import(learnerPath.href);
   const { startPolicyServer } = await import('../../policy-server/index.ts');
-  const { createPolicyClient } = await import('../../lib/policy-client.ts');
+  const { createPolicyClient } = await import('../../lib/policy/completions.ts');
   const learner = await Learner.load(join(dir, 'model'), { device: 'cpu', threads: 1 });
   const server = await startPolicyServer({ learner, tokenizer: tok, checkpoint: 0 });
   try {

@@ -6,7 +6,9 @@ import { validateConfig } from '../../lib/config.ts';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, relative, resolve } from 'node:path';
-import { PolicyResponseError, PolicyUnavailableError, createPolicyClient, parseCompletionResponse, weightVersion, servesCheckpoint } from '../../lib/policy-client.ts';
+import { PolicyResponseError, PolicyUnavailableError } from '../../lib/policy/http.ts';
+import { createPolicyClient, parseCompletionResponse } from '../../lib/policy/completions.ts';
+import { weightVersion, servesCheckpoint } from '../../lib/policy/weight-sync.ts';
 
 // A real HTTP server whose answer depends on the `model` field of the request.
 let server: http.Server;
