@@ -4,7 +4,7 @@
 import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { isDeepStrictEqual } from 'node:util';
 import { runChatEpisode } from '../lib/chat-episode.ts';
-import { runEpisode, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
+import { runEpisode, toolResultFrame, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
 import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts } from '../lib/eval/metrics.ts';
@@ -24,7 +24,7 @@ import { countIntegrity, formatIntegrity, hackRate, integrityKeys, type Integrit
 import { countGraded } from './integrity.ts';
 import { DEFAULT_MIN_STRENGTH, isStrong, parseQualityLines, recordQuality, type TaskQuality } from '../lib/swe/quality.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
-import { loadTokenizer } from '../lib/tokenizer.ts';
+import { autoToolFormat, loadTokenizer, type Tokenizer } from '../lib/tokenizer.ts';
 import type { ChatMessage, EndReason } from '../lib/types.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -48,6 +48,9 @@ export interface EvalPlan {
   /** the context window every turn must fit (DESIGN §9), and where it comes from; absent in plans made before it was checked */
   contextWindow?: number | null;
   contextSource?: string;
+  /** the tool format the episodes use (`auto` resolved) and why; absent in plans made before it was recorded */
+  toolFormat?: 'text' | 'openai';
+  toolFormatSource?: string;
 }
 
 /** One finished episode (stored at evalKeys.episode; never written twice). */
@@ -193,10 +196,12 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
     modelDir = keys.checkpoint(m.run, checkpoint);
   }
   const modelName = config.modelName ?? ('run' in m ? `swerl/${m.run}/ckpt-${checkpoint}` : modelNameOf(config));
+  const tools = await resolveToolFormat(config, modelDir ? store.dirFor(modelDir) : null);
   const context = await checkContext(
     config,
     modelDir ? store.dirFor(modelDir) : null,
     ids.map((id) => byId.get(id)!),
+    tools.format,
   );
   const plan: EvalPlan = {
     evalId,
@@ -209,6 +214,8 @@ export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<
     loadErrors: loaded.errors.slice(0, 20).map(formatLoadError),
     contextWindow: context.window,
     contextSource: context.source,
+    toolFormat: tools.format,
+    toolFormatSource: tools.source,
   };
   await store.putJson(evalKeys.config(evalId), config);
   await store.putJson(evalKeys.plan(evalId), plan);
@@ -242,11 +249,50 @@ async function checkServer(m: ServerModel): Promise<{ contextWindow: number | nu
   }
 }
 
+type ToolFormat = 'text' | 'openai';
+
+/** The model directory whose tokenizer the episodes use (token mode), or that decides `auto` (chat mode). */
+function tokenizerDir(m: EvalConfig['model'], runModelDir: string | null): string | undefined {
+  return 'baseUrl' in m ? m.tokenizer : 'path' in m ? m.path : (runModelDir ?? undefined);
+}
+
+/**
+ * The tool format of the evaluation: as configured, or for `auto` what the model's chat template supports
+ * (lib/tokenizer.ts autoToolFormat); token mode with `openai` needs a template that renders tool results too.
+ */
+async function resolveToolFormat(config: EvalConfig, runModelDir: string | null): Promise<{ format: ToolFormat; source: string }> {
+  const m = config.model;
+  const dir = tokenizerDir(m, runModelDir);
+  const tokenMode = !('baseUrl' in m) || m.api === 'completions';
+  let format: ToolFormat;
+  let source = 'config.model.toolFormat';
+  if (m.toolFormat === 'auto') {
+    let tok: Tokenizer;
+    try {
+      tok = await loadTokenizer(dir!);
+    } catch (e) {
+      throw invalid(`config.model.toolFormat: "auto" reads the chat template of ${JSON.stringify(dir)}: ${(e as Error).message}`);
+    }
+    format = autoToolFormat(tok.chatTemplate);
+    source =
+      format === 'openai'
+        ? `auto: the chat template of ${dir} renders the tools and <tool_call> calls`
+        : `auto: the chat template of ${dir} renders no tools (or calls swerl cannot parse), so swerl's <function=…> text format`;
+  } else format = m.toolFormat;
+  if (format === 'openai' && tokenMode) {
+    try {
+      toolResultFrame(await loadTokenizer(dir!), SWE_OPENAI_TOOLS);
+    } catch (e) {
+      throw invalid(`config.model.toolFormat: "openai" on a token-id server renders tool results with the chat template of ${dir}: ${(e as Error).message}`);
+    }
+  }
+  return { format, source };
+}
+
 /** The first messages of a task's episode as the model gets them (the tool format's system prompt, the task's prompt). */
-function firstMessages(task: SweTask, m: EvalConfig['model']): ChatMessage[] {
-  const openai = 'baseUrl' in m && m.api === 'chat' && m.toolFormat === 'openai';
+function firstMessages(task: SweTask, format: ToolFormat): ChatMessage[] {
   return [
-    { role: 'system', content: openai ? SYSTEM_PROMPT_TOOL_CALLS : SYSTEM_PROMPT },
+    { role: 'system', content: format === 'openai' ? SYSTEM_PROMPT_TOOL_CALLS : SYSTEM_PROMPT },
     { role: 'user', content: instancePrompt({ problemStatement: task.problem_statement }) },
   ];
 }
@@ -256,7 +302,7 @@ function firstMessages(task: SweTask, m: EvalConfig['model']): ChatMessage[] {
  * `baseUrl` model, the model's max_position_embeddings for ours. A window that cannot hold the shortest
  * task's first turn is a config error before any episode; one nobody states is one for a server model.
  */
-async function checkContext(config: EvalConfig, runModelDir: string | null, tasks: readonly SweTask[]): Promise<{ window: number | null; source: string }> {
+async function checkContext(config: EvalConfig, runModelDir: string | null, tasks: readonly SweTask[], format: ToolFormat): Promise<{ window: number | null; source: string }> {
   const m = config.model;
   let window: number | null;
   let source: string;
@@ -277,14 +323,14 @@ async function checkContext(config: EvalConfig, runModelDir: string | null, task
   }
   if (window === null || tasks.length === 0) return { window, source };
   const shortest = tasks.reduce((a, b) => (b.problem_statement.length < a.problem_statement.length ? b : a));
-  const messages = config.mode === 'edit' ? await editFirstMessages(config, shortest.instance_id) : firstMessages(shortest, m);
+  const messages = config.mode === 'edit' ? await editFirstMessages(config, shortest.instance_id) : firstMessages(shortest, format);
   let prompt: number | 'overflow' | null;
   if ('baseUrl' in m && m.api === 'chat') {
     // only the server knows its chat template: it counts the prompt of a 1-token request
     try {
       const r = await createChatClient(serverClientOptions(m, 120_000)).chat({
         messages,
-        ...(m.toolFormat === 'openai' ? { tools: SWE_OPENAI_TOOLS } : {}),
+        ...(format === 'openai' ? { tools: SWE_OPENAI_TOOLS } : {}),
         maxTokens: 1,
         temperature: 0,
         topP: 1,
@@ -302,7 +348,7 @@ async function checkContext(config: EvalConfig, runModelDir: string | null, task
     } catch (e) {
       throw invalid(`config.model: no tokenizer in ${JSON.stringify(dir)} to count the prompts with: ${(e as Error).message}`);
     }
-    prompt = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })).length;
+    prompt = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true, ...(format === 'openai' ? { tools: SWE_OPENAI_TOOLS } : {}) })).length;
   }
   const why = prompt === null ? null : contextFitError(window, prompt, `the first prompt of the shortest task (${shortest.instance_id})`);
   if (why) throw invalid(`config.model: ${why} (context from ${source})`);
@@ -386,14 +432,22 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
   const policyUrl = ours ? input.policyUrl : m.baseUrl;
   if (!policyUrl) throw invalid('policyUrl: missing for a run or path model (the workflow passes the synced server)');
   const clientOpts = 'baseUrl' in m ? serverClientOptions(m) : { baseUrl: policyUrl, model: 'policy', timeoutMs: 600_000 };
+  // plans made before the format was recorded: chat servers as configured, token mode in the text format
+  const format: ToolFormat = plan.toolFormat ?? ('baseUrl' in m && m.api === 'chat' && m.toolFormat === 'openai' ? 'openai' : 'text');
+  const chatApi = 'baseUrl' in m && m.api === 'chat';
 
   const edit = config.mode === 'edit';
   // edit mode: the context budget counted by the model's tokenizer when we have it; every valid edit graded by tests (pass@1)
-  const tokenizerDir = 'baseUrl' in m ? m.tokenizer : 'path' in m ? m.path : store.dirFor(plan.modelDir!);
-  const counter = edit && tokenizerDir ? await tokenizerFor(tokenizerDir) : undefined;
+  const editTokenizer = edit ? tokenizerDir(m, plan.modelDir ? store.dirFor(plan.modelDir) : null) : null;
+  const counter = editTokenizer ? await tokenizerFor(editTokenizer) : undefined;
   const env = edit
     ? await createSweEditEnvironment(taskId, evalEnvConfig(config), { gradeAlways: true, ...(counter ? { countTokens: (t: string) => counter.encode(t).length } : {}) })
-    : await createSweEnvironment(taskId, { ...evalEnvConfig(config), reward: 'tests' }, { deadlineMs });
+    : await createSweEnvironment(
+        taskId,
+        { ...evalEnvConfig(config), reward: 'tests' },
+        // token mode in the openai format: the model writes <tool_call> JSON, and is reminded of that format
+        { deadlineMs, ...(format === 'openai' && !chatApi ? { callFormat: 'tool_call' as const } : {}) },
+      );
   const turns: EvalEpisodeRecord['turns'] = [];
   const cancelled = Context.current().cancellationSignal;
   const onStep = (e: EpisodeStepEvent) => {
@@ -420,24 +474,24 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
     let record: Omit<EvalEpisodeRecord, 'seconds' | 'finishedAt'>;
     const base = { evalId, taskId, run, seed, modelName: plan.modelName, checkpoint: plan.checkpoint };
     try {
-      if ('baseUrl' in m && m.api === 'chat') {
+      if (chatApi) {
         const r = await runChatEpisode({
           ...loop,
           env,
           chat: createChatClient(clientOpts),
-          toolFormat: m.toolFormat,
-          ...(m.toolFormat === 'openai'
+          toolFormat: format,
+          ...(format === 'openai'
             ? { tools: SWE_OPENAI_TOOLS, toolSchemas: SWE_TOOL_SCHEMAS, toolAliases: SWE_TOOL_ALIASES, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS, noCallReminder: noToolCallReminder }
             : {}),
         });
         record = { ...base, ...outcome(r.end, r.reward, r.info), steps: r.steps, tokens: r.tokens, responseTokens: r.responseTokens, turns, messages: r.messages, api: 'chat' };
       } else {
-        const dir = 'baseUrl' in m ? m.tokenizer! : 'path' in m ? m.path : store.dirFor(plan.modelDir!);
+        const dir = tokenizerDir(m, plan.modelDir ? store.dirFor(plan.modelDir) : null)!;
         const tokenizer = await tokenizerFor(dir);
         // our server may serve another model (after a learner restart, or shared with a training run or another
         // evaluation): every completion is pinned to ours, and a 409 makes the client load ours first
         const policy = createPolicyClient(ours ? { ...clientOpts, pin: { dir, checkpoint: plan.checkpoint ?? -1 } } : clientOpts);
-        const r = await runEpisode({ ...loop, env, policy, tokenizer });
+        const r = await runEpisode({ ...loop, env, policy, tokenizer, ...(format === 'openai' ? { tools: SWE_OPENAI_TOOLS, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS } : {}) });
         record = {
           ...base,
           ...outcome(r.end, r.reward, r.info),
@@ -621,7 +675,8 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     metrics: { ...metrics, ...(integrity ? { integrity } : {}) },
     runs,
     errors: errors.map((e) => ({ taskId: e.taskId, run: e.run, reason: e.reason })),
-    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName}; ${setting.text})`)}\n${integrity ? `${formatIntegrity(integrity)}\n` : ''}${formatEvalErrors(errors)}`,
+    toolFormat: plan.toolFormat ?? null,
+    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName}; ${setting.text})`)}\n${toolFormatLine(plan)}\n${integrity ? `${formatIntegrity(integrity)}\n` : ''}${formatEvalErrors(errors)}`,
   };
   await store.putJson(`${prefix}/summary.json`, summary);
   await store.put(`${prefix}/summary.txt`, `${summary.text}\n`);
@@ -666,6 +721,14 @@ function editSetting(config: EvalConfig): { mode: 'agent' | 'edit'; reward: stri
     edit: e,
     text: `edit mode, format ${e.format}, reward ${config.reward} (rule ${e.rule}, malformed ${e.malformed}), oracle files to ${e.contextTokens} tokens`,
   };
+}
+
+/** The report's line on how the agent called tools. */
+function toolFormatLine(plan: EvalPlan): string {
+  if (!plan.toolFormat) return 'tool format: not recorded (a plan made before swerl recorded it)';
+  const what =
+    plan.toolFormat === 'openai' ? 'openai (tools rendered by the chat template, calls as <tool_call> JSON / OpenAI tool calls)' : 'text (<function=…> blocks in the reply)';
+  return `tool format: ${what}; from ${plan.toolFormatSource}`;
 }
 
 /** The tasks whose tests are strong (lib/swe/quality.ts), or undefined when no task has a measured strength. */

@@ -7,7 +7,7 @@ import { parseToolCall } from '../lib/toolcall.ts';
 import { loadTasks, type SweTask } from '../lib/swe/task.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS, SweTools } from '../lib/swe/tools.ts';
 import { SweEnvConfigSchema, type SweEnvConfig, type SweEnvConfigInput } from '../lib/swe/env-config.ts';
-import { NO_CALL_REMINDER, SYSTEM_PROMPT, callErrorObservation, instancePrompt, tokenBudgetWarning } from '../lib/swe/prompts.ts';
+import { NO_CALL_REMINDER, SYSTEM_PROMPT, TOOL_CALL_REMINDER, callErrorObservation, instancePrompt, tokenBudgetWarning } from '../lib/swe/prompts.ts';
 import { similarityReward } from '../lib/swe/similarity.ts';
 import { GRADER_VERSION, gradePatch, type GradeInput } from './grade.ts';
 import { ensureTaskImage, taskImageName } from './images.ts';
@@ -32,6 +32,8 @@ export interface SweEnvDeps {
   now?: () => number;
   /** owner labels of the episode's sandbox (`swerl.run`, `swerl.iteration`, …) */
   labels?: Record<string, string>;
+  /** the format a reply without a call is reminded of: the `<function=…>` text format (default) or `<tool_call>` JSON */
+  callFormat?: 'text' | 'tool_call';
 }
 
 /** A sandbox outlives its episode's deadline by at most this much (grading, slow removal) before sweeps remove it. */
@@ -77,7 +79,8 @@ export class SweEnvironment implements TextEnvironment {
     if (!this.tools) throw new Error('the SWE environment was not reset');
     const parsed = parseToolCall(assistantText, { tools: SWE_TOOL_SCHEMAS, aliases: SWE_TOOL_ALIASES });
     if (!parsed.ok) {
-      return { observation: parsed.kind === 'none' ? NO_CALL_REMINDER : callErrorObservation(parsed.error), done: false };
+      const reminder = this.deps.callFormat === 'tool_call' ? TOOL_CALL_REMINDER : NO_CALL_REMINDER;
+      return { observation: parsed.kind === 'none' ? reminder : callErrorObservation(parsed.error), done: false };
     }
     const r = await this.tools.run(parsed.call);
     if (r.end) return { observation: r.observation, done: true, end: r.end, ...(r.info ? { info: r.info } : {}) };

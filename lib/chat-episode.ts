@@ -9,7 +9,7 @@ import { turnSeed, type EpisodeStepEvent } from './episode.ts';
 import { afterStep, cutTurnEnd, planTurn, type EpisodeProgress } from './episode-rules.ts';
 import { isContextOverflow } from './policy/http.ts';
 import { type ChatApiMessage, type ChatClient, type ChatRequest, type ChatResult } from './policy/chat.ts';
-import { formatToolCall, parseOpenAIToolCalls, type ToolSchemas } from './toolcall.ts';
+import { extractToolCallBlocks, formatToolCall, parseOpenAIToolCalls, type ToolSchemas } from './toolcall.ts';
 import type { EndReason, TextEnvironment } from './types.ts';
 
 export interface RunChatEpisodeOptions {
@@ -181,6 +181,11 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
     let reply: (observation: string) => ChatApiMessage[];
     let refused: string | null = null;
     if (o.toolFormat === 'openai') {
+      if (!r.toolCalls.length && r.content?.includes('<tool_call>')) {
+        // a server without a tool-call parser (vLLM without --tool-call-parser) returns the template's calls as text
+        const found = extractToolCallBlocks(r.content);
+        if (found.toolCalls.length) r = { ...r, content: found.content, toolCalls: found.toolCalls };
+      }
       messages.push({ role: 'assistant', content: r.content, ...(r.toolCalls.length ? { tool_calls: r.toolCalls } : {}) });
       if (r.toolCalls.length) {
         const first = r.toolCalls[0]!;

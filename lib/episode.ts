@@ -4,6 +4,7 @@
 //   turn    = sampled ids exactly as generated, with their log-probs                  (mask 1)
 //             + `<|im_end|>` when the turn did not end with it                        (mask 0)
 //   obs     = `\n<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n`          (mask 0)
+//             (with `tools`: the result of a `<tool_call>` turn as the chat template renders a tool message)
 // Sampled ids are never re-tokenised. Model garbage never throws out of the loop. What is not the
 // agent's doing throws, so the rollout activity is retried (DESIGN §2): policy-server failures
 // (PolicyUnavailableError), an environment that cannot start (reset), fails under a tool call (step:
@@ -11,6 +12,7 @@
 // or cannot be graded (reward).
 
 import type { ChatMessage, CompletionRequest, CompletionResult, EndReason, TextEnvironment, Trajectory } from './types.ts';
+import type { ChatTemplateOptions, TemplateMessage } from './tokenizer.ts';
 import { hashInts } from './seed.ts';
 import { afterStep, cutTurnEnd, planTurn } from './episode-rules.ts';
 
@@ -23,7 +25,7 @@ export interface EpisodeTokenizer {
   tokenId(token: string): number;
   readonly imEnd: number;
   readonly eos: number;
-  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt: boolean }): string;
+  applyChatTemplate(messages: readonly TemplateMessage[], opts: ChatTemplateOptions): string;
 }
 
 /** A PolicyClient whose complete() may take allowed token ids (ours, vLLM). */
@@ -43,6 +45,13 @@ export interface RunEpisodeOptions {
   env: TextEnvironment & { actionTokens?: readonly string[] };
   policy: EpisodePolicy;
   tokenizer: EpisodeTokenizer;
+  /**
+   * OpenAI tool definitions the chat template renders into the prompt (toolFormat "openai" in token mode): the model
+   * calls them as `<tool_call>` JSON, and the observation of such a turn goes back as the template's tool message
+   */
+  tools?: readonly unknown[];
+  /** replaces the environment's system prompt (the tool-call format's prompt) */
+  systemPrompt?: string;
   maxSteps: number;
   /** total budget of sampled assistant tokens over the episode */
   maxResponseTokens: number;
@@ -82,6 +91,27 @@ export function observationText(observation: string): string {
   return `\n<|im_start|>user\n${observation}<|im_end|>\n<|im_start|>assistant\n`;
 }
 
+/**
+ * How the chat template renders a tool result after an assistant turn, up to the next generation prompt: the text
+ * around the result (Qwen2.5: `<|im_start|>user\n<tool_response>\n` … `\n</tool_response><|im_end|>\n<|im_start|>assistant\n`),
+ * taken as the difference of two renders, so the stream holds exactly what the template would write. The stream's
+ * assistant turn ends at `<|im_end|>`; the template's newline after it comes first.
+ */
+export function toolResultFrame(tok: Pick<EpisodeTokenizer, 'applyChatTemplate'>, tools: readonly unknown[]): { before: string; after: string } {
+  const mark = '\u0000RESULT\u0000';
+  const turn: TemplateMessage[] = [
+    { role: 'user', content: 'u' },
+    { role: 'assistant', content: 'a' },
+  ];
+  const head = tok.applyChatTemplate(turn, { addGenerationPrompt: false, tools });
+  const full = tok.applyChatTemplate([...turn, { role: 'tool', content: mark, tool_call_id: 'call_0' }], { addGenerationPrompt: true, tools });
+  const i = full.indexOf(mark);
+  if (!full.startsWith(head) || !head.endsWith('<|im_end|>\n') || i < head.length) {
+    throw new Error('the chat template does not render a tool result after an assistant turn as a ChatML continuation: use toolFormat "text"');
+  }
+  return { before: `\n${full.slice(head.length, i)}`, after: full.slice(i + mark.length) };
+}
+
 export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
   const now = o.now ?? Date.now;
   const tok = o.tokenizer;
@@ -109,8 +139,10 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
   const stopIds = [...new Set([tok.imEnd, tok.eos])];
 
   // infrastructure: a sandbox that cannot start is retried, never scored
-  const messages: ChatMessage[] = await o.env.reset();
-  push(tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true })), 0);
+  const messages: ChatMessage[] = (await o.env.reset()).map((m) => (m.role === 'system' && o.systemPrompt !== undefined ? { ...m, content: o.systemPrompt } : m));
+  const tools = o.tools?.length ? o.tools : undefined;
+  const frame = tools ? toolResultFrame(tok, tools) : null;
+  push(tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true, ...(tools ? { tools } : {}) })), 0);
   const promptLength = ids.length;
 
   while (end === undefined) {
@@ -158,7 +190,8 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
       end = next.end;
       break;
     }
-    push(tok.encode(observationText(next.observation)), 0);
+    const asToolResult = frame && text.includes('<tool_call>');
+    push(tok.encode(asToolResult ? `${frame.before}${next.observation}${frame.after}` : observationText(next.observation)), 0);
   }
 
   let reward = 0;

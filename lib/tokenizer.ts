@@ -67,6 +67,16 @@ export const CHATML_TEMPLATE =
   "{{- '<|im_end|>\\n' }}{%- endif %}{%- endfor %}" +
   "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
+/**
+ * The tool format swerl's agents use with a model, from its chat template: `openai` when the template renders OpenAI
+ * `tools` and asks for `<tool_call>` JSON calls (Qwen2.5's, our presets'), which lib/toolcall.ts parses; `text` (the
+ * `<function=…>` format our prompt describes) when it renders no tools (SmolLM2) or asks for calls in a format the
+ * parser does not read.
+ */
+export function autoToolFormat(chatTemplate: string): 'openai' | 'text' {
+  return /\btools\b/.test(chatTemplate) && chatTemplate.includes('<tool_call>') ? 'openai' : 'text';
+}
+
 const tokenSpec = z.union([z.string(), z.object({ content: z.string() }).loose()]).nullish();
 
 const tokenizerConfigSchema = z
@@ -95,7 +105,7 @@ function describeZod(file: string, err: z.ZodError): string {
   return `${file}: ${i ? `${i.path.join('.') || '(root)'}: ${i.message}` : 'invalid'}`;
 }
 
-/** Reads `dir/tokenizer.json` and `dir/tokenizer_config.json` (the latter optional). */
+/** Reads `dir/tokenizer.json` and `dir/tokenizer_config.json` (optional; the chat template may be `dir/chat_template.jinja`). */
 export async function loadTokenizer(dir: string): Promise<Tokenizer> {
   const jsonPath = join(dir, 'tokenizer.json');
   let rawJson: string;
@@ -111,7 +121,13 @@ export async function loadTokenizer(dir: string): Promise<Tokenizer> {
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw new Error(`tokenizer: cannot read ${configPath}: ${(e as Error).message}`);
   }
-  return tokenizerFromJson(parseJson(jsonPath, rawJson), rawConfig === undefined ? {} : parseJson(configPath, rawConfig), dir);
+  const config = (rawConfig === undefined ? {} : parseJson(configPath, rawConfig)) as Record<string, unknown>;
+  if (config.chat_template === undefined) {
+    // transformers ≥ 4.47 saves the template beside the config by default
+    const jinja = await readFile(join(dir, 'chat_template.jinja'), 'utf8').catch(() => undefined);
+    if (jinja !== undefined) config.chat_template = jinja;
+  }
+  return tokenizerFromJson(parseJson(jsonPath, rawJson), config, dir);
 }
 
 function parseJson(path: string, text: string): unknown {

@@ -1,6 +1,9 @@
-// The one tool-call parser (DESIGN §3): the first `<function=NAME><parameter=KEY>VALUE</parameter></function>`
-// block of a model's text, or OpenAI `tool_calls`, into one `ToolCall` shape, validated per tool with zod.
-// Never throws: every failure is a `{ ok: false, error }` whose text can go straight back to the model.
+// The one tool-call parser (DESIGN §3): the first call of a model's text, in the R2E-Gym format
+// (`<function=NAME><parameter=KEY>VALUE</parameter></function>`) or in the Hermes/Qwen2.5 format that chat templates
+// render (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), or OpenAI `tool_calls`, into one `ToolCall`
+// shape, validated per tool with zod. Never throws: every failure is a `{ ok: false, error }` whose text can go
+// straight back to the model. `extractToolCallBlocks` turns the `<tool_call>` blocks of a reply into OpenAI tool calls.
+import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 
 export type ToolArgValue = string | number | boolean | null | ToolArgValue[] | { [k: string]: ToolArgValue };
@@ -30,6 +33,8 @@ export interface ParseOptions {
 export const DEFAULT_MAX_PARAM_CHARS = 200_000;
 
 const FUNCTION_OPEN = '<function=';
+const TOOL_CALL_OPEN = '<tool_call>';
+const TOOL_CALL_CLOSE = '</tool_call>';
 const FUNCTION_CLOSE = '</function>';
 const PARAM_OPEN = '<parameter=';
 const PARAM_CLOSE = '</parameter>';
@@ -66,9 +71,10 @@ function readTagName(text: string, from: number): { name: string; end: number } 
 }
 
 /**
- * Parses the first `<function=...>` block of `text`. Parameter values run to the first `</parameter>`
- * (so `<function=` or `</function>` inside a value is text); a missing `</function>` at the end of the text
- * is tolerated when every parameter is closed (a stop string may have eaten it). Text between parameters is ignored.
+ * Parses the first call of `text`: a `<function=...>` block or a `<tool_call>` block, whichever comes first.
+ * `<function=…>`: parameter values run to the first `</parameter>` (so `<function=` or `</function>` inside a value
+ * is text); a missing `</function>` at the end of the text is tolerated when every parameter is closed (a stop string
+ * may have eaten it). Text between parameters is ignored. `<tool_call>`: see parseToolCallBlock.
  */
 export function parseToolCall(text: unknown, opts: ParseOptions = {}): ParseResult {
   try {
@@ -81,6 +87,8 @@ export function parseToolCall(text: unknown, opts: ParseOptions = {}): ParseResu
 function parseToolCallUnsafe(text: string, opts: ParseOptions): ParseResult {
   const maxParam = opts.maxParamChars ?? DEFAULT_MAX_PARAM_CHARS;
   const start = text.indexOf(FUNCTION_OPEN);
+  const block = text.indexOf(TOOL_CALL_OPEN);
+  if (block >= 0 && (start < 0 || block < start)) return parseToolCallBlock(text, block, opts);
   if (start < 0) return fail('none', 'No function call found.');
   const head = readTagName(text, start + FUNCTION_OPEN.length);
   if (!head) {
@@ -117,6 +125,71 @@ function parseToolCallUnsafe(text: string, opts: ParseOptions): ParseResult {
     i = end + PARAM_CLOSE.length;
   }
   return validate({ name: head.name, args }, opts);
+}
+
+/**
+ * The `<tool_call>` block at `at`: a JSON object `{"name": ..., "arguments": {...}}` (arguments may also be a JSON
+ * string of an object, or absent). A missing `</tool_call>` at the end of the text is tolerated when the JSON is whole.
+ */
+function parseToolCallBlock(text: string, at: number, opts: ParseOptions): ParseResult {
+  const from = at + TOOL_CALL_OPEN.length;
+  const close = text.indexOf(TOOL_CALL_CLOSE, from);
+  const body = (close >= 0 ? text.slice(from, close) : text.slice(from)).trim();
+  const limit = (opts.maxParamChars ?? DEFAULT_MAX_PARAM_CHARS) * 4;
+  if (body.length > limit) return fail('malformed', `The tool call is too long (${body.length} characters; the limit is ${limit}).`);
+  const call = toolCallJson(body);
+  if ('error' in call) {
+    const closed = close >= 0 ? '' : ' (and it has no closing `</tool_call>`)';
+    return fail('malformed', `Malformed tool call: ${call.error}${closed}. Write <tool_call>{"name": FUNCTION_NAME, "arguments": {...}}</tool_call>.`);
+  }
+  return validate(call, opts);
+}
+
+/** `{"name", "arguments"}` JSON text as a call, or what is wrong with it. */
+function toolCallJson(body: string): ToolCall | { error: string } {
+  let v: unknown;
+  try {
+    v = JSON.parse(body);
+  } catch (e) {
+    return { error: `the text inside <tool_call> is not valid JSON (${(e as Error).message})` };
+  }
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) return { error: 'the text inside <tool_call> must be a JSON object' };
+  const { name, arguments: raw } = v as { name?: unknown; arguments?: unknown };
+  if (typeof name !== 'string' || !name.trim()) return { error: 'the JSON object has no "name" string' };
+  let args: unknown = raw ?? {};
+  if (typeof raw === 'string') {
+    try {
+      args = raw.trim() === '' ? {} : JSON.parse(raw);
+    } catch (e) {
+      return { error: `"arguments" of \`${name}\` is a string that is not JSON (${(e as Error).message})` };
+    }
+  }
+  if (args === null || typeof args !== 'object' || Array.isArray(args)) return { error: `"arguments" of \`${name}\` must be a JSON object` };
+  return { name: name.trim(), args: args as Record<string, ToolArgValue> };
+}
+
+export interface ExtractedToolCalls {
+  /** the text without its well-formed blocks (null when nothing but calls remains) */
+  content: string | null;
+  toolCalls: { id: string; type: 'function'; function: { name: string; arguments: string } }[];
+}
+
+const TOOL_CALL_BLOCK = /<tool_call>\s*([\s\S]*?)\s*<\/tool_call>/g;
+
+/**
+ * Every `<tool_call>` block of a reply as OpenAI `tool_calls` (what an OpenAI-compatible chat endpoint returns for a
+ * template that renders tools); a block that is not a well-formed call stays in the content, for the caller to see.
+ */
+export function extractToolCallBlocks(text: string, idOf: () => string = () => `call_${randomUUID().replace(/-/g, '').slice(0, 24)}`): ExtractedToolCalls {
+  const toolCalls: ExtractedToolCalls['toolCalls'] = [];
+  const content = text.replace(TOOL_CALL_BLOCK, (block, json: string) => {
+    const call = toolCallJson(json);
+    if ('error' in call) return block;
+    toolCalls.push({ id: idOf(), type: 'function', function: { name: call.name, arguments: JSON.stringify(call.args) } });
+    return '';
+  });
+  const trimmed = content.trim();
+  return { content: toolCalls.length && trimmed === '' ? null : toolCalls.length ? trimmed : text, toolCalls };
 }
 
 const OpenAIToolCallSchema = z.object({

@@ -8,7 +8,7 @@ import { badRequest, HttpError } from './http.ts';
 import type { ServedModels, Slot } from './models.ts';
 import type { Schedulers } from './scheduler.ts';
 import { ChatBodySchema, CompletionBodySchema, textOf, type ChatBody, type CompletionBody } from './schemas.ts';
-import { parseToolCallBlocks, type ParsedToolCalls } from './tool-calls.ts';
+import { extractToolCallBlocks, type ExtractedToolCalls } from '../lib/toolcall.ts';
 
 export interface CompletionContext {
   modelName: string;
@@ -206,9 +206,9 @@ export async function chatCompletions(ctx: CompletionContext, body: unknown, sig
     checkpoint,
     choices: generations.map((g, index) => {
       let content: string | null = g.text;
-      let toolCalls: ParsedToolCalls['toolCalls'] = [];
+      let toolCalls: ExtractedToolCalls['toolCalls'] = [];
       if (useTools) {
-        const p = parseToolCallBlocks(g.text);
+        const p = extractToolCallBlocks(g.text);
         content = p.content;
         toolCalls = b.parallel_tool_calls === false ? p.toolCalls.slice(0, 1) : p.toolCalls;
       }

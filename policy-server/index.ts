@@ -1,11 +1,11 @@
 // Our OpenAI-compatible policy server (DESIGN §4), backed by gpu-learner: token-id completions with
 // per-token log-probs, as vLLM speaks them, chat completions (chat template through @huggingface/jinja,
-// tools, tool calls, log-probs), and SGLang's `update_weights_from_disk` for weight sync. A request
+// tools, tool calls parsed by lib/toolcall.ts, log-probs), and SGLang's `update_weights_from_disk` for weight sync. A request
 // parameter we do not implement is a 400 naming it, never silently ignored.
 //
 // schemas.ts request bodies · http.ts errors and JSON · routes.ts routes and weight reload ·
 // completions.ts the two endpoints · generation.ts the engine call · scheduler.ts how requests share a
-// model (continuous batching) · stop-strings.ts · tool-calls.ts · models.ts the served model and swapping it.
+// model (continuous batching) · stop-strings.ts · models.ts the served model and swapping it.
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Tokenizer } from '../lib/tokenizer.ts';
@@ -17,7 +17,6 @@ import { MAX_BATCH_DEFAULT, Schedulers } from './scheduler.ts';
 
 export type { LoadModel, ServableModel } from './models.ts';
 export { MODEL_CACHE_DEFAULT } from './models.ts';
-export { parseToolCallBlocks, type ParsedToolCalls } from './tool-calls.ts';
 export { MAX_SAMPLES, MAX_TOP_LOGPROBS } from './schemas.ts';
 export { MAX_BATCH_DEFAULT } from './scheduler.ts';
 

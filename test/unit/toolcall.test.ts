@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { formatToolCall, parseOpenAIToolCalls, parseToolCall, type ParseResult, type ToolCall } from '../../lib/toolcall.ts';
+import { extractToolCallBlocks, formatToolCall, parseOpenAIToolCalls, parseToolCall, type ParseResult, type ToolCall } from '../../lib/toolcall.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../../lib/swe/tools.ts';
 import { mulberry32 } from '../../lib/seed.ts';
 
@@ -201,4 +201,56 @@ test('fuzz: thousands of random and adversarial outputs never throw', () => {
     assert.equal(parseOpenAIToolCalls(junk).ok, false);
   }
   assert.ok(parsed > 0);
+});
+
+test('the Hermes/Qwen2.5 <tool_call> JSON format: the first call, arguments as an object or a JSON string', () => {
+  const text =
+    'Let me look.\n<tool_call>\n{"name": "file_editor", "arguments": {"command": "view", "path": "/testbed/a.py", "view_range": [3, -1]}}\n</tool_call>\n' +
+    '<tool_call>\n{"name": "finish", "arguments": {"command": "submit"}}\n</tool_call>';
+  assert.deepEqual(ok(parseToolCall(text, swe)), { name: 'file_editor', args: { command: 'view', path: '/testbed/a.py', view_range: [3, -1] } });
+  const asString = '<tool_call>{"name": "execute_bash", "arguments": "{\\"cmd\\": \\"ls\\"}"}</tool_call>';
+  assert.deepEqual(ok(parseToolCall(asString, swe)), { name: 'execute_bash', args: { cmd: 'ls' } });
+  // a stop string may eat the closing tag; the JSON is whole
+  assert.deepEqual(ok(parseToolCall('<tool_call>\n{"name": "finish", "arguments": {"command": "submit"}}\n', swe)), { name: 'finish', args: { command: 'submit' } });
+  // whichever format comes first is the call
+  const mixed = '<function=execute_bash><parameter=cmd>pwd</parameter></function>\n<tool_call>{"name": "finish", "arguments": {"command": "submit"}}</tool_call>';
+  assert.equal(ok(parseToolCall(mixed, swe)).name, 'execute_bash');
+  assert.equal(ok(parseToolCall(`<tool_call>{"name": "str_replace_editor", "arguments": {"command": "view", "path": "/testbed"}}</tool_call>`, swe)).name, 'file_editor');
+});
+
+test('a malformed <tool_call> names what is wrong; validation is the same as for the text format', () => {
+  const cases: [string, RegExp][] = [
+    ['<tool_call>{"name": "finish", "arguments": {"command": "submit"}</tool_call>', /not valid JSON/],
+    ['<tool_call>["finish"]</tool_call>', /must be a JSON object/],
+    ['<tool_call>{"arguments": {}}</tool_call>', /no "name"/],
+    ['<tool_call>{"name": "finish", "arguments": "submit"}</tool_call>', /string that is not JSON/],
+    ['<tool_call>{"name": "finish", "arguments": [1]}</tool_call>', /must be a JSON object/],
+    ['<tool_call>{"name": "finish", "arguments": {"command": "submit"', /no closing `<\/tool_call>`/],
+  ];
+  for (const [text, re] of cases) {
+    const r = parseToolCall(text, swe);
+    assert.ok(!r.ok && r.kind === 'malformed' && re.test(r.error), `${text}: ${JSON.stringify(r)}`);
+  }
+  const unk = parseToolCall('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', swe);
+  assert.ok(!unk.ok && unk.kind === 'unknown_tool');
+  const bad = parseToolCall('<tool_call>{"name": "file_editor", "arguments": {"command": "delete", "path": "/testbed"}}</tool_call>', swe);
+  assert.ok(!bad.ok && bad.kind === 'invalid_args' && bad.error.includes('`command`'));
+  const none = parseToolCall('I would call <tool_call but I will not.', swe);
+  assert.ok(!none.ok && none.kind === 'none');
+});
+
+test('extractToolCallBlocks: every well-formed block as an OpenAI tool call, the rest left in the content', () => {
+  let n = 0;
+  const idOf = () => `id${++n}`;
+  const p = extractToolCallBlocks('Plan.\n<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>{"name": "b"}</tool_call>', idOf);
+  assert.deepEqual(p, {
+    content: 'Plan.',
+    toolCalls: [
+      { id: 'id1', type: 'function', function: { name: 'a', arguments: '{"x":1}' } },
+      { id: 'id2', type: 'function', function: { name: 'b', arguments: '{}' } },
+    ],
+  });
+  assert.deepEqual(extractToolCallBlocks('<tool_call>{"name": "a"}</tool_call>', idOf).content, null);
+  const broken = '<tool_call>{not json}</tool_call>';
+  assert.deepEqual(extractToolCallBlocks(broken, idOf), { content: broken, toolCalls: [] });
 });
