@@ -276,7 +276,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
     /** Makes the policy server serve checkpoint n before rollouts start (DESIGN §4). */
     async syncPolicy(input: SyncPolicyInput): Promise<SyncPolicyResult> {
       // heartbeats from the start: waiting for the learner (exclusive) counts against the heartbeat timeout too
-      return withHeartbeat({ sync: input.checkpoint }, () => syncPolicyNow(input));
+      return withHeartbeat({ sync: input.checkpoint }, () => syncPolicyNow(ctx, input));
     },
 
     /**
@@ -284,192 +284,224 @@ export function createLearnerActivities(ctx: LearnerContext) {
      * Idempotent: when checkpoint n+1 exists its stored stats are returned.
      */
     async learnerStep(input: LearnerStepInput): Promise<LearnerStepResult> {
-      return withHeartbeat({ n: input.n, step: input.checkpoint }, () => learnerStepNow(input));
+      return withHeartbeat({ n: input.n, step: input.checkpoint }, () => learnerStepNow(ctx, input));
     },
   };
+}
 
-  async function syncPolicyNow(input: SyncPolicyInput): Promise<SyncPolicyResult> {
-    const store = openStore(input.storeUrl);
-    const dir = input.modelDir ?? store.dirFor(keys.checkpoint(input.runId, input.checkpoint));
-    if (input.modelDir === undefined && !(await store.exists(keys.checkpoint(input.runId, input.checkpoint)))) {
-      throw new Error(`checkpoint ${input.checkpoint} of run ${input.runId} is not in ${store.url}`);
-    }
-    if (input.policyBaseUrl) return syncExternal(input, store, dir);
-    const server = await ctx.serveCheckpoint(dir, input.checkpoint);
-    return { policyUrl: ctx.options.advertiseUrl ?? server.url, checkpoint: input.checkpoint };
+async function syncPolicyNow(ctx: LearnerContext, input: SyncPolicyInput): Promise<SyncPolicyResult> {
+  const store = openStore(input.storeUrl);
+  const dir = input.modelDir ?? store.dirFor(keys.checkpoint(input.runId, input.checkpoint));
+  if (input.modelDir === undefined && !(await store.exists(keys.checkpoint(input.runId, input.checkpoint)))) {
+    throw new Error(`checkpoint ${input.checkpoint} of run ${input.runId} is not in ${store.url}`);
   }
+  if (input.policyBaseUrl) return syncExternal(ctx, input, store, dir);
+  const server = await ctx.serveCheckpoint(dir, input.checkpoint);
+  return { policyUrl: ctx.options.advertiseUrl ?? server.url, checkpoint: input.checkpoint };
+}
 
-  /**
-   * An external server (vLLM, SGLang, another worker's): reload checkpoint n unless it serves it, then verify with
-   * the probe (lib/sync-probe.ts) against the learner's log-probs of the same checkpoint. What no retry can fix
-   * (the server refused, a wrong model name, a stale head) fails non-retryably, naming the cause.
-   */
-  async function syncExternal(input: SyncPolicyInput, store: ArtifactStore, dir: string): Promise<SyncPolicyResult> {
-    const weightSync = input.weightSync ?? 'sglang';
-    const client = createPolicyClient({ baseUrl: input.policyBaseUrl!, model: input.model, weightSync });
-    const config = await latestConfig(store, input.runId);
-    try {
-      await client.checkServedModel();
-      let dtype = 'float32';
-      if (weightSync === 'vllm') {
-        const info = await client.vllmInfo();
-        dtype = info.dtype;
-        if (await tiedCheckpoint(dir)) {
-          if (!info.untiedHead) {
-            throw policyMismatch(
-              `checkpoint ${input.checkpoint} at ${dir} has tied embeddings and vLLM at ${input.policyBaseUrl} serves them tied: vLLM's in-place ` +
-                `reload refreshes embed_tokens but keeps the start-up output head, so it would sample from a model that matches no checkpoint. ` +
-                `Start vLLM with --hf-overrides '{"tie_word_embeddings": false}' (swerl writes the head as ${UNTIED_HEAD_FILE} into each checkpoint it syncs)`,
-            );
-          }
-          await untiedHeadFile(dir);
+/**
+ * An external server (vLLM, SGLang, another worker's): reload checkpoint n unless it serves it, then verify with
+ * the probe (lib/sync-probe.ts) against the learner's log-probs of the same checkpoint. What no retry can fix
+ * (the server refused, a wrong model name, a stale head) fails non-retryably, naming the cause.
+ */
+async function syncExternal(ctx: LearnerContext, input: SyncPolicyInput, store: ArtifactStore, dir: string): Promise<SyncPolicyResult> {
+  const weightSync = input.weightSync ?? 'sglang';
+  const client = createPolicyClient({ baseUrl: input.policyBaseUrl!, model: input.model, weightSync });
+  const config = await latestConfig(store, input.runId);
+  try {
+    await client.checkServedModel();
+    let dtype = 'float32';
+    if (weightSync === 'vllm') {
+      const info = await client.vllmInfo();
+      dtype = info.dtype;
+      if (await tiedCheckpoint(dir)) {
+        if (!info.untiedHead) {
+          throw policyMismatch(
+            `checkpoint ${input.checkpoint} at ${dir} has tied embeddings and vLLM at ${input.policyBaseUrl} serves them tied: vLLM's in-place ` +
+              `reload refreshes embed_tokens but keeps the start-up output head, so it would sample from a model that matches no checkpoint. ` +
+              `Start vLLM with --hf-overrides '{"tie_word_embeddings": false}' (swerl writes the head as ${UNTIED_HEAD_FILE} into each checkpoint it syncs)`,
+          );
         }
+        await untiedHeadFile(dir);
       }
-      const t0 = Date.now();
-      const served = await client.servedModel();
-      const reloaded = !servesCheckpoint(served, dir, input.checkpoint);
-      if (reloaded) await client.loadWeights(dir, input.checkpoint);
-      const syncSeconds = (Date.now() - t0) / 1000;
-      const probe = await withProbeEngine(config, dir, input.checkpoint, (engine) =>
-        withHeartbeat({ probe: input.checkpoint }, () => probeServedCheckpoint(client, engine, dir, dtype)),
+    }
+    const t0 = Date.now();
+    const served = await client.servedModel();
+    const reloaded = !servesCheckpoint(served, dir, input.checkpoint);
+    if (reloaded) await client.loadWeights(dir, input.checkpoint);
+    const syncSeconds = (Date.now() - t0) / 1000;
+    const probe = await withProbeEngine(ctx, config, dir, input.checkpoint, (engine) =>
+      withHeartbeat({ probe: input.checkpoint }, () => probeServedCheckpoint(client, engine, dir, dtype)),
+    );
+    if (!probe.ok) {
+      throw policyMismatch(
+        `${input.policyBaseUrl} does not serve checkpoint ${input.checkpoint} (${dir}) after the sync: the probe's log-probs differ from the learner's ` +
+          `by max ${probe.maxAbsDelta.toExponential(2)} (mean ${probe.meanAbsDelta.toExponential(2)}) over ${probe.tokens} tokens, above the ` +
+          `${probe.dtype} tolerance ${probe.tolerance.toExponential(2)}` +
+          (weightSync === 'vllm' ? ` (vLLM: a tied head served tied, another dtype than it reports, or a reload that did not take)` : ''),
       );
-      if (!probe.ok) {
-        throw policyMismatch(
-          `${input.policyBaseUrl} does not serve checkpoint ${input.checkpoint} (${dir}) after the sync: the probe's log-probs differ from the learner's ` +
-            `by max ${probe.maxAbsDelta.toExponential(2)} (mean ${probe.meanAbsDelta.toExponential(2)}) over ${probe.tokens} tokens, above the ` +
-            `${probe.dtype} tolerance ${probe.tolerance.toExponential(2)}` +
-            (weightSync === 'vllm' ? ` (vLLM: a tied head served tied, another dtype than it reports, or a reload that did not take)` : ''),
-        );
-      }
-      syncProbeMaxDelta.set({ run_id: input.runId }, probe.maxAbsDelta);
-      return { policyUrl: input.policyBaseUrl!, checkpoint: input.checkpoint, sync: { reloaded, seconds: syncSeconds, probe } };
-    } catch (e) {
-      if (e instanceof PolicyResponseError) {
-        // a 4xx, "not configured", a model name it does not serve: no retry can fix it
-        throw nonRetryable(FailureType.PolicyRejected, `weight sync to ${input.policyBaseUrl}: ${e.message}`);
-      }
-      throw e;
     }
-  }
-
-  /**
-   * `fn` with the engine that computes the probe's reference log-probs, holding `dir`: the run's learner engine, after
-   * any running step; in an asynchronous run on the native engine a copy loaded for the probe, so a sync issued
-   * during a step does not wait for it (the FSDP group still does: it holds one model).
-   */
-  async function withProbeEngine<T>(config: TrainingConfig | null, dir: string, checkpoint: number, fn: (e: LearnerEngine) => Promise<T>): Promise<T> {
-    if (config && asyncMode(config) !== 'off' && config.learner.engine !== 'fsdp') {
-      const copy = await ctx.loadCopy(dir);
-      try {
-        return await fn(copy);
-      } finally {
-        copy.close();
-      }
+    syncProbeMaxDelta.set({ run_id: input.runId }, probe.maxAbsDelta);
+    return { policyUrl: input.policyBaseUrl!, checkpoint: input.checkpoint, sync: { reloaded, seconds: syncSeconds, probe } };
+  } catch (e) {
+    if (e instanceof PolicyResponseError) {
+      // a 4xx, "not configured", a model name it does not serve: no retry can fix it
+      throw nonRetryable(FailureType.PolicyRejected, `weight sync to ${input.policyBaseUrl}: ${e.message}`);
     }
-    return ctx.exclusive(async () => {
-      if (config?.learner.engine === 'fsdp') return fn(fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, await fsdpScratch(), () => undefined));
-      return fn(await ctx.ensureLoaded(dir, checkpoint, config?.learner));
-    });
+    throw e;
   }
+}
 
-  /**
-   * One learner step on either engine (DESIGN §5, §9): the learner's log-probs of every sampled token on checkpoint n
-   * (π_old) against the behaviour log-probs stored in the trajectories (mismatch/*), the optional correction folded
-   * into the loss mask, one optimizer step, checkpoint n+1 saved atomically with its stats.json.
-   */
-  async function learnerStepNow(input: LearnerStepInput): Promise<LearnerStepResult> {
-    const { runId, n, checkpoint } = input;
-    const store = openStore(input.storeUrl);
-    const nextKey = keys.checkpoint(runId, checkpoint + 1);
-    const existing = await store.getJson<LearnerStepResult>(keys.checkpointStats(runId, checkpoint + 1));
-    if (existing) return { ...existing, reused: true };
-    const config = await storedConfig(store, runId, n);
-    const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
-    const { items, trajs } = await readTrajectories(store, input);
-    const advantages = items.map((it) => it.advantage);
-    // every sampled token (for the mismatch), and the sequences that can contribute a gradient (for the step):
-    // zero-advantage and fully masked ones add 0 to Σ m·ℓ, still counted in N through normSequences (DESIGN §5)
-    const all = buildTrainBatch(trajs, advantages, { compactFilter: false, includeOldLogprobs: true });
-    const batch = buildTrainBatch(trajs, advantages, { compactFilter: true, dropZeroAdvantage: true });
-    const engineName = config.learner.engine;
-    const details: Record<string, unknown> = { n, engine: engineName, phase: 'loading' };
+/**
+ * `fn` with the engine that computes the probe's reference log-probs, holding `dir`: the run's learner engine, after
+ * any running step; in an asynchronous run on the native engine a copy loaded for the probe, so a sync issued
+ * during a step does not wait for it (the FSDP group still does: it holds one model).
+ */
+async function withProbeEngine<T>(ctx: LearnerContext, config: TrainingConfig | null, dir: string, checkpoint: number, fn: (e: LearnerEngine) => Promise<T>): Promise<T> {
+  if (config && asyncMode(config) !== 'off' && config.learner.engine !== 'fsdp') {
+    const copy = await ctx.loadCopy(dir);
     try {
-      return await ctx.exclusive(() =>
-        withHeartbeat(details, async () => {
-          const progress = (p: object) => {
-            Object.assign(details, p);
-            heartbeat(details);
-          };
-          const engine =
-            engineName === 'fsdp'
-              ? fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, keys.iteration(runId, n), progress, store)
-              : await ctx.ensureLoaded(dir, checkpoint, config.learner);
-          const started = Date.now();
-          let mismatch: MismatchStats | undefined;
-          let step: StepStats = { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true };
-          if (all.offsets.length > 1 && all.trainableTokens > 0) {
-            progress({ phase: 'logprobs' });
-            const learnerLp = await engine.logprobs(all);
-            mismatch = logprobMismatch(learnerLp, all.oldLogprobs!, all.mask);
-            const correction = effectiveCorrection(config);
-            if (correction) {
-              // the fraction of the step's trained tokens whose weight the correction changed (0 when nothing is trained)
-              mismatch.corrected = 0;
-              if (batch.kept.length > 0) {
-                const c = correctedMask(batch.mask, keptTokens(learnerLp, all.offsets, batch.kept), keptTokens(all.oldLogprobs!, all.offsets, batch.kept), correction);
-                batch.mask = c.mask;
-                mismatch.corrected = batch.trainableTokens ? c.changed / batch.trainableTokens : 0;
-              }
-            }
-            if (asyncMode(config) !== 'off') mismatch.staleness = tokenStaleness(trajs, checkpoint);
-            recordMismatch(runId, mismatch);
-          }
-          // the weights in memory change now: until n+1 is saved, a retry must reload n
-          if (engineName !== 'fsdp') ctx.loaded = null;
-          // nothing to train (every group's rewards equal): no engine call, a skipped step with zero stats;
-          // checkpoint n+1 is still written (same weights, same optimizer step) so the run goes on
-          if (batch.kept.length > 0) {
-            progress({ phase: 'train', sequences: batch.kept.length });
-            step = await engine.trainStep(batch, trainHyper(config, batch.episodes));
-          }
-          const result: LearnerStepResult = {
-            checkpoint: checkpoint + 1,
-            loss: step.loss,
-            gradNorm: step.gradNorm,
-            clipFraction: step.clipFraction,
-            meanRatio: step.meanRatio,
-            tokens: step.tokens,
-            seconds: (Date.now() - started) / 1000,
-            skipped: step.skipped,
-            trajectories: trajs.length,
-            sequences: batch.kept.length,
-            lr: config.algorithm.lr,
-            reused: false,
-            ...(mismatch ? { mismatch } : {}),
-          };
-          progress({ phase: 'save', saving: checkpoint + 1 });
-          await store.putDir(nextKey, async (tmp) => {
-            await engine.save(tmp);
-            for (const f of CARRIED_FILES) {
-              if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
-            }
-            await writeFile(join(tmp, 'stats.json'), JSON.stringify(result));
-          });
-          const nextDir = store.dirFor(nextKey);
-          if (engineName === 'fsdp') ctx.trainer!.loaded = nextDir;
-          else ctx.loaded = { dir: nextDir, checkpoint: checkpoint + 1 };
-          learnerStepSeconds.observe({ run_id: runId }, (Date.now() - started) / 1000);
-          const bytes = await directoryBytes(nextDir);
-          checkpointBytes.set({ run_id: runId }, bytes);
-          checkpointBytesWritten.inc({ run_id: runId }, bytes);
-          return result;
-        }),
-      );
-    } catch (e) {
-      if (e instanceof Error && e.name === 'FsdpInputError') throw invalid(e.message);
-      throw e;
+      return await fn(copy);
+    } finally {
+      copy.close();
     }
   }
+  return ctx.exclusive(async () => {
+    if (config?.learner.engine === 'fsdp') return fn(fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, await fsdpScratch(), () => undefined));
+    return fn(await ctx.ensureLoaded(dir, checkpoint, config?.learner));
+  });
+}
+
+/**
+ * One learner step on either engine (DESIGN §5, §9): the learner's log-probs of every sampled token on checkpoint n
+ * (π_old) against the behaviour log-probs stored in the trajectories (mismatch/*), the optional correction folded
+ * into the loss mask, one optimizer step, checkpoint n+1 saved atomically with its stats.json.
+ */
+async function learnerStepNow(ctx: LearnerContext, input: LearnerStepInput): Promise<LearnerStepResult> {
+  const { runId, n, checkpoint } = input;
+  const store = openStore(input.storeUrl);
+  const nextKey = keys.checkpoint(runId, checkpoint + 1);
+  const existing = await store.getJson<LearnerStepResult>(keys.checkpointStats(runId, checkpoint + 1));
+  if (existing) return { ...existing, reused: true };
+  const config = await storedConfig(store, runId, n);
+  const dir = store.dirFor(keys.checkpoint(runId, checkpoint));
+  const { items, trajs } = await readTrajectories(store, input);
+  const advantages = items.map((it) => it.advantage);
+  // every sampled token (for the mismatch), and the sequences that can contribute a gradient (for the step):
+  // zero-advantage and fully masked ones add 0 to Σ m·ℓ, still counted in N through normSequences (DESIGN §5)
+  const all = buildTrainBatch(trajs, advantages, { compactFilter: false, includeOldLogprobs: true });
+  const batch = buildTrainBatch(trajs, advantages, { compactFilter: true, dropZeroAdvantage: true });
+  const engineName = config.learner.engine;
+  const details: Record<string, unknown> = { n, engine: engineName, phase: 'loading' };
+  try {
+    return await ctx.exclusive(() =>
+      withHeartbeat(details, async () => {
+        const progress = (p: object) => {
+          Object.assign(details, p);
+          heartbeat(details);
+        };
+        const engine =
+          engineName === 'fsdp'
+            ? fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, keys.iteration(runId, n), progress, store)
+            : await ctx.ensureLoaded(dir, checkpoint, config.learner);
+        const started = Date.now();
+        let step: StepStats = { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true };
+        const mismatch = await measureMismatch(engine, config, all, batch, trajs, checkpoint, runId, progress);
+        // the weights in memory change now: until n+1 is saved, a retry must reload n
+        if (engineName !== 'fsdp') ctx.loaded = null;
+        // nothing to train (every group's rewards equal): no engine call, a skipped step with zero stats;
+        // checkpoint n+1 is still written (same weights, same optimizer step) so the run goes on
+        if (batch.kept.length > 0) {
+          progress({ phase: 'train', sequences: batch.kept.length });
+          step = await engine.trainStep(batch, trainHyper(config, batch.episodes));
+        }
+        const result: LearnerStepResult = {
+          checkpoint: checkpoint + 1,
+          loss: step.loss,
+          gradNorm: step.gradNorm,
+          clipFraction: step.clipFraction,
+          meanRatio: step.meanRatio,
+          tokens: step.tokens,
+          seconds: (Date.now() - started) / 1000,
+          skipped: step.skipped,
+          trajectories: trajs.length,
+          sequences: batch.kept.length,
+          lr: config.algorithm.lr,
+          reused: false,
+          ...(mismatch ? { mismatch } : {}),
+        };
+        progress({ phase: 'save', saving: checkpoint + 1 });
+        await saveCheckpoint(ctx, store, engine, engineName, dir, nextKey, result, runId);
+        learnerStepSeconds.observe({ run_id: runId }, (Date.now() - started) / 1000);
+        return result;
+      }),
+    );
+  } catch (e) {
+    if (e instanceof Error && e.name === 'FsdpInputError') throw invalid(e.message);
+    throw e;
+  }
+}
+
+type BuiltBatch = ReturnType<typeof buildTrainBatch>;
+
+/**
+ * π_old against the behaviour log-probs stored in the trajectories (mismatch/*): every sampled token's learner log-prob
+ * on checkpoint n, and the optional correction folded into `batch`'s mask. Undefined when nothing was sampled.
+ */
+async function measureMismatch(
+  engine: LearnerEngine,
+  config: TrainingConfig,
+  all: BuiltBatch,
+  batch: BuiltBatch,
+  trajs: Trajectory[],
+  checkpoint: number,
+  runId: string,
+  progress: (p: object) => void,
+): Promise<MismatchStats | undefined> {
+  if (all.offsets.length <= 1 || all.trainableTokens <= 0) return undefined;
+  progress({ phase: 'logprobs' });
+  const learnerLp = await engine.logprobs(all);
+  const mismatch = logprobMismatch(learnerLp, all.oldLogprobs!, all.mask);
+  const correction = effectiveCorrection(config);
+  if (correction) {
+    // the fraction of the step's trained tokens whose weight the correction changed (0 when nothing is trained)
+    mismatch.corrected = 0;
+    if (batch.kept.length > 0) {
+      const c = correctedMask(batch.mask, keptTokens(learnerLp, all.offsets, batch.kept), keptTokens(all.oldLogprobs!, all.offsets, batch.kept), correction);
+      batch.mask = c.mask;
+      mismatch.corrected = batch.trainableTokens ? c.changed / batch.trainableTokens : 0;
+    }
+  }
+  if (asyncMode(config) !== 'off') mismatch.staleness = tokenStaleness(trajs, checkpoint);
+  recordMismatch(runId, mismatch);
+  return mismatch;
+}
+
+/** Checkpoint n+1 saved atomically with the files carried from n and its stats.json; the engine's state follows it. */
+async function saveCheckpoint(
+  ctx: LearnerContext,
+  store: ArtifactStore,
+  engine: LearnerEngine,
+  engineName: TrainingConfig['learner']['engine'],
+  dir: string,
+  nextKey: string,
+  result: LearnerStepResult,
+  runId: string,
+): Promise<void> {
+  await store.putDir(nextKey, async (tmp) => {
+    await engine.save(tmp);
+    for (const f of CARRIED_FILES) {
+      if (existsSync(join(dir, f)) && !existsSync(join(tmp, f))) await copyFile(join(dir, f), join(tmp, f));
+    }
+    await writeFile(join(tmp, 'stats.json'), JSON.stringify(result));
+  });
+  const nextDir = store.dirFor(nextKey);
+  if (engineName === 'fsdp') ctx.trainer!.loaded = nextDir;
+  else ctx.loaded = { dir: nextDir, checkpoint: result.checkpoint };
+  const bytes = await directoryBytes(nextDir);
+  checkpointBytes.set({ run_id: runId }, bytes);
+  checkpointBytesWritten.inc({ run_id: runId }, bytes);
 }
 
 /**
