@@ -28,7 +28,8 @@ import { autoToolFormat, loadTokenizer, type Tokenizer } from '../lib/tokenizer.
 import type { ChatMessage, EndReason } from '../lib/types.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createSweEditEnvironment, createSweEnvironment } from './swe-env.ts';
+import { createSweEditEnvironment, createSweEnvironment, type SweEnvironment } from './swe-env.ts';
+import type { SweEditEnvironment } from './swe-edit-env.ts';
 import { evalEpisodeSeed } from '../lib/seed.ts';
 import { curvePlotFiles } from '../lib/plot.ts';
 import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
@@ -415,6 +416,25 @@ const summaryOf = (r: EvalEpisodeRecord, stored: boolean): EvalEpisodeSummary =>
  * workflow re-syncs it; a server that refuses the requests (4xx) fails non-retryably (`PolicyRejected`).
  * What the model does (garbage, max steps, time limit) is a result.
  */
+/** The episode's environment: the edit environment (one turn, every valid edit graded by tests), or the agent's sandbox. */
+async function evalEnvironment(
+  config: EvalConfig,
+  plan: EvalPlan,
+  store: ArtifactStore,
+  taskId: string,
+  o: { deadlineMs: number; format: ToolFormat; chatApi: boolean },
+): Promise<SweEnvironment | SweEditEnvironment> {
+  if (config.mode === 'edit') {
+    // the context budget counted by the model's tokenizer when we have it
+    const dir = tokenizerDir(config.model, plan.modelDir ? store.dirFor(plan.modelDir) : null);
+    const counter = dir ? await tokenizerFor(dir) : undefined;
+    return createSweEditEnvironment(taskId, evalEnvConfig(config), { gradeAlways: true, ...(counter ? { countTokens: (t: string) => counter.encode(t).length } : {}) });
+  }
+  // token mode in the openai format: the model writes <tool_call> JSON, and is reminded of that format
+  const callFormat = o.format === 'openai' && !o.chatApi ? { callFormat: 'tool_call' as const } : {};
+  return createSweEnvironment(taskId, { ...evalEnvConfig(config), reward: 'tests' }, { deadlineMs: o.deadlineMs, ...callFormat });
+}
+
 export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeSummary> {
   const { evalId, taskId, run } = input;
   const store = openStore(input.storeUrl);
@@ -437,17 +457,7 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
   const chatApi = 'baseUrl' in m && m.api === 'chat';
 
   const edit = config.mode === 'edit';
-  // edit mode: the context budget counted by the model's tokenizer when we have it; every valid edit graded by tests (pass@1)
-  const editTokenizer = edit ? tokenizerDir(m, plan.modelDir ? store.dirFor(plan.modelDir) : null) : null;
-  const counter = editTokenizer ? await tokenizerFor(editTokenizer) : undefined;
-  const env = edit
-    ? await createSweEditEnvironment(taskId, evalEnvConfig(config), { gradeAlways: true, ...(counter ? { countTokens: (t: string) => counter.encode(t).length } : {}) })
-    : await createSweEnvironment(
-        taskId,
-        { ...evalEnvConfig(config), reward: 'tests' },
-        // token mode in the openai format: the model writes <tool_call> JSON, and is reminded of that format
-        { deadlineMs, ...(format === 'openai' && !chatApi ? { callFormat: 'tool_call' as const } : {}) },
-      );
+  const env = await evalEnvironment(config, plan, store, taskId, { deadlineMs, format, chatApi });
   const turns: EvalEpisodeRecord['turns'] = [];
   const cancelled = Context.current().cancellationSignal;
   const onStep = (e: EpisodeStepEvent) => {

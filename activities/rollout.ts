@@ -229,19 +229,12 @@ function streamingPolicy(store: ArtifactStore, runId: string, first: number, new
   };
 }
 
-export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
-  const { storeUrl, runId, n, taskId, sample, checkpoint, policyUrl, streaming } = input;
-  const store = openStore(storeUrl);
-  const key = keys.trajectory(runId, n, taskId, sample);
-  const stored = await store.getJson<Trajectory>(key);
-  if (stored) return summaryOf(key, stored);
-
-  const config = await iterationConfig(store, runId, n);
-  const factory = factories.get(config.env.kind);
-  if (!factory) {
-    throw nonRetryable(FailureType.InvalidConfig, `config.env.kind: no environment registered for ${JSON.stringify(config.env.kind)}`);
-  }
-  const ckptDir = store.dirFor(keys.checkpoint(runId, checkpoint));
+/**
+ * The rollout's policy client, pinned to its checkpoint (or, streaming, to the newest one), once the server serves
+ * that checkpoint: after a learner restart the server may serve another, and it is made to serve ours.
+ */
+async function rolloutPolicy(config: TrainingConfig, store: ArtifactStore, input: RolloutInput, ckptDir: string): Promise<EpisodePolicy> {
+  const { runId, checkpoint, policyUrl, streaming } = input;
   // our own server (policy.baseUrl unset) speaks the SGLang endpoint whatever policy.weightSync says
   const weightSync = config.policy.baseUrl ? config.policy.weightSync : 'sglang';
   // our server may be shared (another run, an evaluation): pin every completion to this run's checkpoint
@@ -253,8 +246,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
         createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, timeoutMs, pin: { dir, checkpoint: c } }),
       )
     : pinned;
-  // after a learner restart the server may serve another checkpoint: make it serve ours. One probe, no
-  // retries: a server that is gone (restarted on another port) is answered at once by the workflow's resync
+  // one probe, no retries: a server that is gone (restarted on another port) is answered at once by the workflow's resync
   const probe = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, retries: 0, timeoutMs: 30_000 });
   await unavailableAsFailure(policyUrl, async () => {
     if (servesCheckpoint(await probe.servedModel(), ckptDir, checkpoint)) return;
@@ -262,6 +254,23 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
     if (weightSync === 'vllm') throw new PolicyUnavailableError(`vLLM does not serve checkpoint ${checkpoint} (${ckptDir}): a verified sync is needed`);
     await pinned.loadWeights(ckptDir, checkpoint);
   });
+  return policy;
+}
+
+export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
+  const { storeUrl, runId, n, taskId, sample, checkpoint, policyUrl } = input;
+  const store = openStore(storeUrl);
+  const key = keys.trajectory(runId, n, taskId, sample);
+  const stored = await store.getJson<Trajectory>(key);
+  if (stored) return summaryOf(key, stored);
+
+  const config = await iterationConfig(store, runId, n);
+  const factory = factories.get(config.env.kind);
+  if (!factory) {
+    throw nonRetryable(FailureType.InvalidConfig, `config.env.kind: no environment registered for ${JSON.stringify(config.env.kind)}`);
+  }
+  const ckptDir = store.dirFor(keys.checkpoint(runId, checkpoint));
+  const policy = await rolloutPolicy(config, store, input, ckptDir);
 
   const tokenizer = await tokenizerFor(ckptDir);
   const contextWindow = await rolloutContextWindow(config, ckptDir, policyUrl);
