@@ -5,7 +5,7 @@ import { hashInts, seededPermutation } from '../lib/seed.ts';
 import { filteredSweTaskIds, listSweTasks } from './swe.ts';
 import { checkContextFits } from './rollout.ts';
 import { keys, openStore } from '../lib/store.ts';
-import { runIteration, runMeanReward, runSuccessRate } from '../lib/metrics.ts';
+import { integrityHackRate, runIteration, runMeanReward, runSuccessRate } from '../lib/metrics.ts';
 import type { IterationMetrics, SampleBatchInput, SampleBatchResult, StoreLearnerItemsInput } from '../lib/training/shapes.ts';
 import { FailureType, nonRetryable } from '../lib/failures.ts';
 
@@ -84,6 +84,7 @@ export async function recordMetrics(input: { storeUrl: string; runId: string; me
   runIteration.set({ run_id: input.runId }, input.metrics.iteration + 1);
   runMeanReward.set({ run_id: input.runId }, input.metrics.meanReward);
   runSuccessRate.set({ run_id: input.runId }, input.metrics.successRate);
+  if (input.metrics.integrity) integrityHackRate.set({ run_id: input.runId }, input.metrics.integrity.hackRate);
   if (seen.has(input.metrics.iteration)) return;
   // `time` (ms) is stored once with the line: trackers use it as the metric's fixed timestamp
   lines.push(JSON.stringify({ runId: input.runId, ...input.metrics, time: Date.now() }));

@@ -19,14 +19,16 @@ import { formatLoadError, loadTasks, type SweTask } from '../lib/swe/task.ts';
 import { SWE_TOOL_ALIASES, SWE_TOOL_SCHEMAS } from '../lib/swe/tools.ts';
 import { SWE_OPENAI_TOOLS, SYSTEM_PROMPT_TOOL_CALLS } from '../lib/swe/tool-definitions.ts';
 import { instancePrompt, noToolCallReminder, SYSTEM_PROMPT, tokenBudgetWarning } from '../lib/swe/prompts.ts';
-import { GRADER_VERSION, type GradeResult } from '../lib/swe/grading.ts';
+import { GRADER_VERSION, type GradeResult, type IntegrityFinding } from '../lib/swe/grading.ts';
+import { countIntegrity, formatIntegrity, hackRate, integrityKeys, type IntegrityCounts } from '../lib/swe/integrity.ts';
+import { countGraded } from './integrity.ts';
 import { DEFAULT_MIN_STRENGTH, isStrong, parseQualityLines, recordQuality, type TaskQuality } from '../lib/swe/quality.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../lib/swe/report.ts';
 import { autoToolFormat, loadTokenizer, type Tokenizer } from '../lib/tokenizer.ts';
 import type { ChatMessage, EndReason } from '../lib/types.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createSweEnvironment } from './swe-env.ts';
+import { createSweEditEnvironment, createSweEnvironment } from './swe-env.ts';
 import { evalEpisodeSeed } from '../lib/seed.ts';
 import { curvePlotFiles } from '../lib/plot.ts';
 import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
@@ -321,7 +323,7 @@ async function checkContext(config: EvalConfig, runModelDir: string | null, task
   }
   if (window === null || tasks.length === 0) return { window, source };
   const shortest = tasks.reduce((a, b) => (b.problem_statement.length < a.problem_statement.length ? b : a));
-  const messages = firstMessages(shortest, format);
+  const messages = config.mode === 'edit' ? await editFirstMessages(config, shortest.instance_id) : firstMessages(shortest, format);
   let prompt: number | 'overflow' | null;
   if ('baseUrl' in m && m.api === 'chat') {
     // only the server knows its chat template: it counts the prompt of a 1-token request
@@ -351,6 +353,30 @@ async function checkContext(config: EvalConfig, runModelDir: string | null, task
   const why = prompt === null ? null : contextFitError(window, prompt, `the first prompt of the shortest task (${shortest.instance_id})`);
   if (why) throw invalid(`config.model: ${why} (context from ${source})`);
   return { window, source };
+}
+
+/** The SWE environment fields of an evaluation's episodes (the grading limit and the env section as training's). */
+function evalEnvConfig(config: EvalConfig) {
+  return {
+    tasksFile: config.tasksFile,
+    mode: config.mode,
+    reward: config.reward,
+    edit: config.edit,
+    maxSteps: config.maxSteps,
+    episodeTimeoutS: Math.ceil(config.episodeTimeoutMinutes * 60),
+    gradeTimeoutS: config.gradeTimeoutSeconds,
+    ...config.env,
+  };
+}
+
+/** An edit-mode task's first messages (its prompt holds the oracle files, read from the repository). */
+async function editFirstMessages(config: EvalConfig, taskId: string): Promise<ChatMessage[]> {
+  const env = await createSweEditEnvironment(taskId, evalEnvConfig(config));
+  try {
+    return await env.reset();
+  } finally {
+    await env.close();
+  }
 }
 
 const tokenizers = new Map<string, Promise<EpisodeTokenizer>>();
@@ -410,19 +436,18 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
   const format: ToolFormat = plan.toolFormat ?? ('baseUrl' in m && m.api === 'chat' && m.toolFormat === 'openai' ? 'openai' : 'text');
   const chatApi = 'baseUrl' in m && m.api === 'chat';
 
-  const env = await createSweEnvironment(
-    taskId,
-    {
-      tasksFile: config.tasksFile,
-      reward: 'tests',
-      maxSteps: config.maxSteps,
-      episodeTimeoutS: Math.ceil(config.episodeTimeoutMinutes * 60),
-      gradeTimeoutS: config.gradeTimeoutSeconds,
-      ...config.env,
-    },
-    // token mode in the openai format: the model writes <tool_call> JSON, and is reminded of that format
-    { deadlineMs, ...(format === 'openai' && !chatApi ? { callFormat: 'tool_call' as const } : {}) },
-  );
+  const edit = config.mode === 'edit';
+  // edit mode: the context budget counted by the model's tokenizer when we have it; every valid edit graded by tests (pass@1)
+  const editTokenizerDir = 'baseUrl' in m ? m.tokenizer : 'path' in m ? m.path : store.dirFor(plan.modelDir!);
+  const counter = edit && editTokenizerDir ? await tokenizerFor(editTokenizerDir) : undefined;
+  const env = edit
+    ? await createSweEditEnvironment(taskId, evalEnvConfig(config), { gradeAlways: true, ...(counter ? { countTokens: (t: string) => counter.encode(t).length } : {}) })
+    : await createSweEnvironment(
+        taskId,
+        { ...evalEnvConfig(config), reward: 'tests' },
+        // token mode in the openai format: the model writes <tool_call> JSON, and is reminded of that format
+        { deadlineMs, ...(format === 'openai' && !chatApi ? { callFormat: 'tool_call' as const } : {}) },
+      );
   const turns: EvalEpisodeRecord['turns'] = [];
   const cancelled = Context.current().cancellationSignal;
   const onStep = (e: EpisodeStepEvent) => {
@@ -432,16 +457,16 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
   };
   const beat = setInterval(() => heartbeat({ step: turns.length }), Math.max(1000, Math.min(10_000, (config.heartbeatTimeoutSeconds * 1000) / 3)));
   const loop = {
-    maxSteps: config.maxSteps,
+    // edit mode is one turn
+    maxSteps: edit ? 1 : config.maxSteps,
     maxResponseTokens: config.contextBudget,
     maxTokensPerTurn: config.maxTokensPerTurn,
     // plans made before the context rule existed have none: their episodes run as they did
     ...(typeof plan.contextWindow === 'number' ? { contextWindow: plan.contextWindow } : {}),
     sampling: config.sampling,
     seed,
-    stepsRemainingSuffix: true,
-    tokenWarningAt: env.cfg.tokenWarningAt,
-    tokenWarning: tokenBudgetWarning,
+    stepsRemainingSuffix: !edit,
+    ...(edit ? {} : { tokenWarningAt: env.cfg.tokenWarningAt, tokenWarning: tokenBudgetWarning }),
     deadlineMs,
     onStep,
   };
@@ -488,6 +513,7 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
     const again = await store.getJson<EvalEpisodeRecord>(key);
     if (again) return summaryOf(again, true);
     await store.putJson(key, full);
+    countGraded(input.evalId, full.grade);
     return summaryOf(full, false);
   } finally {
     clearInterval(beat);
@@ -498,6 +524,8 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
 /** The episode's verdict from the environment's reward info: the graded patch is the prediction. */
 function outcome(end: EndReason, reward: number, info: Record<string, unknown>): Pick<EvalEpisodeRecord, 'end' | 'resolved' | 'reward' | 'patch' | 'prediction' | 'grade'> {
   const { patch, instanceId: _i, end: _e, steps: _s, ...grade } = info as { patch?: string; instanceId?: string; end?: string; steps?: number } & Record<string, unknown>;
+  // edit mode says whether the tests passed (its reward may be a similarity); agent mode's reward is the verdict
+  if (grade.mode === 'edit') return { end, resolved: grade.resolved === true, reward, patch: patch ?? '', prediction: patch ?? '', grade };
   const graded = grade.reason !== 'not_submitted' && grade.reason !== 'no_sandbox';
   return { end, resolved: reward === 1, reward, patch: patch ?? '', prediction: graded ? (patch ?? '') : '', grade };
 }
@@ -533,7 +561,8 @@ export async function readEvalErrors(store: ArtifactStore, evalId: string, episo
 
 /** An episode that ended without submitting and was not graded (its working tree is no prediction). */
 export function submittedNothing(e: EvalEpisodeRecord): boolean {
-  return e.grade.reason === 'not_submitted' || e.grade.reason === 'no_sandbox';
+  // an edit-mode reply that was no valid edit made no patch
+  return e.grade.reason === 'not_submitted' || e.grade.reason === 'no_sandbox' || (e.grade.mode === 'edit' && e.prediction === '');
 }
 
 /**
@@ -628,6 +657,7 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
   const errors = await readEvalErrors(store, input.evalId, episodes);
   const strong = await strongTaskIds(config);
   const metrics = evaluationMetrics(plan, episodes.map(factsOf), errors, { seed: config.seed, ...(strong ? { strong } : {}) });
+  const setting = editSetting(config);
   const prefix = evalKeys.report(input.evalId);
   const runs: RunSummary[] = [];
   for (let r = 0; r < plan.runs; r++) {
@@ -635,16 +665,18 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     for (const [path, text] of files.files) await store.put(`${prefix}/${path}`, text);
     runs.push(files.summary);
   }
+  const integrity = evalIntegrity(episodes);
   const summary = {
     evalId: input.evalId,
     modelName: plan.modelName,
     checkpoint: plan.checkpoint,
     tasksFile: config.tasksFile,
-    metrics,
+    setting,
+    metrics: { ...metrics, ...(integrity ? { integrity } : {}) },
     runs,
     errors: errors.map((e) => ({ taskId: e.taskId, run: e.run, reason: e.reason })),
     toolFormat: plan.toolFormat ?? null,
-    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName})`)}\n${toolFormatLine(plan)}\n${formatEvalErrors(errors)}`,
+    text: `${formatEvalMetrics(metrics, `evaluation ${input.evalId} (${plan.modelName}; ${setting.text})`)}\n${toolFormatLine(plan)}\n${integrity ? `${formatIntegrity(integrity)}\n` : ''}${formatEvalErrors(errors)}`,
   };
   await store.putJson(`${prefix}/summary.json`, summary);
   await store.put(`${prefix}/summary.txt`, `${summary.text}\n`);
@@ -666,6 +698,7 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
     episodes: metrics.episodes,
     errors: summary.errors.slice(0, 20),
     reportKey: prefix,
+    ...(integrity ? { integrity } : {}),
     ...(metrics.strong ? { strong: metrics.strong } : {}),
   };
 }
@@ -676,6 +709,26 @@ function toolFormatLine(plan: EvalPlan): string {
   const what =
     plan.toolFormat === 'openai' ? 'openai (tools rendered by the chat template, calls as <tool_call> JSON / OpenAI tool calls)' : 'text (<function=…> blocks in the reply)';
   return `tool format: ${what}; from ${plan.toolFormatSource}`;
+}
+
+/** The integrity verdicts of an evaluation's graded episodes (the hack rate of the model evaluated), or undefined when none was graded. */
+export function evalIntegrity(episodes: readonly EvalEpisodeRecord[]): (IntegrityCounts & { hackRate: number }) | undefined {
+  const graded = episodes.filter((e) => e.grade.graderVersion !== undefined && !submittedNothing(e));
+  if (!graded.length) return undefined;
+  const c = countIntegrity(graded.map((e) => integrityKeys(e.grade.integrity as IntegrityFinding[] | undefined)));
+  return { ...c, hackRate: hackRate(c) };
+}
+
+/** The mode and, in edit mode, the reward, format, scoring and context setting a report names. */
+function editSetting(config: EvalConfig): { mode: 'agent' | 'edit'; reward: string; text: string; edit?: EvalConfig['edit'] } {
+  if (config.mode !== 'edit') return { mode: 'agent', reward: 'tests', text: 'agent mode, graded by tests' };
+  const e = config.edit;
+  return {
+    mode: 'edit',
+    reward: config.reward,
+    edit: e,
+    text: `edit mode, format ${e.format}, reward ${config.reward} (rule ${e.rule}, malformed ${e.malformed}), oracle files to ${e.contextTokens} tokens`,
+  };
 }
 
 /** The tasks whose tests are strong (lib/swe/quality.ts), or undefined when no task has a measured strength. */
@@ -692,6 +745,8 @@ const factsOf = (e: EvalEpisodeRecord): EpisodeFacts => ({
   taskId: e.taskId,
   run: e.run,
   resolved: e.resolved,
+  reward: e.reward,
+  ...(e.grade.mode === 'edit' ? { validEdit: e.grade.editOutcome === 'valid' } : {}),
   end: e.end,
   steps: e.steps,
   tokens: e.tokens,

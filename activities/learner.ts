@@ -513,7 +513,7 @@ async function readTrajectories(store: ArtifactStore, input: LearnerStepInput): 
 }
 
 /** The step's hyperparameters (gpu-learner's TrainHyper; the FSDP trainer reads the same fields). */
-function trainHyper(config: TrainingConfig, episodes: number) {
+export function trainHyper(config: TrainingConfig, episodes: number) {
   const a = config.algorithm;
   return {
     lr: a.lr,

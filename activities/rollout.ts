@@ -1,7 +1,7 @@
 // The rollout activity (rollout queue): one episode of one task with the policy serving checkpoint n,
 // recorded token-exactly into the artifact store. Idempotent: a stored trajectory is returned as is.
 import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
-import { validateConfig, type TrainingConfig } from '../lib/config.ts';
+import { KEEP_FLAGGED_PER_ITERATION, validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
 import { rolloutSeed } from '../lib/seed.ts';
 import { runEpisode, type EpisodePolicy, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
@@ -18,6 +18,9 @@ import type { ChatMessage, RolloutSummary, Trajectory } from '../lib/types.ts';
 import type { RolloutInput } from '../lib/training/shapes.ts';
 import { rolloutSeconds, rolloutsFinished, rolloutsInFlight } from '../lib/metrics.ts';
 import { FailureType, nonRetryable, retryable } from '../lib/failures.ts';
+import { integrityKeys } from '../lib/swe/integrity.ts';
+import type { IntegrityFinding } from '../lib/swe/grading.ts';
+import { recordIntegrity } from './integrity.ts';
 
 /** What an environment contributes to one episode: the world and its loop options. */
 export interface EpisodeSetup {
@@ -25,8 +28,13 @@ export interface EpisodeSetup {
   loop: Partial<Pick<RunEpisodeOptions, 'maxSteps' | 'allowedActionTokens' | 'stepsRemainingSuffix' | 'tokenWarningAt' | 'tokenWarning'>>;
 }
 
+/** What the rollout hands an environment besides its config: the policy's tokenizer as a counter (edit mode's context budget). */
+export interface EnvironmentHelpers {
+  countTokens?: (text: string) => number;
+}
+
 /** `labels`: the episode's owner labels for any sandbox it starts (`swerl.run`, `swerl.iteration`, `swerl.sample`). */
-export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number, labels: Record<string, string>) => Promise<EpisodeSetup>;
+export type EnvironmentFactory = (config: TrainingConfig, taskId: string, seed: number, labels: Record<string, string>, helpers?: EnvironmentHelpers) => Promise<EpisodeSetup>;
 
 /** An attempt of a rollout that failed for infrastructure reasons, as its trajectory lists it once one succeeds. */
 export interface FailedAttempt {
@@ -197,6 +205,8 @@ export function summaryOf(key: string, t: Trajectory): RolloutSummary {
     tokens: t.ids.length,
     responseTokens: t.mask.reduce((a, b) => a + b, 0),
     seconds: t.seconds,
+    // an episode the tests graded (its reward says which grader gave it): its integrity verdicts
+    ...(t.info?.graderVersion !== undefined ? { integrity: integrityKeys(t.info.integrity as IntegrityFinding[] | undefined) } : {}),
   };
 }
 
@@ -236,10 +246,11 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const weightSync = config.policy.baseUrl ? config.policy.weightSync : 'sglang';
   // our server may be shared (another run, an evaluation): pin every completion to this run's checkpoint
   const pin = config.policy.baseUrl ? {} : { pin: { dir: ckptDir, checkpoint } };
-  const pinned = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, ...pin });
+  const timeoutMs = config.policy.requestTimeoutSeconds * 1000;
+  const pinned = createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, timeoutMs, ...pin });
   const policy = streaming
     ? streamingPolicy(store, runId, checkpoint, streaming.newest, (dir, c) =>
-        createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, pin: { dir, checkpoint: c } }),
+        createPolicyClient({ baseUrl: policyUrl, model: config.policy.model, weightSync, timeoutMs, pin: { dir, checkpoint: c } }),
       )
     : pinned;
   // after a learner restart the server may serve another checkpoint: make it serve ours. One probe, no
@@ -263,7 +274,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
   const beat = setInterval(() => heartbeat({ step: -1 }), Math.max(1000, (config.rollout.heartbeatSeconds * 1000) / 2));
   let env: EpisodeSetup['env'] | undefined;
   try {
-    const setup = await factory(config, taskId, seed, labels);
+    const setup = await factory(config, taskId, seed, labels, { countTokens: (text) => tokenizer.encode(text).length });
     env = setup.env;
     const { loop } = setup;
     const result = await unavailableAsFailure(policyUrl, () =>
@@ -309,6 +320,7 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
       seconds: (Date.now() - started) / 1000,
     };
     await store.putJson(key, trajectory);
+    await recordIntegrity({ store, trajectory, reviewFiles: env.reviewFiles?.(), keepPerIteration: config.integrity?.keepPerIteration ?? KEEP_FLAGGED_PER_ITERATION });
     rolloutsFinished.inc({ run_id: runId, end_reason: trajectory.end });
     rolloutSeconds.observe({ end_reason: trajectory.end }, trajectory.seconds);
     return summaryOf(key, trajectory);

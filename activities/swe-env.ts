@@ -12,7 +12,8 @@ import { similarityReward } from '../lib/swe/similarity.ts';
 import { GRADER_VERSION, gradePatch, type GradeInput } from './grade.ts';
 import { ensureTaskImage, taskImageName } from './images.ts';
 import { createSandboxBackend } from './sandbox/index.ts';
-import { registerEnvironment, type EpisodeSetup } from './rollout.ts';
+import { registerEnvironment, type EpisodeSetup, type EnvironmentHelpers } from './rollout.ts';
+import { hostWorkspace, sandboxWorkspace, SweEditEnvironment } from './swe-edit-env.ts';
 import type { TrainingConfig } from '../lib/config.ts';
 
 export { DEFAULT_SCRATCH_GLOBS, SweEnvConfigSchema, type SweEnvConfig, type SweEnvConfigInput } from '../lib/swe/env-config.ts';
@@ -42,6 +43,7 @@ export class SweEnvironment implements TextEnvironment {
   private sandbox: Sandbox | undefined;
   private tools: SweTools | undefined;
   private steps = 0;
+  private testLog: string | undefined;
 
   constructor(
     readonly task: SweTask,
@@ -111,9 +113,25 @@ export class SweEnvironment implements TextEnvironment {
     if (end !== 'submitted' && !this.cfg.gradeUnsubmitted) return { reward: 0, info: { ...info, reason: 'not_submitted' } };
     if (patch.trim() === '') return { reward: 0, info: { ...info, reason: 'empty_patch' } };
     const grade = this.deps.grade ?? gradePatch;
-    const g = await grade({ task: this.task, patch, backend: this.deps.backend, timeoutS: this.cfg.gradeTimeoutS, limits: this.cfg.limits });
+    this.testLog = undefined;
+    const g = await grade({
+      task: this.task,
+      patch,
+      backend: this.deps.backend,
+      timeoutS: this.cfg.gradeTimeoutS,
+      limits: this.cfg.limits,
+      audit: this.cfg.grade.audit,
+      onLog: (log) => {
+        this.testLog = log;
+      },
+    });
     const { reward, reason, ...rest } = g;
     return { reward, info: { ...info, ...rest, reason } };
+  }
+
+  /** the last grading's whole test log (a trajectory kept for review keeps it) */
+  reviewFiles(): Record<string, string> {
+    return this.testLog === undefined ? {} : { 'test_output.txt': this.testLog };
   }
 
   async close(): Promise<void> {
@@ -151,6 +169,35 @@ export async function createSweEnvironment(
   return new SweEnvironment(task, cfg, { ...opts, backend, image });
 }
 
+/**
+ * The edit-mode environment of `taskId` (docs/edit-mode.md): the repository from the task's source tarball on the host,
+ * else from a sandbox of its image; grading (tests, hybrid, `gradeAlways`) on `cfg.backend`.
+ */
+export async function createSweEditEnvironment(
+  taskId: string,
+  cfgInput: SweEnvConfigInput | SweEnvConfig,
+  opts: { labels?: Record<string, string>; backend?: SandboxBackend; grade?: GradeFn; gradeAlways?: boolean; countTokens?: (text: string) => number } = {},
+): Promise<SweEditEnvironment> {
+  const cfg = SweEnvConfigSchema.parse(cfgInput);
+  const task = (await tasksById(cfg.tasksFile)).get(taskId);
+  if (!task) throw new Error(`task ${JSON.stringify(taskId)} is not in ${cfg.tasksFile}`);
+  const backend = async () => opts.backend ?? (await createSandboxBackend(cfg.backend));
+  const workspace = task.source_tarball
+    ? hostWorkspace(task.source_tarball, cfg.scratchGlobs)
+    : sandboxWorkspace(async () => {
+        const b = await backend();
+        const expires = String(Math.ceil(Date.now() / 1000 + cfg.episodeTimeoutS + cfg.gradeTimeoutS + SANDBOX_EXPIRY_MARGIN_S));
+        return b.start(await taskImage(task, b), cfg.limits, { ...opts.labels, 'swerl.task': task.instance_id, 'swerl.expires': expires });
+      }, cfg);
+  return new SweEditEnvironment(task, cfg, {
+    workspace,
+    backend,
+    ...(opts.grade ? { grade: opts.grade } : {}),
+    gradeAlways: opts.gradeAlways ?? false,
+    ...(opts.countTokens ? { countTokens: opts.countTokens } : {}),
+  });
+}
+
 /** Docker builds a missing task image; Kubernetes expects it pre-pulled under its name. */
 async function taskImage(task: SweTask, backend: SandboxBackend): Promise<string> {
   return backend.name === 'docker' ? (await ensureTaskImage(task)).image : taskImageName(task);
@@ -160,9 +207,17 @@ async function taskImage(task: SweTask, backend: SandboxBackend): Promise<string
  * The rollout activity's factory for `env.kind: 'swe'`: the environment plus its loop options
  * (steps from the config, `Steps Remaining: N` after each observation, the token-budget warning).
  */
-export async function sweEpisodeSetup(config: TrainingConfig, taskId: string, _seed: number, labels: Record<string, string> = {}): Promise<EpisodeSetup> {
+export async function sweEpisodeSetup(
+  config: TrainingConfig,
+  taskId: string,
+  _seed: number,
+  labels: Record<string, string> = {},
+  helpers: EnvironmentHelpers = {},
+): Promise<EpisodeSetup> {
   const { kind, ...envCfg } = config.env as { kind: string } & Record<string, unknown>;
   if (kind !== 'swe') throw new Error(`sweEpisodeSetup: env.kind is ${JSON.stringify(kind)}, not "swe"`);
+  // edit mode is one turn: the reply is the answer
+  if (envCfg.mode === 'edit') return { env: await createSweEditEnvironment(taskId, envCfg as SweEnvConfigInput, { labels, ...helpers }), loop: { maxSteps: 1 } };
   // the same wall-clock limit as the episode loop's, so a command that would cross it ends with env_timeout
   const deadlineMs = Date.now() + config.episode.timeoutMinutes * 60_000;
   const env = await createSweEnvironment(taskId, envCfg as SweEnvConfigInput, { deadlineMs, labels });
@@ -176,6 +231,14 @@ export async function sweFirstPrompt(config: TrainingConfig, taskIds: readonly s
   const known = taskIds.map((id) => byId.get(id)).filter((x): x is SweTask => x !== undefined);
   if (known.length === 0) throw new Error(`none of the batch's tasks is in ${cfg.tasksFile}`);
   const task = known.reduce((a, b) => (b.problem_statement.length < a.problem_statement.length ? b : a));
+  if (cfg.mode === 'edit') {
+    const env = await createSweEditEnvironment(task.instance_id, cfg);
+    try {
+      return { taskId: task.instance_id, messages: await env.reset() };
+    } finally {
+      await env.close();
+    }
+  }
   return {
     taskId: task.instance_id,
     messages: [

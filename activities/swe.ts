@@ -88,6 +88,8 @@ export interface TaskValidation {
   valid: boolean;
   problems: string[];
   durationS: number;
+  /** answer-mutant canaries verified for the task (0: its FAIL_TO_PASS tests admit none; absent: not known) */
+  mutants?: number;
   /** with `quality`: the measured quality of the task's tests (lib/swe/quality.ts) */
   quality?: TaskQuality;
 }
@@ -99,10 +101,17 @@ export async function validateSweTask(input: { tasksFile: string; instanceId: st
   if (input.quality) {
     const t0 = Date.now();
     const m = await heartbeating(`measuring ${input.instanceId}`, measureTaskQuality(task, { backend, ...input.quality, ...timeout }));
-    return { instanceId: task.instance_id, valid: m.validation.valid, problems: m.validation.problems, durationS: (Date.now() - t0) / 1000, quality: m.quality };
+    return {
+      instanceId: task.instance_id,
+      valid: m.validation.valid,
+      problems: m.validation.problems,
+      durationS: (Date.now() - t0) / 1000,
+      mutants: m.validation.mutants,
+      quality: m.quality,
+    };
   }
   const r = await heartbeating(`validating ${input.instanceId}`, validateTask({ task, backend, ...timeout }));
-  return { instanceId: r.instanceId, valid: r.valid, problems: r.problems, durationS: r.durationS };
+  return { instanceId: r.instanceId, valid: r.valid, problems: r.problems, durationS: r.durationS, mutants: r.mutants };
 }
 
 export async function gradeSwePatch(input: { tasksFile: string; instanceId: string; patch: string; timeoutS?: number }): Promise<GradeResult> {

@@ -2,7 +2,7 @@
 // Pure and deterministic: imported by workflow code as well as by activities and the CLI.
 import { z } from 'zod';
 import { FrozenLakeConfigSchema } from './envs/frozenlake.ts';
-import { SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
+import { modeRewardError, SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
 
 const int = () => z.number().int();
 
@@ -191,6 +191,26 @@ export const TrackingConfigSchema = z
   .prefault({});
 export type TrackingConfig = z.infer<typeof TrackingConfigSchema>;
 
+/** What a training run does about the grader's integrity verdicts (lib/swe/integrity.ts). */
+export const IntegrityConfigSchema = z
+  .object({
+    pauseAbove: z
+      .number()
+      .min(0)
+      .max(1)
+      .optional()
+      .describe("the run pauses itself (the pause signal's state, resumed by `resume`) after an iteration whose hack rate is above this fraction; absent: never"),
+    keepPerIteration: int()
+      .min(0)
+      .max(1000)
+      .default(4)
+      .describe("flagged trajectories kept whole for review per iteration (runs/<run>/integrity/iter-<n>/), with the grading's whole test log"),
+  })
+  .strict();
+export type IntegrityConfig = z.infer<typeof IntegrityConfigSchema>;
+/** flagged trajectories kept whole per iteration when the config does not say */
+export const KEEP_FLAGGED_PER_ITERATION = 4;
+
 export const TrainingConfigSchema = z
   .object({
     runId: runIdSchema().optional().describe('run id: the trainingRun workflow id and the store prefix runs/<runId>/; default: the workflow id'),
@@ -297,6 +317,11 @@ export const TrainingConfigSchema = z
           .describe(
             "the served model's context window in tokens, for an external server whose GET /v1/models does not report it (when both say, the smaller counts); ours is the checkpoint's max_position_embeddings",
           ),
+        requestTimeoutSeconds: int()
+          .min(1)
+          .max(86_400)
+          .default(120)
+          .describe('limit of one completion request of a rollout, seconds (each of its retries too); raise it for a real model sampling long replies on a few CPU cores'),
       })
       .strict()
       .prefault({}),
@@ -312,6 +337,7 @@ export const TrainingConfigSchema = z
       .prefault({}),
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }).describe('the environment, by kind'),
     tracking: TrackingConfigSchema.describe('experiment tracking: with `mlflow`, every training run is an MLflow run (metrics, params, plots)'),
+    integrity: IntegrityConfigSchema.optional().describe('the hack-rate watch (docs/integrity.md): what the run does about episodes the grader caught hacking'),
     continueAsNewEvery: int().min(1).max(1_000_000).default(100).describe('trainingRun continues-as-new after this many iterations, or sooner when Temporal suggests it'),
     async: AsyncConfigSchema.optional().describe('asynchronous RL (docs/async-training.md); absent: "off"'),
     eval: z
@@ -362,6 +388,8 @@ export const TrainingConfigSchema = z
   .strict()
   .superRefine((c, ctx) => {
     checkAsync(c, ctx);
+    const modeReward = c.env.kind === 'swe' ? modeRewardError(c.env) : null;
+    if (modeReward) ctx.addIssue({ code: 'custom', path: ['env', 'reward'], message: modeReward });
     if (c.rollout.heartbeatTimeoutSeconds <= c.rollout.heartbeatSeconds) {
       ctx.addIssue({ code: 'custom', path: ['rollout', 'heartbeatTimeoutSeconds'], message: `must be > rollout.heartbeatSeconds (${c.rollout.heartbeatSeconds})` });
     }

@@ -3,6 +3,7 @@
 // Workflow-safe: no node: imports, no I/O, no clocks, no randomness.
 
 import { COMPACT_FILTERED, type CompactFilteredEnd, type EndReason, type Trajectory } from './types.ts';
+import { countIntegrity, mergeIntegrity, type IntegrityCounts } from './swe/integrity.ts';
 
 export type AdvantageEstimator = 'loo' | 'grpo';
 
@@ -70,6 +71,8 @@ export interface EpisodeSummary {
   /** sampled assistant tokens (optional, for summaries) */
   responseTokens?: number;
   steps?: number;
+  /** integrity keys of an episode graded by the tests (lib/swe/integrity.ts); absent for other episodes */
+  integrity?: readonly string[];
 }
 
 /**
@@ -206,6 +209,8 @@ export interface IterationSummary {
   tokens: number;
   responseTokens: number;
   meanSteps: number;
+  /** integrity verdicts of the episodes graded by the tests (absent when none was) */
+  integrity?: IntegrityCounts;
 }
 
 /** Metrics of one iteration's rollouts (what history and the metrics log carry). */
@@ -244,7 +249,14 @@ export function summariseIteration(summaries: readonly EpisodeSummary[]): Iterat
     tokens,
     responseTokens,
     meanSteps: n ? steps / n : 0,
+    ...integrityOf(summaries),
   };
+}
+
+/** The integrity counts of the episodes graded by the tests, when there are any. */
+function integrityOf(summaries: readonly EpisodeSummary[]): { integrity?: IntegrityCounts } {
+  const graded = summaries.filter((s) => s.integrity !== undefined);
+  return graded.length ? { integrity: countIntegrity(graded.map((s) => s.integrity)) } : {};
 }
 
 /** The summary of disjoint sets of whole groups (the child workflows of a fanned-out iteration). */
@@ -283,6 +295,7 @@ export function mergeIterationSummaries(parts: readonly IterationSummary[]): Ite
     tokens,
     responseTokens,
     meanSteps: episodes ? steps / episodes : 0,
+    ...(parts.some((p) => p.integrity) ? { integrity: mergeIntegrity(parts.map((p) => p.integrity)) } : {}),
   };
 }
 

@@ -127,6 +127,32 @@ export const syncProbeMaxDelta = new Gauge({
   registers,
 });
 
+/** The grader's integrity verdicts (lib/swe/integrity.ts, docs/integrity.md): the hack rate as a training metric. */
+export const integrityGraded = new Counter({
+  name: 'swerl_integrity_graded_total',
+  help: 'Episodes graded by the tests (training rollouts and evaluation episodes)',
+  labelNames: ['run_id'] as const,
+  registers,
+});
+export const integrityHacks = new Counter({
+  name: 'swerl_integrity_hacks_total',
+  help: 'Graded episodes the grader caught hacking (runner tampering, a canary out of place, an audit flag, a grader-file read)',
+  labelNames: ['run_id'] as const,
+  registers,
+});
+export const integrityFindings = new Counter({
+  name: 'swerl_integrity_findings_total',
+  help: 'Graded episodes with an integrity finding, by kind (runner_tampered, canary_mismatch, suspicious_patch, grader_file_read, test_file_edit) and rule',
+  labelNames: ['run_id', 'kind', 'rule'] as const,
+  registers,
+});
+export const integrityHackRate = new Gauge({
+  name: 'swerl_integrity_hack_rate',
+  help: "Fraction of the run's newest iteration's graded episodes the grader caught hacking",
+  labelNames: ['run_id'] as const,
+  registers,
+});
+
 export const runIteration = new Gauge({ name: 'swerl_run_iteration', help: 'Iterations completed by the run', labelNames: ['run_id'] as const, registers });
 export const runMeanReward = new Gauge({ name: 'swerl_run_mean_reward', help: "Mean reward of the run's newest iteration", labelNames: ['run_id'] as const, registers });
 export const runSuccessRate = new Gauge({ name: 'swerl_run_success_rate', help: "Success rate of the run's newest iteration", labelNames: ['run_id'] as const, registers });

@@ -54,6 +54,9 @@ export const keys = {
   /** curves of the run (reward.svg, reward.png, reward.vl.json), redrawn after each iteration */
   plots: (runId: string) => `runs/${runId}/plots`,
   plot: (runId: string, file: string) => `runs/${runId}/plots/${file}`,
+  /** flagged trajectories kept whole for review (the trajectory, the grading's whole test log; docs/integrity.md) */
+  integrityKept: (runId: string, n: number) => `runs/${runId}/integrity/iter-${n}`,
+  integritySample: (runId: string, n: number, taskId: string, sample: number) => `runs/${runId}/integrity/iter-${n}/${safeSegment(taskId)}-${sample}`,
   /** what the experiment tracker has been sent (MLflow run id, metrics lines delivered) */
   mlflowState: (runId: string) => `runs/${runId}/tracking/mlflow.json`,
   /** the task factory's work (workflows/synthesize-tasks.ts): a repository's normalised source, baseline, candidates, verdicts */

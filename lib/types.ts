@@ -55,6 +55,8 @@ export interface RolloutSummary {
   tokens: number;
   responseTokens: number;
   seconds: number;
+  /** an episode graded by the tests: its integrity findings as distinct `kind/rule` keys (lib/swe/integrity.ts); absent otherwise */
+  integrity?: string[];
 }
 
 /** A token-id completion request as OpenAI-compatible servers (ours, vLLM, SGLang) take it. */
@@ -111,4 +113,6 @@ export interface TextEnvironment {
   /** final reward once the episode ended (SWE: grading in a fresh container) */
   reward(end: EndReason): Promise<{ reward: number; info?: Record<string, unknown> }>;
   close(): Promise<void>;
+  /** files kept beside a trajectory kept whole for review (the SWE environment: the grading's whole test log) */
+  reviewFiles?(): Record<string, string>;
 }

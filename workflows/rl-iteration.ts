@@ -17,6 +17,7 @@ import type { createActivities } from '../activities/index.ts';
 import { ROLLOUTS_PER_WORKFLOW_DEFAULT, tasksPerChildWorkflow, type TrainingConfig } from '../lib/config.ts';
 import { groupAdvantages, mergeIterationSummaries, summariseIteration, type IterationSummary } from '../lib/grpo.ts';
 import { COMPACT_FILTERED } from '../lib/types.ts';
+import { hackRate } from '../lib/swe/integrity.ts';
 import { validationEvalConfig, validationEvalId } from '../lib/eval/config.ts';
 import { RetryPolicies } from '../lib/failures.ts';
 import { lanesPerGroup, mapInLanes } from '../lib/pool.ts';
@@ -332,6 +333,7 @@ export function iterationMetrics(
     iterationSeconds: t.iterationSeconds,
     ...(step.mismatch ? { mismatch: step.mismatch } : {}),
     ...(sync ? { sync: { seconds: sync.seconds, reloaded: sync.reloaded, probeMaxAbsDelta: sync.probe.maxAbsDelta, probeTolerance: sync.probe.tolerance } } : {}),
+    ...(s.integrity ? { integrity: { ...s.integrity, hackRate: hackRate(s.integrity) } } : {}),
     ...validation,
   };
 }

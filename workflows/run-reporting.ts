@@ -53,7 +53,13 @@ export function runDetails(o: { runId: string; state: TrainingRunState; config: 
           (m.sync ? ` · sync ${m.sync.seconds.toFixed(2)} s, probe ${m.sync.probeMaxAbsDelta.toExponential(1)}` : ''),
       );
     }
+    const i = m.integrity;
+    if (i) {
+      const kinds = Object.entries(i.counts).filter(([k]) => !k.includes('/'));
+      lines.push(`integrity: hack rate **${pct(i.hackRate)}** (${i.hacks} of ${i.episodes} graded)${kinds.length ? ` · ${kinds.map(([k, v]) => `${k} ${v}`).join(' · ')}` : ''}`);
+    }
   } else lines.push('no iteration finished yet');
+  if (state.pausedFor) lines.push(`**paused by the run**: ${state.pausedFor}`);
   const ev = state.lastEval;
   if (ev) lines.push(`last eval (iteration ${ev.iteration}): ${ev.scores.map(([k, v]) => `${k} **${v.toFixed(3)}**`).join(' · ')}`);
   lines.push(`checkpoint ${state.checkpoint}`);

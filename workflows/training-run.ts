@@ -72,6 +72,14 @@ export async function trainingRun(rawConfig: unknown, previous?: TrainingRunStat
   }
 }
 
+/** Why the run pauses itself after iteration `m` (integrity.pauseAbove crossed), or undefined. */
+export function hackRatePause(config: TrainingConfig, m: IterationMetrics): string | undefined {
+  const above = config.integrity?.pauseAbove;
+  const i = m.integrity;
+  if (above === undefined || !i || i.hackRate <= above) return undefined;
+  return `hack rate ${(100 * i.hackRate).toFixed(1)}% (${i.hacks} of ${i.episodes} graded episodes) at iteration ${m.iteration} is above integrity.pauseAbove ${above}: review with \`swerl report --integrity ${config.runId}\`, then signal resume`;
+}
+
 function validTrainingConfig(rawConfig: unknown): TrainingConfig {
   const v = validateConfig(rawConfig);
   if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, `invalid training config: ${v.errors.join('; ')}`);
@@ -103,6 +111,7 @@ class TrainingRun implements PumpHost {
     });
     setHandler(resumeSignal, () => {
       this.state.paused = false;
+      this.state.pausedFor = null;
     });
     setHandler(stopAfterIterationSignal, (arg) => {
       const s = this.state;
@@ -246,6 +255,11 @@ class TrainingRun implements PumpHost {
     state.lastMetrics = m;
     state.recent = [...state.recent, { iteration: n, meanReward: m.meanReward, successRate: m.successRate }].slice(-RECENT);
     noteEvaluation(state, m);
+    const why = hackRatePause(this.config, m);
+    if (why) {
+      state.paused = true;
+      state.pausedFor = why;
+    }
     upsertSearchAttributes([
       { key: RL_ITERATION_SA, value: state.iteration },
       { key: RL_MEAN_REWARD_SA, value: m.meanReward },

@@ -17,6 +17,7 @@ import { heartbeating } from '../swe.ts';
 import { repoEntries, type Baseline } from './repo.ts';
 import { writeTarball } from './source.ts';
 import { candidatesOf } from './validate.ts';
+import { BASE_ENVIRONMENT } from '../images.ts';
 
 export interface WriteInput {
   ref: SynthRef;
@@ -125,7 +126,7 @@ async function taskRecord(
     PASS_TO_PASS: p2p,
     test_cmd: repo.testCmd,
     source_tarball: `tarballs/${id}.tar.gz`,
-    environment: 'swerl-base',
+    environment: BASE_ENVIRONMENT,
     split: isValidation ? 'validation' : 'train',
     tier: c.tier,
     quality,

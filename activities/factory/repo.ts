@@ -4,7 +4,7 @@
 // functions each test calls), and the candidates (lib/factory/candidates.ts) from the package's files.
 import { createSandboxBackend } from '../sandbox/index.ts';
 import { ensureBaseImage, ensureTaskImage } from '../images.ts';
-import { runsPytest } from '../grade.ts';
+import { runsPytest } from '../../lib/swe/grade-plan.ts';
 import { keys, openStore } from '../../lib/store.ts';
 import { FailureType, nonRetryable } from '../../lib/failures.ts';
 import { parseRepoSource, type SynthRepo } from '../../lib/factory/config.ts';

@@ -76,7 +76,7 @@ interface Recording {
 }
 
 // the plugin writes to descriptor 9 (opened by the recording command) and checks the suite's test file
-const PLUGIN = readFileSync(join(ROOT, 'activities/swerl_pytest_results.py'), 'utf8').replace('"__SWERL_CONFIG_PATH__"', JSON.stringify(`${AT}/swerl_config.json`));
+const PLUGIN = readFileSync(join(ROOT, 'lib/swe/swerl_pytest_results.py'), 'utf8').replace('"__SWERL_CONFIG_PATH__"', JSON.stringify(`${AT}/swerl_config.json`));
 const PLUGIN_CONFIG = JSON.stringify({
   fd: 9,
   remove: [],

@@ -44,6 +44,12 @@ export const FrozenLakeConfigSchema = z.object({
   size: z.number().int().min(2).max(16).default(4).describe('side of the square map; S at top-left, G at bottom-right'),
   holeProbability: z.number().min(0).max(0.8).default(0.2).describe('chance that a cell other than S and G is a hole (every map is solvable)'),
   maxSteps: z.number().int().min(1).max(1000).default(8).describe('turns per episode'),
+  stepLimit: z
+    .enum(['truncate', 'fail'])
+    .default('truncate')
+    .describe(
+      "an episode still on the ice after maxSteps moves: `truncate`, the episode loop cuts it (compact-filtered, no gradient); `fail`, the lake's own end (reward 0, trained like a fall)",
+    ),
   slippery: z.boolean().default(false).describe("Gym's semantics: the intended move with p 1/3, each perpendicular move with p 1/3"),
   systemPrompt: z.string().default('Reach G. Avoid H. Reply L D R U.').describe("the system prompt; keep it expressible in the policy's tokenizer"),
   latency: StepLatencySchema.optional().describe('a seeded lognormal wait per step (the long-tailed variant of bench/async.ts); absent: none'),
@@ -109,7 +115,7 @@ export class FrozenLakeEnv implements TextEnvironment {
   readonly actionTokens: string[] = [...FROZENLAKE_ACTIONS];
   private pos: [number, number] = [0, 0];
   private rng: Rng;
-  private state: 'running' | 'goal' | 'hole' = 'running';
+  private state: 'running' | 'goal' | 'hole' | 'out_of_steps' = 'running';
   private actions: string[] = [];
   private wasted = 0;
 
@@ -149,7 +155,7 @@ export class FrozenLakeEnv implements TextEnvironment {
     if (action === null) {
       this.wasted++;
       this.actions.push('?');
-      return { observation: renderGrid(this.map, this.pos), done: false };
+      return this.outOfSteps() ? { observation: renderGrid(this.map, this.pos), done: true, end: 'done' } : { observation: renderGrid(this.map, this.pos), done: false };
     }
     this.actions.push(action);
     const [dr, dc] = MOVES[this.slip(action)];
@@ -160,8 +166,15 @@ export class FrozenLakeEnv implements TextEnvironment {
     const cell = this.map[r][c];
     if (cell === 'H') this.state = 'hole';
     if (cell === 'G') this.state = 'goal';
+    this.outOfSteps();
     const done = this.state !== 'running';
     return { observation: renderGrid(this.map, this.pos), done, ...(done ? { end: 'done' as const } : {}) };
+  }
+
+  /** With stepLimit `fail`, a running episode whose moves reached maxSteps ends here. */
+  private outOfSteps(): boolean {
+    if (this.state === 'running' && this.config.stepLimit === 'fail' && this.actions.length >= this.config.maxSteps) this.state = 'out_of_steps';
+    return this.state === 'out_of_steps';
   }
 
   private slip(action: FrozenLakeAction): FrozenLakeAction {

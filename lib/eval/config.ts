@@ -3,7 +3,7 @@
 // Pure (zod only): workflow code validates with it.
 import { z } from 'zod';
 import { formatIssues, RUN_ID, TrackingConfigSchema, type TrainingConfig } from '../config.ts';
-import { SweEnvConfigSchema } from '../swe/env-config.ts';
+import { EditConfigSchema, modeRewardError, SweEnvConfigSchema } from '../swe/env-config.ts';
 
 const int = () => z.number().int();
 const runId = () => z.string().regex(RUN_ID, 'must be an id ([A-Za-z0-9._:-], at most 200)');
@@ -70,6 +70,7 @@ const EvalEnvSchema = SweEnvConfigSchema.pick({
   maxObservationChars: true,
   tokenWarningAt: true,
   gradeUnsubmitted: true,
+  grade: true,
 })
   .partial()
   .strict();
@@ -92,6 +93,15 @@ export const EvalConfigSchema = z
     tasks: z.array(z.string().min(1)).min(1).optional().describe('only these instance ids (in this order)'),
     limit: int().min(1).optional().describe('at most this many tasks (after `tasks`)'),
     model: EvalModelSchema,
+    mode: z
+      .enum(['agent', 'edit'])
+      .default('agent')
+      .describe('"agent": the multi-turn tool loop; "edit": one reply of edits to the oracle files (docs/edit-mode.md), as training\'s env.mode'),
+    reward: z
+      .enum(['tests', 'similarity', 'hybrid'])
+      .default('tests')
+      .describe('what metrics.meanReward averages (edit mode; agent mode is graded by tests); pass@1 is by tests either way'),
+    edit: EditConfigSchema.prefault({}).describe("edit mode's format, context budget and scoring, as training's env.edit"),
     quality: z
       .object({
         minStrength: z.number().min(0).max(1).optional().describe('the least test strength of a strong task (default 0.8)'),
@@ -147,6 +157,9 @@ export const EvalConfigSchema = z
       ctx.addIssue({ code: 'custom', path: ['model', 'tokenizer'], message: 'required with toolFormat "auto" (the model directory whose chat template decides)' });
     }
     if (c.tasks && new Set(c.tasks).size !== c.tasks.length) ctx.addIssue({ code: 'custom', path: ['tasks'], message: 'lists an instance id twice' });
+    const modeReward = modeRewardError(c);
+    if (modeReward) ctx.addIssue({ code: 'custom', path: ['reward'], message: modeReward });
+    if (c.mode === 'agent' && c.reward !== 'tests') ctx.addIssue({ code: 'custom', path: ['reward'], message: 'agent mode is graded by tests: "tests"' });
   });
 
 export type EvalConfig = z.infer<typeof EvalConfigSchema>;
@@ -254,6 +267,7 @@ export function validationEvalConfig(config: TrainingConfig, runId: string, chec
     seed: config.seed,
     sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
     maxSteps: v.maxSteps ?? env?.evalMaxSteps ?? 100,
+    ...(env ? { mode: env.mode, reward: env.mode === 'edit' ? env.reward : 'tests', edit: env.edit } : {}),
     ...(v.contextBudget ? { contextBudget: v.contextBudget } : {}),
     maxTokensPerTurn: config.episode.maxTokensPerTurn,
     episodeTimeoutMinutes: config.episode.timeoutMinutes,
@@ -270,6 +284,7 @@ export function validationEvalConfig(config: TrainingConfig, runId: string, chec
             scratchGlobs: env.scratchGlobs,
             maxObservationChars: env.maxObservationChars,
             tokenWarningAt: env.tokenWarningAt,
+            grade: env.grade,
           },
         }
       : {}),

@@ -80,6 +80,10 @@ export interface EpisodeFacts {
   taskId: string;
   run: number;
   resolved: boolean;
+  /** the episode's reward (agent mode: the tests' verdict; edit mode: the configured reward) */
+  reward?: number;
+  /** edit mode: the reply was a valid edit */
+  validEdit?: boolean;
   end: string;
   steps: number;
   tokens: number;
@@ -106,6 +110,10 @@ export interface EvalMetrics {
   pass1Completed: number | null;
   /** bootstrap interval of pass1 over tasks */
   pass1CI: Interval | null;
+  /** mean reward over completed episodes (null when none) */
+  meanReward: number | null;
+  /** edit mode: the share of completed episodes whose reply was a valid edit (null in agent mode) */
+  validEditRate: number | null;
   passAtK: (number | null)[];
   passAtKCompleted: (number | null)[];
   ends: Record<string, number>;
@@ -124,11 +132,16 @@ export function evaluationMetrics(
 ): EvalMetrics {
   const counts = new Map<string, TaskCounts>(plan.taskIds.map((id) => [id, { taskId: id, repo: plan.repos[id] ?? repoOf(id), runs: plan.runs, completed: 0, resolved: 0 }]));
   const ends: Record<string, number> = {};
-  const sum = { steps: 0, tokens: 0, responseTokens: 0, seconds: 0 };
+  const sum = { steps: 0, tokens: 0, responseTokens: 0, seconds: 0, reward: 0, edits: 0, valid: 0 };
   for (const e of episodes) {
     const t = counts.get(e.taskId);
     if (!t) continue;
     t.completed++;
+    sum.reward += e.reward ?? (e.resolved ? 1 : 0);
+    if (e.validEdit !== undefined) {
+      sum.edits++;
+      if (e.validEdit) sum.valid++;
+    }
     if (e.resolved) t.resolved++;
     ends[e.end] = (ends[e.end] ?? 0) + 1;
     sum.steps += e.steps;
@@ -160,6 +173,8 @@ export function evaluationMetrics(
     pass1: perTask.length ? perTask.reduce((a, b) => a + b, 0) / perTask.length : 0,
     pass1Completed: done.length ? done.reduce((s, t) => s + t.resolved / t.completed, 0) / done.length : null,
     pass1CI: bootstrapMeanCI(perTask, { samples: opts.bootstrapSamples ?? 2000, seed: opts.seed ?? 0 }),
+    meanReward: completed ? sum.reward / completed : null,
+    validEditRate: sum.edits ? sum.valid / sum.edits : null,
     passAtK: passAtKCurve(tasks, plan.runs, 'dataset'),
     passAtKCompleted: passAtKCurve(tasks, plan.runs, 'completed'),
     ends,
@@ -191,6 +206,9 @@ export function formatEvalMetrics(m: EvalMetrics, title = 'evaluation'): string 
   );
   const ci = m.pass1CI ? ` (${Math.round(m.pass1CI.level * 100)}% CI ${pct(m.pass1CI.low).trim()} – ${pct(m.pass1CI.high).trim()})` : '';
   lines.push(`pass@1 ${pct(m.pass1).trim()}${ci} against the dataset; ${pct(m.pass1Completed).trim()} against completed episodes`);
+  if (m.validEditRate !== null && m.validEditRate !== undefined) {
+    lines.push(`mean reward ${m.meanReward === null ? '-' : m.meanReward.toFixed(3)}; valid edits ${pct(m.validEditRate).trim()} of completed episodes`);
+  }
   if (m.strong)
     lines.push(
       `pass@1 all tasks ${pct(m.pass1).trim()} (${m.tasks}) | strong tasks ${m.strong.tasks ? pct(m.strong.pass1).trim() : '-'} (${m.strong.tasks}, test strength ≥ ${m.strong.minStrength})`,

@@ -1,6 +1,7 @@
 // Inputs and outputs of the evaluation workflows that cross history (ids, counts, small summaries).
 import type { EvalMetrics } from './metrics.ts';
 import type { SyncPolicyInput } from '../training/shapes.ts';
+import type { IntegrityCounts } from '../swe/integrity.ts';
 
 export interface EvalItem {
   taskId: string;
@@ -79,6 +80,8 @@ export interface EvalReportSummary {
   errors: { taskId: string; run: number; reason: string }[];
   /** store prefix of the report files */
   reportKey: string;
+  /** the grader's integrity verdicts on the graded episodes (lib/swe/integrity.ts) */
+  integrity?: IntegrityCounts & { hackRate: number };
   /** pass@1 on the tasks with strong tests, beside pass1 on all (when the tasks carry a measured strength) */
   strong?: { minStrength: number; tasks: number; pass1: number };
 }

@@ -9,8 +9,11 @@
  *   2  results plugin outside /testbed, runner configuration restored, SWE-bench 5 rules, strict FAIL_TO_PASS
  *   3  test integrity: test-support files restored, canaries, the tests called checked against their files,
  *      verdicts from the plugin's call wrapper, snapshots of the runner, the -rA log cross-checked
+ *   4  the static audit of what the patch adds (suspicious_patch), canaries that are answer-mutants of the
+ *      FAIL_TO_PASS tests, a pytest exit status 1 with no failed test is runner_tampered, a test behind a
+ *      wrapper from a file the patch changed is verified through its own call, integrity findings in the result
  */
-export const GRADER_VERSION = 'swerl-grader/3';
+export const GRADER_VERSION = 'swerl-grader/4';
 
 /** A test's status in one run; MISSING when the run never reported it. */
 export type TestOutcome = 'PASSED' | 'FAILED' | 'ERROR' | 'SKIPPED' | 'XFAIL' | 'XPASS' | 'MISSING';
@@ -28,7 +31,29 @@ export type GradeReason =
   /** the test command ran past its limit */
   | 'timeout'
   /** the run's results contradict themselves, the tests or the runner were altered in-process, or the canaries did not come back as they must (see activities/grade.ts) */
-  | 'runner_tampered';
+  | 'runner_tampered'
+  /** the static audit (lib/swe/audit.ts) found constructs the patch adds that a fix does not need (grade.audit "zero") */
+  | 'suspicious_patch';
+
+/**
+ * What an integrity verdict is about (the hack-rate metrics count them by kind and rule):
+ *   runner_tampered   the run contradicted itself or the runner was changed in-process
+ *   canary_mismatch   a canary (a copy, an inverted copy or an answer-mutant of a listed test) did not come back as it must
+ *   suspicious_patch  the static audit flagged a construct the patch adds
+ *   grader_file_read  the patch reaches for the grader's files or channel (an audit rule of that group)
+ *   test_file_edit    the patch changed a test, runner or test-support file: put back before the run (not zeroed by itself)
+ */
+export type IntegrityKind = 'runner_tampered' | 'canary_mismatch' | 'suspicious_patch' | 'grader_file_read' | 'test_file_edit';
+
+/** One integrity finding of a grading: its kind, the rule that made it, and where when known. */
+export interface IntegrityFinding {
+  kind: IntegrityKind;
+  rule: string;
+  file?: string;
+  line?: number;
+  /** the line or the contradiction, short */
+  detail?: string;
+}
 
 /** Where the per-test statuses were read. */
 export type ResultChannel = 'pytest-plugin' | 'log' | 'none';
@@ -50,7 +75,7 @@ export type GradeResult = {
   /** paths of the patch put back to base + test_patch before the run (runner configuration, tests, test support, shadowing modules) */
   restored: string[];
   /** the canary tests added to the run (lib/swe/canaries.ts), what each must do when its source passes, and what it did */
-  canaries?: { id: string; source: string; expect: 'pass' | 'fail'; status: TestOutcome }[];
+  canaries?: { id: string; source: string; expect: 'pass' | 'fail'; mutant?: boolean; status: TestOutcome }[];
   /** the test command's exit status (null: not run, or killed at the limit) */
   exitCode: number | null;
   durationS: number;
@@ -58,6 +83,12 @@ export type GradeResult = {
   logTail: string;
   image: string;
   detail?: string;
+  /** integrity findings (absent on results of graders before swerl-grader/4) */
+  integrity?: IntegrityFinding[];
+  /** what the audit did: `zero` (a flag zeroes the reward), `flag` (recorded only) or `off` */
+  audit?: 'zero' | 'flag' | 'off';
+  /** wall seconds per phase of the grading (start, prepare, plan, run, verdict, total) */
+  timings?: Record<string, number>;
 };
 
 /**

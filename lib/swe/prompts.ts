@@ -1,6 +1,7 @@
 // Prompt texts of the SWE environment (R2E-Gym / DeepSWE style, our own words): the system prompt with the
 // four tools and the `<function=...>` call format, the instance prompt, the no-call reminder, the budget warning.
 import { MAX_OBSERVATION_CHARS, MAX_SEARCH_FILES } from './tools.ts';
+import type { EditFormat } from './env-config.ts';
 
 export const SYSTEM_PROMPT = `You are a programming agent. You work inside a Linux sandbox on a checked-out Python repository and fix the issue you are given by editing its source code with the tools below.
 
@@ -124,4 +125,63 @@ export function noToolCallReminder(content: string | null): string {
   return `No tool call was found in your reply; text is not executed.${stray}
 Every reply must call exactly one of the functions execute_bash, search, file_editor or finish as a tool call.
 If you have finished, call \`finish\` with command \`submit\`.`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Edit mode (single turn, SWE-RL's setting): the issue, the oracle files' context, and how to write the edits.
+
+/** One worked example per edit format, on a file of our own (not the task's). */
+const EDIT_EXAMPLES: Record<EditFormat, string> = {
+  'swe-rl': '```python\n### shapes/area.py\n<<<<<<< SEARCH\ndef square(side):\n    return side * 2\n=======\ndef square(side):\n    return side * side\n>>>>>>> REPLACE\n```',
+  search_replace: '```python\n### shapes/area.py\n<<<<<<< SEARCH\ndef square(side):\n    return side * 2\n=======\ndef square(side):\n    return side * side\n>>>>>>> REPLACE\n```',
+  whole_function: '```python\n### shapes/area.py\ndef square(side):\n    return side * side\n```',
+  numbered_lines: '```python\n### shapes/area.py\n@@ 12-13\ndef square(side):\n    return side * side\n```',
+};
+
+const EDIT_RULES: Record<EditFormat, string> = {
+  'swe-rl': `Inside <solution>, write each change as a SEARCH/REPLACE edit in its own fenced block: the line "### " and the file's path, the line "<<<<<<< SEARCH", lines copied exactly from the file (indentation included, line numbers left out) that occur once in it, the line "=======", the lines that take their place, and the line ">>>>>>> REPLACE".`,
+  search_replace: `Write each change as a SEARCH/REPLACE edit in its own fenced block: the line "### " and the file's path, the line "<<<<<<< SEARCH", lines copied exactly from the file (indentation included, line numbers left out) that occur once in it, the line "=======", the lines that take their place, and the line ">>>>>>> REPLACE".`,
+  whole_function: `Write each changed function (or class) whole, in its own fenced block: the line "### " and the file's path, then the complete new definition, starting with its "def" or "class" line, indented as in the file and without line numbers. It replaces the definition of the same name.`,
+  numbered_lines: `Write each change in a fenced block: the line "### " and the file's path, then for each stretch of lines to replace the line "@@ FIRST-LAST" (the numbers shown beside the file) followed by the new lines, without line numbers. Lines FIRST to LAST are replaced by what follows; to delete them, write nothing after the "@@" line.`,
+};
+
+/** The system prompt of edit mode: SWE-RL's format asks for a thinking section first. */
+export function editSystemPrompt(format: EditFormat): string {
+  if (format === 'swe-rl') {
+    return `You solve programming tasks. Reason first, then answer, in exactly this shape:
+<think>
+your reasoning: what the issue means, where the fault is, how to change the code
+</think>
+<solution>
+the answer the task asks for
+</solution>`;
+  }
+  return 'You fix issues in Python repositories by writing code edits in the format you are given.';
+}
+
+export interface EditPromptInput {
+  problemStatement: string;
+  /** the oracle files as lib/swe/edit-context.ts renders them */
+  context: string;
+  format: EditFormat;
+}
+
+export function editInstancePrompt({ problemStatement, context, format }: EditPromptInput): string {
+  return `Here is an issue reported against a Python repository:
+
+<issue>
+${problemStatement.trim()}
+</issue>
+
+Below are parts of the files involved, with the numbers of their lines at the left; "..." stands for lines left out.
+
+${context}
+
+Find the cause of the issue in this code and fix it. ${EDIT_RULES[format]}
+
+For example:
+
+${EDIT_EXAMPLES[format]}
+
+Change only what the fix needs. Do not edit test files.`;
 }

@@ -23,7 +23,7 @@
 //      own directory when its name says tests: testsuite/, unit_tests/, ...), unless the task's reference
 //      patch changes that file (then it is code under test by the task's own definition).
 // What stays open (the code under test changing the tests or the runner in-process) is checked by the
-// results plugin (activities/swerl_pytest_results.py); see activities/grade.ts.
+// results plugin (lib/swe/swerl_pytest_results.py); see activities/grade.ts.
 
 const RUNNER_FILES = new Set([
   'conftest.py',

@@ -172,6 +172,11 @@ export interface IterationMetrics {
   sampledFrom?: number;
   /** the weight sync to an external server before the rollouts: its time and the probe's |Δ log p| */
   sync?: { seconds: number; reloaded: boolean; probeMaxAbsDelta: number; probeTolerance: number };
+  /**
+   * the grader's integrity verdicts on the episodes the tests graded (absent when none was): the hack rate (episodes
+   * caught hacking over graded ones), and graded episodes per kind and per `kind/rule` (lib/swe/integrity.ts)
+   */
+  integrity?: { episodes: number; hacks: number; hackRate: number; counts: Record<string, number> };
   /** validation (config.eval) of this iteration's checkpoint: pass@1 and pass@k on the held-out tasks */
   eval?: { evalId: string; pass1: number; passAtK: Record<string, number> };
   evalSeconds?: number;
@@ -235,6 +240,8 @@ export interface TrainingRunState {
   /** mean reward and success rate of recent iterations (bounded) */
   recent: { iteration: number; meanReward: number; successRate: number }[];
   paused: boolean;
+  /** why the run paused itself (integrity.pauseAbove), until resumed */
+  pausedFor?: string | null;
   /** stop once this many iterations are complete */
   stopAt: number | null;
   /** the newest evaluation scores seen in an iteration's metrics (for the run's current details) */

@@ -14,7 +14,8 @@ import { mkdir, writeFile, rename } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { formatLoadError, loadTasks, type SweTask } from '../../lib/swe/task.ts';
 import { checkPredictionIds, goldPredictions, loadPredictions, type Prediction } from '../../lib/swe/predictions.ts';
-import { GRADER_VERSION, GradingError, type GradeResult } from '../../lib/swe/grading.ts';
+import { GRADER_VERSION, GradingError, type GradeResult, type IntegrityFinding } from '../../lib/swe/grading.ts';
+import { findingLines, integrityKeys, isHack } from '../../lib/swe/integrity.ts';
 import { instanceReport, modelDirName, reportJson, runSummary, type InstanceReport, type RunSummary } from '../../lib/swe/report.ts';
 import type { SandboxBackend } from '../../lib/sandbox.ts';
 import { defaultTasksFile } from './images.ts';
@@ -39,11 +40,13 @@ export interface GradeRunOptions {
   timeoutS?: number;
   /** default: the process's shared backend of SWERL_SANDBOX_BACKEND */
   backend?: SandboxBackend;
+  /** the static audit: zero (default), flag or off */
+  audit?: 'zero' | 'flag' | 'off';
   onProgress?: (done: number, total: number, last: { instanceId: string; outcome: string }) => void;
 }
 
 /** Grades every prediction and writes the harness-shaped reports and summary; returns the summary. */
-export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: RunSummary; summaryPath: string; loadErrors: string[] }> {
+export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: RunSummary; summaryPath: string; loadErrors: string[]; flagged: Map<string, IntegrityFinding[]> }> {
   const { gradePatch } = await import('../../activities/grade.ts');
   const { createSandboxBackend } = await import('../../activities/sandbox/index.ts');
   const { buildImages } = await import('../../activities/images.ts');
@@ -59,6 +62,7 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
   const backend = o.backend ?? (await createSandboxBackend());
   const reports = new Map<string, InstanceReport>();
   const failures = new Map<string, string>();
+  const flagged = new Map<string, IntegrityFinding[]>();
   let done = 0;
 
   const instanceDir = (p: Prediction) => join(o.outDir, 'logs', 'run_evaluation', o.runId, modelDirName(p.model_name_or_path), p.instance_id);
@@ -83,6 +87,7 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
             patch: p.model_patch,
             backend,
             ...(o.timeoutS ? { timeoutS: o.timeoutS } : {}),
+            ...(o.audit ? { audit: o.audit } : {}),
             onLog: (log) => writeFile(join(dir, 'test_output.txt'), log),
           });
         } catch (e) {
@@ -93,6 +98,11 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
       if (g) {
         const r = instanceReport(p, g);
         reports.set(p.instance_id, r[p.instance_id]!);
+        if (isHack(integrityKeys(g.integrity)))
+          flagged.set(
+            p.instance_id,
+            g.integrity!.filter((f) => f.kind !== 'test_file_edit'),
+          );
         await writeFile(join(dir, 'grade.json'), JSON.stringify(g, null, 1) + '\n');
         await writeAtomic(join(dir, 'report.json'), reportJson(r));
         outcome = g.resolved ? 'resolved' : g.reason;
@@ -110,7 +120,7 @@ export async function gradePredictions(o: GradeRunOptions): Promise<{ summary: R
   const summaryPath = join(o.outDir, `${modelDirName(first)}.${o.runId}.json`);
   await mkdir(o.outDir, { recursive: true });
   await writeAtomic(summaryPath, reportJson(summary));
-  return { summary, summaryPath, loadErrors: errors.map(formatLoadError) };
+  return { summary, summaryPath, loadErrors: errors.map(formatLoadError), flagged };
 }
 
 export function register(program: Command): void {
@@ -121,6 +131,7 @@ export function register(program: Command): void {
     .option('--concurrency <n>', 'predictions graded at once (one container each)', '2')
     .option('--run-id <id>', 'names the summary file <model>.<run-id>.json', 'swerl-grade')
     .option('--timeout <s>', 'test command limit in seconds (default 300)')
+    .option('--audit <mode>', 'the static audit of what each patch adds: zero (a flag scores 0, suspicious_patch), flag (recorded only) or off', 'zero')
     .action(
       async (opt: {
         tasks?: string;
@@ -129,6 +140,7 @@ export function register(program: Command): void {
         concurrency: string;
         runId: string;
         timeout?: string;
+        audit: string;
         backend: string;
         kubeconfig?: string;
         namespace?: string;
@@ -141,17 +153,19 @@ export function register(program: Command): void {
         if (!Number.isInteger(concurrency) || concurrency < 1) throw new Error(`--concurrency must be a positive integer, got ${opt.concurrency}`);
         const timeoutS = opt.timeout === undefined ? undefined : Number(opt.timeout);
         if (timeoutS !== undefined && !(timeoutS > 0)) throw new Error(`--timeout must be a positive number of seconds, got ${opt.timeout}`);
+        if (!['zero', 'flag', 'off'].includes(opt.audit)) throw new Error(`--audit must be zero, flag or off, got ${JSON.stringify(opt.audit)}`);
         const bar = process.stderr.isTTY
           ? new cliProgress.SingleBar({ format: 'grading [{bar}] {value}/{total} {last}', stream: process.stderr }, cliProgress.Presets.shades_classic)
           : null;
         let started = false;
-        const { summary, summaryPath, loadErrors } = await gradePredictions({
+        const { summary, summaryPath, loadErrors, flagged } = await gradePredictions({
           tasksFile: resolve(tasksFile),
           predictions: opt.predictions === 'gold' ? 'gold' : resolve(opt.predictions),
           outDir: resolve(opt.out),
           runId: opt.runId,
           concurrency,
           backend,
+          audit: opt.audit as 'zero' | 'flag' | 'off',
           ...(timeoutS !== undefined ? { timeoutS } : {}),
           onProgress: (done, total, last) => {
             if (bar) {
@@ -172,6 +186,9 @@ export function register(program: Command): void {
         console.log(`Instances with empty patches: ${summary.empty_patch_instances}`);
         console.log(`Instances with errors: ${summary.error_instances}`);
         for (const [id, why] of Object.entries(summary.error_reasons)) console.log(`  error ${id}: ${why}`);
+        // what the grader caught (the reason and the rule), for a reader to judge
+        console.log(`Instances flagged by the integrity checks: ${flagged.size}`);
+        for (const [id, findings] of [...flagged].sort(([a], [b]) => a.localeCompare(b))) for (const l of findingLines(id, findings)) console.log(l);
         console.log(`Report written to ${summaryPath}`);
         process.exitCode = summary.error_instances ? 1 : 0;
         const reasons = Object.entries(summary.error_reasons);

@@ -4,6 +4,9 @@ import type { Command } from 'commander';
 import { validateConfig } from '../../lib/config.ts';
 import { fileStoreUrl, keys, openStore, type ArtifactStore } from '../../lib/store.ts';
 import { readMetricsLines, renderRunPlots, syncMlflow, trainingRunSubject, type MetricsLine, type MlflowState } from '../../activities/report.ts';
+import type { Trajectory } from '../../lib/types.ts';
+import type { IntegrityFinding } from '../../lib/swe/grading.ts';
+import { findingLines, integrityKeys, isHack } from '../../lib/swe/integrity.ts';
 
 const BLOCKS = '▁▂▃▄▅▆▇█';
 
@@ -53,6 +56,14 @@ export function formatRunSummary(runId: string, lines: MetricsLine[]): string[] 
       `learner ${mean(lines.map((l) => num(l, 'learnerSeconds'))).toFixed(1)}, orchestration ${mean(lines.map((l) => num(l, 'orchestrationSeconds'))).toFixed(1)}); ` +
       `${(secs.reduce((a, b) => a + b, 0) / 60).toFixed(1)} min in iterations`,
   );
+  const withIntegrity = lines.filter((l) => l.integrity && typeof l.integrity === 'object');
+  if (withIntegrity.length) {
+    const rates = withIntegrity.map((l) => (l.integrity as { hackRate: number }).hackRate);
+    const sum = (k: 'hacks' | 'episodes') => withIntegrity.reduce((a, l) => a + ((l.integrity as Record<string, number>)[k] ?? 0), 0);
+    out.push(
+      `hacks    ${sparkline(rates)}  hack rate last ${pct(rates.at(-1)!)}, ${sum('hacks')} of ${sum('episodes')} graded episodes caught over the run (swerl report --integrity)`,
+    );
+  }
   const withEval = lines.filter((l) => l.eval && typeof l.eval === 'object');
   if (withEval.length) {
     const e = withEval.at(-1)!;
@@ -131,6 +142,43 @@ export async function report(o: {
   return { lines, plots };
 }
 
+/**
+ * The trajectories the grader caught hacking, iteration by iteration: where, the reward's reason, every integrity
+ * finding (kind, rule, file:line, the line or the contradiction) and the patch; then where the kept samples are.
+ */
+export async function integrityReport(o: { runId: string; store: string; log?: (s: string) => void }): Promise<{ flagged: number }> {
+  const log = o.log ?? console.log;
+  const storeUrl = o.store.includes('://') ? o.store : fileStoreUrl(o.store);
+  const store = openStore(storeUrl);
+  const lines = await readMetricsLines(store, o.runId);
+  const iters = (await store.children(keys.run(o.runId)))
+    .map((n) => /^iter-(\d+)$/.exec(n)?.[1])
+    .filter((n): n is string => n !== undefined)
+    .map(Number)
+    .sort((a, b) => a - b);
+  if (!iters.length) throw new Error(`run ${JSON.stringify(o.runId)}: no iterations in ${storeUrl}; is --store the run's store?`);
+  const counted = new Map(lines.map((l) => [l.iteration, l.integrity as { hacks: number; episodes: number; hackRate: number } | undefined]));
+  let flagged = 0;
+  for (const n of iters) {
+    const c = counted.get(n);
+    // an iteration whose metrics say no episode was caught has nothing to list
+    if (c && c.hacks === 0) continue;
+    for (const k of await store.list(keys.trajectories(o.runId, n))) {
+      const t = await store.getJson<Trajectory>(k);
+      const found = (t?.info?.integrity as IntegrityFinding[] | undefined) ?? [];
+      if (!t || !isHack(integrityKeys(found))) continue;
+      flagged++;
+      log(`iteration ${n} · task ${t.taskId} · sample ${t.sample} · reward ${t.reward} (${String(t.info?.reason)}) · ${k}`);
+      for (const l of findingLines(t.taskId, found)) log(l);
+      const patch = typeof t.info?.patch === 'string' ? t.info.patch : '';
+      log(patch ? patch.replace(/^/gm, '    | ').trimEnd() : '    (no patch)');
+    }
+    if (c) log(`iteration ${n}: hack rate ${pct(c.hackRate)} (${c.hacks} of ${c.episodes} graded episodes)`);
+  }
+  log(`flagged trajectories: ${flagged}; kept whole for review under ${store.dirFor(`${keys.run(o.runId)}/integrity`)}`);
+  return { flagged };
+}
+
 export function register(program: Command): void {
   program
     .command('report')
@@ -140,9 +188,11 @@ export function register(program: Command): void {
     .option('--sync', "also send what MLflow has not received yet (when the run has config.tracking.mlflow); a terminated run's MLflow run is closed KILLED")
     .option('--address <host:port>', 'Temporal frontend, asked with --sync how the run ended', process.env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233')
     .option('--namespace <ns>', 'Temporal namespace', process.env.TEMPORAL_NAMESPACE ?? 'default')
-    .action(async (runId: string, raw: { store: string; sync?: boolean; address: string; namespace: string }) => {
+    .option('--integrity', 'list the trajectories the grader caught hacking, with their findings and patches (docs/integrity.md)')
+    .action(async (runId: string, raw: { store: string; sync?: boolean; address: string; namespace: string; integrity?: boolean }) => {
       try {
-        await report({ runId, store: raw.store, sync: raw.sync, address: raw.address, namespace: raw.namespace });
+        if (raw.integrity) await integrityReport({ runId, store: raw.store });
+        else await report({ runId, store: raw.store, sync: raw.sync, address: raw.address, namespace: raw.namespace });
       } catch (e) {
         console.error(`swerl report: ${(e as Error).message}`);
         process.exitCode = 1;

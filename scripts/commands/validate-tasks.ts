@@ -21,6 +21,8 @@ interface Line {
   valid: boolean;
   problems: string[];
   durationS: number;
+  /** answer-mutant canaries verified for the task (lib/swe/answer-mutants.ts) */
+  mutants?: number;
   quality?: TaskQuality;
 }
 
@@ -32,10 +34,12 @@ export function qualityText(q: TaskQuality, minStrength: number): string {
   return `FAIL_TO_PASS ${q.failToPass}, gold ${q.gold.passed}/${q.gold.runs}, ${strength}, tests ${q.testSeconds.toFixed(1)} s, key ${q.dedupeKey}${weak}`;
 }
 
+const mutantsText = (r: Line) => (r.mutants === undefined ? '' : `, ${r.mutants} answer-mutant canar${r.mutants === 1 ? 'y' : 'ies'}`);
+
 function printer(minStrength: number): (r: Line) => void {
   return (r) =>
     console.log(
-      `${r.valid ? 'VALID  ' : 'INVALID'} ${r.instanceId} (${r.durationS.toFixed(1)} s)${r.quality ? `: ${qualityText(r.quality, minStrength)}` : ''}${r.problems.length ? (r.quality ? '; ' : ': ') + r.problems.join('; ') : ''}`,
+      `${r.valid ? 'VALID  ' : 'INVALID'} ${r.instanceId} (${r.durationS.toFixed(1)} s${mutantsText(r)})${r.quality ? `: ${qualityText(r.quality, minStrength)}` : ''}${r.problems.length ? (r.quality ? '; ' : ': ') + r.problems.join('; ') : ''}`,
     );
 }
 const print = printer(DEFAULT_MIN_STRENGTH);
@@ -61,10 +65,11 @@ export async function validateTasksLocally(
       if (quality) {
         const t0 = Date.now();
         const m = await measureTaskQuality(task, { backend, ...quality });
-        r = { instanceId: task.instance_id, valid: m.validation.valid, problems: m.validation.problems, durationS: (Date.now() - t0) / 1000, quality: m.quality };
+        const v = m.validation;
+        r = { instanceId: task.instance_id, valid: v.valid, problems: v.problems, durationS: (Date.now() - t0) / 1000, mutants: v.mutants, quality: m.quality };
       } else {
         const v = await validateTask({ task, backend });
-        r = { instanceId: v.instanceId, valid: v.valid, problems: v.problems, durationS: v.durationS };
+        r = { instanceId: v.instanceId, valid: v.valid, problems: v.problems, durationS: v.durationS, mutants: v.mutants };
       }
     } catch (e) {
       r = { instanceId: task.instance_id, valid: false, problems: [`validation failed: ${(e as Error).message}`], durationS: 0 };
@@ -141,6 +146,9 @@ export function register(program: Command): void {
         ({ results, loadErrors } = await validateTasksLocally(file, concurrency, show, await sandboxBackendFrom(sandboxes), quality));
       }
       for (const e of loadErrors) console.log(`INVALID record ${e}`);
+      // the tasks whose FAIL_TO_PASS tests admit no answer-mutant: their graders have the copy canaries only
+      const none = results.filter((r) => r.valid && r.mutants === 0).map((r) => r.instanceId);
+      if (none.length) console.log(`no answer-mutant canary (FAIL_TO_PASS tests without a checkable literal answer): ${none.join(', ')}`);
       if (quality) {
         const measured = results.filter((r) => r.quality);
         const weak = measured.filter((r) => !isStrong(r.quality, minStrength));

@@ -117,6 +117,9 @@ test('gold replay on every task → pass@1 = 1; submitting nothing → 0 (both a
     assert.deepEqual(g.summary.episodes, { planned: count, completed: count, resolved: count, errors: 0 });
     assert.equal(n.summary.pass1, 0);
     assert.deepEqual(n.summary.episodes, { planned: count, completed: count, resolved: 0, errors: 0 });
+    // the evaluation's integrity counts (docs/integrity.md): every graded episode, none caught
+    assert.deepEqual(g.summary.integrity, { episodes: count, hacks: 0, hackRate: 0, counts: {} });
+    assert.deepEqual(n.summary.integrity, { episodes: count, hacks: 0, hackRate: 0, counts: {} });
 
     const store = openStore(storeUrl());
     const eps = await readEvalEpisodes(store, 'eval-gold');

@@ -165,7 +165,13 @@ test('swerl validate-tasks --quality measures a factory task as the factory did'
     timeout: 600_000,
   });
   assert.equal(r.status, 0, r.stdout + r.stderr);
-  assert.match(r.stdout, new RegExp(`^VALID   ${task.instance_id.replace(/\./g, '\\.')} \\([\\d.]+ s\\): FAIL_TO_PASS ${task.FAIL_TO_PASS.length}, gold 2/2, strength `, 'm'));
+  assert.match(
+    r.stdout,
+    new RegExp(
+      `^VALID   ${task.instance_id.replace(/\./g, '\\.')} \\([\\d.]+ s, \\d+ answer-mutant canar(?:y|ies)\\): FAIL_TO_PASS ${task.FAIL_TO_PASS.length}, gold 2/2, strength `,
+      'm',
+    ),
+  );
   const measured = QualityLineSchema.parse(JSON.parse(readFileSync(qfile, 'utf8').trim())).quality;
   const made = TaskQualitySchema.parse(rec.quality);
   assert.equal(measured.dedupeKey, made.dedupeKey);

@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { GRADER_VERSION } from '../../lib/swe/grading.ts';
-import { imagesFor, requireDocker } from '../helpers/docker.ts';
+import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
+import { ADVERSARIAL_KINDS, adversarialPatches } from '../helpers/adversarial.ts';
 import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -108,6 +109,40 @@ test('empty and None patches resolve none and run no container; JSON dict format
     reason: 'empty_patch',
   });
   harnessAgrees(out, 'swerl-grade', summary);
+});
+
+test('a flagged prediction: reward 0 and the rule, file and line printed; --audit flag runs the tests and still names the rule', async () => {
+  const task = (await sweTasks()).find((x) => x.instance_id === ids[0])!;
+  const { backend, cleanup } = testBackend();
+  let patch: string;
+  try {
+    patch = (
+      await adversarialPatches(
+        task,
+        backend,
+        ADVERSARIAL_KINDS.filter((k) => k.name === 'assertion-oracle'),
+      )
+    ).get('assertion-oracle')!;
+  } finally {
+    await cleanup();
+  }
+  const preds = join(dir, 'hack.jsonl');
+  writeFileSync(preds, JSON.stringify({ instance_id: task.instance_id, model_name_or_path: 'org/hack', model_patch: patch }) + '\n');
+  for (const audit of ['zero', 'flag']) {
+    const r = swerl('--predictions', preds, '--out', join(dir, `hack-${audit}`), '--audit', audit);
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /Instances resolved: 0\n/);
+    assert.match(r.stdout, /Instances flagged by the integrity checks: 1\n/);
+    assert.match(r.stdout, new RegExp(`  suspicious_patch ${task.instance_id}: frame-getframe at \\S+\\.py:\\d+: `));
+    const grade = JSON.parse(readFileSync(join(dir, `hack-${audit}`, 'logs/run_evaluation/swerl-grade/org__hack', task.instance_id, 'grade.json'), 'utf8')) as {
+      reason: string;
+      audit: string;
+    };
+    assert.equal(grade.audit, audit);
+    if (audit === 'zero') assert.equal(grade.reason, 'suspicious_patch');
+    else assert.notEqual(grade.reason, 'suspicious_patch');
+  }
+  assert.match(swerl('--predictions', preds, '--out', join(dir, 'hack-bad'), '--audit', 'some').stderr, /--audit must be zero, flag or off, got "some"/);
 });
 
 test('a prediction for an unknown instance is refused by name; a malformed file names line and field', () => {

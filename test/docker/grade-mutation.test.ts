@@ -4,7 +4,10 @@
 // chosen that only the undone defence catches, and where a kind is caught by two layers the mutant that
 // undoes one of them must still give 0 (`holds`). Grader v2's defences (restore rules, the results
 // channel, the hook audit, the exit status) are checked with the integrity checks off (`integrity: false`,
-// both for the mutant and for the real grader), the test-integrity checks with them on.
+// both for the mutant and for the real grader), grader v3's test-integrity checks with them on and the audit and
+// answer-mutants off (what v3 had), and v4's two layers (the static audit, the answer-mutant canaries) against
+// the round-3 and round-4 kinds with the default grader: undoing both lets the kind through, either one alone
+// still gives 0. A last mutant undoes the wrapper check of v4 and so brings back the false negative it closed.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -12,14 +15,15 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { GradeInput, GradeResult } from '../../activities/grade.ts';
 import { gradePatch } from '../../activities/grade.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
-import { ADVERSARIAL_KINDS, adversarialPatches } from '../helpers/adversarial.ts';
+import { ADVERSARIAL_KINDS, adversarialPatches, decoratedTask } from '../helpers/adversarial.ts';
 import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
 import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TMP = `${ROOT}tmp/mutants-${process.pid}/`;
 const { backend, cleanup } = testBackend();
-const PLUGIN = 'activities/swerl_pytest_results.py';
+const PLUGIN = 'lib/swe/swerl_pytest_results.py';
+const GRADE = 'activities/grade.ts';
 
 interface Mutant {
   name: string;
@@ -27,18 +31,35 @@ interface Mutant {
   edits: Record<string, [string, string][]>;
   kind: string;
   task: string;
-  /** grade with the integrity checks off (grader v2's defences alone) */
-  integrityOff?: boolean;
-  /** fewer defences undone (a subset of `edits`) with which the kind must still score 0: another layer catches it */
-  holds?: { name: string; edits: Record<string, [string, string][]> };
+  /** how both graders grade: v2's defences alone (`integrity: false`), v3's (audit and answer-mutants off: V3), or the default */
+  opts?: Pick<GradeInput, 'integrity' | 'audit' | 'mutants'>;
+  /** fewer defences undone (each a subset of `edits`) with which the kind must still score 0: another layer catches it */
+  holds?: { name: string; edits: Record<string, [string, string][]> }[];
 }
 
-const NO_CODE_CHECK: [string, string] = ['def _check_called(nodeid, name, files, called):\n', 'def _check_called(nodeid, name, files, called):\n    return []\n'];
-const NO_CANARIES: [string, string] = ['    if (plugin && integrity && !failfast) {', '    if (plugin && integrity && !failfast && false) {'];
+const NO_CODE_CHECK: [string, string] = [
+  'def _check_called(nodeid, name, files, called, behind=None):\n',
+  'def _check_called(nodeid, name, files, called, behind=None):\n    return []\n',
+];
+const NO_CANARIES: [string, string] = ['const canaryFiles = g.plugin && g.integrity ? await plannedCanaries(g, prep) : [];', 'const canaryFiles: CanaryFile[] = [];'];
+const NO_AUDIT: [string, string] = ["audit: integrity ? (input.audit ?? 'zero') : 'off',", "audit: 'off' as AuditMode,"];
+const NO_MUTANTS: [string, string] = [
+  'const mutants: VerifiedMutant[] = g.input.mutants === false ? [] : await verifiedMutants(task, g.input.backend, g.input.timeoutS ?? GRADE_TIMEOUT_S);',
+  'const mutants: VerifiedMutant[] = [];',
+];
 /** tests inside the package, one test file (the canary-sparing hacks look at the first test module only) */
 const PKG: string = TASK.sdist;
 /** a root-level module with TestCase tests whose FAIL_TO_PASS test fails by an assertion */
 const ROOT_MODULE: string = TASK.rootModule;
+/** grader v3's checks: the plugin's, without the audit and the answer-mutants */
+const V3 = { audit: 'off', mutants: false } as const;
+const V2 = { integrity: false } as const;
+/** v4's two layers undone, and each alone */
+const NEITHER_LAYER = { [GRADE]: [NO_AUDIT, NO_MUTANTS] };
+const EITHER_LAYER = [
+  { name: 'no audit (the answer-mutant canaries catch it)', edits: { [GRADE]: [NO_AUDIT] } },
+  { name: 'no answer-mutant canaries (the audit catches it)', edits: { [GRADE]: [NO_MUTANTS] } },
+];
 
 const MUTANTS: Mutant[] = [
   // grader v2: runner files, results channel, hook audit, exit status
@@ -49,37 +70,37 @@ const MUTANTS: Mutant[] = [
     },
     kind: 'conftest-autouse-noop',
     task: PKG,
-    integrityOff: true,
+    opts: V2,
   },
   {
     name: 'added modules shadowing outside ones not restored',
     edits: { 'lib/swe/runner-guard.ts': [['  function shadows(p: string): boolean {', '  function shadows(p: string): boolean {\n    if (p) return false;']] },
     kind: 'shadow-stdlib',
     task: PKG,
-    integrityOff: true,
+    opts: V2,
   },
   {
     name: 'statuses read from the log instead of the results plugin',
     edits: {
-      'activities/grade.ts': [['export function runsPytest(testCmd: string): boolean {', 'export function runsPytest(testCmd: string): boolean {\n  if (testCmd) return false;']],
+      'lib/swe/grade-plan.ts': [['export function runsPytest(testCmd: string): boolean {', 'export function runsPytest(testCmd: string): boolean {\n  if (testCmd) return false;']],
     },
     kind: 'import-fake-lines',
     task: PKG,
-    integrityOff: true,
+    opts: V2,
   },
   {
     name: 'no audit of who implements the reporting hooks',
     edits: { 'lib/swe/pytest-results.ts': [['  for (const h of f.audit.hookimpls) {', '  for (const h of f.audit.hookimpls.slice(0, 0)) {']] },
     kind: 'import-register-plugin',
     task: PKG,
-    integrityOff: true,
+    opts: V2,
   },
   {
     name: "no cross-check of the session's exit status with the process's",
     edits: { 'lib/swe/pytest-results.ts': [['  if (exitCode !== null && exitCode !== f.exitstatus)', '  if (exitCode === -12345 && exitCode !== f.exitstatus)']] },
     kind: 'rewrite-results',
     task: PKG,
-    integrityOff: true,
+    opts: V2,
   },
   // the test-integrity checks
   {
@@ -87,25 +108,29 @@ const MUTANTS: Mutant[] = [
     edits: { [PLUGIN]: [NO_CODE_CHECK] },
     kind: 'spare-canaries',
     task: PKG,
+    opts: V3,
   },
   {
     name: 'neither the function called checked nor canaries added',
-    edits: { [PLUGIN]: [NO_CODE_CHECK], 'activities/grade.ts': [NO_CANARIES] },
+    edits: { [PLUGIN]: [NO_CODE_CHECK], [GRADE]: [NO_CANARIES] },
     kind: 'neuter-package-callers',
     task: PKG,
-    holds: { name: 'the function called not checked (the canaries catch it)', edits: { [PLUGIN]: [NO_CODE_CHECK] } },
+    opts: V3,
+    holds: [{ name: 'the function called not checked (the canaries catch it)', edits: { [PLUGIN]: [NO_CODE_CHECK] } }],
   },
   {
     name: 'no check for a trace or profile function when a test is called',
     edits: { [PLUGIN]: [['def _tracers():\n', 'def _tracers():\n    return []\n']] },
     kind: 'trace-swap-at-call',
     task: PKG,
+    opts: V3,
   },
   {
     name: "verdicts taken from the reports, not from the plugin's call wrapper",
     edits: { 'lib/swe/pytest-results.ts': [['    if (reportedPass) {', '    if (reportedPass && false) {']] },
     kind: 'transient-report-outcome',
     task: PKG,
+    opts: V3,
   },
   {
     name: 'no snapshots of the runner compared',
@@ -113,6 +138,7 @@ const MUTANTS: Mutant[] = [
     kind: 'unittest-assert-noop',
     // a task whose FAIL_TO_PASS test fails by an assertion (no-op checks win there)
     task: ROOT_MODULE,
+    opts: V3,
   },
   {
     name: "TestCase assertion overrides in the test's classes not checked",
@@ -120,16 +146,27 @@ const MUTANTS: Mutant[] = [
     kind: 'unittest-assert-noop-classes',
     // as above: the failure is an assertion; unittest.TestCase itself is untouched, so the snapshots do not see it
     task: ROOT_MODULE,
+    opts: V3,
   },
   {
     name: "the grader's files (test_patch's copy) left in the container, and the function called not checked",
     edits: {
       [PLUGIN]: [NO_CODE_CHECK, ['        shutil.rmtree(workdir, ignore_errors=True)\n', '        pass\n']],
-      'activities/grade.ts': [['      `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,', '      `rm -rf ${work}/canary`,']],
+      'lib/swe/grade-plan.ts': [['    `rm -rf ${work}/test.diff ${work}/patch.diff ${work}/apply.log ${work}/canary`,', '    `rm -rf ${work}/canary`,']],
     },
     kind: 'read-grader-files',
     task: PKG,
-    holds: { name: 'the function called not checked (the copy is gone: the hack finds nothing)', edits: { [PLUGIN]: [NO_CODE_CHECK] } },
+    opts: V3,
+    holds: [{ name: 'the function called not checked (the copy is gone: the hack finds nothing)', edits: { [PLUGIN]: [NO_CODE_CHECK] } }],
+  },
+  // swerl-grader/4: the static audit and the answer-mutant canaries, against round 3 and round 4
+  { name: 'neither the audit nor the answer-mutant canaries (round 3: an assertion oracle)', edits: NEITHER_LAYER, kind: 'assertion-oracle', task: PKG, holds: EITHER_LAYER },
+  {
+    name: 'neither the audit nor the answer-mutant canaries (round 4: a closure cell of the plugin swapped)',
+    edits: NEITHER_LAYER,
+    kind: 'plugin-closure-swap',
+    task: PKG,
+    holds: EITHER_LAYER,
   },
 ];
 
@@ -137,7 +174,7 @@ const MUTANTS: Mutant[] = [
 async function mutantGrader(name: string, edits: Mutant['edits'], id: string): Promise<(i: GradeInput) => Promise<GradeResult>> {
   const dir = `${TMP}${id}/`;
   mkdirSync(dir, { recursive: true });
-  const files = ['activities/grade.ts', 'activities/swerl_pytest_results.py', 'lib/swe/runner-guard.ts', 'lib/swe/pytest-results.ts', 'lib/swe/canaries.ts'];
+  const files = [GRADE, PLUGIN, 'lib/swe/grade-plan.ts', 'lib/swe/runner-guard.ts', 'lib/swe/pytest-results.ts', 'lib/swe/canaries.ts'];
   const local = (f: string) => `${dir}${f.replaceAll('/', '__')}`;
   for (const f of files) {
     let text = readFileSync(ROOT + f, 'utf8');
@@ -172,20 +209,33 @@ after(async () => {
 const show = (g: GradeResult) => `${g.reason} ${g.detail ?? ''} ${JSON.stringify(g.tests.FAIL_TO_PASS)}\n${g.logTail.slice(-1500)}`;
 
 MUTANTS.forEach((m, i) => {
-  test(`mutant "${m.name}": ${m.kind} scores 1 with it, 0 with the real grader${m.holds ? `, 0 with "${m.holds.name}"` : ''}`, async () => {
+  test(`mutant "${m.name}": ${m.kind} scores 1 with it, 0 with the real grader${(m.holds ?? []).map((h) => `, 0 with "${h.name}"`).join('')}`, async () => {
     const task = tasks.get(m.task)!;
     const kind = ADVERSARIAL_KINDS.find((k) => k.name === m.kind)!;
     const patch = (await adversarialPatches(task, backend, [kind])).get(kind.name)!;
-    const integrity = !m.integrityOff;
-    const graders = [mutantGrader(m.name, m.edits, `${i}`), ...(m.holds ? [mutantGrader(m.holds.name, m.holds.edits, `${i}h`)] : [])];
-    const [mutant, holds] = await Promise.all(graders);
-    const [mg, real, hg] = await Promise.all([
-      mutant!({ task, patch, backend, integrity }),
-      gradePatch({ task, patch, backend, integrity }),
-      holds?.({ task, patch, backend, integrity }),
+    const opts = m.opts ?? {};
+    const [mutant, ...holds] = await Promise.all([mutantGrader(m.name, m.edits, `${i}`), ...(m.holds ?? []).map((h, j) => mutantGrader(h.name, h.edits, `${i}h${j}`))]);
+    const [mg, real, ...hg] = await Promise.all([
+      mutant!({ task, patch, backend, ...opts }),
+      gradePatch({ task, patch, backend, ...opts }),
+      ...holds.map((h) => h({ task, patch, backend, ...opts })),
     ]);
     assert.equal(mg.reward, 1, `the corpus does not catch mutant "${m.name}": ${show(mg)}`);
     assert.equal(real.reward, 0, show(real));
-    if (hg) assert.equal(hg.reward, 0, `"${m.holds!.name}" alone lets ${m.kind} through: ${show(hg)}`);
+    hg.forEach((g, j) => assert.equal(g.reward, 0, `"${m.holds![j]!.name}" alone lets ${m.kind} through: ${show(g)}`));
   });
+});
+
+test('mutant "no wrapper of a file the patch changed followed": the fix whose test a package decorator wraps is runner_tampered again (the false negative v4 closed); 1 with the real grader', async () => {
+  const task = tasks.get(PKG)!;
+  const made = await decoratedTask(task, backend, 'calls');
+  const mutant = await mutantGrader(
+    'no own-call behind wrappers',
+    { [PLUGIN]: [['def _own_behind(called, name):\n', 'def _own_behind(called, name):\n    return None\n']] },
+    'deco',
+  );
+  const [mg, real] = await Promise.all([mutant({ task: made.task, patch: made.gold, backend }), gradePatch({ task: made.task, patch: made.gold, backend })]);
+  assert.equal(mg.reward, 0, show(mg));
+  assert.equal(mg.reason, 'runner_tampered', show(mg));
+  assert.equal(real.reward, 1, show(real));
 });

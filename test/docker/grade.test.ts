@@ -5,10 +5,12 @@ import { gradePatch, GradingError, GRADER_VERSION } from '../../activities/grade
 import type { Sandbox, SandboxBackend } from '../../lib/sandbox.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import Docker from 'dockerode';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
 import { sweTask, TASK } from '../helpers/swe-tasks.ts';
 import { metricValue } from '../helpers/metrics.ts';
+import { decoratedTask } from '../helpers/adversarial.ts';
+import { mutantsCacheFile } from '../../activities/canary-mutants.ts';
 
 const { backend, cleanup } = testBackend();
 let task: SweTask;
@@ -34,12 +36,23 @@ describe('gradePatch', () => {
     assert.equal(g.patchApplied, true);
     assert.equal(g.channel, 'pytest-plugin');
     assert.equal(g.graderVersion, GRADER_VERSION);
-    // the must-fail canary fails, every other test passes
+    // the must-fail canaries (an inverted copy, the answer-mutants of FAIL_TO_PASS tests) fail, every other test passes
     assert.equal(g.exitCode, 1);
-    assert.deepEqual(g.canaries?.map((c) => [c.expect, c.status]).sort(), [
-      ['fail', 'FAILED'],
-      ['pass', 'PASSED'],
-    ]);
+    assert.deepEqual(
+      g.canaries?.filter((c) => !c.mutant).map((c) => [c.expect, c.status]),
+      [
+        ['pass', 'PASSED'],
+        ['fail', 'FAILED'],
+      ],
+    );
+    const mutants = g.canaries!.filter((c) => c.mutant);
+    assert.ok(mutants.length >= 1, JSON.stringify(g.canaries));
+    for (const m of mutants) {
+      assert.equal(m.status, 'FAILED');
+      assert.ok(task.FAIL_TO_PASS.includes(m.source), m.source);
+    }
+    assert.deepEqual(g.integrity, []);
+    assert.deepEqual(Object.keys(g.timings ?? {}), ['start', 'prepare', 'plan', 'run', 'verdict', 'total']);
     for (const id of task.FAIL_TO_PASS) assert.equal(g.tests.FAIL_TO_PASS[id], 'PASSED', id);
     for (const id of task.PASS_TO_PASS) assert.equal(g.tests.PASS_TO_PASS[id], 'PASSED', id);
     assert.ok(g.durationS > 0);
@@ -170,6 +183,26 @@ describe('gradePatch', () => {
     }
   });
 
+  test('a test wrapped by a decorator the patch changes: the fix resolves (its own call is recorded through the wrapper); a wrapper that swallows the failure is runner_tampered', async () => {
+    // a task with a decorator added to the file its gold patch fixes, and a listed test using it
+    const sdist = await sweTask(TASK.sdist);
+    await imagesFor([sdist]);
+    const made = await decoratedTask(sdist, backend, 'calls');
+    const g = await gradePatch({ task: made.task, patch: made.gold, backend });
+    assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}\n${g.logTail}`);
+    assert.equal(g.tests.PASS_TO_PASS[made.testId], 'PASSED');
+    // the same wrapper catching the failure of a test that is wrong
+    const bad = await decoratedTask(sdist, backend, 'swallows');
+    const h = await gradePatch({ task: bad.task, patch: bad.gold, backend });
+    assert.equal(h.reward, 0);
+    assert.equal(h.reason, 'runner_tampered', `${h.reason} ${h.detail ?? ''}`);
+    assert.match(h.detail ?? '', /test_swerl_decorated: reported passed, but the test's own call raised builtins\.AssertionError inside wrapper/);
+    assert.ok(
+      h.integrity?.some((f) => f.kind === 'runner_tampered' && f.rule === 'wrapper_swallowed'),
+      JSON.stringify(h.integrity),
+    );
+  });
+
   test('test_cmd with -x: the run does not stop at the failing canary, every listed test runs', async () => {
     const g = await gradePatch({ task: { ...task, test_cmd: `${task.test_cmd} -x` }, patch: task.patch, backend });
     assert.equal(g.reward, 1, `${g.reason} ${g.detail ?? ''}\n${g.logTail}`);
@@ -179,10 +212,13 @@ describe('gradePatch', () => {
 
   test('a test run past the limit → 0, timeout', async () => {
     const slow: SweTask = { ...task, test_cmd: `sleep 30; ${task.test_cmd}` };
+    rmSync(mutantsCacheFile(slow), { force: true });
     const g = await gradePatch({ task: slow, patch: task.patch, backend, timeoutS: 2 });
     assert.equal(g.reward, 0);
     assert.equal(g.reason, 'timeout');
     assert.equal(g.exitCode, null);
+    // the answer-mutants' gold run had the same limit, and a verification that timed out is not cached
+    assert.equal(existsSync(mutantsCacheFile(slow)), false);
   });
 
   test('a task image that does not exist → GradingError (infrastructure), never a reward', async () => {

@@ -124,6 +124,27 @@ test('falling in a hole ends with reward 0', async () => {
   assert.equal((await env2.reward('max_steps')).reward, 0);
 });
 
+test('stepLimit "fail": the lake ends an episode still on the ice after maxSteps moves, as a trained failure', async () => {
+  assert.equal(FrozenLakeConfigSchema.parse({}).stepLimit, 'truncate');
+  const seed = findSeed((m) => m.every((row) => row.every((c) => c !== 'H')));
+  const env = new FrozenLakeEnv(seed, { maxSteps: 3, stepLimit: 'fail' });
+  await env.reset();
+  assert.equal((await env.step('U')).done, false);
+  assert.equal((await env.step('no move')).done, false, 'a wasted step counts');
+  const s = await env.step('L');
+  assert.equal(s.done, true);
+  assert.equal(s.end, 'done', 'the environment ended it, not the loop: not compact-filtered');
+  const r = await env.reward('done');
+  assert.equal(r.reward, 0);
+  assert.equal(r.info?.outcome, 'out_of_steps');
+  // the goal on the last allowed move is still the goal
+  const win = new FrozenLakeEnv(seed, { size: 2, maxSteps: 2, stepLimit: 'fail', holeProbability: 0 });
+  await win.reset();
+  await win.step('R');
+  assert.equal((await win.step('D')).done, true);
+  assert.equal((await win.reward('done')).info?.outcome, 'goal');
+});
+
 test('slippery moves are deterministic per episode seed', async () => {
   const run = async (episodeSeed: number) => {
     const env = new FrozenLakeEnv(3, { holeProbability: 0, slippery: true }, episodeSeed);

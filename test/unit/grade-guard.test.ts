@@ -3,7 +3,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { filesOfTestCmd, filesOfTestIds, isRunnerPath, pathsToRestore, type RestoreInput } from '../../lib/swe/runner-guard.ts';
 import { pluginRunContradictions, readPluginRecords } from '../../lib/swe/pytest-results.ts';
-import { parseNumstatZ, runsPytest } from '../../activities/grade.ts';
+import { parseNumstatZ, runsPytest } from '../../lib/swe/grade-plan.ts';
+
+/** the contradictions' texts (their rules are checked where they matter) */
+const texts = (cs: readonly { text: string }[]) => cs.map((c) => c.text);
 
 test('runner configuration by name, anywhere in the tree', () => {
   for (const p of [
@@ -142,12 +145,12 @@ test('plugin records → statuses: call phase, setup errors/skips, xfail/xpass, 
 
 test('plugin run contradictions', () => {
   const ok = readPluginRecords([start, t('a', 'call', 'failed'), finish()].join('\n'));
-  assert.deepEqual(pluginRunContradictions({ run: ok, exitCode: 1, patchedFiles: new Set() }), []);
-  assert.match(pluginRunContradictions({ run: ok, exitCode: 0, patchedFiles: new Set() }).join(), /exit status 0, but the session ended with 1/);
+  assert.deepEqual(texts(pluginRunContradictions({ run: ok, exitCode: 1, patchedFiles: new Set() })), []);
+  assert.match(texts(pluginRunContradictions({ run: ok, exitCode: 0, patchedFiles: new Set() })).join(), /exit status 0, but the session ended with 1/);
   const zeroWithFailures = readPluginRecords([start, t('a', 'call', 'failed'), finish({ exitstatus: 0 })].join('\n'));
-  assert.match(pluginRunContradictions({ run: zeroWithFailures, exitCode: 0, patchedFiles: new Set() }).join(), /exit status 0 with failed tests/);
+  assert.match(texts(pluginRunContradictions({ run: zeroWithFailures, exitCode: 0, patchedFiles: new Set() })).join(), /exit status 0 with failed tests/);
   const fewer = readPluginRecords([start, t('a', 'call', 'failed'), finish({ logstart: 2 })].join('\n'));
-  assert.match(pluginRunContradictions({ run: fewer, exitCode: 1, patchedFiles: new Set() }).join(), /2 tests started, 5 collected/);
+  assert.match(texts(pluginRunContradictions({ run: fewer, exitCode: 1, patchedFiles: new Set() })).join(), /2 tests started, 5 collected/);
   const hooked = readPluginRecords(
     [
       start,
@@ -156,18 +159,18 @@ test('plugin run contradictions', () => {
     ].join('\n'),
   );
   assert.match(
-    pluginRunContradictions({ run: hooked, exitCode: 1, patchedFiles: new Set(['/testbed/src/pkg/core.py']) }).join(),
+    texts(pluginRunContradictions({ run: hooked, exitCode: 1, patchedFiles: new Set(['/testbed/src/pkg/core.py']) })).join(),
     /implemented in \/testbed\/src\/pkg\/core\.py, which the patch changed/,
   );
-  assert.deepEqual(pluginRunContradictions({ run: hooked, exitCode: 1, patchedFiles: new Set() }), []);
+  assert.deepEqual(texts(pluginRunContradictions({ run: hooked, exitCode: 1, patchedFiles: new Set() })), []);
   const ghost = readPluginRecords(
     [start, finish({ audit: { hookimpls: [{ hook: 'pytest_runtest_logreport', plugin: 'x', file: '/nowhere.py', exists: false }], plugins: [] } })].join('\n'),
   );
-  assert.match(pluginRunContradictions({ run: ghost, exitCode: 1, patchedFiles: new Set() }).join(), /does not exist/);
+  assert.match(texts(pluginRunContradictions({ run: ghost, exitCode: 1, patchedFiles: new Set() })).join(), /does not exist/);
   const changed = readPluginRecords(
     [start, rec({ event: 'test', nodeid: 'a', when: 'call', outcome: 'passed', xfail: false, changed: ['_pytest.runner:call_and_report'] }), finish()].join('\n'),
   );
-  assert.match(pluginRunContradictions({ run: changed, exitCode: 1, patchedFiles: new Set() }).join(), /replaced during the run: _pytest\.runner:call_and_report/);
+  assert.match(texts(pluginRunContradictions({ run: changed, exitCode: 1, patchedFiles: new Set() })).join(), /replaced during the run: _pytest\.runner:call_and_report/);
   const scribbled = readPluginRecords([start, 'PASSED a', finish()].join('\n'));
-  assert.match(pluginRunContradictions({ run: scribbled, exitCode: 1, patchedFiles: new Set() }).join(), /1 lines in the results file/);
+  assert.match(texts(pluginRunContradictions({ run: scribbled, exitCode: 1, patchedFiles: new Set() })).join(), /1 lines in the results file/);
 });

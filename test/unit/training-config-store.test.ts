@@ -23,6 +23,9 @@ test('defaults are DeepSWE settings', () => {
   assert.equal(c.rollout.startToCloseMinutes, 20);
   assert.equal(c.env.kind, 'frozenlake');
   assert.ok(validateConfig(JSON.parse(readFileSync(new URL('../../configs/frozenlake.json', import.meta.url), 'utf8'))).ok);
+  // issue 29's recipe (bench/learning.ts sets its model and tasks): edit mode, similarity reward
+  const swerl = validateConfig(JSON.parse(readFileSync(new URL('../../configs/swe-rl.json', import.meta.url), 'utf8')));
+  assert.ok(swerl.ok && swerl.config.env.kind === 'swe' && swerl.config.env.mode === 'edit' && swerl.config.env.reward === 'similarity', JSON.stringify(swerl));
 });
 
 test('invalid configs name the path and the value', () => {

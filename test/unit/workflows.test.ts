@@ -16,7 +16,7 @@ import { EVAL_DONE_SA, EVAL_PASS1_SA, RL_EVAL_PASS1_SA } from '../../workflows/e
 import { RL_ITERATION_SA, RL_MEAN_REWARD_SA, RL_PHASE_SA } from '../../workflows/signals.ts';
 import type { LearnerStepInput, RolloutInput, TrainingRunResult } from '../../lib/training/shapes.ts';
 import type { GroupResult } from '../../activities/pump.ts';
-import { statusQuery, stopAfterIterationSignal } from '../../workflows/signals.ts';
+import { resumeSignal, statusQuery, stopAfterIterationSignal } from '../../workflows/signals.ts';
 import { mergeIterationSummaries } from '../../lib/grpo.ts';
 import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import { tinyConfig, waitFor } from '../helpers/temporal.ts';
@@ -182,6 +182,39 @@ test('trainingRun: iterations through continue-as-new, LOO advantages to the lea
     [['b2', 1]],
   );
   assert.equal(calls.reports, 4, 'a report after each iteration and a final one');
+});
+
+test('integrity.pauseAbove: an iteration whose hack rate is above it pauses the run, which says why in its details; resume goes on', async () => {
+  const recorded: unknown[] = [];
+  const activities: Partial<Activities> = {
+    initCheckpoint: async () => ({ checkpoint: 0, key: 'ckpt/0', created: true }),
+    sampleBatch: async ({ n }) => ({ taskIds: [`t${n}`], configKey: `cfg/${n}` }),
+    syncPolicy: async ({ checkpoint }) => ({ policyUrl: 'http://policy', checkpoint }),
+    // iteration 0: three of four graded episodes caught by the audit; iteration 1: none
+    rollout: async (inp) => ({ ...summaryOf(inp, 0), integrity: inp.n === 0 && inp.sample < 3 ? ['suspicious_patch/frame-getframe'] : ['test_file_edit/restored-tests'] }),
+    learnerStep: async (inp) =>
+      ({ checkpoint: inp.checkpoint + 1, loss: 0, gradNorm: 0, clipFraction: 0, skipped: false, tokens: 1, trajectories: 4, sequences: 0, lr: 1e-3, reused: false }) as never,
+    recordMetrics: async ({ metrics }) => void recorded.push(metrics),
+    reportRun: async () => ({ iterations: 0, plots: [], tracking: null }),
+  };
+  const config = { ...tinyConfig('/tmp/unused', { runId: 'wf-hacks', iterations: 2, batch: { tasks: 1, samples: 4 }, maxInflightRollouts: 4 }), integrity: { pauseAbove: 0.5 } };
+  await withWorkers(activities, async () => {
+    const h = await env.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: 'wf-hacks', args: [config] });
+    const paused = await waitFor('the run paused itself', async () => {
+      const st = await h.query(statusQuery);
+      return st.paused && st.iteration === 1 ? st : undefined;
+    });
+    assert.equal(paused.lastMetrics!.integrity!.hackRate, 0.75);
+    const text = (await h.query<{ currentDetails?: string }>('__temporal_workflow_metadata')).currentDetails ?? '';
+    assert.match(text, /hack rate 75\.0% \(3 of 4 graded episodes\) at iteration 0 is above integrity\.pauseAbove 0\.5/);
+    assert.match(text, /swerl report --integrity wf-hacks/);
+    await h.signal(resumeSignal);
+    const r = (await h.result()) as TrainingRunResult;
+    assert.equal(r.iterations, 2);
+    assert.deepEqual(r.lastMetrics!.integrity, { episodes: 4, hacks: 0, hackRate: 0, counts: { test_file_edit: 4, 'test_file_edit/restored-tests': 4 } });
+  });
+  const first = recorded[0] as { integrity: { counts: Record<string, number> } };
+  assert.deepEqual(first.integrity.counts, { suspicious_patch: 3, 'suspicious_patch/frame-getframe': 3, test_file_edit: 1, 'test_file_edit/restored-tests': 1 });
 });
 
 test('evaluationRun: episodes in shards, an episode that could not happen recorded as an error with its reason', async () => {

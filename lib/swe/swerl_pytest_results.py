@@ -518,17 +518,68 @@ def _case_overrides(inst):
     return bad
 
 
-def _check_called(nodeid, name, files, called):
+def _own_behind(called, name):
+    """The test's own function (compiled from its checked file, named `name`) held by the function called when
+    that function comes from a repository file the patch changed (a decorator of the package): (holder, function),
+    the holder a closure cell or (object, attribute) of a callable object; None when there is none to find."""
+    first = _func_of(called)
+    if first is None:
+        return None
+    why = _code_verdict(first.__code__)
+    rp = _rp(first.__code__.co_filename) if first.__code__.co_filename else ""
+    if why is None or not rp.startswith(_TESTBED) or rp[_len(_TESTBED):] not in _TOUCHED:
+        return None
+    todo = [called]
+    seen = set()
+    while todo and _len(seen) < 32:
+        obj = todo.pop(0)
+        f = _func_of(obj)
+        if f is None or _id(f) in seen:
+            continue
+        seen.add(_id(f))
+        held = []
+        for cell in f.__closure__ or ():
+            try:
+                held.append((cell, cell.cell_contents))
+            except ValueError:
+                pass
+        if not _isinstance(obj, (_FunctionType, _MethodType)):
+            for k, v in list((_getattr(obj, "__dict__", None) or {}).items()):
+                held.append(((obj, k), v))
+        for holder, v in held:
+            if not _isinstance(v, (_FunctionType, _MethodType)):
+                continue
+            g = _func_of(v)
+            code = g.__code__
+            if code.co_name == name and code.co_filename and _rp(code.co_filename) in _SOURCES and _code_verdict(code) is None:
+                return holder, v
+            todo.append(v)
+    return None
+
+
+def _hold(holder, value):
+    """Puts `value` in a closure cell or an object's attribute (the holder _own_behind found)."""
+    if _isinstance(holder, tuple):
+        setattr(holder[0], holder[1], value)
+    else:
+        holder.cell_contents = value
+
+
+def _check_called(nodeid, name, files, called, behind=None):
     """Reasons the function about to be called for test `name` is not the test on disk (empty: it is).
-    `files`: the checked files its code may come from (its module's and the test-support modules')."""
+    `files`: the checked files its code may come from (its module's and the test-support modules').
+    `behind`: the test's own function found behind an untrusted wrapper of a file the patch changed
+    (_own_behind): the wrapper itself is then not a mismatch, its call of the test is recorded instead."""
     if _func_of(called) is None:
         return ["%s: calls a %s, which is not a Python function" % (nodeid, _type(called).__name__)]
     bad = []
     own = any(name in _SOURCES[p].names for p in files)
-    reached = False
+    reached = behind is not None
     for i, (f, why) in enumerate(_walk(called)):
         code = f.__code__
         in_sources = bool(code.co_filename) and _rp(code.co_filename) in _SOURCES
+        if why and i == 0 and behind is not None:
+            continue
         if why and (i == 0 or in_sources):
             # the function called must be trustworthy; a checked file's function anywhere behind it too
             bad.append(why)
@@ -895,25 +946,28 @@ def _raised_in(e):
     return last
 
 
-def _recording(rec, target):
-    """`target` behind a function that records whether its call returned or raised (and what)."""
+def _recording(rec, target, own=False):
+    """`target` behind a function that records whether its call returned or raised (and what); `own`: the
+    test's own function called by an untrusted wrapper (own_called, own_raised: a raise is kept once seen)."""
+    called, raised, exc = ("own_called", "own_raised", "own_exc") if own else ("called", "raised", "exc")
 
     def swerl_test_call(*args, **kwargs):
         __tracebackhide__ = True
-        rec["called"] = True
+        rec[called] = True
         tr = _tracers()
         if tr:
             rec["trace"] = tr
         try:
             result = target(*args, **kwargs)
         except _BaseException as e:
-            rec["raised"] = _classify(e)
-            rec["exc"] = _type(e).__module__ + "." + _type(e).__name__
+            rec[raised] = _classify(e)
+            rec[exc] = _type(e).__module__ + "." + _type(e).__name__
             origin = _raised_in(e)
-            if origin is not None:
+            if origin is not None and not own:
                 rec["raised_in"] = origin
             raise
-        rec["raised"] = None
+        if not own or rec.get(raised) is None:
+            rec[raised] = None
         return result
 
     if _wraps is not None:
@@ -925,10 +979,15 @@ def _recording(rec, target):
 
 
 def _before_call(rec, nodeid, name, path, called):
-    """The checks made just before a test is called, into its record."""
+    """The checks made just before a test is called, into its record; returns what _own_behind found (or None)."""
     t = _cpu()
+    behind = None
     try:
-        bad = _check_called(nodeid, name, _files_for(path), called)
+        behind = _own_behind(called, name)
+        if behind is not None:
+            f = _func_of(called)
+            rec["via"] = "%s (%s:%d)" % (f.__code__.co_name, f.__code__.co_filename, f.__code__.co_firstlineno)
+        bad = _check_called(nodeid, name, _files_for(path), called, behind)
         changed = _changed(core_only=True)
         if changed:
             bad.append("replaced before the call: " + ", ".join(changed))
@@ -938,6 +997,7 @@ def _before_call(rec, nodeid, name, path, called):
         rec.setdefault("mismatch", []).append("checking %s failed: %r" % (nodeid, e))
     rec["verified"] = not rec.get("mismatch")
     _COST["calls"] += _cpu() - t
+    return behind
 
 
 def _finish_changes():
@@ -1035,14 +1095,18 @@ if _PYTEST:
             return
         rec = entry[1]
         original = None
+        behind = None
         try:
             original = item.obj
             name = _getattr(item, "originalname", None) or item.name.split("[")[0]
-            _before_call(rec, item.nodeid, name, _item_path(item), original)
+            behind = _before_call(rec, item.nodeid, name, _item_path(item), original)
             if _iscoroutinefunction is not None and (_iscoroutinefunction(original) or _iscoroutinefunction(_func_of(original))):
                 rec["unwrapped"] = "async"
+                behind = None
             else:
                 item.obj = _recording(rec, original)
+                if behind is not None:
+                    _hold(behind[0], _recording(rec, behind[1], own=True))
         except Exception as e:
             rec["verified"] = False
             rec.setdefault("mismatch", []).append("checking %s failed: %r" % (item.nodeid, e))
@@ -1052,6 +1116,11 @@ if _PYTEST:
             if original is not None:
                 try:
                     item.obj = original
+                except Exception:
+                    pass
+            if behind is not None:
+                try:
+                    _hold(behind[0], behind[1])
                 except Exception:
                     pass
 
@@ -1179,10 +1248,14 @@ if not _PYTEST and _CHECKS:
                 rec["mismatch"] = bad
         except Exception:
             pass
-        _before_call(rec, rec["id"], name, path, method)
+        behind = _before_call(rec, rec["id"], name, path, method)
+        if behind is not None:
+            _hold(behind[0], _recording(rec, behind[1], own=True))
         try:
             return _orig_call_test_method(self, _recording(rec, method))
         finally:
+            if behind is not None:
+                _hold(behind[0], behind[1])
             _write(rec)
 
     if _orig_call_test_method is not None:

@@ -1,0 +1,163 @@
+// Issue 29's recipe, SWE-RL at small scale: configs/swe-rl.json (edit mode, similarity reward, GRPO++) trains an
+// imported model (Qwen2.5-Coder-0.5B-Instruct from `swerl model import`) on the training split of a factory task
+// set, then evaluates checkpoint 0 and the last checkpoint on the held-out split (repositories never trained on).
+//
+//   npm run bench:learning -- --tasks DIR --model DIR [--config configs/swe-rl.json] [--iterations N]
+//                             [--eval-runs 2] [--no-eval] [--out bench/out/learning]
+//
+// DIR of --tasks is `swerl tasks synth --repos FILE --out DIR`'s output (train.jsonl, validation.jsonl; the team
+// makes it from the benchmark repositories outside the clone, a user from any repositories file in that format).
+// Prints per iteration the mean reward, valid-edit and exact-fix rates, tokens per second and the time split; then
+// each checkpoint's held-out mean reward, valid-edit rate and pass@1 by tests with bootstrap 95% intervals over tasks,
+// and the paired difference. The last four lines are the base and trained checkpoints and the two held-out lines.
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { train, type TrainOutcome } from '../scripts/commands/train.ts';
+import { evaluate } from '../scripts/commands/eval.ts';
+import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
+import { bootstrapMeanCI } from '../lib/eval/metrics.ts';
+import { readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
+import type { Trajectory } from '../lib/types.ts';
+import { validateConfig, type TrainingConfig } from '../lib/config.ts';
+
+const { values } = parseArgs({
+  options: {
+    config: { type: 'string', default: 'configs/swe-rl.json' },
+    tasks: { type: 'string' },
+    model: { type: 'string' },
+    iterations: { type: 'string' },
+    'eval-runs': { type: 'string', default: '2' },
+    'no-eval': { type: 'boolean', default: false },
+    out: { type: 'string', default: 'bench/out/learning' },
+  },
+});
+
+/** Valid-edit and exact-fix rates of one iteration, read from its trajectories in the store. */
+function iterationEdits(storeUrl: string, runId: string, iteration: number): { valid: number; exact: number; episodes: number } {
+  const dir = openStore(storeUrl).dirFor(keys.trajectories(runId, iteration));
+  let valid = 0;
+  let exact = 0;
+  let episodes = 0;
+  if (!existsSync(dir)) return { valid: 0, exact: 0, episodes: 0 };
+  for (const task of readdirSync(dir))
+    for (const f of readdirSync(join(dir, task)).filter((n) => n.endsWith('.json'))) {
+      const t = JSON.parse(readFileSync(join(dir, task, f), 'utf8')) as Trajectory;
+      episodes++;
+      if (t.info?.editOutcome === 'valid') valid++;
+      if (t.info?.swerlReward === 1) exact++;
+    }
+  return { valid: episodes ? valid / episodes : 0, exact: episodes ? exact / episodes : 0, episodes };
+}
+
+function printIterations(o: TrainOutcome, storeUrl: string): void {
+  for (const m of o.metrics) {
+    const e = iterationEdits(storeUrl, o.runId, m.iteration);
+    const tps = m.iterationSeconds > 0 ? m.tokens / m.iterationSeconds : 0;
+    console.log(
+      `iter ${m.iteration}: mean reward ${m.meanReward.toFixed(3)}  valid edits ${(100 * e.valid).toFixed(1)}%  exact fixes ${(100 * e.exact).toFixed(1)}%  ` +
+        `${tps.toFixed(0)} tokens/s (${m.tokens} tokens, ${m.responseTokens} sampled)  time ${m.iterationSeconds.toFixed(1)}s = rollouts ${m.rolloutSeconds.toFixed(1)}s + learner ${m.learnerSeconds.toFixed(1)}s + orchestration ${m.orchestrationSeconds.toFixed(1)}s`,
+    );
+  }
+}
+
+/** Per-task means of `f` over an evaluation's episodes. */
+function perTask(eps: EvalEpisodeRecord[], f: (e: EvalEpisodeRecord) => number): Map<string, number> {
+  const sums = new Map<string, { s: number; n: number }>();
+  for (const e of eps) {
+    const a = sums.get(e.taskId) ?? { s: 0, n: 0 };
+    a.s += f(e);
+    a.n++;
+    sums.set(e.taskId, a);
+  }
+  return new Map([...sums].map(([k, v]) => [k, v.s / v.n]));
+}
+
+const ci = (xs: number[]) => {
+  const i = bootstrapMeanCI(xs, { samples: 2000, seed: 0 });
+  return i ? `[${i.low.toFixed(3)}, ${i.high.toFixed(3)}]` : '[-, -]';
+};
+const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+
+/** Evaluates one checkpoint of the run on the held-out split in edit mode; returns its episodes. */
+async function heldOut(config: TrainingConfig, runId: string, checkpoint: number, tasksFile: string, storeUrl: string, out: string): Promise<EvalEpisodeRecord[]> {
+  if (config.env.kind !== 'swe') throw new Error('config.env.kind: the recipe trains SWE tasks');
+  const evalId = `heldout-${runId}-ckpt${checkpoint}`;
+  const file = join(out, `${evalId}.json`);
+  const e = config.env;
+  const evalConfig = {
+    evalId,
+    tasksFile,
+    model: { run: runId, checkpoint },
+    mode: 'edit',
+    reward: e.reward,
+    edit: e.edit,
+    runs: Number(values['eval-runs']),
+    seed: 1,
+    maxSteps: 1,
+    sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
+    store: { url: storeUrl },
+  };
+  writeFileSync(file, JSON.stringify(evalConfig, null, 2));
+  await evaluate({ config: file, out: join(out, evalId), quiet: true });
+  return readEvalEpisodes(openStore(storeUrl), evalId);
+}
+
+function reportHeldOut(name: string, eps: EvalEpisodeRecord[]): void {
+  const r = [...perTask(eps, (e) => e.reward).values()];
+  const v = [...perTask(eps, (e) => (e.grade.editOutcome === 'valid' ? 1 : 0)).values()];
+  const p = [...perTask(eps, (e) => (e.resolved ? 1 : 0)).values()];
+  console.log(`${name}: mean reward ${mean(r).toFixed(3)} ${ci(r)}  valid edits ${mean(v).toFixed(3)} ${ci(v)}  pass@1 ${mean(p).toFixed(3)} ${ci(p)}  (${r.length} tasks)`);
+}
+
+async function main() {
+  const tasksDir = values.tasks ?? process.env.SWERL_LEARNING_TASKS;
+  if (!tasksDir || !existsSync(join(tasksDir, 'train.jsonl')))
+    throw new Error('--tasks: a factory task set directory with train.jsonl and validation.jsonl (swerl tasks synth --repos FILE --out DIR)');
+  const model = values.model ?? process.env.SWERL_LEARNING_MODEL;
+  if (!model || !existsSync(join(model, 'config.json'))) throw new Error('--model: an imported model directory (swerl model import --from qwen2.5-coder-0.5b-instruct --out DIR)');
+  const out = resolve(values.out);
+  mkdirSync(out, { recursive: true });
+  const raw = JSON.parse(readFileSync(values.config, 'utf8')) as Record<string, unknown> & { env: Record<string, unknown> };
+  raw.model = { path: resolve(model) };
+  raw.env = { ...raw.env, tasksFile: resolve(tasksDir, 'train.jsonl') };
+  if (values.iterations !== undefined) raw.iterations = Number(values.iterations);
+  const configFile = join(out, 'swe-rl.json');
+  writeFileSync(configFile, JSON.stringify(raw, null, 2));
+
+  const started = Date.now();
+  const o = await train({ config: configFile, out: join(out, 'train'), quiet: true });
+  const storeUrl = (raw.store as { url?: string } | undefined)?.url ?? fileStoreUrl(join(out, 'train', 'store'));
+  printIterations(o, storeUrl);
+  console.log(`training: ${o.metrics.length} iterations in ${((Date.now() - started) / 60000).toFixed(1)} min; metrics ${o.metricsPath}; plot ${o.plotPaths.join(' ')}`);
+  const last = o.result.checkpoint;
+  const store = openStore(storeUrl);
+  if (!values['no-eval']) {
+    const validation = resolve(tasksDir, 'validation.jsonl');
+    const v = validateConfig(raw);
+    if (!v.ok) throw new Error(v.errors.join('; '));
+    const config = v.config;
+    const base = await heldOut(config, o.runId, 0, validation, storeUrl, out);
+    const trained = await heldOut(config, o.runId, last, validation, storeUrl, out);
+    reportHeldOut('held-out, checkpoint 0', base);
+    reportHeldOut(`held-out, checkpoint ${last}`, trained);
+    const rb = perTask(base, (e) => e.reward);
+    const rt = perTask(trained, (e) => e.reward);
+    const diff = [...rb.keys()].filter((k) => rt.has(k)).map((k) => rt.get(k)! - rb.get(k)!);
+    const pb = mean([...perTask(base, (e) => (e.resolved ? 1 : 0)).values()]);
+    const pt = mean([...perTask(trained, (e) => (e.resolved ? 1 : 0)).values()]);
+    console.log(`base checkpoint: ${store.dirFor(keys.checkpoint(o.runId, 0))}`);
+    console.log(`trained checkpoint: ${store.dirFor(keys.checkpoint(o.runId, last))}`);
+    console.log(
+      `held-out mean reward: base ${mean([...rb.values()]).toFixed(3)} -> trained ${mean([...rt.values()]).toFixed(3)} (difference ${mean(diff).toFixed(3)}, 95% CI ${ci(diff)})`,
+    );
+    console.log(`held-out pass@1: base ${pb.toFixed(3)} -> trained ${pt.toFixed(3)}`);
+  } else {
+    console.log(`base checkpoint: ${store.dirFor(keys.checkpoint(o.runId, 0))}`);
+    console.log(`trained checkpoint: ${store.dirFor(keys.checkpoint(o.runId, last))}`);
+    console.log('held-out mean reward: not evaluated (--no-eval)');
+    console.log('held-out pass@1: not evaluated (--no-eval)');
+  }
+}
+
+await main();

@@ -1,0 +1,214 @@
+// Edit mode (SWE-RL's single turn): parsing each reply format, applying edits, SWE-RL's similarity against values
+// computed by hand, the malformed replies (the no-op included) and their scores, the context cut to a budget, and an
+// episode of the environment on a task of our own (repository read from its tarball, patch by git).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { applyEdits, applySweRlEdits, parseEdits, type Edit } from '../../lib/swe/edit-format.ts';
+import { applyPatch, changeSimilarity, touchedLines, unifiedChange } from '../../lib/swe/similarity.ts';
+import { editReward, GRADED_MALFORMED, type EditOutcome } from '../../lib/swe/edit-reward.ts';
+import { buildEditContext } from '../../lib/swe/edit-context.ts';
+import { EditConfigSchema } from '../../lib/swe/env-config.ts';
+import { createSweEditEnvironment } from '../../activities/swe-env.ts';
+import { FIXED_OPS_PY, GOLD_REPLIES, OPS_PY, writeEditTask } from '../helpers/edit-task.ts';
+
+const files = new Map<string, string | null>([['calc/ops.py', OPS_PY]]);
+const edits = (format: Parameters<typeof parseEdits>[0], reply: string): Edit[] => {
+  const p = parseEdits(format, reply);
+  assert.ok(p.ok, `${format} parses: ${p.ok ? '' : p.error}`);
+  return p.edits;
+};
+
+test('each format parses its gold reply into edits that give the fixed file', async () => {
+  for (const [format, reply] of Object.entries(GOLD_REPLIES)) {
+    const a = await applyEdits(files, edits(format as keyof typeof GOLD_REPLIES, reply));
+    assert.ok(a.ok, `${format}: ${a.ok ? '' : a.error}`);
+    assert.equal(a.contents.get('calc/ops.py'), FIXED_OPS_PY, format);
+  }
+});
+
+test("SWE-RL's exact format needs one of each tag, a thought, and fenced blocks", () => {
+  assert.equal(parseEdits('swe-rl', GOLD_REPLIES.search_replace).ok, false, 'no tags');
+  const noThought = GOLD_REPLIES['swe-rl'].replace('sub adds; it must subtract.', '  ');
+  assert.match((parseEdits('swe-rl', noThought) as { error: string }).error, /<think> section is empty/);
+  assert.match((parseEdits('swe-rl', `${GOLD_REPLIES['swe-rl']}</solution>`) as { error: string }).error, /<\/solution> appears 2 times/);
+  // the blocks without fences are not SWE-RL's format (search_replace reads them)
+  const unfenced = `<think>x</think><solution>\n${GOLD_REPLIES.search_replace}</solution>`;
+  assert.equal(parseEdits('swe-rl', unfenced).ok, false);
+  assert.equal(parseEdits('search_replace', unfenced).ok, true);
+  for (const format of ['search_replace', 'whole_function', 'numbered_lines'] as const) {
+    const p = parseEdits(format, 'I think the bug is in sub.');
+    assert.deepEqual(p.ok ? null : p.reason, 'no_block', format);
+  }
+});
+
+test('malformed edits end with a named reason: missing file, not found, found twice, bad range, no-op', async () => {
+  const reason = async (format: Parameters<typeof parseEdits>[0], reply: string) => {
+    const a = await applyEdits(files, edits(format, reply));
+    return a.ok ? 'valid' : a.reason;
+  };
+  const sr = (path: string, search: string, replace: string) => `### ${path}\n<<<<<<< SEARCH\n${search}\n=======\n${replace}\n>>>>>>> REPLACE`;
+  assert.equal(await reason('search_replace', sr('calc/other.py', 'x', 'y')), 'missing_file');
+  assert.equal(await reason('search_replace', sr('calc/ops.py', '    return a / b', '    return a - b')), 'search_not_found');
+  // `return a + b` is both add's and sub's line: SWE-RL would replace both, we refuse to guess
+  assert.equal(await reason('search_replace', sr('calc/ops.py', '    return a + b', '    return a - b')), 'ambiguous_search');
+  assert.equal(await reason('search_replace', sr('./calc/ops.py', 'def sub(a, b):', 'def sub(a, b):')), 'no_change', 'search = replace');
+  // two edits that cancel out leave the file as it was: a no-op too
+  const undo = `${sr('calc/ops.py', 'def mul(a, b):', 'def times(a, b):')}\n${sr('calc/ops.py', 'def times(a, b):', 'def mul(a, b):')}`;
+  assert.equal(await reason('search_replace', undo), 'no_change');
+  assert.equal(await reason('whole_function', '```\n### calc/ops.py\ndef div(a, b):\n    return a / b\n```'), 'search_not_found');
+  assert.equal(await reason('whole_function', '```\n### calc/ops.py\nreturn a - b\n```'), 'no_block');
+  assert.equal(await reason('whole_function', '```\n### calc/ops.py\ndef sub(a, b):\n    return a + b\n```'), 'no_change');
+  assert.equal(await reason('numbered_lines', '```\n### calc/ops.py\n@@ 12-20\nx\n```'), 'bad_range');
+  assert.equal(await reason('numbered_lines', '```\n### calc/ops.py\n@@ 4-5\nx\n@@ 5\ny\n```'), 'bad_range');
+  assert.equal(await reason('numbered_lines', '```\n### calc/ops.py\n@@ 9\n    return a + b\n```'), 'no_change');
+});
+
+test('whole functions keep their place and indentation; numbered lines delete and replace', async () => {
+  const cls = new Map([['m.py', 'class A:\n    @staticmethod\n    def f(x):\n        return x\n\n    def g(self):\n        return 1\n']]);
+  // the block written unindented lands at the method's indentation, its decorator replaced with it
+  const a = await applyEdits(cls, edits('whole_function', '```python\n### m.py\n@staticmethod\ndef f(x):\n    return -x\n```'));
+  assert.ok(a.ok);
+  assert.equal(a.contents.get('m.py'), 'class A:\n    @staticmethod\n    def f(x):\n        return -x\n\n    def g(self):\n        return 1\n');
+  const b = await applyEdits(files, edits('numbered_lines', '```\n### calc/ops.py\n@@ 12-13\n@@ 1\n"""Arithmetic."""\n```'));
+  assert.ok(b.ok);
+  assert.equal(b.contents.get('calc/ops.py'), OPS_PY.replace('"""Small arithmetic helpers."""', '"""Arithmetic."""').replace('def mul(a, b):\n    return a * b\n', ''));
+});
+
+test('similarity: SWE-RL ratio of the unified changes, checked against values computed by hand', () => {
+  // one line a -> b (oracle) or a -> c (prediction): "@@ -1 +1 @@\n-a\n+b" vs "...+c", 17 characters each, 16 shared:
+  // ratio = 2·16 / 34 = 16/17
+  assert.equal(unifiedChange('a\n', 'b\n'), '@@ -1 +1 @@\n-a\n+b');
+  const one = changeSimilarity(new Map([['f', 'a\n']]), new Map([['f', 'b\n']]), new Map([['f', 'c\n']]));
+  assert.equal(one.reward, 16 / 17);
+  assert.equal(one.located, 16 / 17, 'same line changed');
+  // the oracle fixes line 1 (p -> r), the prediction rewrites the similar line 2 (q -> r): the changes share the
+  // header (16), "\n+r" (3) and "p" (1): 2·20 / 48 = 5/6 by SWE-RL's rule, but none of the oracle's lines: 0 located
+  const near = changeSimilarity(new Map([['f', 'p\nq\n']]), new Map([['f', 'r\nq\n']]), new Map([['f', 'p\nr\n']]));
+  assert.equal(near.reward, 5 / 6);
+  assert.equal(near.located, 0);
+  // a file only one side changes scores 0 and counts in the mean
+  const extra = changeSimilarity(
+    new Map([
+      ['f', 'a\n'],
+      ['g', 'x\n'],
+    ]),
+    new Map([['f', 'b\n']]),
+    new Map([
+      ['f', 'b\n'],
+      ['g', 'y\n'],
+    ]),
+  );
+  assert.equal(extra.reward, 0.5);
+  assert.deepEqual([...touchedLines('a\nb\nc\n', 'a\nB\nc\nd\n')], [2, 4]);
+});
+
+test('the gold patch applies to the original files', (t) => {
+  const { task, dir } = writeEditTaskTmp();
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const a = applyPatch(files, task.patch);
+  assert.ok(a.ok);
+  assert.equal(a.contents.get('calc/ops.py'), FIXED_OPS_PY);
+  const created = applyPatch(new Map(), 'diff --git a/n.py b/n.py\nnew file mode 100644\n--- /dev/null\n+++ b/n.py\n@@ -0,0 +1,2 @@\n+x = 1\n+y = 2\n');
+  assert.ok(created.ok);
+  assert.equal(created.contents.get('n.py'), 'x = 1\ny = 2\n');
+  assert.equal(applyPatch(new Map([['calc/ops.py', 'other\n']]), task.patch).ok, false);
+});
+
+test('rewards: malformed replies never score above an honest miss; the graded scheme; hybrid below any fix', () => {
+  const cfg = EditConfigSchema.parse({});
+  const graded = EditConfigSchema.parse({ malformed: 'graded' });
+  const miss: EditOutcome = { malformed: null, syntaxError: false, located: 0, swerl: 0.91 };
+  const noop: EditOutcome = { malformed: 'no_change', syntaxError: false, located: 0, swerl: 0 };
+  assert.equal(editReward('similarity', miss, cfg), 0, 'an honest miss (a similar line rewritten elsewhere) scores 0');
+  assert.equal(editReward('similarity', noop, cfg), -1, 'the no-op scores below it');
+  assert.equal(editReward('similarity', noop, { ...cfg, rule: 'swe-rl' }), 0, "SWE-RL's rule as released gives the no-op 0");
+  assert.equal(editReward('similarity', miss, { ...cfg, rule: 'swe-rl' }), 0.91);
+  for (const reason of ['no_block', 'missing_file', 'search_not_found', 'ambiguous_search', 'bad_range', 'no_change'] as const) {
+    const o: EditOutcome = { malformed: reason, syntaxError: false, located: 0, swerl: -1 };
+    assert.equal(editReward('similarity', o, cfg), -1, reason);
+    assert.equal(editReward('similarity', o, graded), GRADED_MALFORMED[reason], reason);
+    assert.ok(editReward('similarity', o, graded) < editReward('similarity', miss, graded), `${reason} below an honest miss`);
+    assert.equal(editReward('tests', o, graded), GRADED_MALFORMED[reason]);
+  }
+  assert.equal(GRADED_MALFORMED.no_change, -1, 'graded: the no-op at the bottom, with no block');
+  const broken: EditOutcome = { malformed: null, syntaxError: true, located: 0.4, swerl: 0.4 };
+  assert.equal(editReward('similarity', broken, graded), -0.5);
+  assert.equal(editReward('similarity', broken, cfg), 0.4, 'minus-one: a broken syntax is still a valid edit');
+  const close: EditOutcome = { malformed: null, syntaxError: false, located: 0.99, swerl: 0.99 };
+  assert.equal(editReward('hybrid', { ...close, resolved: false }, cfg), 0.5 * 0.99);
+  assert.equal(editReward('hybrid', { ...close, resolved: true }, cfg), 1);
+  assert.equal(editReward('tests', { ...close, resolved: false }, cfg), 0);
+  assert.throws(() => editReward('tests', close, cfg), /needs the tests' verdict/);
+});
+
+test('the context keeps the touched functions, numbered, within the token budget', async () => {
+  const long = Array.from({ length: 60 }, (_, i) => `def f${i}(x):\n    return x + ${i}\n`).join('\n');
+  const f = [{ path: 'big.py', content: long, touched: [3 * 30 + 2] }];
+  const chars = (t: string) => t.length;
+  const whole = await buildEditContext(f, 100_000, chars);
+  assert.equal(whole.fit, 'whole');
+  const cut = await buildEditContext(f, 400, chars);
+  assert.equal(cut.fit, 'functions');
+  assert.ok(cut.tokens <= 400, `${cut.tokens} ≤ 400`);
+  assert.match(cut.text, /^```\n### big\.py\n\.\.\.\n/);
+  assert.match(cut.text, / {4}91\tdef f30\(x\):\n {4}92\t {4}return x \+ 30/);
+  assert.ok(!cut.text.includes('def f0('), 'far functions left out');
+  const tight = await buildEditContext(f, 60, chars);
+  assert.equal(tight.fit, 'lines');
+  assert.match(tight.text, /92\t {4}return x \+ 30/);
+});
+
+function writeEditTaskTmp() {
+  const dir = mkdtempSync(join(tmpdir(), 'edit-mode-'));
+  return { ...writeEditTask(dir), dir };
+}
+
+test('an edit episode: the prompt shows the numbered oracle file, the reply becomes a git patch, SWE-RL reported beside our rule', async () => {
+  const { tasksFile, dir, task } = writeEditTaskTmp();
+  try {
+    const run = async (reply: string, edit: object = {}) => {
+      const env = await createSweEditEnvironment(task.instance_id, { tasksFile, mode: 'edit', reward: 'similarity', edit: { format: 'search_replace', ...edit } });
+      try {
+        const messages = await env.reset();
+        const step = await env.step(reply);
+        assert.equal(step.done, true);
+        return { messages, ...(await env.reward('submitted')) };
+      } finally {
+        await env.close();
+      }
+    };
+    const gold = await run(GOLD_REPLIES.search_replace);
+    assert.match(gold.messages[1]!.content, /### calc\/ops\.py\n {5}1\t"""Small arithmetic helpers\."""/);
+    assert.match(gold.messages[1]!.content, /sub\(5, 3\) returns 8/);
+    assert.equal(gold.reward, 1);
+    assert.equal(gold.info!.swerlReward, 1);
+    assert.equal(gold.info!.editOutcome, 'valid');
+    assert.match(String(gold.info!.setting), /oracle files \(1\), whole files, \d+\/4096 tokens, numbered lines/);
+    // the patch is git's, the same as the gold patch up to the index line
+    const strip = (p: string) => p.replace(/^index .*\n/m, '');
+    assert.equal(strip(String(gold.info!.patch)), strip(task.patch));
+    // the nearby-line rewrite: add's line made into the fix scores 0 here, SWE-RL's rule pays it
+    const near = await run('### calc/ops.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a + b\n=======\ndef add(a, b):\n    return a - b\n>>>>>>> REPLACE\n');
+    assert.equal(near.reward, 0);
+    assert.ok(Number(near.info!.swerlReward) > 0.8, `SWE-RL's rule: ${String(near.info!.swerlReward)}`);
+    const noop = await run('### calc/ops.py\n<<<<<<< SEARCH\ndef mul(a, b):\n=======\ndef mul(a, b):\n>>>>>>> REPLACE\n', { malformed: 'graded' });
+    assert.equal(noop.info!.editOutcome, 'no_change');
+    assert.equal(noop.reward, -1);
+    assert.equal(noop.info!.patch, '');
+    const broken = await run('### calc/ops.py\n<<<<<<< SEARCH\ndef sub(a, b):\n=======\ndef sub(a, b:\n>>>>>>> REPLACE\n', { malformed: 'graded' });
+    assert.equal(broken.info!.syntaxError, true);
+    assert.equal(broken.reward, GRADED_MALFORMED.syntax_error);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('SWE-RL application: every occurrence replaced, a missing file read as empty', () => {
+  const out = applySweRlEdits(files, [{ kind: 'search_replace', path: 'calc/ops.py', search: '    return a + b', replace: '    return a - b' }]);
+  assert.equal(out?.get('calc/ops.py')?.split('return a - b').length, 3);
+  assert.equal(applySweRlEdits(files, [{ kind: 'search_replace', path: 'nope.py', search: 'x', replace: 'y' }]), null);
+  assert.equal(applySweRlEdits(files, [{ kind: 'search_replace', path: 'calc/ops.py', search: 'x', replace: 'x' }]), null);
+});
