@@ -438,8 +438,8 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
 
   const edit = config.mode === 'edit';
   // edit mode: the context budget counted by the model's tokenizer when we have it; every valid edit graded by tests (pass@1)
-  const editTokenizerDir = 'baseUrl' in m ? m.tokenizer : 'path' in m ? m.path : store.dirFor(plan.modelDir!);
-  const counter = edit && editTokenizerDir ? await tokenizerFor(editTokenizerDir) : undefined;
+  const editTokenizer = edit ? tokenizerDir(m, plan.modelDir ? store.dirFor(plan.modelDir) : null) : null;
+  const counter = editTokenizer ? await tokenizerFor(editTokenizer) : undefined;
   const env = edit
     ? await createSweEditEnvironment(taskId, evalEnvConfig(config), { gradeAlways: true, ...(counter ? { countTokens: (t: string) => counter.encode(t).length } : {}) })
     : await createSweEnvironment(
@@ -703,14 +703,6 @@ export async function writeEvaluationReport(input: { storeUrl: string; evalId: s
   };
 }
 
-/** The report's line on how the agent called tools. */
-function toolFormatLine(plan: EvalPlan): string {
-  if (!plan.toolFormat) return 'tool format: not recorded (a plan made before swerl recorded it)';
-  const what =
-    plan.toolFormat === 'openai' ? 'openai (tools rendered by the chat template, calls as <tool_call> JSON / OpenAI tool calls)' : 'text (<function=…> blocks in the reply)';
-  return `tool format: ${what}; from ${plan.toolFormatSource}`;
-}
-
 /** The integrity verdicts of an evaluation's graded episodes (the hack rate of the model evaluated), or undefined when none was graded. */
 export function evalIntegrity(episodes: readonly EvalEpisodeRecord[]): (IntegrityCounts & { hackRate: number }) | undefined {
   const graded = episodes.filter((e) => e.grade.graderVersion !== undefined && !submittedNothing(e));
@@ -729,6 +721,14 @@ function editSetting(config: EvalConfig): { mode: 'agent' | 'edit'; reward: stri
     edit: e,
     text: `edit mode, format ${e.format}, reward ${config.reward} (rule ${e.rule}, malformed ${e.malformed}), oracle files to ${e.contextTokens} tokens`,
   };
+}
+
+/** The report's line on how the agent called tools. */
+function toolFormatLine(plan: EvalPlan): string {
+  if (!plan.toolFormat) return 'tool format: not recorded (a plan made before swerl recorded it)';
+  const what =
+    plan.toolFormat === 'openai' ? 'openai (tools rendered by the chat template, calls as <tool_call> JSON / OpenAI tool calls)' : 'text (<function=…> blocks in the reply)';
+  return `tool format: ${what}; from ${plan.toolFormatSource}`;
 }
 
 /** The tasks whose tests are strong (lib/swe/quality.ts), or undefined when no task has a measured strength. */
