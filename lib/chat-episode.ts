@@ -82,6 +82,92 @@ function closeCall(content: string, r: ChatResult): string {
   return `${content.replace(/\s*$/, '')}\n${FUNCTION_CLOSE}`;
 }
 
+/** A turn as the environment sees it: the action to run (or the refusal that answers it), and how its result goes back. */
+interface InterpretedTurn {
+  /** the reply, with `<tool_call>` text turned into tool calls for a server without a tool-call parser */
+  r: ChatResult;
+  assistant: ChatApiMessage;
+  action: string;
+  refused: string | null;
+  reply: (observation: string) => ChatApiMessage[];
+}
+
+function interpretReply(o: RunChatEpisodeOptions, reply: ChatResult): InterpretedTurn {
+  const user = (obs: string): ChatApiMessage[] => [{ role: 'user', content: obs }];
+  if (o.toolFormat !== 'openai') {
+    const action = closeCall(reply.content ?? '', reply);
+    return { r: reply, assistant: { role: 'assistant', content: action }, action, refused: null, reply: user };
+  }
+  let r = reply;
+  if (!r.toolCalls.length && r.content?.includes('<tool_call>')) {
+    // a server without a tool-call parser (vLLM without --tool-call-parser) returns the template's calls as text
+    const found = extractToolCallBlocks(r.content);
+    if (found.toolCalls.length) r = { ...r, content: found.content, toolCalls: found.toolCalls };
+  }
+  const assistant: ChatApiMessage = { role: 'assistant', content: r.content, ...(r.toolCalls.length ? { tool_calls: r.toolCalls } : {}) };
+  if (!r.toolCalls.length) {
+    // text is never executed in this format: the reminder speaks of tool calls, not of `<function=…>` text
+    return { r, assistant, action: r.content ?? '', refused: (o.noCallReminder ?? genericNoToolCallReminder)(r.content), reply: user };
+  }
+  const calls = r.toolCalls;
+  const parsed = parseOpenAIToolCalls([calls[0]!], { ...(o.toolSchemas ? { tools: o.toolSchemas } : {}), ...(o.toolAliases ? { aliases: o.toolAliases } : {}) });
+  return {
+    r,
+    assistant,
+    action: parsed.ok ? formatToolCall(parsed.call) : '',
+    refused: parsed.ok ? null : `ERROR: ${parsed.error}\nFix the function call and try again.`,
+    // every call gets an answer; only the first one runs
+    reply: (obs) => calls.map((c, i) => ({ role: 'tool', tool_call_id: c.id, content: i === 0 ? obs : 'Not executed: only the first function call of a reply runs.' })),
+  };
+}
+
+/**
+ * A chat episode's requests and the prompt counts of its context rule. Only the server knows its chat template: a
+ * bound of the prompt's tokens (the server's count of the last prompt plus the bytes of what came since) is used while
+ * it leaves room for the whole reply, and the server counts the prompt (a 1-token request) when it does not.
+ */
+function chatTurns(o: RunChatEpisodeOptions, messages: ChatApiMessage[], tools: readonly unknown[] | undefined, progress: EpisodeProgress) {
+  const t = {
+    /** the server's count of the last prompt sent: messages[0, counted.messages) were counted.tokens tokens */
+    counted: null as { messages: number; tokens: number } | null,
+    contextProbes: 0,
+    request: (maxTokens: number): ChatRequest => ({
+      messages: messages.slice(),
+      ...(tools ? { tools } : {}),
+      maxTokens,
+      temperature: o.sampling.temperature,
+      topP: o.sampling.topP,
+      seed: turnSeed(o.seed, progress.steps),
+      ...(o.toolFormat === 'text' ? { stop: [FUNCTION_CLOSE] } : {}),
+    }),
+    promptBound: (): number => {
+      const from = t.counted?.messages ?? 0;
+      let n = t.counted ? t.counted.tokens : TEMPLATE_TOKENS_PER_PROMPT + (tools ? utf8.encode(JSON.stringify(tools)).length : 0);
+      for (const m of messages.slice(from)) n += messageBound(m);
+      return n;
+    },
+    /** the server's own count (usage.prompt_tokens of a 1-token request), or 'overflow' when the prompt alone exceeds the context */
+    probe: async (): Promise<number | 'overflow'> => {
+      t.contextProbes++;
+      try {
+        const r = await o.chat.chat(t.request(1));
+        return r.usageReported ? r.promptTokens : t.promptBound();
+      } catch (e) {
+        if (isContextOverflow(e)) return 'overflow';
+        throw e;
+      }
+    },
+    /** the prompt's tokens for the context rule (null: no context window to check) */
+    promptTokensFor: async (): Promise<number | 'overflow' | null> => {
+      if (o.contextWindow === undefined) return null;
+      const bound = t.promptBound();
+      const want = Math.min(o.maxTokensPerTurn, o.maxResponseTokens - progress.responseTokens);
+      return bound + want <= o.contextWindow ? bound : t.probe();
+    },
+  };
+  return t;
+}
+
 export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpisodeResult> {
   const now = o.now ?? Date.now;
   const info: Record<string, unknown> = {};
@@ -93,52 +179,11 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
   const progress: EpisodeProgress = { steps: 0, responseTokens: 0 };
   let promptTokens = 0;
   let lastCompletion = 0;
-  let contextProbes = 0;
-  // the server's count of the last prompt sent: messages[0, counted.messages) were counted.tokens tokens
-  let counted: { messages: number; tokens: number } | null = null;
+  const turns = chatTurns(o, messages, tools, progress);
   let end: EndReason | undefined;
 
-  const request = (maxTokens: number): ChatRequest => ({
-    messages: messages.slice(),
-    ...(tools ? { tools } : {}),
-    maxTokens,
-    temperature: o.sampling.temperature,
-    topP: o.sampling.topP,
-    seed: turnSeed(o.seed, progress.steps),
-    ...(o.toolFormat === 'text' ? { stop: [FUNCTION_CLOSE] } : {}),
-  });
-
-  /** An upper bound of the prompt's tokens: the server's count of the last prompt plus the bytes of what came since. */
-  const promptBound = (): number => {
-    const from = counted?.messages ?? 0;
-    let n = counted ? counted.tokens : TEMPLATE_TOKENS_PER_PROMPT + (tools ? utf8.encode(JSON.stringify(tools)).length : 0);
-    for (const m of messages.slice(from)) n += messageBound(m);
-    return n;
-  };
-  /** The server's own count (usage.prompt_tokens of a 1-token request), or 'overflow' when the prompt alone exceeds the context. */
-  const probe = async (): Promise<number | 'overflow'> => {
-    contextProbes++;
-    try {
-      const r = await o.chat.chat(request(1));
-      return r.usageReported ? r.promptTokens : promptBound();
-    } catch (e) {
-      if (isContextOverflow(e)) return 'overflow';
-      throw e;
-    }
-  };
-  /**
-   * The prompt's tokens for the context rule: only the server knows its chat template, so the bound is used
-   * while it leaves room for the whole reply, and the server counts the prompt when it does not.
-   */
-  const promptTokensFor = async (): Promise<number | 'overflow' | null> => {
-    if (o.contextWindow === undefined) return null;
-    const bound = promptBound();
-    const want = Math.min(o.maxTokensPerTurn, o.maxResponseTokens - progress.responseTokens);
-    return bound + want <= o.contextWindow ? bound : probe();
-  };
-
   while (end === undefined) {
-    let prompt = await promptTokensFor();
+    let prompt = await turns.promptTokensFor();
     let plan = prompt === 'overflow' ? ({ end: 'context_exhausted' } as const) : planTurn(o, progress, prompt, now());
     if ('end' in plan) {
       end = plan.end;
@@ -146,25 +191,25 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
     }
     let r: ChatResult;
     try {
-      r = await o.chat.chat(request(plan.maxTokens));
+      r = await o.chat.chat(turns.request(plan.maxTokens));
     } catch (e) {
       // the bound was not one for this server's template (or the context it reports is larger than it is): ask it to count, once
       if (!isContextOverflow(e) || o.contextWindow === undefined) throw e;
-      prompt = await probe();
+      prompt = await turns.probe();
       plan = prompt === 'overflow' ? ({ end: 'context_exhausted' } as const) : planTurn(o, progress, prompt, now());
       if ('end' in plan) {
         end = plan.end;
         break;
       }
       try {
-        r = await o.chat.chat(request(plan.maxTokens));
+        r = await o.chat.chat(turns.request(plan.maxTokens));
       } catch (e2) {
         if (!isContextOverflow(e2)) throw e2;
         end = 'context_exhausted';
         break;
       }
     }
-    if (r.usageReported) counted = { messages: messages.length, tokens: r.promptTokens };
+    if (r.usageReported) turns.counted = { messages: messages.length, tokens: r.promptTokens };
     progress.responseTokens += r.completionTokens;
     promptTokens = r.promptTokens;
     lastCompletion = r.completionTokens;
@@ -177,34 +222,10 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
     }
 
     // what the environment executes (the one text format) and how its result goes back
-    let action: string;
-    let reply: (observation: string) => ChatApiMessage[];
-    let refused: string | null = null;
-    if (o.toolFormat === 'openai') {
-      if (!r.toolCalls.length && r.content?.includes('<tool_call>')) {
-        // a server without a tool-call parser (vLLM without --tool-call-parser) returns the template's calls as text
-        const found = extractToolCallBlocks(r.content);
-        if (found.toolCalls.length) r = { ...r, content: found.content, toolCalls: found.toolCalls };
-      }
-      messages.push({ role: 'assistant', content: r.content, ...(r.toolCalls.length ? { tool_calls: r.toolCalls } : {}) });
-      if (r.toolCalls.length) {
-        const first = r.toolCalls[0]!;
-        const parsed = parseOpenAIToolCalls([first], { ...(o.toolSchemas ? { tools: o.toolSchemas } : {}), ...(o.toolAliases ? { aliases: o.toolAliases } : {}) });
-        action = parsed.ok ? formatToolCall(parsed.call) : '';
-        if (!parsed.ok) refused = `ERROR: ${parsed.error}\nFix the function call and try again.`;
-        // every call gets an answer; only the first one runs
-        reply = (obs) => r.toolCalls.map((c, i) => ({ role: 'tool', tool_call_id: c.id, content: i === 0 ? obs : 'Not executed: only the first function call of a reply runs.' }));
-      } else {
-        // text is never executed in this format: the reminder speaks of tool calls, not of `<function=…>` text
-        action = r.content ?? '';
-        refused = (o.noCallReminder ?? genericNoToolCallReminder)(r.content);
-        reply = (obs) => [{ role: 'user', content: obs }];
-      }
-    } else {
-      action = closeCall(r.content ?? '', r);
-      messages.push({ role: 'assistant', content: action });
-      reply = (obs) => [{ role: 'user', content: obs }];
-    }
+    const turn = interpretReply(o, r);
+    r = turn.r;
+    messages.push(turn.assistant);
+    const { action, reply, refused } = turn;
 
     let step: { observation: string; done: boolean; end?: EndReason };
     if (refused !== null) step = { observation: refused, done: false };
@@ -237,5 +258,5 @@ export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpis
     reward = g.reward;
     Object.assign(info, g.info ?? {});
   }
-  return { messages, reward, end, steps: progress.steps, tokens: promptTokens + lastCompletion, responseTokens: progress.responseTokens, contextProbes, info };
+  return { messages, reward, end, steps: progress.steps, tokens: promptTokens + lastCompletion, responseTokens: progress.responseTokens, contextProbes: turns.contextProbes, info };
 }
