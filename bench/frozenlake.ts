@@ -13,9 +13,9 @@ import { parseArgs } from 'node:util';
 import { mkdir, mkdtemp, readFile, rm, writeFile, appendFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { frozenLakeFromTaskId, frozenLakeTaskIds } from '../lib/envs/frozenlake.ts';
+import { frozenLakeFromTaskId, frozenLakeTaskIds, type FrozenLakeConfig } from '../lib/envs/frozenlake.ts';
 import { rolloutSeed } from '../lib/seed.ts';
-import { runEpisode, type EpisodeResult } from '../lib/episode.ts';
+import { runEpisode, type EpisodePolicy, type EpisodeResult, type EpisodeTokenizer } from '../lib/episode.ts';
 import { buildTrainBatch, groupAdvantages, summariseIteration, type EpisodeSummary } from '../lib/grpo.ts';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { createInProcessPolicyClient } from '../lib/policy/completions.ts';
@@ -63,6 +63,37 @@ export interface IterationRecord {
   clipFraction: number;
   rolloutSeconds: number;
   trainSeconds: number;
+}
+
+/** Success on `maps` held-out maps (task ids no iteration draws), sampled at the run's temperature and greedy. */
+async function heldOut(
+  config: TrainingConfig,
+  envConfig: FrozenLakeConfig & { maxSteps: number },
+  policy: EpisodePolicy,
+  tokenizer: EpisodeTokenizer,
+  maps: number,
+): Promise<{ maps: number; sampled: number; greedy: number }> {
+  const ids = frozenLakeTaskIds(maps, config.seed, 1_000_000);
+  const success = async (temperature: number) => {
+    let won = 0;
+    for (const [k, taskId] of ids.entries()) {
+      const env = frozenLakeFromTaskId(taskId, envConfig, k);
+      const r = await runEpisode({
+        env,
+        policy,
+        tokenizer,
+        maxSteps: envConfig.maxSteps,
+        maxResponseTokens: config.episode.responseBudget,
+        maxTokensPerTurn: 1,
+        sampling: { temperature, topP: 1 },
+        seed: k,
+        allowedActionTokens: true,
+      });
+      won += r.reward >= 1 ? 1 : 0;
+    }
+    return won / ids.length;
+  };
+  return { maps: ids.length, sampled: await success(config.episode.temperature), greedy: await success(0) };
 }
 
 /** Runs `config` (a FrozenLake training config) in process and returns its per-iteration records. */
@@ -157,29 +188,7 @@ export async function trainFrozenLake(config: TrainingConfig, o: BenchOptions): 
         `it ${String(it).padStart(3)}  success ${s.successRate.toFixed(3)}  ${JSON.stringify(outcomes)}  zero-adv groups ${s.zeroAdvantageGroups}/${s.groups}  nll ${rec.sampledNll.toFixed(3)}  |g| ${step.gradNorm.toFixed(3)}  clip ${step.clipFraction.toFixed(3)}  ${rec.rolloutSeconds.toFixed(1)}s+${rec.trainSeconds.toFixed(1)}s`,
       );
     }
-    if (o.evalMaps) {
-      const ids = frozenLakeTaskIds(o.evalMaps, config.seed, 1_000_000);
-      const success = async (temperature: number) => {
-        let won = 0;
-        for (const [k, taskId] of ids.entries()) {
-          const env = frozenLakeFromTaskId(taskId, envConfig, k);
-          const r = await runEpisode({
-            env,
-            policy,
-            tokenizer,
-            maxSteps: envConfig.maxSteps,
-            maxResponseTokens: config.episode.responseBudget,
-            maxTokensPerTurn: 1,
-            sampling: { temperature, topP: 1 },
-            seed: k,
-            allowedActionTokens: true,
-          });
-          won += r.reward >= 1 ? 1 : 0;
-        }
-        return won / ids.length;
-      };
-      o.onHeldOut?.({ maps: ids.length, sampled: await success(config.episode.temperature), greedy: await success(0) });
-    }
+    if (o.evalMaps) o.onHeldOut?.(await heldOut(config, envConfig, policy, tokenizer, o.evalMaps));
     learner.close?.();
     return records;
   } finally {
