@@ -200,7 +200,15 @@ export function evaluationFailure(r: EvaluationRunResult): string | null {
 export async function reportText(dir: string): Promise<string> {
   const file = [join(dir, 'summary.json'), join(dir, 'report', 'summary.json')].find((f) => existsSync(f));
   if (!file) throw new Error(`${dir}: no summary.json (give the --out directory of swerl eval, or evals/<id>/report in the store)`);
-  const s = JSON.parse(await readFile(file, 'utf8')) as { evalId: string; modelName: string; metrics: EvalMetrics; errors?: { taskId: string; run: number; reason: string }[] };
+  const s = JSON.parse(await readFile(file, 'utf8')) as {
+    evalId: string;
+    modelName: string;
+    metrics: EvalMetrics;
+    errors?: { taskId: string; run: number; reason: string }[];
+    text?: string;
+  };
+  // the text summary.txt holds (setting, tool format, integrity); summaries written before it had one are rebuilt
+  if (typeof s.text === 'string') return s.text;
   return `${formatEvalMetrics(s.metrics, `evaluation ${s.evalId} (${s.modelName})`)}\n${formatEvalErrors(s.errors ?? [])}`;
 }
 

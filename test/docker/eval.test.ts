@@ -90,7 +90,7 @@ test('config errors name the field and the value', async () => {
   assert.equal(v.config.maxSteps, 100);
   assert.equal(v.config.contextBudget, 65_536);
   assert.equal(v.config.sampling.temperature, 1);
-  assert.deepEqual(v.config.model, { run: 'r1', checkpoint: 'latest' });
+  assert.deepEqual(v.config.model, { run: 'r1', checkpoint: 'latest', toolFormat: 'text' });
   const h = await t.client.workflow.start('evaluationRun', {
     taskQueue: 'learner',
     workflowId: 'eval-bad',
