@@ -1,4 +1,4 @@
-// Checks of an imported real model across engines (issue 27), shared by test/cpu-heavy/real-models.test.ts (SmolLM2)
+// Checks of an imported real model across engines (issue 27), shared by test/temporal/real-models.test.ts (SmolLM2)
 // and `npm run check:real-models` (Qwen2.5-Coder-0.5B too). Each returns rows of measured differences against
 // tolerances written down with their reason:
 //   oracle:  the native engine vs transformers' causal LM in fp32 (gpu-learner/fsdp/swerl_fsdp/oracle.py) on a packed
