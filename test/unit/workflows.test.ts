@@ -29,13 +29,24 @@ let running: Promise<unknown>;
 /** the stubs the workers call now (each test sets its own) */
 let stubs: Partial<Activities> = {};
 
-before(async () => {
+/**
+ * The SDK's local test server. Its start-up wait is 5 s, which a loaded 2-core host can exceed (seen once in a full
+ * run beside other work): a start that timed out is tried again, twice at most; any other error is thrown.
+ */
+async function localEnvironment(): Promise<TestWorkflowEnvironment> {
   const searchAttributes = [RL_ITERATION_SA, RL_MEAN_REWARD_SA, RL_PHASE_SA, RL_EVAL_PASS1_SA, EVAL_PASS1_SA, EVAL_DONE_SA];
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await TestWorkflowEnvironment.createLocal({ server: { executable: { type: 'existing-path', path: temporalBinary() }, searchAttributes } });
+    } catch (e) {
+      if (attempt >= 3 || !/did not start within/.test(String((e as Error)?.message))) throw e;
+    }
+  }
+}
+
+before(async () => {
   let bundle: WorkflowBundleWithSourceMap;
-  [env, bundle] = await Promise.all([
-    TestWorkflowEnvironment.createLocal({ server: { executable: { type: 'existing-path', path: temporalBinary() }, searchAttributes } }),
-    buildWorkflowBundle(),
-  ]);
+  [env, bundle] = await Promise.all([localEnvironment(), buildWorkflowBundle()]);
   // every activity name the workflows schedule, each calling the current test's stub
   const names = [
     'initCheckpoint',
