@@ -235,7 +235,7 @@ test('Best@K: the execution-based verifier picks gold among {gold, empty, wrong 
     assert.ok(existsSync(join(out2, 'best_at_k.png')) && existsSync(join(out2, 'executionFree', 'predictions.jsonl')));
     assert.deepEqual(await efScores('sel-2'), first);
     const rep = await swerl('eval', 'report', store.dirFor(evalKeys.report('eval-bok')));
-    assert.match(rep.stdout, /evaluation eval-bok \(scripted\): 2 tasks × 4 runs = 8 episodes; completed 8, resolved 2, errors 0/);
+    assert.match(rep.stdout, /evaluation eval-bok \(scripted; agent mode, graded by tests\): 2 tasks × 4 runs = 8 episodes; completed 8, resolved 2, errors 0/);
     assert.ok(found > 0, 'the random tiny judge still shows a YES/NO alternative somewhere');
   } finally {
     await agent.close();
