@@ -137,5 +137,6 @@ for t in "$logs"/*.tap; do
   pass=$((pass + ${p:-0}))
   fail=$((fail + ${f:-0}))
 done
+[ "$fail" = 0 ] || node scripts/tap-failures.mjs "$logs"/*.tap
 echo "$pass passed, $fail failed"
 [ "$failed" = 0 ] && [ "$fail" = 0 ]

@@ -303,16 +303,27 @@ test('a worker SIGKILLed mid-rollout: the restarted worker sweeps its pods; noth
     worker = spawnWorker(args, logFile, env);
     await waitFor('the dead worker’s pods removed', async () => !(await podsOf(runId)).some((p) => p.pid === deadPid), 120_000, 200);
     console.log(`# the dead worker's ${running.length} pods were removed ${((Date.now() - restarted) / 1000).toFixed(1)} s after the restart`);
-    assert.match(readFileSync(logFile, 'utf8'), /\[sandbox\] sweep \(kubernetes\): removed \d+ leftover sandbox/);
+    // the worker log's lines that say what happened to the rollouts, for a failure's message
+    const logLines = () =>
+      readFileSync(logFile, 'utf8')
+        .split('\n')
+        .filter((l) => /\[worker\]|\[sandbox\]|rollout|attempt|retry/i.test(l))
+        .slice(-20)
+        .join('\n');
+    assert.match(readFileSync(logFile, 'utf8'), /\[sandbox\] sweep \(kubernetes\): removed \d+ leftover sandbox/, logLines());
     const result = (await h.result()) as TrainingRunResult;
     assert.equal(result.iterations, 1);
     const { trajectories } = await checkSweRun(runId, config.store.url);
     // the interrupted rollouts were failed by the restarted worker (WorkerDied) and ran again: their trajectory
     // is their second attempt's, which lists the first
     const interrupted = readFileSync(logFile, 'utf8').match(new RegExp(`rollout \\d+ of ${runId}-iter-0 was running on dead worker ${deadPid}@`, 'g')) ?? [];
-    assert.ok(interrupted.length >= 2, `${interrupted.length} rollouts failed as WorkerDied`);
+    assert.ok(interrupted.length >= 2, `${interrupted.length} rollouts failed as WorkerDied (${running.length} pods were running at the kill)\n${logLines()}`);
     const again = trajectories.filter((tr) => Number((tr.info as { attempt?: number }).attempt) > 1);
-    assert.equal(again.length, interrupted.length, 'each interrupted rollout ran once more, the others once');
+    const attempts = trajectories.map((tr) => {
+      const info = tr.info as { attempt?: number; failedAttempts?: { error: string }[] };
+      return `attempt ${String(info.attempt)}${info.failedAttempts ? ` after ${info.failedAttempts.map((f) => f.error.slice(0, 120)).join(' | ')}` : ''}`;
+    });
+    assert.equal(again.length, interrupted.length, `each interrupted rollout ran once more, the others once: ${attempts.join(', ')}\n${logLines()}`);
     assert.deepEqual(await podsOf(runId), []);
   } finally {
     await policy.close();
