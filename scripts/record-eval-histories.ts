@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import { startPolicyServer } from '../policy-server/index.ts';
-import { writeModel } from '../lib/presets.ts';
+import { writeModel } from '../lib/model-init.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { startDevServer } from '../services/temporal-server.ts';

@@ -17,7 +17,7 @@ import { instanceReport, reportJson } from '../../lib/swe/report.ts';
 import { validateEvalConfig, type EvalConfigInput } from '../../lib/eval/config.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
 import { freePort } from '../../services/temporal-server.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { filesInPatch, type SweTask } from '../../lib/swe/task.ts';
 import { evaluationStatusQuery } from '../../workflows/evaluation-signals.ts';

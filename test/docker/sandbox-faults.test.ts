@@ -14,7 +14,7 @@ import { startPolicyServer, type PolicyServer, type ServableModel } from '../../
 import { defaultLoadModel } from '../../policy-server/models.ts';
 import { FINISH, scriptedServable } from '../helpers/scripted-agent.ts';
 import type { ToolCall } from '../../lib/toolcall.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { SweTools } from '../../lib/swe/tools.ts';

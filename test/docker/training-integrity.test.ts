@@ -13,7 +13,7 @@ import type { ChildProcess } from 'node:child_process';
 import { freePort } from '../../services/temporal-server.ts';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../../policy-server/index.ts';
 import { defaultLoadModel } from '../../policy-server/models.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import type { Trajectory } from '../../lib/types.ts';
