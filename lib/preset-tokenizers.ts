@@ -139,6 +139,16 @@ function addedToken(id: number, content: string) {
   return { id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true };
 }
 
+/** The fields of tokenizer.json before the pipeline: format version, no truncation or padding, the special tokens. */
+function tokenizerJsonHead(ids: TokenizerFiles['ids']): Record<string, unknown> {
+  return {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: [addedToken(ids.endOfText, SPECIAL_TOKENS.endOfText), addedToken(ids.imStart, SPECIAL_TOKENS.imStart), addedToken(ids.imEnd, SPECIAL_TOKENS.imEnd)],
+  };
+}
+
 function tokenizerConfigFor(ids: TokenizerFiles['ids'], extra: Record<string, unknown>): Record<string, unknown> {
   const decoder: Record<string, unknown> = {};
   for (const [content, id] of [
@@ -181,10 +191,7 @@ export function tinyTokenizer(): TokenizerFiles {
     vocabSize: TINY_VOCAB_SIZE,
     ids,
     tokenizerJson: {
-      version: '1.0',
-      truncation: null,
-      padding: null,
-      added_tokens: [addedToken(ids.endOfText, SPECIAL_TOKENS.endOfText), addedToken(ids.imStart, SPECIAL_TOKENS.imStart), addedToken(ids.imEnd, SPECIAL_TOKENS.imEnd)],
+      ...tokenizerJsonHead(ids),
       normalizer: { type: 'NFC' },
       pre_tokenizer: {
         type: 'Sequence',
@@ -268,10 +275,7 @@ export function frozenLakeTokenizer(): TokenizerFiles {
     vocabSize: next,
     ids,
     tokenizerJson: {
-      version: '1.0',
-      truncation: null,
-      padding: null,
-      added_tokens: [addedToken(ids.endOfText, SPECIAL_TOKENS.endOfText), addedToken(ids.imStart, SPECIAL_TOKENS.imStart), addedToken(ids.imEnd, SPECIAL_TOKENS.imEnd)],
+      ...tokenizerJsonHead(ids),
       normalizer: null,
       pre_tokenizer: null,
       post_processor: null,

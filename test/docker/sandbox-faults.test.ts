@@ -5,7 +5,7 @@
 // sandbox is left. The agent is a scripted policy behind our own policy server: `sleep 6` then `finish`.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { statfsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { DockerBackend, sweepSandboxes } from '../../activities/sandbox/docker.ts';
@@ -22,7 +22,7 @@ import type { Trajectory } from '../../lib/types.ts';
 import { statusQuery } from '../../workflows/signals.ts';
 import type { IterationMetrics, TrainingRunResult } from '../../lib/training/shapes.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
-import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
+import { singleTaskFile, sweTask, TASK } from '../helpers/swe-tasks.ts';
 import { startPrivateDockerd, type PrivateDockerd } from '../helpers/private-dockerd.ts';
 import { spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 
@@ -57,14 +57,7 @@ before(async () => {
   t = await startTestTemporal('swerl-faults-');
   policy = await scriptedPolicy(join(t.dir, 'policy-model'));
   // one task, its image named directly (so the worker never builds it on the private engine)
-  const record = JSON.parse(
-    readFileSync(await sweTasksFile(), 'utf8')
-      .split('\n')
-      .find((l) => l.includes(`"${TASK_ID}"`))!,
-  );
-  delete record.source_tarball;
-  tasksFile = join(t.dir, 'tasks.jsonl');
-  writeFileSync(tasksFile, `${JSON.stringify({ ...record, image })}\n`);
+  tasksFile = await singleTaskFile(t.dir, TASK_ID, image);
 });
 after(async () => {
   await policy?.close();

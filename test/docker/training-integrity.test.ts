@@ -8,7 +8,6 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { readFileSync, writeFileSync } from 'node:fs';
 import type { ChildProcess } from 'node:child_process';
 import { freePort } from '../../services/temporal-server.ts';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../../policy-server/index.ts';
@@ -21,7 +20,7 @@ import { readMetricsLines } from '../../activities/report.ts';
 import { integrityReport } from '../../scripts/commands/report.ts';
 import { FINISH, scriptedServable } from '../helpers/scripted-agent.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
-import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
+import { singleTaskFile, sweTask, TASK } from '../helpers/swe-tasks.ts';
 import { spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 import { startMlflowServer, type MlflowServer } from '../helpers/mlflow.ts';
 import { startPrometheus, type PrometheusServer } from '../helpers/prometheus.ts';
@@ -53,14 +52,7 @@ before(async () => {
   const model = (real: ServableModel) =>
     scriptedServable(real, tok, (prompt) => (!prompt.includes('<function=') ? null : prompt.split('<|im_start|>assistant').length - 1 <= 1 ? PEEK : FINISH));
   policy = await startPolicyServer({ learner: model(await defaultLoadModel(dir)), loadModel: async (d) => model(await defaultLoadModel(d)), checkpoint: null });
-  const record = JSON.parse(
-    readFileSync(await sweTasksFile(), 'utf8')
-      .split('\n')
-      .find((l) => l.includes(`"${TASK_ID}"`))!,
-  );
-  delete record.source_tarball;
-  tasksFile = join(t.dir, 'tasks.jsonl');
-  writeFileSync(tasksFile, `${JSON.stringify({ ...record, image })}\n`);
+  tasksFile = await singleTaskFile(t.dir, TASK_ID, image);
 });
 after(async () => {
   await prom?.stop();
