@@ -126,6 +126,26 @@ export function tinyConfig(dir: string, over: Partial<TrainingConfigInput> = {})
   } as TestConfig;
 }
 
+/**
+ * A small SWE config on the tiny preset, storing under `dir`: one iteration of 1 task × 2 samples, three steps of
+ * at most 128 tokens, 384 in all, lr 1e-6; `over` replaces whole sections.
+ */
+export function tinySweConfig(dir: string, tasksFile: string, over: Partial<TrainingConfigInput> = {}): TestConfig {
+  return {
+    seed: 1,
+    iterations: 1,
+    batch: { tasks: 1, samples: 2 },
+    maxInflightRollouts: 2,
+    episode: { maxSteps: 3, responseBudget: 384, maxTokensPerTurn: 128, temperature: 1, topP: 1, timeoutMinutes: 10 },
+    algorithm: { lr: 1e-6, lMax: 384 },
+    model: { preset: 'tiny', seed: 1 },
+    store: { url: fileStoreUrl(join(dir, 'store')) },
+    env: { kind: 'swe', tasksFile, maxSteps: 3 },
+    learner: { device: 'cpu', threads: 1, timeoutMinutes: 10 },
+    ...over,
+  } as TestConfig;
+}
+
 /** `swerl worker` as a child process (so a test can SIGKILL it). */
 export function spawnWorker(args: string[], logFile: string, env: NodeJS.ProcessEnv = process.env): ChildProcess {
   const fd = openSync(logFile, 'a');
