@@ -273,14 +273,18 @@ export async function canariesFor(
       canaries.push(...made.canaries);
     }
     if (!canaries.length) return null;
-    // apply from the end so earlier offsets stay right
+    // apply from the end so earlier offsets stay right; at one offset (the end of a class's last method is also the end
+    // of the class) the shallower copy goes in first, so the deeper one lands before it, still inside its class
     let content = source;
-    for (const ins of [...inserts].sort((a, b) => b.at - a.at)) content = content.slice(0, ins.at) + ins.text + content.slice(ins.at);
+    for (const ins of [...inserts].sort((a, b) => b.at - a.at || indentOf(a.text) - indentOf(b.text))) content = content.slice(0, ins.at) + ins.text + content.slice(ins.at);
     return { path, content, canaries };
   } finally {
     tree.delete();
   }
 }
+
+/** the indentation of a copy's first line */
+const indentOf = (text: string): number => /^\n*([ \t]*)/.exec(text)![1]!.length;
 
 /** The end of a randomly chosen function or class definition in `block` (after its last line), where a sibling can go. */
 function insertionPoint(source: string, block: Node): number {

@@ -3,6 +3,7 @@
 // checks in a real run are test/docker/grade-adversarial.test.ts and test/docker/grade-mutation.test.ts.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { filesOfUnittestIds, isTestSupportPath, pathsToRestore, pythonImports, testTreeImports, type RestoreInput } from '../../lib/swe/runner-guard.ts';
 import { exitOneWithoutFailure, integrityContradictions, readPluginRecords } from '../../lib/swe/pytest-results.ts';
 import {
@@ -202,6 +203,42 @@ test('canaries: none when no listed test can be copied and inverted', async () =
     null,
   );
   assert.equal(await canariesFor('tests/test_t.py', 'def broken(:\n', ['tests/test_t.py::broken'], []), null);
+});
+
+test('canaries: each lands in the scope its id names, wherever the copies go (a class copy and a module copy at one offset)', async () => {
+  // the grader's quirks fixture: classes whose last method ends where the class does, so a method's copy and a
+  // module-level copy can be inserted at the same offset; before the fix, 4 in 200 placements nested the method's
+  // copy inside the module-level function (its canary never ran: canary_missing on a correct fix)
+  const path = 'keyvals/tests/test_swerl_quirks.py';
+  const text = readFileSync(new URL('../fixtures/grading/test_swerl_quirks.py', import.meta.url), 'utf8');
+  const ids = ['test_fixture', 'test_marked_by_assignment', 'TestCaseQuirks::test_from_mixin', 'TestCaseQuirks::test_own_helper', 'TestCaseQuirks::test_last'].map(
+    (n) => `${path}::${n}`,
+  );
+  const parser = await pythonParser();
+  const scopes = new Set<string>();
+  for (let i = 0; i < 300; i++) {
+    const c = (await canariesFor(path, text, ids, []))!;
+    const tree = parser.parse(c.content)!;
+    try {
+      assert.ok(!tree.rootNode.hasError, c.content);
+      for (const k of c.canaries) {
+        const name = k.id.split('::').at(-1)!;
+        const def = tree.rootNode.descendantsOfType('function_definition').find((d) => d?.childForFieldName('name')?.text === name);
+        assert.ok(def, `${name} not defined`);
+        // the enclosing definitions, innermost first: none for a module-level test, its class (or the mixin it copies from) otherwise
+        const enclosing: string[] = [];
+        for (let n = def.parent; n; n = n.parent)
+          if (n.type === 'function_definition' || n.type === 'class_definition') enclosing.push(`${n.type}:${n.childForFieldName('name')?.text}`);
+        const inClass = k.id.split('::').length > 2;
+        assert.equal(enclosing.length, inClass ? 1 : 0, `${k.id} inside ${enclosing.join(' < ')}\n${c.content}`);
+        if (inClass) assert.match(enclosing[0]!, /^class_definition:/);
+        scopes.add(inClass ? 'class' : 'module');
+      }
+    } finally {
+      tree.delete();
+    }
+  }
+  assert.deepEqual([...scopes].sort(), ['class', 'module']);
 });
 
 const rec = (o: object) => JSON.stringify(o);
