@@ -260,7 +260,7 @@ export function createLearnerActivities(ctx: LearnerContext) {
           await cp(store.dirFor(keys.checkpoint(src.run, src.checkpoint)), tmp, { recursive: true, filter: (p) => !p.endsWith('/stats.json') });
           await writeFile(join(tmp, 'from.json'), JSON.stringify(src));
         } else if ('preset' in model) {
-          const { writeModel } = await import('../lib/presets.ts');
+          const { writeModel } = await import('../lib/model-init.ts');
           await writeModel(tmp, model.preset, model.seed);
         } else {
           try {

@@ -20,7 +20,7 @@ import { buildTrainBatch, groupAdvantages, summariseIteration, type EpisodeSumma
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { createInProcessPolicyClient } from '../lib/policy/completions.ts';
 import { writeRewardPlot } from '../lib/plot.ts';
-import { writeModel } from '../lib/presets.ts';
+import { writeModel } from '../lib/model-init.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
 import { trainHyper } from '../activities/learner.ts';
 

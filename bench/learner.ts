@@ -26,6 +26,7 @@ import { FsdpLearner, fsdpPython, writeTrainBatch } from '../gpu-learner/fsdp/in
 import { fsdpOptions } from '../gpu-learner/fsdp/crosscheck.ts';
 import { startPolicyServer } from '../policy-server/index.ts';
 import { trainHyper } from '../test/helpers/tiny-model.ts';
+import { presetConfig, PRESETS } from '../lib/presets.ts';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -33,19 +34,8 @@ function arg(name: string, dflt: string): string {
 }
 const here = fileURLToPath(new URL('.', import.meta.url));
 
-const tiny: QwenConfig = {
-  vocab_size: 512,
-  hidden_size: 128,
-  intermediate_size: 384,
-  num_hidden_layers: 4,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 32,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1_000_000,
-  max_position_embeddings: 4096,
-  tie_word_embeddings: true,
-};
+/** the tiny preset's shape (lib/presets.ts) */
+const tiny: QwenConfig = { ...presetConfig(PRESETS.tiny) };
 const qwen06: QwenConfig = {
   ...tiny,
   vocab_size: 151936,

@@ -99,3 +99,33 @@ export function sampleSeed(seed: number, i: number): number {
   const hi = Math.floor(seed / 2 ** 32);
   return hashInts(seed - hi * 2 ** 32, hi, i);
 }
+
+/** xmur3 string hash -> 32-bit seed (model init: each tensor gets its own stream, independent of tensor order). */
+export function xmur3(text: string): number {
+  let h = 1779033703 ^ text.length;
+  for (let i = 0; i < text.length; i++) {
+    h = Math.imul(h ^ text.charCodeAt(i), 3432918353);
+    h = (h << 13) | (h >>> 19);
+  }
+  h = Math.imul(h ^ (h >>> 16), 2246822507);
+  h = Math.imul(h ^ (h >>> 13), 3266489909);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
+/** sfc32: small fast counter PRNG, uniform 32-bit outputs. */
+export function sfc32(a: number, b: number, c: number, d: number): () => number {
+  return () => {
+    a >>>= 0;
+    b >>>= 0;
+    c >>>= 0;
+    d >>>= 0;
+    let t = (a + b) | 0;
+    a = b ^ (b >>> 9);
+    b = (c + (c << 3)) | 0;
+    c = (c << 21) | (c >>> 11);
+    d = (d + 1) | 0;
+    t = (t + d) | 0;
+    c = (c + t) | 0;
+    return t >>> 0;
+  };
+}

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { train } from './commands/train.ts';
-import { writeModel } from '../lib/presets.ts';
+import { writeModel } from '../lib/model-init.ts';
 import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
 import { startDevServer } from '../services/temporal-server.ts';
 import { FP32_PROBE_TOLERANCE } from '../lib/sync-probe.ts';

@@ -5,19 +5,15 @@
 // Re-record only after an intended change of these workflows: `node --import tsx scripts/record-eval-histories.ts`.
 // `... record-eval-histories.ts tracking` records only evaluationRun-tracking-0.json (an evaluation with
 // config.tracking whose MLflow server is down) and trackingCatchUp-eval-0.json, its catch-up child.
-import { mkdirSync, writeFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Client, Connection } from '@temporalio/client';
-import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import { startPolicyServer } from '../policy-server/index.ts';
-import { writeModel } from '../lib/presets.ts';
+import { writeModel } from '../lib/model-init.ts';
 import { fileStoreUrl } from '../lib/store.ts';
 import { loadTokenizer } from '../lib/tokenizer.ts';
-import { startDevServer } from '../services/temporal-server.ts';
 import { loadTasksStrict } from '../lib/swe/task.ts';
-import { startWorkers } from '../workers/index.ts';
+import { saveHistory, startTemporalWithWorker } from '../test/helpers/temporal.ts';
 import { iterationWorkflowId } from '../lib/training/shapes.ts';
 import { shardWorkflowId } from '../workflows/evaluation-run.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../test/helpers/scripted-agent.ts';
@@ -30,11 +26,8 @@ const only = process.argv[2];
 const root = fileURLToPath(new URL('..', import.meta.url));
 const tasksFile = await buildSweTasks();
 const outDir = join(root, 'test/histories');
-const dir = mkdtempSync(join(tmpdir(), 'swerl-record-eval-'));
-const server = await startDevServer({ dir, uiPort: null });
-const workers = await startWorkers({ address: server.address, queues: ['learner', 'rollout'], learner: { threads: 1 } });
-const connection = await Connection.connect({ address: server.address });
-const client = new Client({ connection });
+const t = await startTemporalWithWorker('swerl-record-eval-');
+const { dir, client } = t;
 const storeUrl = fileStoreUrl(join(dir, 'store'));
 const tasks = (await loadTasksStrict(tasksFile)).slice(2, 4);
 const ids = tasks.map((t) => t.instance_id);
@@ -46,10 +39,17 @@ const { Learner } = await import('../gpu-learner/index.ts');
 const tiny = await writeModel(join(dir, 'judge'), 'tiny', 7);
 const judgeModel = await Learner.load(tiny.dir, { threads: 1 });
 const judge = await startPolicyServer({ learner: judgeModel, tokenizer: await loadTokenizer(tiny.dir), modelName: 'judge' });
-const save = async (workflowId: string, file: string) => {
-  const history = await client.workflow.getHandle(workflowId).fetchHistory();
-  writeFileSync(join(outDir, file), historyToJSON(history));
-};
+const save = (workflowId: string, file: string) => saveHistory(client, join(outDir, file), workflowId);
+/** an evaluation of the scripted model on the tasks `ids` (all by default) */
+const evalInput = (evalId: string, o: { tasks: string[]; runs: number; concurrency: number; shardSize: number; tracking?: unknown }) => ({
+  evalId,
+  tasksFile,
+  seed: 2,
+  model: { baseUrl: model.url, model: 'scripted', api: 'chat' },
+  maxSteps: 20,
+  store: { url: storeUrl },
+  ...o,
+});
 try {
   mkdirSync(outDir, { recursive: true });
   if (only === 'tracking') {
@@ -58,19 +58,13 @@ try {
       taskQueue: 'learner',
       workflowId: 'recorded-eval-tracking',
       args: [
-        {
-          evalId: 'recorded-eval-tracking',
-          tasksFile,
+        evalInput('recorded-eval-tracking', {
           tasks: ids.slice(0, 1),
           runs: 1,
-          seed: 2,
-          model: { baseUrl: model.url, model: 'scripted', api: 'chat' },
-          maxSteps: 20,
           concurrency: 1,
           shardSize: 1,
-          store: { url: storeUrl },
           tracking: { mlflow: { uri: 'http://127.0.0.1:9', experiment: 'recorded' } },
-        },
+        }),
       ],
     });
     await ev.result();
@@ -84,20 +78,7 @@ try {
     const ev = await client.workflow.start('evaluationRun', {
       taskQueue: 'learner',
       workflowId: 'recorded-eval',
-      args: [
-        {
-          evalId: 'recorded-eval',
-          tasksFile,
-          tasks: ids,
-          runs: 2,
-          seed: 2,
-          model: { baseUrl: model.url, model: 'scripted', api: 'chat' },
-          maxSteps: 20,
-          concurrency: 2,
-          shardSize: 2,
-          store: { url: storeUrl },
-        },
-      ],
+      args: [evalInput('recorded-eval', { tasks: ids, runs: 2, concurrency: 2, shardSize: 2 })],
     });
     await ev.result();
     await save('recorded-eval', 'evaluationRun-0.json');
@@ -134,8 +115,5 @@ try {
   await model.close();
   await judge.close();
   judgeModel.close();
-  await connection.close();
-  await workers.shutdown();
-  await server.stop();
-  rmSync(dir, { recursive: true, force: true });
+  await t.close();
 }

@@ -7,15 +7,10 @@
 // (rlIteration-fanout.json and its rolloutChunk-fanout-*.json children), `one-step` (trainingRun-one-step-*.json, a
 // chain, and oneStepIteration-0/1.json) and `pump` (trainingRun-pump-admission-*.json, a chain, trainingRun-pump-
 // streaming-0.json, and a rolloutGroup of each). Record only the one you change.
-import { mkdirSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Client, Connection } from '@temporalio/client';
-import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
-import { startDevServer } from '../services/temporal-server.ts';
-import { tinyConfig } from '../test/helpers/temporal.ts';
-import { startWorkers } from '../workers/index.ts';
+import { runChain, saveHistory, startTemporalWithWorker, tinyConfig } from '../test/helpers/temporal.ts';
 import { pauseSignal, resumeSignal, statusQuery, updateHyperparametersUpdate } from '../workflows/signals.ts';
 import { iterationWorkflowId, rolloutChunkWorkflowId, rolloutGroupWorkflowId } from '../lib/training/shapes.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
@@ -24,36 +19,24 @@ const scenarios = process.argv.slice(2);
 const wanted = (name: string) => scenarios.length === 0 || scenarios.includes(name);
 
 const outDir = fileURLToPath(new URL('../test/histories/', import.meta.url));
-const dir = mkdtempSync(join(tmpdir(), 'swerl-record-'));
-const server = await startDevServer({ dir, uiPort: null });
-const workers = await startWorkers({ address: server.address, queues: ['learner', 'rollout'], learner: { threads: 1 } });
-const connection = await Connection.connect({ address: server.address });
-const client = new Client({ connection });
+const t = await startTemporalWithWorker('swerl-record-');
+const { dir, client } = t;
 try {
   // the tests' FrozenLake config (test/helpers/temporal.ts), smaller: 2 tasks x 2 samples, 6 steps
+  const tests = tinyConfig(dir);
   const baseConfig = (runId: string) =>
     tinyConfig(dir, {
       runId,
       seed: 3,
       batch: { tasks: 2, samples: 2 },
       maxInflightRollouts: 2,
-      rollout: { startToCloseMinutes: 5, heartbeatSeconds: 2, heartbeatTimeoutSeconds: 10, maxAttempts: 3 },
-      episode: { maxSteps: 6, responseBudget: 6, maxTokensPerTurn: 1, temperature: 1, topP: 1, timeoutMinutes: 5 },
-      algorithm: { lr: 1e-3, lMax: 6 },
+      rollout: { ...tests.rollout, maxAttempts: 3 },
+      episode: { ...tests.episode, maxSteps: 6, responseBudget: 6, maxTokensPerTurn: 1 },
+      algorithm: { ...tests.algorithm, lMax: 6 },
       env: { kind: 'frozenlake', size: 4, maxSteps: 6 },
     });
   mkdirSync(outDir, { recursive: true });
-  /** The run ids of a continue-as-new chain, oldest first. */
-  const runChain = async (workflowId: string): Promise<string[]> => {
-    const runs: string[] = [];
-    for await (const w of client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) runs.push(w.runId);
-    const chain = await Promise.all(runs.map(async (r) => ({ r, start: (await client.workflow.getHandle(workflowId, r).describe()).startTime.getTime() })));
-    return chain.sort((a, b) => a.start - b.start).map((x) => x.r);
-  };
-  const save = async (workflowId: string, file: string, runId?: string) => {
-    const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-    writeFileSync(join(outDir, file), historyToJSON(history));
-  };
+  const save = (workflowId: string, file: string, runId?: string) => saveHistory(client, join(outDir, file), workflowId, runId);
   if (wanted('run')) {
     const runId = 'recorded-run';
     // one iteration per workflow run (a continue-as-new chain); nothing listens on port 9, so every report
@@ -66,12 +49,9 @@ try {
     await h.query(statusQuery);
     await h.signal(resumeSignal);
     await h.result();
-    const runs: string[] = [];
-    for await (const w of client.workflow.list({ query: `WorkflowId = '${runId}'` })) runs.push(w.runId);
-    const chain = await Promise.all(runs.map(async (r) => ({ r, start: (await client.workflow.getHandle(runId, r).describe()).startTime.getTime() })));
-    chain.sort((a, b) => a.start - b.start);
+    const chain = await runChain(client, runId);
     let i = 0;
-    for (const { r } of chain) await save(runId, `trainingRun-${i++}.json`, r);
+    for (const r of chain) await save(runId, `trainingRun-${i++}.json`, r);
     for (const n of [0, 1]) await save(iterationWorkflowId(runId, n), `rlIteration-${n}.json`);
     // the catch-up child retries its report until the tracker answers: record it as it waits, then end it
     const catchUp = client.workflow.getHandle(trackingCatchUpWorkflowId(runId));
@@ -85,7 +65,7 @@ try {
     const runId = 'recorded-one-step';
     const config = { ...baseConfig(runId), continueAsNewEvery: 1, async: { mode: 'one-step' } };
     await client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-    const chain = await runChain(runId);
+    const chain = await runChain(client, runId);
     let i = 0;
     for (const r of chain) await save(runId, `trainingRun-one-step-${i++}.json`, r);
     for (const n of [0, 1]) await save(iterationWorkflowId(runId, n), `oneStepIteration-${n}.json`);
@@ -103,7 +83,7 @@ try {
         ...(order === 'admission' ? { continueAsNewEvery: 1 } : {}),
       };
       await client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-      const chain = await runChain(runId);
+      const chain = await runChain(client, runId);
       let i = 0;
       for (const r of chain) await save(runId, `trainingRun-pump-${order}-${i++}.json`, r);
       await save(rolloutGroupWorkflowId(runId, 0), `rolloutGroup-${order}-0.json`);
@@ -120,8 +100,5 @@ try {
     console.log(`recorded the fanned-out rlIteration and its 3 rolloutChunk histories into ${outDir}`);
   }
 } finally {
-  await connection.close();
-  await workers.shutdown();
-  await server.stop();
-  rmSync(dir, { recursive: true, force: true });
+  await t.close();
 }

@@ -115,12 +115,12 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
   const ctx = new LearnerContext(o.learner);
   const workers: Worker[] = [];
   const identity = workerIdentity();
+  const common = { connection, namespace, identity, maxHeartbeatThrottleInterval: HEARTBEAT_THROTTLE };
   const workflowSource = o.workflowBundle ? { workflowBundle: o.workflowBundle } : { workflowBundle: await buildWorkflowBundle() };
   if (o.queues.includes('learner')) {
     workers.push(
       await Worker.create({
-        connection,
-        namespace,
+        ...common,
         taskQueue: TASK_QUEUES.learner,
         ...workflowSource,
         activities: createActivities(ctx),
@@ -128,21 +128,16 @@ export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorke
         // a worker that died holds its workflows' next tasks on its sticky queue this long (default 10 s):
         // short, so a restarted worker takes them over within seconds (a healthy worker picks them up in ms)
         stickyQueueScheduleToStartTimeout: STICKY_QUEUE_TIMEOUT,
-        maxHeartbeatThrottleInterval: HEARTBEAT_THROTTLE,
-        identity,
       }),
     );
   }
   if (o.queues.includes('rollout')) {
     workers.push(
       await Worker.create({
-        connection,
-        namespace,
+        ...common,
         taskQueue: TASK_QUEUES.rollout,
         activities: createRolloutActivities(),
         maxConcurrentActivityTaskExecutions: o.maxConcurrentRollouts ?? 16,
-        maxHeartbeatThrottleInterval: HEARTBEAT_THROTTLE,
-        identity,
       }),
     );
   }

@@ -180,7 +180,8 @@ function runPython(args: string[]): void {
   if (r.status !== 0) throw new Error(`python -m ${args.join(' ')} failed (exit ${r.status}):\n${r.stderr.slice(-3000)}`);
 }
 
-const relL2 = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
+/** relative L2 distance of `a` from `b` */
+export const relL2 = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
   let d = 0,
     n = 0;
   for (let i = 0; i < a.length; i++) {
@@ -189,8 +190,9 @@ const relL2 = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
   }
   return Math.sqrt(d) / Math.max(Math.sqrt(n), 1e-30);
 };
-const rel = (a: number, b: number): number => Math.abs(a - b) / Math.max(Math.abs(b), 1e-30);
-const row = (check: Row['check'], config: string, quantity: string, diff: number, tol: number, at?: string): Row => ({
+export const rel = (a: number, b: number): number => Math.abs(a - b) / Math.max(Math.abs(b), 1e-30);
+/** a check's row: ok when the difference is within the tolerance */
+export const row = <C extends string = Row['check']>(check: C, config: string, quantity: string, diff: number, tol: number, at?: string) => ({
   check,
   config,
   quantity,
@@ -198,6 +200,12 @@ const row = (check: Row['check'], config: string, quantity: string, diff: number
   tol,
   ok: diff <= tol,
   ...(at ? { at } : {}),
+});
+/** a mutant's row: the check catches it when its difference is above the tolerance */
+export const mutantRow = <C extends string = Row['check']>(check: C, config: string, quantity: string, diff: number, tol: number) => ({
+  ...row(check, config, quantity, diff, tol),
+  ok: diff > tol,
+  at: 'caught when above tol',
 });
 
 const CLIP = { clipLow: 0.2, clipHigh: 0.28, lMax: 64 };
@@ -271,15 +279,7 @@ export async function oracleMutantRows(root: string): Promise<Row[]> {
   const lpBias = await l.logprobs(packedBatch(ORACLE_CONFIGS[q2].config.vocab_size, 3 + q2));
   l.close();
   const dBias = maxDiff(lpBias, torchLogp(q2));
-  rows.push({
-    check: 'mutant',
-    config: ORACLE_CONFIGS[q2].name,
-    quantity: 'q_proj bias negated: log-probs |Δ|',
-    diff: dBias,
-    tol: TOLERANCE.logprobs,
-    ok: dBias > TOLERANCE.logprobs,
-    at: 'caught when above tol',
-  });
+  rows.push(mutantRow('mutant', ORACLE_CONFIGS[q2].name, 'q_proj bias negated: log-probs |Δ|', dBias, TOLERANCE.logprobs));
   const ll = at('llama tied 6/2 d12 θ1e5');
   const src = join(root, `oracle-${ll}`, 'model'),
     mut = join(root, 'mutant-theta');
@@ -293,15 +293,7 @@ export async function oracleMutantRows(root: string): Promise<Row[]> {
   const lpTheta = await lt.logprobs(packedBatch(ORACLE_CONFIGS[ll].config.vocab_size, 3 + ll));
   lt.close();
   const dTheta = maxDiff(lpTheta, torchLogp(ll));
-  rows.push({
-    check: 'mutant',
-    config: ORACLE_CONFIGS[ll].name,
-    quantity: 'RoPE theta 1e4 for 1e5: log-probs |Δ|',
-    diff: dTheta,
-    tol: TOLERANCE.logprobs,
-    ok: dTheta > TOLERANCE.logprobs,
-    at: 'caught when above tol',
-  });
+  rows.push(mutantRow('mutant', ORACLE_CONFIGS[ll].name, 'RoPE theta 1e4 for 1e5: log-probs |Δ|', dTheta, TOLERANCE.logprobs));
   return rows;
 }
 

@@ -1,6 +1,6 @@
 // Client of any OpenAI-compatible `/v1/chat/completions` (ours, vLLM, SGLang, llama.cpp, hosted APIs).
 import { z } from 'zod';
-import { jsonRequester, PolicyClientOptionsSchema, PolicyResponseError, type PolicyClientOptions } from './http.ts';
+import { jsonRequester, parseServerResponse, PolicyClientOptionsSchema, type PolicyClientOptions } from './http.ts';
 
 /** An OpenAI tool call as the chat API returns it (arguments are a JSON string). */
 export interface ChatToolCall {
@@ -70,14 +70,8 @@ const ChatResponseSchema = z.object({
 
 /** Parses the first choice of a chat-completions response. */
 export function parseChatResponse(body: unknown): ChatResult {
-  const parsed = ChatResponseSchema.safeParse(body);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new PolicyResponseError(
-      `chat server returned an unexpected completion: ${issue.path.join('.') || '(root)'}: ${issue.message}; body starts ${JSON.stringify(body)?.slice(0, 200)}`,
-    );
-  }
-  const ch = parsed.data.choices[0];
+  const data = parseServerResponse(ChatResponseSchema, body, 'chat server');
+  const ch = data.choices[0];
   const fr = ch.finish_reason;
   return {
     content: ch.message.content ?? null,
@@ -87,9 +81,9 @@ export function parseChatResponse(body: unknown): ChatResult {
       function: { name: c.function.name, arguments: c.function.arguments ?? '{}' },
     })),
     finishReason: fr === 'length' || fr === 'tool_calls' || fr === 'content_filter' ? fr : 'stop',
-    promptTokens: parsed.data.usage?.prompt_tokens ?? 0,
-    completionTokens: parsed.data.usage?.completion_tokens ?? 0,
-    usageReported: !!parsed.data.usage,
+    promptTokens: data.usage?.prompt_tokens ?? 0,
+    completionTokens: data.usage?.completion_tokens ?? 0,
+    usageReported: !!data.usage,
     logprobs: ch.logprobs?.content ? ch.logprobs.content.map((p) => ({ token: p.token, logprob: p.logprob, top: p.top_logprobs ?? [] })) : null,
   };
 }

@@ -3,7 +3,7 @@
 // PolicyUnavailableError so the rollout activity fails and Temporal retries it.
 import { z } from 'zod';
 import type { CompletionRequest, CompletionResult, PolicyClient, ServedModel } from '../types.ts';
-import { jsonRequester, PolicyClientOptionsSchema, PolicyResponseError, PolicyUnavailableError, type PolicyClientOptions } from './http.ts';
+import { jsonRequester, parseServerResponse, PolicyClientOptionsSchema, PolicyResponseError, PolicyUnavailableError, type PolicyClientOptions } from './http.ts';
 import { listedModels } from './preflight.ts';
 import { loadCheckpoint, servedModelOf, vllmServerInfo, type VllmServerInfo } from './weight-sync.ts';
 
@@ -38,14 +38,7 @@ const CompletionResponseSchema = z.object({
 
 /** Parses the first choice of a completions response into ids + logprobs. */
 export function parseCompletionResponse(body: unknown): CompletionResult {
-  const parsed = CompletionResponseSchema.safeParse(body);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new PolicyResponseError(
-      `policy server returned an unexpected completion: ${issue.path.join('.') || '(root)'}: ${issue.message}; body starts ${JSON.stringify(body)?.slice(0, 200)}`,
-    );
-  }
-  const choice = parsed.data.choices[0];
+  const choice = parseServerResponse(CompletionResponseSchema, body, 'policy server').choices[0];
   let ids: number[];
   if (choice.token_ids) ids = choice.token_ids;
   else if (choice.logprobs?.tokens) {

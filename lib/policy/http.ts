@@ -111,3 +111,13 @@ export function isContextOverflow(e: unknown): boolean {
     /context[ _](size|length|window)|maximum context|exceeds? the (available )?context|exceed_context_size/i.test(e.message)
   );
 }
+
+/** `body` checked against `schema`; a mismatch is a PolicyResponseError naming the first issue and the body's start. */
+export function parseServerResponse<T>(schema: z.ZodType<T>, body: unknown, server: string): T {
+  const parsed = schema.safeParse(body);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0]!;
+  throw new PolicyResponseError(
+    `${server} returned an unexpected completion: ${issue.path.join('.') || '(root)'}: ${issue.message}; body starts ${JSON.stringify(body)?.slice(0, 200)}`,
+  );
+}

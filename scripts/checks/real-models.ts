@@ -16,7 +16,7 @@ import { openCheckpointTensors, openSafetensors } from '../../lib/safetensors-fi
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import { Learner, type TrainHyper } from '../../gpu-learner/index.ts';
 import { FsdpLearner, fsdpPython, writeTrainBatch } from '../../gpu-learner/fsdp/index.ts';
-import { fsdpOptions, type Row } from '../../gpu-learner/fsdp/crosscheck.ts';
+import { fsdpOptions, mutantRow, rel, relL2, row, type Row } from '../../gpu-learner/fsdp/crosscheck.ts';
 import { chatCorpus } from './chat-templates.ts';
 import type { ProbeResult } from '../../lib/sync-probe.ts';
 import type { EvalConfigInput } from '../../lib/eval/config.ts';
@@ -51,26 +51,6 @@ export const REAL_TOLERANCE = {
    */
   weights: 2e-2,
 } as const;
-
-const relL2 = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
-  let d = 0,
-    n = 0;
-  for (let i = 0; i < a.length; i++) {
-    d += (a[i]! - b[i]!) ** 2;
-    n += b[i]! ** 2;
-  }
-  return Math.sqrt(d) / Math.max(Math.sqrt(n), 1e-30);
-};
-const rel = (a: number, b: number): number => Math.abs(a - b) / Math.max(Math.abs(b), 1e-30);
-const row = (check: RealRow['check'], config: string, quantity: string, diff: number, tol: number, at?: string): RealRow => ({
-  check,
-  config,
-  quantity,
-  diff,
-  tol,
-  ok: diff <= tol,
-  ...(at ? { at } : {}),
-});
 
 /** A row of a real-model check: the oracle's and the FSDP cross-check's, and the probe after a vLLM sync. */
 export type RealRow = Omit<Row, 'check'> & { check: Row['check'] | 'probe' };
@@ -291,11 +271,7 @@ export async function vllmProbeRows(
       rows: [
         row('probe', tag, 'checkpoint 0 served at start, max |Δ log p|', before.maxAbsDelta, before.tolerance),
         row('probe', tag, 'checkpoint 1 after the sync, max |Δ log p|', after.maxAbsDelta, after.tolerance),
-        {
-          ...row('mutant', tag, 'probe of ckpt 1 against ckpt 0 (stale)', stale.maxAbsDelta, stale.tolerance),
-          ok: stale.maxAbsDelta > stale.tolerance,
-          at: 'caught when above tol',
-        },
+        mutantRow('mutant', tag, 'probe of ckpt 1 against ckpt 0 (stale)', stale.maxAbsDelta, stale.tolerance),
       ],
       startSeconds: vllm.startSeconds,
       syncSeconds,

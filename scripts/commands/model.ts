@@ -4,7 +4,8 @@
 import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { z } from 'zod';
-import { PRESET_NAMES, PRESETS, writeModel, type WrittenModel } from '../../lib/presets.ts';
+import { PRESET_NAMES, PRESETS } from '../../lib/presets.ts';
+import { writeModel, type WrittenModel } from '../../lib/model-init.ts';
 import { catalogModel, CATALOG_NAMES, MODEL_CATALOG } from '../../lib/model-catalog.ts';
 import { importModel, ModelImportError, type ImportProgress } from '../model-import/index.ts';
 import { ensureCatalogGguf } from '../model-import/fetch.ts';

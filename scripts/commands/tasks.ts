@@ -162,6 +162,7 @@ async function follow(client: Client, workflowId: string, quiet: boolean): Promi
     try {
       const st: SynthStatus = await handle.query(synthStatusQuery);
       const rejected = Object.values(st.rejected).reduce((a, b) => a + (b ?? 0), 0);
+      const payload = { phase: st.phase, tried: st.tried, candidates: st.candidates, rejected };
       if (!bar) {
         bar = new cliProgress.SingleBar(
           {
@@ -172,9 +173,9 @@ async function follow(client: Client, workflowId: string, quiet: boolean): Promi
           },
           cliProgress.Presets.shades_classic,
         );
-        bar.start(st.target, 0, {});
+        bar.start(st.target, 0, payload);
       }
-      bar.update(Math.min(st.validated, st.target), { phase: st.phase, tried: st.tried, candidates: st.candidates, rejected });
+      bar.update(Math.min(st.validated, st.target), payload);
     } catch {
       // the server may be restarting, or the run just ended
     }

@@ -15,16 +15,10 @@ import { parseBackendOptions, sandboxBackendFrom, withBackendOptions } from './c
 import { DEFAULT_MIN_STRENGTH, isStrong, type TaskQuality } from '../../lib/swe/quality.ts';
 import { writeFileSync } from 'node:fs';
 import { followResult } from '../cli-log.ts';
+import type { TaskValidation } from '../../activities/swe.ts';
 
-interface Line {
-  instanceId: string;
-  valid: boolean;
-  problems: string[];
-  durationS: number;
-  /** answer-mutant canaries verified for the task (lib/swe/answer-mutants.ts) */
-  mutants?: number;
-  quality?: TaskQuality;
-}
+/** one task's validation, as the activity reports it */
+type Line = TaskValidation;
 
 /** `F2P n, gold p/r, strength j/k (score)` and WEAK below `minStrength`. */
 export function qualityText(q: TaskQuality, minStrength: number): string {

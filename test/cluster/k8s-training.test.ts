@@ -31,7 +31,7 @@ import { metricValue } from '../helpers/metrics.ts';
 import { editCallsFromPatch, FINISH, scriptedServable, startScriptedModel, type ScriptTurn } from '../helpers/scripted-agent.ts';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../../policy-server/index.ts';
 import { defaultLoadModel } from '../../policy-server/models.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import { seedTable } from '../helpers/eval.ts';
 import { ROOT, spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { clippedTokenLoss, correctedMask, decoupledPpoTokenLoss } from '../../lib/grpo.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { Learner } from '../../gpu-learner/index.ts';
 
 const close = (a: number, b: number, tol: number) => assert.ok(Math.abs(a - b) <= tol, `${a} vs ${b}`);

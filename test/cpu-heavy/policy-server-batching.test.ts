@@ -15,7 +15,8 @@ import { Learner, type GenerateOptions, type GenerateResult } from '../../gpu-le
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../../policy-server/index.ts';
 import { policyBatchSize, policyPrefillSequences, policyQueuedSequences } from '../../lib/metrics.ts';
 import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
-import { FROZENLAKE_ACTION_IDS, writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
+import { FROZENLAKE_ACTION_IDS } from '../../lib/preset-tokenizers.ts';
 import { sampleSeed } from '../../lib/seed.ts';
 
 interface Choice {

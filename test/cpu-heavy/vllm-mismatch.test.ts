@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { correctedMask, keptTokens, logprobMismatch, maskedIsWeight, truncatedIsWeight } from '../../lib/grpo.ts';
 import { compareProbe, dtypeClass, FP32_PROBE_TOLERANCE, halfPrecisionProbeTolerance, probePrompt } from '../../lib/sync-probe.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { f32ToBf16 } from '../../lib/safetensors.ts';
 import { Learner } from '../../gpu-learner/index.ts';
 

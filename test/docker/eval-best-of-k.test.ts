@@ -17,7 +17,7 @@ import { startPolicyServer, type ServableModel } from '../../policy-server/index
 import type { ExecutionFreeResult, ExecutionScores } from '../../activities/verifiers.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
 import { passAtK } from '../../lib/eval/metrics.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { fileStoreUrl, openStore } from '../../lib/store.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { temporalBinary } from '../../services/temporal-server.ts';

@@ -17,7 +17,8 @@ import { instanceReport, reportJson } from '../../lib/swe/report.ts';
 import { validateEvalConfig, type EvalConfigInput } from '../../lib/eval/config.ts';
 import { evalKeys } from '../../lib/eval/keys.ts';
 import { freePort } from '../../services/temporal-server.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { assertSummariesAgree, harnessRunSummary } from '../helpers/swebench-harness.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { filesInPatch, type SweTask } from '../../lib/swe/task.ts';
 import { evaluationStatusQuery } from '../../workflows/evaluation-signals.ts';
@@ -66,15 +67,6 @@ const chain = (e: unknown): string => {
 };
 
 /** The SWE-bench harness's run summary of one run directory (scripts/checks/swebench_outputs.py). */
-function harnessSummary(runDir: string, runId: string): Record<string, unknown> {
-  const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' })
-    .trim()
-    .split('\n')
-    .at(-1)!;
-  const out = execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), runDir, TASKS_FILE, runId, join(t.dir, 'harness', runId)], { encoding: 'utf8' });
-  return JSON.parse(out.trim().split('\n').at(-1)!) as Record<string, unknown>;
-}
-
 const round = (xs: (number | null)[]) => xs.map((x) => (x === null ? null : Number(x.toFixed(12))));
 
 test('config errors name the field and the value', async () => {
@@ -164,25 +156,9 @@ test('gold replay on every task → pass@1 = 1; submitting nothing → 0 (both a
     ] as const) {
       const runDir = store.dirFor(`${evalKeys.report(evalId)}/run-0`);
       const ours = JSON.parse(readFileSync(join(runDir, `scripted.${harnessRunId(evalId, 0)}.json`), 'utf8')) as Record<string, unknown>;
-      const theirs = harnessSummary(runDir, harnessRunId(evalId, 0));
+      const theirs = harnessRunSummary(runDir, TASKS_FILE, harnessRunId(evalId, 0), join(t.dir, 'harness', harnessRunId(evalId, 0)));
       assert.deepEqual(theirs.resolved_ids, [...resolved].sort());
-      for (const k of [
-        'total_instances',
-        'submitted_instances',
-        'completed_instances',
-        'resolved_instances',
-        'unresolved_instances',
-        'empty_patch_instances',
-        'error_instances',
-        'completed_ids',
-        'resolved_ids',
-        'unresolved_ids',
-        'empty_patch_ids',
-        'error_ids',
-        'incomplete_ids',
-      ]) {
-        assert.deepEqual(ours[k], theirs[k], `${evalId}: ${k}`);
-      }
+      assertSummariesAgree(ours, theirs, evalId);
     }
   } finally {
     await gold.close();

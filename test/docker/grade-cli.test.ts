@@ -3,7 +3,7 @@
 // empty patches resolve none, unknown ids are refused by name.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +12,7 @@ import { GRADER_VERSION } from '../../lib/swe/grading.ts';
 import { imagesFor, requireDocker, testBackend } from '../helpers/docker.ts';
 import { ADVERSARIAL_KINDS, adversarialPatches } from '../helpers/adversarial.ts';
 import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
+import { assertSummariesAgree, harnessRunSummary } from '../helpers/swebench-harness.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'swerl-grade-cli-'));
@@ -61,30 +62,7 @@ test('--predictions gold: every task resolved; harness-shaped reports and summar
 
 /** The official harness's own readers (swebench's get_predictions_from_file, make_run_report) on the directory give our counts and id lists. */
 function harnessAgrees(out: string, runId: string, summary: Record<string, unknown>): void {
-  const py = execFileSync('bash', [join(ROOT, 'scripts/ensure-python.sh'), 'swebench'], { encoding: 'utf8' })
-    .trim()
-    .split('\n')
-    .at(-1)!;
-  const harness = JSON.parse(
-    execFileSync(py, [join(ROOT, 'scripts/checks/swebench_outputs.py'), out, TASKS_FILE, runId, join(dir, `harness-${runId}`)], { encoding: 'utf8' })
-      .trim()
-      .split('\n')
-      .at(-1)!,
-  ) as Record<string, unknown>;
-  for (const k of [
-    'total_instances',
-    'submitted_instances',
-    'completed_instances',
-    'resolved_instances',
-    'unresolved_instances',
-    'empty_patch_instances',
-    'error_instances',
-    'resolved_ids',
-    'unresolved_ids',
-    'error_ids',
-  ]) {
-    assert.deepEqual(harness[k], summary[k], k);
-  }
+  assertSummariesAgree(summary, harnessRunSummary(out, TASKS_FILE, runId, join(dir, `harness-${runId}`)), runId);
 }
 
 test('empty and None patches resolve none and run no container; JSON dict format', () => {

@@ -5,7 +5,7 @@
 // sandbox is left. The agent is a scripted policy behind our own policy server: `sleep 6` then `finish`.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { statfsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { DockerBackend, sweepSandboxes } from '../../activities/sandbox/docker.ts';
@@ -14,17 +14,17 @@ import { startPolicyServer, type PolicyServer, type ServableModel } from '../../
 import { defaultLoadModel } from '../../policy-server/models.ts';
 import { FINISH, scriptedServable } from '../helpers/scripted-agent.ts';
 import type { ToolCall } from '../../lib/toolcall.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
-import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
+import { keys, openStore } from '../../lib/store.ts';
 import { SweTools } from '../../lib/swe/tools.ts';
 import type { Trajectory } from '../../lib/types.ts';
 import { statusQuery } from '../../workflows/signals.ts';
 import type { IterationMetrics, TrainingRunResult } from '../../lib/training/shapes.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
-import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
+import { singleTaskFile, sweTask, TASK } from '../helpers/swe-tasks.ts';
 import { startPrivateDockerd, type PrivateDockerd } from '../helpers/private-dockerd.ts';
-import { spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
+import { spawnWorker, startTestTemporal, tinySweConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 
 const TASK_ID: string = TASK.srcLayout;
 let d: PrivateDockerd;
@@ -57,14 +57,7 @@ before(async () => {
   t = await startTestTemporal('swerl-faults-');
   policy = await scriptedPolicy(join(t.dir, 'policy-model'));
   // one task, its image named directly (so the worker never builds it on the private engine)
-  const record = JSON.parse(
-    readFileSync(await sweTasksFile(), 'utf8')
-      .split('\n')
-      .find((l) => l.includes(`"${TASK_ID}"`))!,
-  );
-  delete record.source_tarball;
-  tasksFile = join(t.dir, 'tasks.jsonl');
-  writeFileSync(tasksFile, `${JSON.stringify({ ...record, image })}\n`);
+  tasksFile = await singleTaskFile(t.dir, TASK_ID, image);
 });
 after(async () => {
   await policy?.close();
@@ -115,21 +108,18 @@ test('a removal that fails while the engine is down is done by the next sweep', 
 
 test('container killed, worker SIGKILLed, engine restarted during SWE rollouts: retried, accounted for, nothing left', async () => {
   const runId = 'swe-faults';
-  const config = {
+  const base = tinySweConfig(t.dir, tasksFile);
+  const config = tinySweConfig(t.dir, tasksFile, {
     runId,
-    seed: 1,
     iterations: 2,
     batch: { tasks: 1, samples: 4 },
     maxInflightRollouts: 4,
     rollout: { startToCloseMinutes: 5, heartbeatSeconds: 1, heartbeatTimeoutSeconds: 4, maxAttempts: 8 },
-    episode: { maxSteps: 3, responseBudget: 384, maxTokensPerTurn: 128, temperature: 1, topP: 1, timeoutMinutes: 5 },
-    algorithm: { lr: 1e-6, lMax: 384 },
-    model: { preset: 'tiny', seed: 1 },
+    episode: { ...base.episode, timeoutMinutes: 5 },
     policy: { baseUrl: policy.url, model: 'policy' },
-    store: { url: fileStoreUrl(join(t.dir, 'store')) },
     env: { kind: 'swe', tasksFile, maxSteps: 3, limits: { cpus: 0.5, memoryBytes: 256 << 20, pids: 256, diskMiB: 512 } },
-    learner: { device: 'cpu', threads: 1, timeoutMinutes: 10, heartbeatTimeoutSeconds: 10 },
-  };
+    learner: { ...base.learner, heartbeatTimeoutSeconds: 10 },
+  });
   const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--threads', '1', '--sandbox-sweep-seconds', '2', '--max-rollouts', '8'];
   const env = { ...process.env, DOCKER_HOST: d.host };
   const logFile = join(t.dir, 'worker.log');

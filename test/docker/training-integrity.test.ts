@@ -8,21 +8,20 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { readFileSync, writeFileSync } from 'node:fs';
 import type { ChildProcess } from 'node:child_process';
 import { freePort } from '../../services/temporal-server.ts';
 import { startPolicyServer, type PolicyServer, type ServableModel } from '../../policy-server/index.ts';
 import { defaultLoadModel } from '../../policy-server/models.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
-import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
+import { keys, openStore } from '../../lib/store.ts';
 import type { Trajectory } from '../../lib/types.ts';
 import { readMetricsLines } from '../../activities/report.ts';
 import { integrityReport } from '../../scripts/commands/report.ts';
 import { FINISH, scriptedServable } from '../helpers/scripted-agent.ts';
 import { imagesFor, requireDocker } from '../helpers/docker.ts';
-import { sweTask, sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
-import { spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
+import { singleTaskFile, sweTask, TASK } from '../helpers/swe-tasks.ts';
+import { spawnWorker, startTestTemporal, tinySweConfig, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 import { startMlflowServer, type MlflowServer } from '../helpers/mlflow.ts';
 import { startPrometheus, type PrometheusServer } from '../helpers/prometheus.ts';
 
@@ -53,14 +52,7 @@ before(async () => {
   const model = (real: ServableModel) =>
     scriptedServable(real, tok, (prompt) => (!prompt.includes('<function=') ? null : prompt.split('<|im_start|>assistant').length - 1 <= 1 ? PEEK : FINISH));
   policy = await startPolicyServer({ learner: model(await defaultLoadModel(dir)), loadModel: async (d) => model(await defaultLoadModel(d)), checkpoint: null });
-  const record = JSON.parse(
-    readFileSync(await sweTasksFile(), 'utf8')
-      .split('\n')
-      .find((l) => l.includes(`"${TASK_ID}"`))!,
-  );
-  delete record.source_tarball;
-  tasksFile = join(t.dir, 'tasks.jsonl');
-  writeFileSync(tasksFile, `${JSON.stringify({ ...record, image })}\n`);
+  tasksFile = await singleTaskFile(t.dir, TASK_ID, image);
 });
 after(async () => {
   await prom?.stop();
@@ -75,25 +67,15 @@ after(async () => {
 
 test('a run whose policy hacks: metrics.jsonl, MLflow and Prometheus show the hack rate; the flagged trajectories are listed and kept', async () => {
   const runId = 'hacks';
-  const storeUrl = fileStoreUrl(join(t.dir, 'store'));
   const config = {
+    ...tinySweConfig(t.dir, tasksFile),
     runId,
-    seed: 1,
-    iterations: 1,
-    batch: { tasks: 1, samples: 2 },
-    maxInflightRollouts: 2,
-    episode: { maxSteps: 3, responseBudget: 384, maxTokensPerTurn: 128, temperature: 1, topP: 1, timeoutMinutes: 10 },
-    algorithm: { lr: 1e-6, lMax: 384 },
-    model: { preset: 'tiny', seed: 1 },
     policy: { baseUrl: policy.url, model: 'policy' },
-    store: { url: storeUrl },
-    env: { kind: 'swe', tasksFile, maxSteps: 3 },
-    learner: { device: 'cpu', threads: 1, timeoutMinutes: 10 },
     tracking: { mlflow: { uri: mlflow.uri, experiment: 'integrity' } },
     integrity: { keepPerIteration: 1 },
   };
   await t.client.workflow.execute('trainingRun', { taskQueue: 'learner', workflowId: runId, args: [config] });
-  const store = openStore(storeUrl);
+  const store = openStore(config.store.url);
 
   // the episodes: graded, flagged by the audit with the rule, file and line
   for (const k of await store.list(keys.trajectories(runId, 0))) {
@@ -146,7 +128,7 @@ test('a run whose policy hacks: metrics.jsonl, MLflow and Prometheus show the ha
 
   // swerl report --integrity: both trajectories, their rule and patch; one kept whole with its files
   const out: string[] = [];
-  const r = await integrityReport({ runId, store: storeUrl, log: (s) => out.push(s) });
+  const r = await integrityReport({ runId, store: config.store.url, log: (s) => out.push(s) });
   assert.equal(r.flagged, 2);
   const text = out.join('\n');
   assert.match(text, new RegExp(`suspicious_patch ${TASK_ID}: frame-getframe at toolz/__init__\\.py:2: _swerl_peek = sys\\._getframe`));

@@ -1,5 +1,7 @@
 // The repository's own SWE tasks (data/swe/, built by scripts/build-swe-tasks.ts into data/swe/build/): the file,
 // the loaded tasks, one task by id, and the task with a given layout for tests that need one.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { buildSweTasks } from '../../scripts/build-swe-tasks.ts';
 import { loadTasksStrict, type SweTask } from '../../lib/swe/task.ts';
 
@@ -45,4 +47,20 @@ export const TASK = {
 export async function benchTasks(): Promise<{ file: string; tasks: SweTask[] }> {
   const file = process.env.SWERL_TASKS ?? (await sweTasksFile());
   return { file, tasks: await loadTasksStrict(file) };
+}
+
+/**
+ * Writes `dir/tasks.jsonl` holding task `id` alone, with its image named directly (`image`) and no source tarball,
+ * so a worker uses that image and never builds one (a private engine, a tagged copy); returns the file.
+ */
+export async function singleTaskFile(dir: string, id: string, image: string): Promise<string> {
+  const line = readFileSync(await sweTasksFile(), 'utf8')
+    .split('\n')
+    .find((l) => l.includes(`"${id}"`));
+  if (!line) throw new Error(`no task ${id} in data/swe/tasks/`);
+  const record = JSON.parse(line) as Record<string, unknown>;
+  delete record.source_tarball;
+  const file = join(dir, 'tasks.jsonl');
+  writeFileSync(file, `${JSON.stringify({ ...record, image })}\n`);
+  return file;
 }

@@ -1,11 +1,12 @@
 // Test harness: a real `temporal server start-dev` on free ports in a temp dir, one workflow bundle
 // per test file, workers in-process or as `swerl worker` child processes.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, openSync, closeSync } from 'node:fs';
+import { mkdtempSync, rmSync, openSync, closeSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import { DefaultLogger, Runtime, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { after, before } from 'node:test';
@@ -58,22 +59,51 @@ export async function startTestTemporal(prefix = 'swerl-test-', o: { ui?: boolea
 }
 
 /**
- * The usual file set-up: a dev server and one in-process worker serving both task queues, started
- * before the file's tests (after `prepare`) and stopped after them; `onReady` receives the server.
+ * A dev server and one in-process worker serving both task queues; close() stops both. The history recorders
+ * (scripts/record-*-histories.ts) run on it too, so the histories they record are made by the code the tests run.
+ */
+export async function startTemporalWithWorker(prefix = 'swerl-test-', o: { ui?: boolean } = {}): Promise<TestTemporal & { workers: RunningWorkers }> {
+  const t = await startTestTemporal(prefix, o);
+  const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  const closeServer = t.close.bind(t);
+  return Object.assign(t, {
+    workers,
+    async close() {
+      await workers.shutdown();
+      await closeServer();
+    },
+  });
+}
+
+/**
+ * The usual file set-up: startTemporalWithWorker before the file's tests (after `prepare`), stopped after
+ * them; `onReady` receives the server.
  */
 export function useTemporalWithWorker(onReady: (t: TestTemporal) => void, prepare?: () => Promise<void>, o: { ui?: boolean } = {}): void {
   let t: TestTemporal | undefined;
-  let workers: RunningWorkers | undefined;
   before(async () => {
     await prepare?.();
-    t = await startTestTemporal('swerl-test-', o);
-    workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+    t = await startTemporalWithWorker('swerl-test-', o);
     onReady(t);
   });
   after(async () => {
-    await workers?.shutdown();
     await t?.close();
   });
+}
+
+/** The run ids of a workflow's continue-as-new chain, oldest first. */
+export async function runChain(client: Client, workflowId: string): Promise<string[]> {
+  const runs: string[] = [];
+  for await (const w of client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) runs.push(w.runId);
+  const chain = await Promise.all(runs.map(async (r) => ({ r, start: (await client.workflow.getHandle(workflowId, r).describe()).startTime.getTime() })));
+  return chain.sort((a, b) => a.start - b.start).map((x) => x.r);
+}
+
+/** Writes a workflow run's history as JSON to `file` (test/histories/, for test/unit/replay.test.ts). */
+export async function saveHistory(client: Client, file: string, workflowId: string, runId?: string): Promise<number> {
+  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+  writeFileSync(file, historyToJSON(history));
+  return history.events?.length ?? 0;
 }
 
 /** A small FrozenLake config for tests, storing under `dir`. */
@@ -91,6 +121,26 @@ export function tinyConfig(dir: string, over: Partial<TrainingConfigInput> = {})
     model: { preset: 'frozenlake', seed: 1 },
     store: { url: fileStoreUrl(join(dir, 'store')) },
     env: { kind: 'frozenlake', size: 4, maxSteps: 8 },
+    learner: { device: 'cpu', threads: 1, timeoutMinutes: 10 },
+    ...over,
+  } as TestConfig;
+}
+
+/**
+ * A small SWE config on the tiny preset, storing under `dir`: one iteration of 1 task × 2 samples, three steps of
+ * at most 128 tokens, 384 in all, lr 1e-6; `over` replaces whole sections.
+ */
+export function tinySweConfig(dir: string, tasksFile: string, over: Partial<TrainingConfigInput> = {}): TestConfig {
+  return {
+    seed: 1,
+    iterations: 1,
+    batch: { tasks: 1, samples: 2 },
+    maxInflightRollouts: 2,
+    episode: { maxSteps: 3, responseBudget: 384, maxTokensPerTurn: 128, temperature: 1, topP: 1, timeoutMinutes: 10 },
+    algorithm: { lr: 1e-6, lMax: 384 },
+    model: { preset: 'tiny', seed: 1 },
+    store: { url: fileStoreUrl(join(dir, 'store')) },
+    env: { kind: 'swe', tasksFile, maxSteps: 3 },
     learner: { device: 'cpu', threads: 1, timeoutMinutes: 10 },
     ...over,
   } as TestConfig;

@@ -110,20 +110,20 @@ for (const order of ['admission', 'streaming'] as const) {
     try {
       const h = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: c.runId!, args: [c] });
       // terminated once step 0 is done and a group child is running
-      const groupsRunning = async (next: number) =>
-        (
-          await Promise.all(
-            Array.from({ length: next }, (_, g) =>
-              t.client.workflow
-                .getHandle(rolloutGroupWorkflowId(c.runId!, g))
-                .describe()
-                .then(
-                  (d) => d.status.name,
-                  () => 'NOT_STARTED',
-                ),
-            ),
-          )
-        ).filter((x) => x === 'RUNNING').length;
+      // the status of rollout groups 0 … next−1 (NOT_STARTED for a group not started yet)
+      const groupStatuses = (next: number) =>
+        Promise.all(
+          Array.from({ length: next }, (_, g) =>
+            t.client.workflow
+              .getHandle(rolloutGroupWorkflowId(c.runId!, g))
+              .describe()
+              .then(
+                (d) => d.status.name,
+                () => 'NOT_STARTED',
+              ),
+          ),
+        );
+      const groupsRunning = async (next: number) => (await groupStatuses(next)).filter((x) => x === 'RUNNING').length;
       const before = await waitFor(
         'step 0 done, groups running',
         async () => {
@@ -135,17 +135,7 @@ for (const order of ['admission', 'streaming'] as const) {
       );
       await h.terminate('lost, to be recovered');
       // its children were abandoned, not terminated with it: those in flight go on
-      const after = await Promise.all(
-        Array.from({ length: before.pump!.next }, (_, g) =>
-          t.client.workflow
-            .getHandle(rolloutGroupWorkflowId(c.runId!, g))
-            .describe()
-            .then(
-              (d) => d.status.name,
-              () => 'NOT_STARTED',
-            ),
-        ),
-      );
+      const after = await groupStatuses(before.pump!.next);
       assert.ok(!after.includes('TERMINATED'), `groups running at the termination go on: ${after.join(' ')}`);
       // the abandoned groups go on; a new run with the same run id and config takes over
       const again = await t.client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: c.runId!, args: [c] });

@@ -13,7 +13,7 @@ import { createChatClient, type ChatClient } from '../../lib/policy/chat.ts';
 import { createPolicyClient } from '../../lib/policy/completions.ts';
 import { effectiveContextWindow, listServerModels, preflightServer } from '../../lib/policy/preflight.ts';
 import { isContextOverflow, PolicyResponseError, serverRoot } from '../../lib/policy/http.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
 import type { CompletionRequest, TextEnvironment } from '../../lib/types.ts';
 import type { PolicyServer } from '../../policy-server/index.ts';

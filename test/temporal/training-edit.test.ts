@@ -7,12 +7,12 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { train } from '../../scripts/commands/train.ts';
-import { keys, listCheckpoints, openStore, fileStoreUrl } from '../../lib/store.ts';
+import { keys, listCheckpoints, openStore } from '../../lib/store.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import type { Trajectory } from '../../lib/types.ts';
 import type { LearnerHandle } from '../../activities/learner.ts';
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
-import { startTestTemporal, type TestTemporal } from '../helpers/temporal.ts';
+import { startTestTemporal, tinySweConfig, type TestTemporal } from '../helpers/temporal.ts';
 import { GOLD_REPLIES, writeEditTask } from '../helpers/edit-task.ts';
 
 let t: TestTemporal;
@@ -63,18 +63,13 @@ after(async () => {
 });
 
 test('an edit-mode iteration: one-turn episodes scored by similarity, SWE-RL reported, a learner step on unequal rewards', async () => {
-  const config = {
-    seed: 1,
-    iterations: 1,
+  const config = tinySweConfig(t.dir, tasksFile, {
     batch: { tasks: 1, samples: 4 },
     maxInflightRollouts: 4,
     episode: { maxSteps: 1, responseBudget: 96, maxTokensPerTurn: 96, temperature: 1, topP: 1, timeoutMinutes: 5 },
     algorithm: { lr: 1e-3, lMax: 96 },
-    model: { preset: 'tiny', seed: 1 },
-    store: { url: fileStoreUrl(join(t.dir, 'store')) },
     env: { kind: 'swe', tasksFile, mode: 'edit', reward: 'similarity', edit: { format: 'search_replace', contextTokens: 1024, malformed: 'graded' } },
-    learner: { device: 'cpu', threads: 1, timeoutMinutes: 10 },
-  };
+  });
   const configPath = join(t.dir, 'edit.json');
   writeFileSync(configPath, JSON.stringify(config));
   const o = await train({ config: configPath, out: join(t.dir, 'out'), address: t.server.address, runId: 'edit-run', quiet: true });

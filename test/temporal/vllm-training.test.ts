@@ -10,7 +10,7 @@ import type { ChildProcess } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { train } from '../../scripts/commands/train.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { keys, openStore } from '../../lib/store.ts';
 import { createPolicyClient } from '../../lib/policy/completions.ts';
 import { PolicyResponseError } from '../../lib/policy/http.ts';

