@@ -11,7 +11,7 @@ import { chatTransport, runEpisode, tokenTransport, turnSeed, type EpisodePolicy
 import { FrozenLakeEnv, generateMap } from '../../lib/envs/frozenlake.ts';
 import { PolicyResponseError } from '../../lib/policy/http.ts';
 import type { ChatClient, ChatRequest, ChatResult, ChatToolCall } from '../../lib/policy/chat.ts';
-import { writeModel } from '../../lib/presets.ts';
+import { writeModel } from '../../lib/model-init.ts';
 import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
 import type { TextEnvironment } from '../../lib/types.ts';
 
