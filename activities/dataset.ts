@@ -60,7 +60,7 @@ function sampleIds(ids: readonly string[], config: TrainingConfig, n: number): s
 
 /** Draws the iteration's tasks and stores the config snapshot its rollouts and learner step read. */
 export async function sampleBatch(input: SampleBatchInput): Promise<SampleBatchResult> {
-  const v = validateConfig(input.config);
+  const v = validateConfig(input.config, { recorded: true });
   if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, v.errors.join('; '));
   const store = openStore(v.config.store.url);
   const configKey = keys.iterationConfig(input.runId, input.n);

@@ -3,8 +3,7 @@
 // record of an episode that could not happen, and the report. Idempotent: a stored episode is returned.
 import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { isDeepStrictEqual } from 'node:util';
-import { runChatEpisode } from '../lib/chat-episode.ts';
-import { runEpisode, toolResultFrame, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
+import { chatTransport, runEpisode, tokenTransport, toolResultFrame, type EpisodeStepEvent, type EpisodeTokenizer } from '../lib/episode.ts';
 import { modelNameOf, validateEvalConfig, type EvalConfig } from '../lib/eval/config.ts';
 import { evalKeys } from '../lib/eval/keys.ts';
 import { evaluationMetrics, formatEvalErrors, formatEvalMetrics, repoOf, type EpisodeFacts } from '../lib/eval/metrics.ts';
@@ -120,7 +119,7 @@ export async function storedEvalConfig(store: ArtifactStore, evalId: string): Pr
   if (cached) return cached;
   const raw = await store.getJson<unknown>(evalKeys.config(evalId));
   if (raw === null) throw new Error(`evaluation config ${evalKeys.config(evalId)} not found in ${store.url}`);
-  const v = validateEvalConfig(raw);
+  const v = validateEvalConfig(raw, { recorded: true });
   if (!v.ok) throw invalid(v.errors.join('; '));
   configs.set(k, v.config);
   return v.config;
@@ -138,14 +137,14 @@ export async function storedPlan(store: ArtifactStore, evalId: string): Promise<
  * the same config again returns the stored plan (a resumed or restarted evaluation).
  */
 export async function prepareEvaluation(input: PrepareEvaluationInput): Promise<EvalPlan> {
-  const v = validateEvalConfig(input.config);
+  const v = validateEvalConfig(input.config, { recorded: true });
   if (!v.ok) throw invalid(`invalid evaluation config: ${v.errors.join('; ')}`);
   const config = v.config;
   const store = openStore(config.store.url);
   const evalId = input.evalId;
   const existing = await store.getJson<unknown>(evalKeys.config(evalId));
   // compared as parsed today, so a config stored before a default changed still matches itself
-  const before = existing === null ? null : validateEvalConfig(existing);
+  const before = existing === null ? null : validateEvalConfig(existing, { recorded: true });
   if (before !== null && (!before.ok || !isDeepStrictEqual(before.config, config))) {
     throw invalid(`config.evalId: evaluation ${JSON.stringify(evalId)} already exists in ${store.url} with a different config; pick another evalId`);
   }
@@ -467,9 +466,12 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
   };
   const beat = setInterval(() => heartbeat({ step: turns.length }), Math.max(1000, Math.min(10_000, (config.heartbeatTimeoutSeconds * 1000) / 3)));
   const loop = {
+    env,
+    // the tool-call format's own system prompt (the environment's describes `<function=…>` text)
+    ...(format === 'openai' ? { systemPrompt: SYSTEM_PROMPT_TOOL_CALLS } : {}),
     // edit mode is one turn
     maxSteps: edit ? 1 : config.maxSteps,
-    maxResponseTokens: config.contextBudget,
+    responseBudget: config.responseBudget,
     maxTokensPerTurn: config.maxTokensPerTurn,
     // plans made before the context rule existed have none: their episodes run as they did
     ...(typeof plan.contextWindow === 'number' ? { contextWindow: plan.contextWindow } : {}),
@@ -485,14 +487,13 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
     const base = { evalId, taskId, run, seed, modelName: plan.modelName, checkpoint: plan.checkpoint };
     try {
       if (chatApi) {
-        const r = await runChatEpisode({
+        const r = await runEpisode({
           ...loop,
-          env,
-          chat: createChatClient(clientOpts),
-          toolFormat: format,
-          ...(format === 'openai'
-            ? { tools: SWE_OPENAI_TOOLS, toolSchemas: SWE_TOOL_SCHEMAS, toolAliases: SWE_TOOL_ALIASES, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS, noCallReminder: noToolCallReminder }
-            : {}),
+          transport: chatTransport({
+            chat: createChatClient(clientOpts),
+            toolFormat: format,
+            ...(format === 'openai' ? { tools: SWE_OPENAI_TOOLS, toolSchemas: SWE_TOOL_SCHEMAS, toolAliases: SWE_TOOL_ALIASES, noCallReminder: noToolCallReminder } : {}),
+          }),
         });
         record = { ...base, ...outcome(r.end, r.reward, r.info), steps: r.steps, tokens: r.tokens, responseTokens: r.responseTokens, turns, messages: r.messages, api: 'chat' };
       } else {
@@ -501,7 +502,7 @@ export async function evalEpisode(input: EvalEpisodeInput): Promise<EvalEpisodeS
         // our server may serve another model (after a learner restart, or shared with a training run or another
         // evaluation): every completion is pinned to ours, and a 409 makes the client load ours first
         const policy = createPolicyClient(ours ? { ...clientOpts, pin: { dir, checkpoint: plan.checkpoint ?? -1 } } : clientOpts);
-        const r = await runEpisode({ ...loop, env, policy, tokenizer, ...(format === 'openai' ? { tools: SWE_OPENAI_TOOLS, systemPrompt: SYSTEM_PROMPT_TOOL_CALLS } : {}) });
+        const r = await runEpisode({ ...loop, transport: tokenTransport({ policy, tokenizer, ...(format === 'openai' ? { tools: SWE_OPENAI_TOOLS } : {}) }) });
         record = {
           ...base,
           ...outcome(r.end, r.reward, r.info),

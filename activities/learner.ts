@@ -215,7 +215,7 @@ function invalid(message: string): ApplicationFailure {
 async function storedConfig(store: ArtifactStore, runId: string, n: number): Promise<TrainingConfig> {
   const raw = await store.getJson<unknown>(keys.iterationConfig(runId, n));
   if (raw === null) throw new Error(`iteration config ${keys.iterationConfig(runId, n)} is missing in ${store.url}`);
-  const v = validateConfig(raw);
+  const v = validateConfig(raw, { recorded: true });
   if (!v.ok) throw invalid(v.errors.join('; '));
   return v.config;
 }
@@ -632,7 +632,7 @@ async function latestConfig(store: ArtifactStore, runId: string): Promise<Traini
   for (const n of iters) {
     const raw = await store.getJson<unknown>(keys.iterationConfig(runId, n));
     if (raw === null) continue;
-    const v = validateConfig(raw);
+    const v = validateConfig(raw, { recorded: true });
     if (v.ok) return v.config;
   }
   return null;

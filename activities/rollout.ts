@@ -4,7 +4,7 @@ import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import { KEEP_FLAGGED_PER_ITERATION, validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { frozenLakeFromTaskId } from '../lib/envs/frozenlake.ts';
 import { rolloutSeed } from '../lib/seed.ts';
-import { runEpisode, type EpisodePolicy, type EpisodeTokenizer, type RunEpisodeOptions } from '../lib/episode.ts';
+import { runEpisode, tokenTransport, type EpisodeCommon, type EpisodePolicy, type EpisodeTokenizer, type TokenTransportOptions } from '../lib/episode.ts';
 import { createPolicyClient } from '../lib/policy/completions.ts';
 import { effectiveContextWindow, listServerModels } from '../lib/policy/preflight.ts';
 import { PolicyUnavailableError } from '../lib/policy/http.ts';
@@ -24,8 +24,8 @@ import { recordIntegrity } from './integrity.ts';
 
 /** What an environment contributes to one episode: the world and its loop options. */
 export interface EpisodeSetup {
-  env: RunEpisodeOptions['env'];
-  loop: Partial<Pick<RunEpisodeOptions, 'maxSteps' | 'allowedActionTokens' | 'stepsRemainingSuffix' | 'tokenWarningAt' | 'tokenWarning'>>;
+  env: EpisodeCommon['env'];
+  loop: Partial<Pick<EpisodeCommon, 'maxSteps' | 'stepsRemainingSuffix' | 'tokenWarningAt' | 'tokenWarning'> & Pick<TokenTransportOptions, 'allowedActionTokens'>>;
 }
 
 /** What the rollout hands an environment besides its config: the policy's tokenizer as a counter (edit mode's context budget). */
@@ -173,7 +173,7 @@ async function iterationConfig(store: ArtifactStore, runId: string, n: number): 
   if (cached) return cached;
   const raw = await store.getJson<unknown>(key);
   if (raw === null) throw new Error(`iteration config ${key} not found in ${store.url}`);
-  const v = validateConfig(raw);
+  const v = validateConfig(raw, { recorded: true });
   if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, v.errors.join('; '));
   configs.set(`${store.url}|${key}`, v.config);
   return v.config;
@@ -289,15 +289,13 @@ export async function rollout(input: RolloutInput): Promise<RolloutSummary> {
     const result = await unavailableAsFailure(policyUrl, () =>
       runEpisode({
         env: setup.env,
-        policy,
-        tokenizer,
+        transport: tokenTransport({ policy, tokenizer, allowedActionTokens: loop.allowedActionTokens }),
         maxSteps: loop.maxSteps ?? config.episode.maxSteps,
-        maxResponseTokens: config.episode.responseBudget,
+        responseBudget: config.episode.responseBudget,
         maxTokensPerTurn: config.episode.maxTokensPerTurn,
         ...(contextWindow !== null ? { contextWindow } : {}),
         sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
         seed,
-        allowedActionTokens: loop.allowedActionTokens,
         stepsRemainingSuffix: loop.stepsRemainingSuffix,
         tokenWarningAt: loop.tokenWarningAt,
         tokenWarning: loop.tokenWarning,

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { frozenLakeFromTaskId, frozenLakeTaskIds, type FrozenLakeConfig } from '../lib/envs/frozenlake.ts';
 import { rolloutSeed } from '../lib/seed.ts';
-import { runEpisode, type EpisodePolicy, type EpisodeResult, type EpisodeTokenizer } from '../lib/episode.ts';
+import { runEpisode, tokenTransport, type EpisodePolicy, type EpisodeTokenizer, type TokenEpisodeResult } from '../lib/episode.ts';
 import { buildTrainBatch, groupAdvantages, summariseIteration, type EpisodeSummary } from '../lib/grpo.ts';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
 import { createInProcessPolicyClient } from '../lib/policy/completions.ts';
@@ -80,14 +80,12 @@ async function heldOut(
       const env = frozenLakeFromTaskId(taskId, envConfig, k);
       const r = await runEpisode({
         env,
-        policy,
-        tokenizer,
+        transport: tokenTransport({ policy, tokenizer, allowedActionTokens: true }),
         maxSteps: envConfig.maxSteps,
-        maxResponseTokens: config.episode.responseBudget,
+        responseBudget: config.episode.responseBudget,
         maxTokensPerTurn: 1,
         sampling: { temperature, topP: 1 },
         seed: k,
-        allowedActionTokens: true,
       });
       won += r.reward >= 1 ? 1 : 0;
     }
@@ -113,7 +111,7 @@ export async function trainFrozenLake(config: TrainingConfig, o: BenchOptions): 
       const t0 = performance.now();
       // as rlIteration: the batch's task ids, then samples in order, each episode seeded like the rollout activity
       const jobs = frozenLakeTaskIds(config.batch.tasks, config.seed, it).flatMap((taskId) => Array.from({ length: config.batch.samples }, (_, sample) => ({ taskId, sample })));
-      const results: (EpisodeResult & { taskId: string; sample: number })[] = new Array(jobs.length);
+      const results: (TokenEpisodeResult & { taskId: string; sample: number })[] = new Array(jobs.length);
       let next = 0;
       const worker = async () => {
         while (next < jobs.length) {
@@ -123,14 +121,12 @@ export async function trainFrozenLake(config: TrainingConfig, o: BenchOptions): 
           const env = frozenLakeFromTaskId(taskId, envConfig, seed);
           const r = await runEpisode({
             env,
-            policy,
-            tokenizer,
+            transport: tokenTransport({ policy, tokenizer, allowedActionTokens: true }),
             maxSteps: envConfig.maxSteps,
-            maxResponseTokens: config.episode.responseBudget,
+            responseBudget: config.episode.responseBudget,
             maxTokensPerTurn: config.episode.maxTokensPerTurn,
             sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
             seed,
-            allowedActionTokens: true,
           });
           await env.close();
           results[k] = { ...r, taskId, sample };

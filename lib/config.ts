@@ -6,6 +6,57 @@ import { modeRewardError, SweEnvConfigSchema as SweFieldsSchema } from './swe/en
 
 const int = () => z.number().int();
 
+/** A field that was renamed: setting it fails validation with the new name (configs written before the rename). */
+export const renamedTo = (name: string) =>
+  z
+    .never({ error: `renamed: use ${name}` })
+    .optional()
+    .describe(`renamed: use \`${name}\``);
+
+/** max_tokens of one turn, one default for training and evaluation (docs/config.md says why 8,192). */
+export const maxTokensPerTurnField = () =>
+  int()
+    .min(1)
+    .max(1 << 20)
+    .default(8192)
+    .describe(
+      "max_tokens of one turn, also clamped to the budget left and to the room left in the model's context window (docs/design.md §9); the same default in training and evaluation: a reasoning model's turn (thinking, then its tool call) often runs past 4K tokens, and a turn cut there loses its call",
+    );
+
+/** A renamed field of configs recorded before the rename: `at` the object holding it (a path), `from` → `to`. */
+export interface RenamedField {
+  at: readonly string[];
+  from: string;
+  to: string;
+}
+
+/**
+ * A recorded config (a stored config, a workflow input in a history) with renamed fields under their new name, so a
+ * run or evaluation started before a rename goes on as it was; a config a user gives is validated as it is.
+ */
+export function withRenamedFields(raw: unknown, renamed: readonly RenamedField[]): unknown {
+  const isObj = (x: unknown): x is Record<string, unknown> => typeof x === 'object' && x !== null && !Array.isArray(x);
+  let out = raw;
+  for (const r of renamed) {
+    const parents: Record<string, unknown>[] = [];
+    let node: unknown = out;
+    for (const k of r.at) {
+      if (!isObj(node)) break;
+      parents.push(node);
+      node = node[k];
+    }
+    if (!isObj(node) || parents.length !== r.at.length || !(r.from in node)) continue;
+    const { [r.from]: value, ...rest } = node;
+    let copy: Record<string, unknown> = r.to in rest ? rest : { ...rest, [r.to]: value };
+    for (let i = r.at.length - 1; i >= 0; i--) copy = { ...parents[i], [r.at[i]!]: copy };
+    out = copy;
+  }
+  return out;
+}
+
+/** The training config's renamed fields (see withRenamedFields). */
+export const TRAINING_RENAMED: readonly RenamedField[] = [{ at: ['eval'], from: 'contextBudget', to: 'responseBudget' }];
+
 /**
  * Fan-out bounds (DESIGN §1, docs/limits.md). Temporal allows 2,000 pending activities per workflow and
  * warns at 10,240 history events (a rollout costs its 3 activity events plus its share of the workflow tasks
@@ -255,12 +306,10 @@ export const TrainingConfigSchema = z
           .min(1)
           .max(1 << 20)
           .default(32768)
-          .describe('generated tokens per episode summed over its turns; the episode ends max_context when it is spent (DeepSWE: 32,768)'),
-        maxTokensPerTurn: int()
-          .min(1)
-          .max(1 << 20)
-          .default(4096)
-          .describe("max_tokens of one turn, also clamped to the room left in the model's context window (docs/design.md §9)"),
+          .describe(
+            'generated tokens per episode summed over its turns; the episode ends max_context when it is spent (DeepSWE trains at 32,768; its evaluation, eval.responseBudget, at 65,536)',
+          ),
+        maxTokensPerTurn: maxTokensPerTurnField(),
         temperature: z.number().gt(0).max(5).default(1).describe('sampling temperature; updateHyperparameters may change it'),
         topP: z.number().gt(0).max(1).default(1).describe('nucleus sampling; updateHyperparameters may change it'),
         timeoutMinutes: z
@@ -347,11 +396,12 @@ export const TrainingConfigSchema = z
         runs: int().min(1).max(1000).default(1).describe('episodes per task'),
         limit: int().min(1).optional().describe('at most this many tasks of the file'),
         maxSteps: int().min(1).max(10_000).optional().describe('steps per episode; default env.evalMaxSteps (DeepSWE evaluation: 100)'),
-        contextBudget: int()
+        responseBudget: int()
           .min(1)
           .max(1 << 22)
           .optional()
-          .describe('generated tokens per episode (default 65,536)'),
+          .describe("generated tokens per evaluation episode (default the evaluation config's 65,536, twice episode.responseBudget's: DeepSWE evaluates at 64K)"),
+        contextBudget: renamedTo('responseBudget'),
         concurrency: int().min(1).max(4096).optional().describe('episodes in flight; default maxInflightRollouts'),
       })
       .strict()
@@ -510,6 +560,8 @@ function formatIssueList(issues: readonly z.core.$ZodIssue[], input: unknown, pr
         want = `must be ${iss.inclusive === false ? '>' : '≥'} ${String(iss.minimum)}`;
         break;
       case 'invalid_type':
+        // a renamed field (renamedTo): its message names the new one
+        if (iss.expected === 'never') return [`${path}: ${iss.message}`];
         want = `must be ${String(iss.expected)}`;
         break;
       case 'invalid_value':
@@ -533,7 +585,9 @@ function formatIssueList(issues: readonly z.core.$ZodIssue[], input: unknown, pr
 }
 
 /** Validates a raw config (JSON) and fills in the defaults. Errors name the path and the value. */
-export function validateConfig(input: unknown): ConfigValidation {
+/** `recorded`: a config written before a field was renamed (stored, or a workflow's input) is read under the new names. */
+export function validateConfig(raw: unknown, opts: { recorded?: boolean } = {}): ConfigValidation {
+  const input = opts.recorded ? withRenamedFields(raw, TRAINING_RENAMED) : raw;
   const r = TrainingConfigSchema.safeParse(input);
   if (r.success) return { ok: true, config: r.data };
   return { ok: false, errors: formatIssues(r.error, input, 'config') };

@@ -1,5 +1,5 @@
-// An episode's end rules and the size of each turn (DESIGN §3, §9), shared by the token loop
-// (lib/episode.ts) and the chat-completions loop (lib/chat-episode.ts), so both end an episode alike:
+// An episode's end rules and the size of each turn (DESIGN §3, §9), applied by the episode loop
+// (lib/episode.ts) whatever its transport (token stream or chat), so every episode ends alike:
 //   before a turn:  timeout → budget of generated tokens spent (max_context) → no room left in the
 //                   model's context (context_exhausted); else the turn's max_tokens
 //   a cut turn:     a reply stopped by the budget or the context is not acted on
@@ -27,7 +27,7 @@ export function contextFitError(contextWindow: number, firstPromptTokens: number
 export interface EpisodeLimits {
   maxSteps: number;
   /** generated tokens over the whole episode (DESIGN §3's response budget; `max_context` when spent) */
-  maxResponseTokens: number;
+  responseBudget: number;
   maxTokensPerTurn: number;
   /** the model's context window: a turn's prompt plus its reply fit in it (`context_exhausted` when they cannot) */
   contextWindow?: number;
@@ -58,7 +58,7 @@ export type TurnPlan = { end: EndReason } | { maxTokens: number; limitedBy: Turn
  */
 export function planTurn(l: EpisodeLimits, p: EpisodeProgress, promptTokens: number | null, nowMs: number): TurnPlan {
   if (l.deadlineMs !== undefined && nowMs >= l.deadlineMs) return { end: 'timeout' };
-  const budget = l.maxResponseTokens - p.responseTokens;
+  const budget = l.responseBudget - p.responseTokens;
   if (budget <= 0) return { end: 'max_context' };
   const room = l.contextWindow !== undefined && promptTokens !== null ? l.contextWindow - promptTokens : Infinity;
   if (room <= 0) return { end: 'context_exhausted' };
@@ -86,7 +86,7 @@ export function afterStep(
   if (step.done) return { end: step.end ?? 'done' };
   if (p.steps >= l.maxSteps) return { end: 'max_steps' };
   if (l.deadlineMs !== undefined && nowMs >= l.deadlineMs) return { end: 'timeout' };
-  const budget = l.maxResponseTokens - p.responseTokens;
+  const budget = l.responseBudget - p.responseTokens;
   if (budget <= 0) return { end: 'max_context' };
   let obs = step.observation;
   if (l.stepsRemainingSuffix) obs += `\nSteps Remaining: ${l.maxSteps - p.steps}`;

@@ -1,37 +1,33 @@
-// The episode loop shared by FrozenLake and SWE tasks (DESIGN §3–§4). It owns tokens, budgets and
-// step counting; the environment owns the world. One ChatML token stream per episode:
-//   prompt  = chat template of [system, user] + generation prompt, encoded once       (mask 0)
-//   turn    = sampled ids exactly as generated, with their log-probs                  (mask 1)
-//             + `<|im_end|>` when the turn did not end with it                        (mask 0)
-//   obs     = `\n<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n`          (mask 0)
-//             (with `tools`: the result of a `<tool_call>` turn as the chat template renders a tool message)
-// Sampled ids are never re-tokenised. Model garbage never throws out of the loop. What is not the
-// agent's doing throws, so the rollout activity is retried (DESIGN §2): policy-server failures
-// (PolicyUnavailableError), an environment that cannot start (reset), fails under a tool call (step:
-// environments turn everything the agent causes into observations and throw only for infrastructure)
+// The episode loop (DESIGN §3–§4), one for every environment and every way of reaching a model. It owns the
+// turns, budgets and step counting (the rules are lib/episode-rules.ts's); the environment owns the world; the
+// transport owns how the model is asked:
+//   tokenTransport (lib/episode-tokens.ts)  token completions: one ChatML token stream with ids, mask and
+//                                            log-probs, for training (and evaluation of our own policies)
+//   chatTransport  (lib/episode-chat.ts)    `/v1/chat/completions`: OpenAI messages, for any served model
+// Per turn: plan (end, or max_tokens) → sample → cut (a reply stopped by the budget or the context is not
+// acted on) → interpret (the action, or the refusal that answers it) → step → after-step (end, or the
+// observation) → the transport records the observation as the next prompt.
+// Model garbage never throws out of the loop. What is not the agent's doing throws, so the episode is retried
+// (DESIGN §2): a model server that fails, an environment that cannot start (reset), fails under a tool call
+// (step: environments turn everything the agent causes into observations and throw only for infrastructure)
 // or cannot be graded (reward).
-
-import type { ChatMessage, CompletionRequest, CompletionResult, EndReason, TextEnvironment, Trajectory } from './types.ts';
-import type { ChatTemplateOptions, TemplateMessage } from './tokenizer.ts';
-import { hashInts } from './seed.ts';
-import { afterStep, cutTurnEnd, planTurn } from './episode-rules.ts';
+import type { ChatMessage, EndReason, TextEnvironment } from './types.ts';
+import type { TokenEpisodeRecord } from './episode-tokens.ts';
+import type { ChatEpisodeRecord } from './episode-chat.ts';
+import { afterStep, cutTurnEnd, planTurn, type EpisodeLimits, type EpisodeProgress, type TurnPlan } from './episode-rules.ts';
 
 export { TOKEN_BUDGET_WARNING } from './episode-rules.ts';
-
-/** The part of lib/tokenizer.ts's Tokenizer the loop needs. */
-export interface EpisodeTokenizer {
-  encode(text: string): number[];
-  decode(ids: ArrayLike<number>, opts?: { skipSpecial?: boolean }): string;
-  tokenId(token: string): number;
-  readonly imEnd: number;
-  readonly eos: number;
-  applyChatTemplate(messages: readonly TemplateMessage[], opts: ChatTemplateOptions): string;
-}
-
-/** A PolicyClient whose complete() may take allowed token ids (ours, vLLM). */
-export interface EpisodePolicy {
-  complete(req: CompletionRequest & { allowedIds?: number[] }): Promise<CompletionResult>;
-}
+export { turnSeed } from './seed.ts';
+export {
+  tokenTransport,
+  observationText,
+  toolResultFrame,
+  type EpisodePolicy,
+  type EpisodeTokenizer,
+  type TokenEpisodeRecord,
+  type TokenTransportOptions,
+} from './episode-tokens.ts';
+export { chatTransport, genericNoToolCallReminder, type ChatEpisodeRecord, type ChatTransportOptions } from './episode-chat.ts';
 
 export interface EpisodeStepEvent {
   step: number;
@@ -41,158 +37,83 @@ export interface EpisodeStepEvent {
   done: boolean;
 }
 
-export interface RunEpisodeOptions {
+/** What every episode is given, whatever its transport. */
+export interface EpisodeCommon extends EpisodeLimits {
   env: TextEnvironment & { actionTokens?: readonly string[] };
-  policy: EpisodePolicy;
-  tokenizer: EpisodeTokenizer;
-  /**
-   * OpenAI tool definitions the chat template renders into the prompt (toolFormat "openai" in token mode): the model
-   * calls them as `<tool_call>` JSON, and the observation of such a turn goes back as the template's tool message
-   */
-  tools?: readonly unknown[];
   /** replaces the environment's system prompt (the tool-call format's prompt) */
   systemPrompt?: string;
-  maxSteps: number;
-  /** total budget of sampled assistant tokens over the episode */
-  maxResponseTokens: number;
-  maxTokensPerTurn: number;
-  /** the model's context window (prompt + reply of a turn); absent: not checked (lib/episode-rules.ts) */
-  contextWindow?: number;
   sampling: { temperature: number; topP: number };
   seed: number;
-  /** restrict sampling to these tokens; `true` takes the environment's actionTokens */
-  allowedActionTokens?: readonly string[] | boolean;
-  /** append `\nSteps Remaining: N` to each observation (SWE) */
-  stepsRemainingSuffix?: boolean;
-  /** warn in the observation once fewer than this many tokens remain (of the budget or the context) */
-  tokenWarningAt?: number;
-  /** the warning's text given the response tokens left; TOKEN_BUDGET_WARNING by default (SWE: lib/swe/prompts.ts) */
-  tokenWarning?: (tokensLeft: number) => string;
-  /** wall-clock deadline (ms since epoch); the loop ends with 'timeout' after it */
-  deadlineMs?: number;
   /** clock for the deadline; Date.now by default */
   now?: () => number;
   onStep?: (e: EpisodeStepEvent) => void | Promise<void>;
 }
 
-/** The token stream and outcome of one episode: a Trajectory before its run/task/sample identity. */
-export interface EpisodeResult extends Pick<Trajectory, 'ids' | 'mask' | 'logprobs' | 'promptLength' | 'reward' | 'end' | 'steps' | 'versions'> {
+export interface RunEpisodeOptions<R> extends EpisodeCommon {
+  /** how the model is asked and what the result records: tokenTransport(…) or chatTransport(…) */
+  transport: EpisodeTransport<R>;
+}
+
+/** A way of reaching the model, as a strategy of the loop: started once per episode on its first messages. */
+export interface EpisodeTransport<R> {
+  /** `progress` is the loop's own (read-only for the transport) */
+  start(o: EpisodeCommon, messages: ChatMessage[], progress: Readonly<EpisodeProgress>): TransportSession<R>;
+}
+
+/** One episode's conversation as a transport keeps it. */
+export interface TransportSession<R> {
+  /** the next prompt's tokens for the context rule; null: not known (not checked); 'overflow': the prompt alone exceeds the context */
+  promptTokens(): Promise<number | null | 'overflow'>;
+  /** the prompt counted again after the server refused a turn as too long (asked at most once a turn) */
+  recount(): Promise<number | null | 'overflow'>;
+  /** samples a reply of at most `maxTokens`; 'overflow': the server refused the prompt as too long for its context */
+  sample(maxTokens: number): Promise<SampledReply | 'overflow'>;
+  /** what the transport records of the episode */
+  result(): R;
+}
+
+export interface SampledReply {
+  /** tokens generated (they count against the response budget) */
+  generated: number;
+  finishReason: string;
+  /** the reply ran into the budget or the context: the episode ends on it, unexecuted */
+  cut(): void;
+  interpret(): InterpretedReply;
+}
+
+/** A reply as the environment sees it. */
+export interface InterpretedReply {
+  /** what the environment runs */
+  action: string;
+  /** the observation that answers a reply the environment never sees (a malformed tool call), or null */
+  refused: string | null;
+  /** the action as onStep reports it */
+  shown: string;
+  /** room left in the context after this reply (null: not known) */
+  contextLeft(): number | null;
+  /** records the observation as the start of the next prompt */
+  answer(observation: string): void;
+}
+
+/** What every episode ends with; the transport adds what it records (token stream, messages). */
+export interface EpisodeOutcome {
+  reward: number;
+  end: EndReason;
+  steps: number;
+  /** generated tokens over the episode */
   responseTokens: number;
   info: Record<string, unknown>;
 }
 
-/** Sampling seed of one turn, from (episode seed, turn); a positive 31-bit integer. */
-export function turnSeed(seed: number, turn: number): number {
-  return hashInts(seed, turn, 0x7e5) & 0x7fffffff;
-}
-
-/** The mask-0 tokens that follow an assistant turn: the observation as a user message + generation prompt. */
-export function observationText(observation: string): string {
-  return `\n<|im_start|>user\n${observation}<|im_end|>\n<|im_start|>assistant\n`;
-}
-
-/**
- * How the chat template renders a tool result after an assistant turn, up to the next generation prompt: the text
- * around the result (Qwen2.5: `<|im_start|>user\n<tool_response>\n` … `\n</tool_response><|im_end|>\n<|im_start|>assistant\n`),
- * taken as the difference of two renders, so the stream holds exactly what the template would write. The stream's
- * assistant turn ends at `<|im_end|>`; the template's newline after it comes first.
- */
-export function toolResultFrame(tok: Pick<EpisodeTokenizer, 'applyChatTemplate'>, tools: readonly unknown[]): { before: string; after: string } {
-  const mark = '\u0000RESULT\u0000';
-  const turn: TemplateMessage[] = [
-    { role: 'user', content: 'u' },
-    { role: 'assistant', content: 'a' },
-  ];
-  const head = tok.applyChatTemplate(turn, { addGenerationPrompt: false, tools });
-  const full = tok.applyChatTemplate([...turn, { role: 'tool', content: mark, tool_call_id: 'call_0' }], { addGenerationPrompt: true, tools });
-  const i = full.indexOf(mark);
-  if (!full.startsWith(head) || !head.endsWith('<|im_end|>\n') || i < head.length) {
-    throw new Error('the chat template does not render a tool result after an assistant turn as a ChatML continuation: use toolFormat "text"');
-  }
-  return { before: `\n${full.slice(head.length, i)}`, after: full.slice(i + mark.length) };
-}
-
-export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
+export async function runEpisode<R>(o: RunEpisodeOptions<R>): Promise<EpisodeOutcome & R> {
   const now = o.now ?? Date.now;
-  const tok = o.tokenizer;
-  const ids: number[] = [];
-  const mask: number[] = [];
-  const logprobs: number[] = [];
-  // per token, the checkpoint of its turn, when the policy says which sampled it (a streaming episode switches
-  // between turns, DESIGN §10): the prompt takes the first turn's, an observation the turn before it
-  const versions: number[] = [];
-  let version: number | undefined;
-  const push = (xs: readonly number[], m: 0 | 1, lps?: readonly number[]) => {
-    xs.forEach((x, i) => {
-      ids.push(x);
-      mask.push(m);
-      logprobs.push(m === 1 && lps ? lps[i] : 0);
-      versions.push(version ?? -1);
-    });
-  };
   const info: Record<string, unknown> = {};
-  const progress = { steps: 0, responseTokens: 0 };
-  let end: EndReason | undefined;
-
-  const actionTokens = o.allowedActionTokens === true ? o.env.actionTokens : o.allowedActionTokens === false ? undefined : o.allowedActionTokens;
-  const allowedIds = actionTokens?.length ? actionTokens.map((t) => tok.tokenId(t)) : undefined;
-  const stopIds = [...new Set([tok.imEnd, tok.eos])];
-
+  const progress: EpisodeProgress = { steps: 0, responseTokens: 0 };
   // infrastructure: a sandbox that cannot start is retried, never scored
-  const messages: ChatMessage[] = (await o.env.reset()).map((m) => (m.role === 'system' && o.systemPrompt !== undefined ? { ...m, content: o.systemPrompt } : m));
-  const tools = o.tools?.length ? o.tools : undefined;
-  const frame = tools ? toolResultFrame(tok, tools) : null;
-  push(tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: true, ...(tools ? { tools } : {}) })), 0);
-  const promptLength = ids.length;
-
-  while (end === undefined) {
-    // the prompt of a turn is the whole stream so far
-    const plan = planTurn(o, progress, ids.length, now());
-    if ('end' in plan) {
-      end = plan.end;
-      break;
-    }
-    const out = await o.policy.complete({
-      promptIds: ids.slice(),
-      maxTokens: plan.maxTokens,
-      temperature: o.sampling.temperature,
-      topP: o.sampling.topP,
-      seed: turnSeed(o.seed, progress.steps),
-      stopIds,
-      ...(allowedIds ? { allowedIds } : {}),
-    });
-    if (out.ids.length !== out.logprobs.length) throw new Error(`policy returned ${out.ids.length} ids but ${out.logprobs.length} log-probs`);
-    if (out.version !== undefined) {
-      if (version === undefined) versions.fill(out.version);
-      version = out.version;
-    }
-    push(out.ids, 1, out.logprobs);
-    progress.responseTokens += out.ids.length;
-    if (out.ids.at(-1) !== tok.imEnd) push([tok.imEnd], 0);
-    progress.steps++;
-    const text = tok.decode(
-      out.ids.filter((id) => id !== tok.imEnd && id !== tok.eos),
-      { skipSpecial: false },
-    );
-
-    const cut = cutTurnEnd(plan, out.finishReason);
-    if (cut) {
-      end = cut;
-      break;
-    }
-
-    // infrastructure as well: the environment throws only when its sandbox or backend failed
-    const step = await o.env.step(text);
-    if (step.info) Object.assign(info, step.info);
-    await o.onStep?.({ step: progress.steps, responseTokens: progress.responseTokens, action: text, observation: step.observation, done: step.done });
-    const next = afterStep(o, progress, step, now(), o.contextWindow === undefined ? null : o.contextWindow - ids.length);
-    if ('end' in next) {
-      end = next.end;
-      break;
-    }
-    const asToolResult = frame && text.includes('<tool_call>');
-    push(tok.encode(asToolResult ? `${frame.before}${next.observation}${frame.after}` : observationText(next.observation)), 0);
-  }
+  const first = (await o.env.reset()).map((m) => (m.role === 'system' && o.systemPrompt !== undefined ? { ...m, content: o.systemPrompt } : m));
+  const session = o.transport.start(o, first, progress);
+  let end: EndReason | undefined;
+  while (end === undefined) end = await playTurn(o, session, progress, info, now);
 
   let reward = 0;
   if (end !== 'error') {
@@ -201,5 +122,58 @@ export async function runEpisode(o: RunEpisodeOptions): Promise<EpisodeResult> {
     reward = r.reward;
     Object.assign(info, r.info ?? {});
   }
-  return { ids, mask, logprobs, promptLength, reward, end, steps: progress.steps, responseTokens: progress.responseTokens, info, ...(version !== undefined ? { versions } : {}) };
+  return { ...session.result(), reward, end, steps: progress.steps, responseTokens: progress.responseTokens, info };
 }
+
+/** One turn: sampled, acted on and answered; the end reason when the episode ends in it. */
+async function playTurn<R>(o: EpisodeCommon, s: TransportSession<R>, progress: EpisodeProgress, info: Record<string, unknown>, now: () => number): Promise<EndReason | undefined> {
+  const sampled = await sampleTurn(o, s, progress, now);
+  if ('end' in sampled) return sampled.end;
+  const { reply, plan } = sampled;
+  progress.responseTokens += reply.generated;
+  progress.steps++;
+  const cut = cutTurnEnd(plan, reply.finishReason);
+  if (cut) {
+    reply.cut();
+    return cut;
+  }
+
+  const turn = reply.interpret();
+  let step: { observation: string; done: boolean; end?: EndReason };
+  if (turn.refused !== null) step = { observation: turn.refused, done: false };
+  else {
+    // infrastructure as well: the environment throws only when its sandbox or backend failed
+    const st = await o.env.step(turn.action);
+    if (st.info) Object.assign(info, st.info);
+    step = st;
+  }
+  await o.onStep?.({ step: progress.steps, responseTokens: progress.responseTokens, action: turn.shown, observation: step.observation, done: step.done });
+  const next = afterStep(o, progress, step, now(), turn.contextLeft());
+  if ('end' in next) return next.end;
+  turn.answer(next.observation);
+  return undefined;
+}
+
+/** Plans and samples a turn; a turn the server refused as too long is planned again on its own count of the prompt, once. */
+async function sampleTurn<R>(
+  o: EpisodeCommon,
+  s: TransportSession<R>,
+  progress: EpisodeProgress,
+  now: () => number,
+): Promise<{ end: EndReason } | { reply: SampledReply; plan: Extract<TurnPlan, { maxTokens: number }> }> {
+  const planFor = (prompt: number | null | 'overflow'): TurnPlan => (prompt === 'overflow' ? { end: 'context_exhausted' } : planTurn(o, progress, prompt, now()));
+  let plan = planFor(await s.promptTokens());
+  if ('end' in plan) return plan;
+  let reply = await s.sample(plan.maxTokens);
+  if (reply !== 'overflow') return { reply, plan };
+  // the prompt's bound was not one for this server's template (or the context it reports is larger than it is)
+  plan = planFor(await s.recount());
+  if ('end' in plan) return plan;
+  reply = await s.sample(plan.maxTokens);
+  return reply === 'overflow' ? { end: 'context_exhausted' } : { reply, plan };
+}
+
+/** A token-completions episode's result (tokenTransport). */
+export type TokenEpisodeResult = EpisodeOutcome & TokenEpisodeRecord;
+/** A chat episode's result (chatTransport). */
+export type ChatEpisodeResult = EpisodeOutcome & ChatEpisodeRecord;

@@ -18,6 +18,11 @@ export function hashInts(...xs: number[]): number {
   return h >>> 0;
 }
 
+/** Sampling seed of an episode's turn, from (episode seed, turn); a positive 31-bit integer. */
+export function turnSeed(seed: number, turn: number): number {
+  return hashInts(seed, turn, 0x7e5) & 0x7fffffff;
+}
+
 /** FNV-1a of a string's UTF-16 code units, for folding ids into integer seeds. */
 export function hashString(s: string): number {
   let h = 0x811c9dc5;

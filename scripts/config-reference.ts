@@ -28,6 +28,8 @@ interface Node {
   required?: string[];
   anyOf?: Node[];
   oneOf?: Node[];
+  /** zod's never (a renamed field, lib/config.ts's renamedTo) */
+  not?: unknown;
 }
 
 interface Row {
@@ -47,6 +49,7 @@ function bounds(n: Node): string {
 
 /** A field's type and constraints in words: `integer ≥ 1, ≤ 512`, `"loo" | "grpo"`, `string matching ^file://`. */
 function typeOf(n: Node): string {
+  if (n.not !== undefined) return 'not accepted';
   const alternatives = n.anyOf ?? n.oneOf;
   if (alternatives && !alternatives.some((a) => a.properties)) return alternatives.map(typeOf).join(' or ');
   if (n.const !== undefined) return JSON.stringify(n.const);

@@ -105,7 +105,7 @@ try {
     const config = JSON.parse(readFileSync(join(root, 'configs/swe.json'), 'utf8'));
     Object.assign(config, { runId: 'recorded-validation', batch: { tasks: 1, samples: 1 }, store: { url: storeUrl } });
     config.env.tasksFile = tasksFile;
-    config.eval = { every: 1, tasks: tasksFile, runs: 1, limit: 1, maxSteps: 1, contextBudget: 16 };
+    config.eval = { every: 1, tasks: tasksFile, runs: 1, limit: 1, maxSteps: 1, responseBudget: 16 };
     const tr = await client.workflow.start('trainingRun', { taskQueue: 'learner', workflowId: 'recorded-validation', args: [config] });
     await tr.result();
     await save(iterationWorkflowId('recorded-validation', 0), 'rlIteration-validation.json');

@@ -6,6 +6,7 @@
 import {
   ActivityFailure,
   deprecatePatch,
+  patched,
   executeChild,
   getExternalWorkflowHandle,
   proxyActivities,
@@ -30,6 +31,8 @@ type Activities = ReturnType<typeof createActivities>;
 const PROGRESS_EVERY_MS = 2000;
 /** Retired version branch (deprecated: no evaluation needs its old path): evaluations with config.tracking become MLflow runs. */
 const EVALUATION_TRACKING_PATCH = 'evaluation-mlflow-tracking';
+/** Evaluations started before contextBudget became responseBudget (recorded histories) read their input under the new name. */
+const RESPONSE_BUDGET_PATCH = 'config-response-budget';
 
 /** Child ids derive from the evaluation id (an input), so a replayed history names the same children. */
 export function shardWorkflowId(evalId: string, shard: number): string {
@@ -61,7 +64,7 @@ export async function evaluationRun(rawConfig: unknown): Promise<EvaluationRunRe
 }
 
 function validEvalConfig(rawConfig: unknown): EvalConfig & { evalId: string } {
-  const v = validateEvalConfig(rawConfig);
+  const v = validateEvalConfig(rawConfig, { recorded: !patched(RESPONSE_BUDGET_PATCH) });
   if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, `invalid evaluation config: ${v.errors.join('; ')}`);
   return { ...v.config, evalId: v.config.evalId ?? workflowInfo().workflowId };
 }

@@ -9,6 +9,7 @@ import {
   condition,
   continueAsNew,
   deprecatePatch,
+  patched,
   executeChild,
   isCancellation,
   proxyActivities,
@@ -45,6 +46,8 @@ type Activities = ReturnType<typeof createActivities>;
 const RECENT = 50;
 /** Retired version branch (deprecated; no run needs its old path): one iteration per workflow run, no reports. */
 const PROGRESS_VIEW_PATCH = 'training-run-progress-view';
+/** Runs started before eval.contextBudget became eval.responseBudget read their input under the new name. */
+const RESPONSE_BUDGET_PATCH = 'config-response-budget';
 
 export async function trainingRun(rawConfig: unknown, previous?: TrainingRunState): Promise<TrainingRunResult> {
   deprecatePatch(PROGRESS_VIEW_PATCH);
@@ -81,7 +84,7 @@ export function hackRatePause(config: TrainingConfig, m: IterationMetrics): stri
 }
 
 function validTrainingConfig(rawConfig: unknown): TrainingConfig {
-  const v = validateConfig(rawConfig);
+  const v = validateConfig(rawConfig, { recorded: !patched(RESPONSE_BUDGET_PATCH) });
   if (!v.ok) throw nonRetryable(FailureType.InvalidConfig, `invalid training config: ${v.errors.join('; ')}`);
   return { ...v.config, runId: v.config.runId ?? workflowInfo().workflowId };
 }

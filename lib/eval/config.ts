@@ -2,7 +2,17 @@
 // lib/config.ts whose pieces (run ids, SWE environment fields, error formatting) they share.
 // Pure (zod only): workflow code validates with it.
 import { z } from 'zod';
-import { formatIssues, RUN_ID, TrackingConfigSchema, type TrainingConfig } from '../config.ts';
+import {
+  formatIssues,
+  maxTokensPerTurnField,
+  renamedTo,
+  RUN_ID,
+  TrackingConfigSchema,
+  TRAINING_RENAMED,
+  withRenamedFields,
+  type RenamedField,
+  type TrainingConfig,
+} from '../config.ts';
 import { EditConfigSchema, modeRewardError, SweEnvConfigSchema } from '../swe/env-config.ts';
 
 const int = () => z.number().int();
@@ -121,18 +131,15 @@ export const EvalConfigSchema = z
       .strict()
       .prefault({}),
     maxSteps: int().min(1).max(10_000).default(100).describe('steps per episode (DeepSWE evaluation: 100)'),
-    contextBudget: int()
+    responseBudget: int()
       .min(1)
       .max(1 << 22)
       .default(65_536)
       .describe(
-        "generated tokens per episode, summed over its turns (DeepSWE evaluation: 64K; max_context when spent); each turn is also clamped to the room left in the model's context window (docs/design.md §9)",
+        "generated tokens per episode, summed over its turns (max_context when spent); twice training's episode.responseBudget default on purpose: DeepSWE trains at 32K and evaluates at 64K. Each turn is also clamped to the room left in the model's context window (docs/design.md §9)",
       ),
-    maxTokensPerTurn: int()
-      .min(1)
-      .max(1 << 20)
-      .default(8192)
-      .describe("max_tokens of one turn, also clamped to the room left in the model's context window"),
+    contextBudget: renamedTo('responseBudget'),
+    maxTokensPerTurn: maxTokensPerTurnField(),
     episodeTimeoutMinutes: z
       .number()
       .gt(0)
@@ -165,7 +172,12 @@ export const EvalConfigSchema = z
 export type EvalConfig = z.infer<typeof EvalConfigSchema>;
 export type EvalConfigInput = z.input<typeof EvalConfigSchema>;
 
-export function validateEvalConfig(input: unknown): { ok: true; config: EvalConfig } | { ok: false; errors: string[] } {
+/** The evaluation config's renamed fields (lib/config.ts's withRenamedFields). */
+export const EVAL_RENAMED: readonly RenamedField[] = [{ at: [], from: 'contextBudget', to: 'responseBudget' }];
+
+/** `recorded`: a config written before a field was renamed (stored, or a workflow's input) is read under the new names. */
+export function validateEvalConfig(raw: unknown, opts: { recorded?: boolean } = {}): { ok: true; config: EvalConfig } | { ok: false; errors: string[] } {
+  const input = opts.recorded ? withRenamedFields(raw, EVAL_RENAMED) : raw;
   const r = EvalConfigSchema.safeParse(input);
   if (r.success) return { ok: true, config: r.data };
   return { ok: false, errors: formatIssues(r.error, input, 'config') };
@@ -256,7 +268,8 @@ export const validationEvalId = (runId: string, checkpoint: number): string => `
 
 /** The evaluationRun config of a training run's validation: its checkpoint on the held-out tasks, with the run's SWE settings. */
 export function validationEvalConfig(config: TrainingConfig, runId: string, checkpoint: number): EvalConfigInput {
-  const v = config.eval!;
+  // a run started before eval.contextBudget was renamed carries the old name in its workflow input
+  const v = (withRenamedFields(config, TRAINING_RENAMED) as TrainingConfig).eval!;
   const env = config.env.kind === 'swe' ? config.env : undefined;
   return {
     evalId: validationEvalId(runId, checkpoint),
@@ -268,7 +281,7 @@ export function validationEvalConfig(config: TrainingConfig, runId: string, chec
     sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
     maxSteps: v.maxSteps ?? env?.evalMaxSteps ?? 100,
     ...(env ? { mode: env.mode, reward: env.mode === 'edit' ? env.reward : 'tests', edit: env.edit } : {}),
-    ...(v.contextBudget ? { contextBudget: v.contextBudget } : {}),
+    ...(v.responseBudget ? { responseBudget: v.responseBudget } : {}),
     maxTokensPerTurn: config.episode.maxTokensPerTurn,
     episodeTimeoutMinutes: config.episode.timeoutMinutes,
     concurrency: v.concurrency ?? config.maxInflightRollouts,

@@ -326,7 +326,7 @@ export async function oneTaskEval(model: EvalModelInput, work: string, o: { task
       sampling: { temperature: 0.7, topP: 0.95 },
       maxSteps: o.maxSteps ?? 3,
       maxTokensPerTurn: 96,
-      contextBudget: 512,
+      responseBudget: 512,
       concurrency: 1,
       heartbeatTimeoutSeconds: 60,
       store: { url: store },

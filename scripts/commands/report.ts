@@ -87,7 +87,7 @@ function formatTracking(st: MlflowState | null, lines: number): string {
 /** The tracking config of the run's newest iteration snapshot. */
 async function trackingOf(store: ArtifactStore, runId: string, lines: MetricsLine[]) {
   const raw = await store.getJson<unknown>(keys.iterationConfig(runId, lines.at(-1)!.iteration));
-  const v = raw === null ? null : validateConfig(raw);
+  const v = raw === null ? null : validateConfig(raw, { recorded: true });
   return v?.ok ? v.config.tracking : null;
 }
 

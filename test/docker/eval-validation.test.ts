@@ -23,7 +23,7 @@ test('eval: {every: 1} runs a child evaluationRun of checkpoint 1 and records it
   config.env.tasksFile = TASKS_FILE;
   config.batch = { tasks: 1, samples: 2 };
   config.store = { url: `file://${join(t.dir, 'store')}` };
-  config.eval = { every: 1, tasks: TASKS_FILE, runs: 2, limit: 2, maxSteps: 2, contextBudget: 64 };
+  config.eval = { every: 1, tasks: TASKS_FILE, runs: 2, limit: 2, maxSteps: 2, responseBudget: 64 };
   const configPath = join(t.dir, 'swe-eval.json');
   writeFileSync(configPath, JSON.stringify(config));
   const o = await train({ config: configPath, out: join(t.dir, 'out'), address: t.server.address, runId: 'val-run', quiet: true });

@@ -80,7 +80,7 @@ test('config errors name the field and the value', async () => {
   const v = validateEvalConfig({ tasksFile: 'x.jsonl', model: { run: 'r1' } });
   assert.ok(v.ok);
   assert.equal(v.config.maxSteps, 100);
-  assert.equal(v.config.contextBudget, 65_536);
+  assert.equal(v.config.responseBudget, 65_536);
   assert.equal(v.config.sampling.temperature, 1);
   assert.deepEqual(v.config.model, { run: 'r1', checkpoint: 'latest', toolFormat: 'text' });
   const h = await t.client.workflow.start('evaluationRun', {
@@ -339,7 +339,7 @@ test("a run's latest checkpoint and a Hugging Face model directory, served by th
       l.close();
     }
   };
-  const small = { tasksFile: TASKS_FILE, tasks: [tasks[2]!.instance_id], maxSteps: 1, contextBudget: 8, maxTokensPerTurn: 8, store: { url: storeUrl() } };
+  const small = { tasksFile: TASKS_FILE, tasks: [tasks[2]!.instance_id], maxSteps: 1, responseBudget: 8, maxTokensPerTurn: 8, store: { url: storeUrl() } };
   const latest = await evaluate('eval-latest', { ...small, model: { run: 'r-latest', checkpoint: 'latest' } });
   assert.deepEqual(latest.summary.episodes, { planned: 1, completed: 1, resolved: 0, errors: 0 });
   const [el] = await readEvalEpisodes(store, 'eval-latest');

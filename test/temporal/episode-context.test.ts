@@ -7,8 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runEpisode } from '../../lib/episode.ts';
-import { runChatEpisode } from '../../lib/chat-episode.ts';
+import { chatTransport, runEpisode, tokenTransport } from '../../lib/episode.ts';
 import { afterStep, contextFitError, cutTurnEnd, planTurn, MIN_REPLY_TOKENS } from '../../lib/episode-rules.ts';
 import { createChatClient, type ChatClient } from '../../lib/policy/chat.ts';
 import { createPolicyClient } from '../../lib/policy/completions.ts';
@@ -63,10 +62,10 @@ function longPromptEnv(promptChars: number): TextEnvironment & { steps: number; 
   return env;
 }
 
-const limits = { maxSteps: 100, maxResponseTokens: 65_536, maxTokensPerTurn: 8192, sampling: { temperature: 1, topP: 1 }, seed: 3 };
+const limits = { maxSteps: 100, responseBudget: 65_536, maxTokensPerTurn: 8192, sampling: { temperature: 1, topP: 1 }, seed: 3 };
 
 test('end rules by hand: timeout, budget, context; a reply cut by the budget or the context is not acted on; the warning counts the context', () => {
-  const l = { maxSteps: 10, maxResponseTokens: 100, maxTokensPerTurn: 40, contextWindow: 1000 };
+  const l = { maxSteps: 10, responseBudget: 100, maxTokensPerTurn: 40, contextWindow: 1000 };
   assert.deepEqual(planTurn(l, { steps: 0, responseTokens: 0 }, 500, 0), { maxTokens: 40, limitedBy: 'turn' });
   assert.deepEqual(planTurn(l, { steps: 3, responseTokens: 80 }, 500, 0), { maxTokens: 20, limitedBy: 'budget' });
   assert.deepEqual(planTurn(l, { steps: 3, responseTokens: 80 }, 990, 0), { maxTokens: 10, limitedBy: 'context' });
@@ -147,7 +146,7 @@ test('token loop: the default per-turn cap against a 4,096-token context ends th
   const requests: CompletionRequest[] = [];
   const policy = { complete: (req: CompletionRequest) => (requests.push(req), http.complete(req)) };
   const env = longPromptEnv(5600);
-  const r = await runEpisode({ ...limits, contextWindow: CONTEXT, env, policy, tokenizer: tok });
+  const r = await runEpisode({ ...limits, contextWindow: CONTEXT, env, transport: tokenTransport({ policy, tokenizer: tok }) });
   assert.equal(r.end, 'context_exhausted');
   assert.deepEqual(env.rewardedWith, ['context_exhausted'], 'graded like max_steps: the environment decides the reward');
   assert.ok(r.promptLength > 3000 && r.promptLength < CONTEXT - 300, `prompt ${r.promptLength}`);
@@ -156,7 +155,7 @@ test('token loop: the default per-turn cap against a 4,096-token context ends th
   assert.equal(requests[0]!.maxTokens, CONTEXT - r.promptLength, 'the first turn may fill the context');
   assert.ok(r.ids.length <= CONTEXT + 64, 'at most one observation past the window (it is never sent)');
   // without the window the same request is the server's 400 (the failure this rule replaces)
-  await assert.rejects(runEpisode({ ...limits, env: longPromptEnv(5600), policy: http, tokenizer: tok }), /exceeds the context of 4096/);
+  await assert.rejects(runEpisode({ ...limits, env: longPromptEnv(5600), transport: tokenTransport({ policy: http, tokenizer: tok }) }), /exceeds the context of 4096/);
 });
 
 test('chat loop (text and openai formats): the server counts a prompt the bound cannot place; no room ends context_exhausted, no generating request is refused', async () => {
@@ -176,7 +175,7 @@ test('chat loop (text and openai formats): the server counts a prompt the bound 
       },
     };
     const env = longPromptEnv(5600);
-    const r = await runChatEpisode({ ...limits, contextWindow: CONTEXT, env, chat, toolFormat });
+    const r = await runEpisode({ ...limits, contextWindow: CONTEXT, env, transport: chatTransport({ chat, toolFormat }) });
     assert.equal(r.end, 'context_exhausted', toolFormat);
     assert.deepEqual(env.rewardedWith, ['context_exhausted']);
     assert.ok(r.contextProbes >= 1, 'the byte bound of a 5,600-character prompt leaves no room for 8,192 tokens: the server counted it');

@@ -229,7 +229,7 @@ test('an evaluation through vLLM: completions with our tokenizer, and chat throu
         model: { baseUrl: vllm.url, model: SERVED, api, ...(api === 'completions' ? { tokenizer: startDir } : { toolFormat: 'text' as const }) },
         maxSteps: 2,
         maxTokensPerTurn: 16,
-        contextBudget: 64,
+        responseBudget: 64,
         concurrency: 1,
         maxAttempts: 2,
         heartbeatTimeoutSeconds: 60,

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runEpisode, observationText, turnSeed, TOKEN_BUDGET_WARNING, type EpisodePolicy } from '../../lib/episode.ts';
+import { runEpisode, tokenTransport, observationText, turnSeed, TOKEN_BUDGET_WARNING, type EpisodePolicy } from '../../lib/episode.ts';
 import { FrozenLakeEnv, generateMap, renderGrid } from '../../lib/envs/frozenlake.ts';
 import { PolicyUnavailableError } from '../../lib/policy/http.ts';
 import { createInProcessPolicyClient } from '../../lib/policy/completions.ts';
@@ -41,13 +41,13 @@ function scripted(letters: string, opts: { endWithImEnd?: boolean } = {}) {
   return { policy, requests };
 }
 
-const base = { maxSteps: 10, maxResponseTokens: 64, maxTokensPerTurn: 1, sampling: { temperature: 1, topP: 1 }, seed: 11 };
+const base = { maxSteps: 10, responseBudget: 64, maxTokensPerTurn: 1, sampling: { temperature: 1, topP: 1 }, seed: 11 };
 
 test('token stream is exact: prompt, sampled tokens, im_end, observation', async () => {
   const seed = openSeed();
   const env = new FrozenLakeEnv(seed);
   const { policy, requests } = scripted('RRRDDD');
-  const r = await runEpisode({ ...base, env, policy, tokenizer: tok, allowedActionTokens: true });
+  const r = await runEpisode({ ...base, env, transport: tokenTransport({ policy, tokenizer: tok, allowedActionTokens: true }) });
   assert.equal(r.end, 'done');
   assert.equal(r.reward, 1);
   assert.equal(r.steps, 6);
@@ -97,7 +97,7 @@ test('token stream is exact: prompt, sampled tokens, im_end, observation', async
 test('a turn that ends with im_end gets no extra im_end', async () => {
   const env = new FrozenLakeEnv(openSeed());
   const { policy } = scripted('U', { endWithImEnd: true });
-  const r = await runEpisode({ ...base, maxSteps: 2, maxTokensPerTurn: 4, env, policy, tokenizer: tok });
+  const r = await runEpisode({ ...base, maxSteps: 2, maxTokensPerTurn: 4, env, transport: tokenTransport({ policy, tokenizer: tok }) });
   const tail = r.ids.slice(r.promptLength, r.promptLength + 3);
   assert.deepEqual(tail, [tok.tokenId('U'), tok.imEnd, tok.encode('\n')[0]]);
   assert.deepEqual(r.mask.slice(r.promptLength, r.promptLength + 3), [1, 1, 0]);
@@ -108,7 +108,7 @@ test('a turn that ends with im_end gets no extra im_end', async () => {
 
 test('max_steps, max_context, timeout', async () => {
   const { policy } = scripted('U');
-  const ms = await runEpisode({ ...base, maxSteps: 3, env: new FrozenLakeEnv(openSeed()), policy, tokenizer: tok });
+  const ms = await runEpisode({ ...base, maxSteps: 3, env: new FrozenLakeEnv(openSeed()), transport: tokenTransport({ policy, tokenizer: tok }) });
   assert.equal(ms.end, 'max_steps');
   assert.equal(ms.steps, 3);
   assert.equal(ms.reward, 0);
@@ -122,7 +122,13 @@ test('max_steps, max_context, timeout', async () => {
       return { ids, logprobs: ids.map(() => -1), finishReason: 'length' };
     },
   };
-  const mc = await runEpisode({ ...base, maxResponseTokens: 3, maxTokensPerTurn: 2, env: new FrozenLakeEnv(openSeed()), policy: greedy, tokenizer: tok });
+  const mc = await runEpisode({
+    ...base,
+    responseBudget: 3,
+    maxTokensPerTurn: 2,
+    env: new FrozenLakeEnv(openSeed()),
+    transport: tokenTransport({ policy: greedy, tokenizer: tok }),
+  });
   assert.equal(mc.end, 'max_context');
   assert.equal(mc.responseTokens, 3);
   assert.equal(mc.steps, 2);
@@ -134,7 +140,7 @@ test('max_steps, max_context, timeout', async () => {
   assert.equal(mc.info.wastedSteps, 1); // 'xx' was a wasted step, the cut 'x' never reached the env
 
   let t = 0;
-  const to = await runEpisode({ ...base, env: new FrozenLakeEnv(openSeed()), policy, tokenizer: tok, deadlineMs: 2, now: () => t++ });
+  const to = await runEpisode({ ...base, env: new FrozenLakeEnv(openSeed()), transport: tokenTransport({ policy, tokenizer: tok }), deadlineMs: 2, now: () => t++ });
   assert.equal(to.end, 'timeout');
   assert.equal(to.steps, 1);
 });
@@ -144,12 +150,11 @@ test('steps-remaining suffix and token-budget warning', async () => {
   const r = await runEpisode({
     ...base,
     maxSteps: 5,
-    maxResponseTokens: 4,
+    responseBudget: 4,
     stepsRemainingSuffix: true,
     tokenWarningAt: 2,
     env: new FrozenLakeEnv(openSeed()),
-    policy,
-    tokenizer: tok,
+    transport: tokenTransport({ policy, tokenizer: tok }),
   });
   const text = tok.decode(r.ids.slice(r.promptLength));
   assert.match(text, /^U<\|im_end\|>\n<\|im_start\|>user\nPFFF\nFFFF\nFFFF\nFFFG\nSteps Remaining: 4<\|im_end\|>\n<\|im_start\|>assistant\nU/);
@@ -162,12 +167,11 @@ test('steps-remaining suffix and token-budget warning', async () => {
   const r2 = await runEpisode({
     ...base,
     maxSteps: 5,
-    maxResponseTokens: 4,
+    responseBudget: 4,
     tokenWarningAt: 2,
     tokenWarning: (n) => `only ${n} left`,
     env: new FrozenLakeEnv(openSeed()),
-    policy: again.policy,
-    tokenizer: tok,
+    transport: tokenTransport({ policy: again.policy, tokenizer: tok }),
   });
   const text2 = tok.decode(r2.ids.slice(r2.promptLength));
   assert.match(text2, /only 2 left<\|im_end\|>/);
@@ -188,7 +192,7 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
   };
   const { policy } = scripted('U');
   // an environment throws from step only when its sandbox failed: the rollout is retried, never scored
-  await assert.rejects(runEpisode({ ...base, env, policy, tokenizer: tok }), /sandbox exploded/);
+  await assert.rejects(runEpisode({ ...base, env, transport: tokenTransport({ policy, tokenizer: tok }) }), /sandbox exploded/);
   // an episode the environment itself ends with error (the agent lost its sandbox) is a result, reward 0
   let rewarded = false;
   const lost: TextEnvironment = {
@@ -196,7 +200,7 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
     step: async () => ({ observation: 'gone', done: true, end: 'error', info: { reason: 'disk_limit', error: 'evicted' } }),
     reward: async () => ((rewarded = true), { reward: 1 }),
   };
-  const r = await runEpisode({ ...base, env: lost, policy: scripted('U').policy, tokenizer: tok });
+  const r = await runEpisode({ ...base, env: lost, transport: tokenTransport({ policy: scripted('U').policy, tokenizer: tok }) });
   assert.equal(r.end, 'error');
   assert.deepEqual(r.info, { reason: 'disk_limit', error: 'evicted' }, 'why it ended, in the trajectory');
   assert.equal(r.reward, 0);
@@ -210,7 +214,7 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
       throw new Error('no such image');
     },
   };
-  await assert.rejects(runEpisode({ ...base, env: noSandbox, policy, tokenizer: tok }), /no such image/);
+  await assert.rejects(runEpisode({ ...base, env: noSandbox, transport: tokenTransport({ policy, tokenizer: tok }) }), /no such image/);
   const noGrading: TextEnvironment = {
     ...env,
     step: async () => ({ observation: 'ok', done: true, end: 'submitted' }),
@@ -218,14 +222,14 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
       throw new Error('grading container failed to start');
     },
   };
-  await assert.rejects(runEpisode({ ...base, env: noGrading, policy, tokenizer: tok }), /grading container/);
+  await assert.rejects(runEpisode({ ...base, env: noGrading, transport: tokenTransport({ policy, tokenizer: tok }) }), /grading container/);
 
   const down: EpisodePolicy = {
     complete: async () => {
       throw new PolicyUnavailableError('down');
     },
   };
-  await assert.rejects(runEpisode({ ...base, env: new FrozenLakeEnv(1), policy: down, tokenizer: tok }), PolicyUnavailableError);
+  await assert.rejects(runEpisode({ ...base, env: new FrozenLakeEnv(1), transport: tokenTransport({ policy: down, tokenizer: tok }) }), PolicyUnavailableError);
 });
 
 // --- with the real Learner -------------------------------------------------------------------
@@ -244,12 +248,10 @@ test('real Learner: stream invariants and log-probs equal Learner.logprobs', asy
         ...base,
         maxSteps: 6,
         maxTokensPerTurn: k % 2 === 0 ? 1 : 3,
-        maxResponseTokens: 12,
+        responseBudget: 12,
         env,
-        policy,
-        tokenizer: tok,
+        transport: tokenTransport({ policy, tokenizer: tok, allowedActionTokens: k % 2 === 0 }),
         seed: k,
-        allowedActionTokens: k % 2 === 0,
       });
       ends.add(r.end);
       const prompt = tok.applyChatTemplate(await new FrozenLakeEnv(100 + k).reset(), { addGenerationPrompt: true });
@@ -285,9 +287,9 @@ test('real policy server over HTTP gives the same stream as the in-process clien
     const http = createPolicyClient({ baseUrl: server.url, retries: 0 });
     assert.deepEqual(await http.servedModel(), { checkpoint: 0, path: null });
     const local = createInProcessPolicyClient(learner);
-    const opts = { ...base, maxSteps: 5, maxTokensPerTurn: 2, maxResponseTokens: 8, seed: 77, allowedActionTokens: true as const };
-    const a = await runEpisode({ ...opts, env: new FrozenLakeEnv(9), policy: http, tokenizer: tok });
-    const b = await runEpisode({ ...opts, env: new FrozenLakeEnv(9), policy: local, tokenizer: tok });
+    const opts = { ...base, maxSteps: 5, maxTokensPerTurn: 2, responseBudget: 8, seed: 77 };
+    const a = await runEpisode({ ...opts, env: new FrozenLakeEnv(9), transport: tokenTransport({ policy: http, tokenizer: tok, allowedActionTokens: true }) });
+    const b = await runEpisode({ ...opts, env: new FrozenLakeEnv(9), transport: tokenTransport({ policy: local, tokenizer: tok, allowedActionTokens: true }) });
     assert.deepEqual(a.ids, b.ids);
     assert.deepEqual(a.mask, b.mask);
     a.logprobs.forEach((x, i) => assert.ok(Math.abs(x - b.logprobs[i]) < 1e-6));
@@ -330,7 +332,14 @@ test('tools rendered by the chat template: a <tool_call> turn gets its result as
     },
     async close() {},
   };
-  const r = await runEpisode({ ...base, maxTokensPerTurn: 64, maxResponseTokens: 256, env, policy, tokenizer: tiny, tools, systemPrompt: 'the tool prompt' });
+  const r = await runEpisode({
+    ...base,
+    maxTokensPerTurn: 64,
+    responseBudget: 256,
+    env,
+    transport: tokenTransport({ policy, tokenizer: tiny, tools }),
+    systemPrompt: 'the tool prompt',
+  });
   assert.deepEqual(seen, replies);
   const text = tiny.decode(r.ids);
   const prompt = tiny.applyChatTemplate(

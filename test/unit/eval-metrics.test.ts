@@ -301,7 +301,7 @@ test('the configs the docs run validate: configs/eval.json, configs/best-of-k.js
   const read = (f: string) => JSON.parse(readFileSync(new URL(`../../configs/${f}`, import.meta.url), 'utf8')) as Record<string, unknown>;
   const ev = validateEvalConfig(read('eval.json'));
   assert.ok(ev.ok, JSON.stringify(ev));
-  assert.deepEqual([ev.config.runs, ev.config.maxSteps, ev.config.contextBudget, ev.config.sampling.temperature], [4, 100, 65_536, 1]);
+  assert.deepEqual([ev.config.runs, ev.config.maxSteps, ev.config.responseBudget, ev.config.sampling.temperature], [4, 100, 65_536, 1]);
   const bok = read('best-of-k.json');
   assert.equal(bok.evalId, undefined, 'the evaluation comes from --eval-id');
   const v = validateBestOfKConfig({ ...bok, evalId: 'eval-1' });

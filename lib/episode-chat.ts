@@ -1,19 +1,17 @@
-// The chat-completions episode mode: the same environments, steps, budgets and end reasons as the token
-// loop (lib/episode.ts), for a model served anywhere behind `/v1/chat/completions`. The conversation is
-// kept as OpenAI messages (no token ids: the server templates them). The agent calls tools in the
+// The chat-completions transport of the episode loop (lib/episode.ts), for a model served anywhere behind
+// `/v1/chat/completions`. The conversation is kept as OpenAI messages (no token ids: the server templates them). The agent calls tools in the
 // R2E-Gym text format (the server stops at `</function>`) or as OpenAI tool calls; both reach the
-// environment as the one text format (lib/toolcall.ts formats and parses it). The end rules and each
-// turn's max_tokens are lib/episode-rules.ts's, as in the token loop; the prompt of a turn is counted by
-// the server (see promptTokens below).
-import { turnSeed, type EpisodeStepEvent } from './episode.ts';
-import { afterStep, cutTurnEnd, planTurn, type EpisodeProgress } from './episode-rules.ts';
+// environment as the one text format (lib/toolcall.ts formats and parses it). The prompt of a turn is
+// counted by the server (see chatTurns below).
+import type { EpisodeCommon, EpisodeTransport, SampledReply } from './episode.ts';
+import type { EpisodeProgress } from './episode-rules.ts';
+import { turnSeed } from './seed.ts';
 import { isContextOverflow } from './policy/http.ts';
 import { type ChatApiMessage, type ChatClient, type ChatRequest, type ChatResult } from './policy/chat.ts';
 import { extractToolCallBlocks, formatToolCall, parseOpenAIToolCalls, type ToolSchemas } from './toolcall.ts';
-import type { EndReason, TextEnvironment } from './types.ts';
+import type { ChatMessage } from './types.ts';
 
-export interface RunChatEpisodeOptions {
-  env: TextEnvironment;
+export interface ChatTransportOptions {
   chat: ChatClient;
   /** `text`: `<function=…>` blocks in the content; `openai`: tool calls against `tools` */
   toolFormat: 'text' | 'openai';
@@ -22,37 +20,17 @@ export interface RunChatEpisodeOptions {
   /** argument schemas to check OpenAI tool calls with before they reach the environment */
   toolSchemas?: ToolSchemas;
   toolAliases?: Record<string, string>;
-  /** replaces the environment's system prompt (the text format's prompt describes `<function=…>`) */
-  systemPrompt?: string;
   /** openai format: the observation of a reply without a tool call, given its text (default: genericNoToolCallReminder) */
   noCallReminder?: (content: string | null) => string;
-  maxSteps: number;
-  /** generated tokens over the episode (the server's usage.completion_tokens) */
-  maxResponseTokens: number;
-  maxTokensPerTurn: number;
-  /** the model's context window on the server (prompt + reply of a turn); absent: not checked */
-  contextWindow?: number;
-  sampling: { temperature: number; topP: number };
-  seed: number;
-  stepsRemainingSuffix?: boolean;
-  tokenWarningAt?: number;
-  tokenWarning?: (tokensLeft: number) => string;
-  deadlineMs?: number;
-  now?: () => number;
-  onStep?: (e: EpisodeStepEvent) => void | Promise<void>;
 }
 
-export interface ChatEpisodeResult {
+/** What a chat episode records besides its outcome. */
+export interface ChatEpisodeRecord {
   messages: ChatApiMessage[];
-  reward: number;
-  end: EndReason;
-  steps: number;
   /** tokens of the final conversation: the last request's prompt and its completion */
   tokens: number;
-  responseTokens: number;
   /** turns whose prompt the server was asked to count (a 1-token request) because the bound did not leave room */
   contextProbes: number;
-  info: Record<string, unknown>;
 }
 
 const FUNCTION_OPEN = '<function=';
@@ -92,7 +70,7 @@ interface InterpretedTurn {
   reply: (observation: string) => ChatApiMessage[];
 }
 
-function interpretReply(o: RunChatEpisodeOptions, reply: ChatResult): InterpretedTurn {
+function interpretReply(o: ChatTransportOptions, reply: ChatResult): InterpretedTurn {
   const user = (obs: string): ChatApiMessage[] => [{ role: 'user', content: obs }];
   if (o.toolFormat !== 'openai') {
     const action = closeCall(reply.content ?? '', reply);
@@ -126,7 +104,7 @@ function interpretReply(o: RunChatEpisodeOptions, reply: ChatResult): Interprete
  * bound of the prompt's tokens (the server's count of the last prompt plus the bytes of what came since) is used while
  * it leaves room for the whole reply, and the server counts the prompt (a 1-token request) when it does not.
  */
-function chatTurns(o: RunChatEpisodeOptions, messages: ChatApiMessage[], tools: readonly unknown[] | undefined, progress: EpisodeProgress) {
+function chatTurns(c: EpisodeCommon, o: ChatTransportOptions, messages: ChatApiMessage[], tools: readonly unknown[] | undefined, progress: Readonly<EpisodeProgress>) {
   const t = {
     /** the server's count of the last prompt sent: messages[0, counted.messages) were counted.tokens tokens */
     counted: null as { messages: number; tokens: number } | null,
@@ -135,9 +113,9 @@ function chatTurns(o: RunChatEpisodeOptions, messages: ChatApiMessage[], tools: 
       messages: messages.slice(),
       ...(tools ? { tools } : {}),
       maxTokens,
-      temperature: o.sampling.temperature,
-      topP: o.sampling.topP,
-      seed: turnSeed(o.seed, progress.steps),
+      temperature: c.sampling.temperature,
+      topP: c.sampling.topP,
+      seed: turnSeed(c.seed, progress.steps),
       ...(o.toolFormat === 'text' ? { stop: [FUNCTION_CLOSE] } : {}),
     }),
     promptBound: (): number => {
@@ -159,104 +137,62 @@ function chatTurns(o: RunChatEpisodeOptions, messages: ChatApiMessage[], tools: 
     },
     /** the prompt's tokens for the context rule (null: no context window to check) */
     promptTokensFor: async (): Promise<number | 'overflow' | null> => {
-      if (o.contextWindow === undefined) return null;
+      if (c.contextWindow === undefined) return null;
       const bound = t.promptBound();
-      const want = Math.min(o.maxTokensPerTurn, o.maxResponseTokens - progress.responseTokens);
-      return bound + want <= o.contextWindow ? bound : t.probe();
+      const want = Math.min(c.maxTokensPerTurn, c.responseBudget - progress.responseTokens);
+      return bound + want <= c.contextWindow ? bound : t.probe();
     },
   };
   return t;
 }
 
-export async function runChatEpisode(o: RunChatEpisodeOptions): Promise<ChatEpisodeResult> {
-  const now = o.now ?? Date.now;
-  const info: Record<string, unknown> = {};
-  const initial = await o.env.reset();
-  const messages: ChatApiMessage[] = initial.map((m) =>
-    m.role === 'system' && o.systemPrompt !== undefined ? { role: 'system', content: o.systemPrompt } : { role: m.role === 'assistant' ? 'user' : m.role, content: m.content },
-  );
-  const tools = o.toolFormat === 'openai' && o.tools?.length ? o.tools : undefined;
-  const progress: EpisodeProgress = { steps: 0, responseTokens: 0 };
+/** Chat completions as the loop's transport. */
+export function chatTransport(t: ChatTransportOptions): EpisodeTransport<ChatEpisodeRecord> {
+  return { start: (o, first, progress) => chatSession(t, o, first, progress) };
+}
+
+function chatSession(t: ChatTransportOptions, o: EpisodeCommon, first: ChatMessage[], progress: Readonly<EpisodeProgress>) {
+  const messages: ChatApiMessage[] = first.map((m) => ({ role: m.role === 'assistant' ? 'user' : m.role, content: m.content }));
+  const tools = t.toolFormat === 'openai' && t.tools?.length ? t.tools : undefined;
+  const turns = chatTurns(o, t, messages, tools, progress);
   let promptTokens = 0;
   let lastCompletion = 0;
-  const turns = chatTurns(o, messages, tools, progress);
-  let end: EndReason | undefined;
 
-  while (end === undefined) {
-    let prompt = await turns.promptTokensFor();
-    let plan = prompt === 'overflow' ? ({ end: 'context_exhausted' } as const) : planTurn(o, progress, prompt, now());
-    if ('end' in plan) {
-      end = plan.end;
-      break;
-    }
+  const sample = async (maxTokens: number): Promise<SampledReply | 'overflow'> => {
     let r: ChatResult;
     try {
-      r = await o.chat.chat(turns.request(plan.maxTokens));
+      r = await t.chat.chat(turns.request(maxTokens));
     } catch (e) {
-      // the bound was not one for this server's template (or the context it reports is larger than it is): ask it to count, once
-      if (!isContextOverflow(e) || o.contextWindow === undefined) throw e;
-      prompt = await turns.probe();
-      plan = prompt === 'overflow' ? ({ end: 'context_exhausted' } as const) : planTurn(o, progress, prompt, now());
-      if ('end' in plan) {
-        end = plan.end;
-        break;
-      }
-      try {
-        r = await o.chat.chat(turns.request(plan.maxTokens));
-      } catch (e2) {
-        if (!isContextOverflow(e2)) throw e2;
-        end = 'context_exhausted';
-        break;
-      }
+      // the server's count decides: the loop asks it to count (recount) and plans the turn again
+      if (isContextOverflow(e) && o.contextWindow !== undefined) return 'overflow';
+      throw e;
     }
     if (r.usageReported) turns.counted = { messages: messages.length, tokens: r.promptTokens };
-    progress.responseTokens += r.completionTokens;
     promptTokens = r.promptTokens;
     lastCompletion = r.completionTokens;
-    progress.steps++;
-    const cut = cutTurnEnd(plan, r.finishReason);
-    if (cut) {
-      messages.push({ role: 'assistant', content: r.content ?? '' });
-      end = cut;
-      break;
-    }
-
-    // what the environment executes (the one text format) and how its result goes back
-    const turn = interpretReply(o, r);
-    r = turn.r;
-    messages.push(turn.assistant);
-    const { action, reply, refused } = turn;
-
-    let step: { observation: string; done: boolean; end?: EndReason };
-    if (refused !== null) step = { observation: refused, done: false };
-    else {
-      // environments throw from step only for infrastructure (a dead sandbox): it propagates and is retried (DESIGN §2)
-      const s = await o.env.step(action);
-      step = s;
-      if (s.info) Object.assign(info, s.info);
-    }
-    await o.onStep?.({
-      step: progress.steps,
-      responseTokens: progress.responseTokens,
-      action: o.toolFormat === 'openai' && r.toolCalls.length ? `${r.content ?? ''}\n${action}`.trim() : action,
-      observation: step.observation,
-      done: step.done,
-    });
-    const contextLeft = o.contextWindow === undefined || !r.usageReported ? null : o.contextWindow - r.promptTokens - r.completionTokens;
-    const next = afterStep(o, progress, step, now(), contextLeft);
-    if ('end' in next) {
-      end = next.end;
-      break;
-    }
-    messages.push(...reply(next.observation));
-  }
-
-  let reward = 0;
-  if (end !== 'error') {
-    // infrastructure: a grading run that cannot happen throws and the episode is retried
-    const g = await o.env.reward(end);
-    reward = g.reward;
-    Object.assign(info, g.info ?? {});
-  }
-  return { messages, reward, end, steps: progress.steps, tokens: promptTokens + lastCompletion, responseTokens: progress.responseTokens, contextProbes: turns.contextProbes, info };
+    return {
+      generated: r.completionTokens,
+      finishReason: r.finishReason,
+      cut: () => void messages.push({ role: 'assistant', content: r.content ?? '' }),
+      interpret: () => {
+        // what the environment executes (the one text format) and how its result goes back
+        const turn = interpretReply(t, r);
+        messages.push(turn.assistant);
+        const { action } = turn;
+        return {
+          action,
+          refused: turn.refused,
+          shown: t.toolFormat === 'openai' && turn.r.toolCalls.length ? `${turn.r.content ?? ''}\n${action}`.trim() : action,
+          contextLeft: () => (o.contextWindow === undefined || !r.usageReported ? null : o.contextWindow - r.promptTokens - r.completionTokens),
+          answer: (obs) => void messages.push(...turn.reply(obs)),
+        };
+      },
+    };
+  };
+  return {
+    promptTokens: () => turns.promptTokensFor(),
+    recount: () => turns.probe(),
+    sample,
+    result: (): ChatEpisodeRecord => ({ messages, tokens: promptTokens + lastCompletion, contextProbes: turns.contextProbes }),
+  };
 }
