@@ -52,7 +52,12 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     } catch {
       return [];
     }
-    return tapFailures(text).map((x) => ({ ...x, file: basename(f).replace(/\.tap$/, '').replace(/^[a-z-]+\.(?=.)/, '') }));
+    return tapFailures(text).map((x) => ({
+      ...x,
+      file: basename(f)
+        .replace(/\.tap$/, '')
+        .replace(/^[a-z-]+\.(?=.)/, ''),
+    }));
   });
   if (all.length) {
     console.log(`[test] failed, with the first lines of each error:`);
