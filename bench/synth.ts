@@ -5,7 +5,7 @@
 // process, the dev server and the sandboxes' cgroups), candidates tried, the rejection reasons, the strength
 // distribution, per-repository figures and the host's load while it ran (the CPU is shared). Last line exactly
 // `validated tasks: N in M min`. Goal: 300 from the 8 repositories within 45 minutes on 2 cores.
-//   node --import tsx bench/synth.ts [--repos FILE] [--max 300] [--concurrency 2] [--out DIR] [--seed 0] [--strength-k 5]
+//   node --import tsx bench/synth.ts [--repos FILE] [--max 300] [--concurrency 2] [--out DIR] [--seed 0] [--strength-k 5] [--minutes M]
 import { existsSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -26,6 +26,8 @@ const { values } = parseArgs({
     out: { type: 'string' },
     seed: { type: 'string', default: '0' },
     'strength-k': { type: 'string', default: '5' },
+    /** a time budget: the run finishes with what it validated after this many minutes (default: none, it runs to --max) */
+    minutes: { type: 'string' },
   },
 });
 const reposFile =
@@ -58,6 +60,7 @@ try {
     input: { repos, outDir: out, max: Number(values.max), concurrency: Number(values.concurrency), seed: Number(values.seed), strengthK: Number(values['strength-k']) },
     address: server.address,
     id: `bench-synth-${Date.now()}`,
+    ...(values.minutes ? { minutes: Number(values.minutes) } : {}),
   });
 } finally {
   clearInterval(sampler);

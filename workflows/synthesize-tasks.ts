@@ -23,7 +23,7 @@ import {
   type Tier,
 } from '../lib/factory/shapes.ts';
 import { TASK_QUEUES } from '../lib/training/shapes.ts';
-import { SYNTH_PHASE_SA, SYNTH_VALIDATED_SA, synthStatusQuery } from './synthesize-signals.ts';
+import { SYNTH_PHASE_SA, SYNTH_VALIDATED_SA, synthFinishSignal, synthStatusQuery } from './synthesize-signals.ts';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -48,6 +48,11 @@ export async function synthesizeTasks(raw: unknown): Promise<SynthResult> {
   const input = v.input;
   const ref = refOf(input);
   const progress = new SynthProgress(ref, input);
+  // a finish signal ends validation early: no new chunks, no harder tier; what is validated is written
+  const finish = { requested: false };
+  setHandler(synthFinishSignal, () => {
+    finish.requested = true;
+  });
 
   // 1. repositories: source, image, baseline, candidates; a bad one is left out and named (all bad: the run fails)
   const { repos, failed } = await prepareRepos(input, ref, progress);
@@ -60,21 +65,21 @@ export async function synthesizeTasks(raw: unknown): Promise<SynthResult> {
   // 2. single bugs, 3. the harder tier from validated singles, then singles again for what it could not fill
   const multiTarget = Math.round(input.max * input.multiFraction);
   let singleTarget = input.max - multiTarget;
-  await validateTier('single', states, singleTarget, ref, input.concurrency, progress);
-  if (multiTarget > 0) {
+  await validateTier('single', states, singleTarget, ref, input.concurrency, progress, finish);
+  if (multiTarget > 0 && !finish.requested) {
     progress.phase('combining');
     await mapInLanes(states, input.concurrency, async (s) => {
       const r = await prep.synthCombine({ ref, repo: s.info, singles: s.single.valid, max: multiTarget * 4 });
       s.multi.total = r.total;
     });
-    await validateTier('multi', states, multiTarget, ref, input.concurrency, progress);
+    await validateTier('multi', states, multiTarget, ref, input.concurrency, progress, finish);
     const multiGot = selection(
       states.map((s) => s.multi),
       multiTarget,
     ).flat().length;
-    if (multiGot < multiTarget) {
+    if (multiGot < multiTarget && !finish.requested) {
       singleTarget += multiTarget - multiGot;
-      await validateTier('single', states, singleTarget, ref, input.concurrency, progress);
+      await validateTier('single', states, singleTarget, ref, input.concurrency, progress, finish);
     }
   }
 
@@ -180,6 +185,7 @@ async function validateTier(
   ref: SynthRef,
   concurrency: number,
   progress: SynthProgress,
+  finish: { requested: boolean },
 ): Promise<void> {
   progress.phase('validating');
   const plan = new TierPlan(
@@ -189,12 +195,13 @@ async function validateTier(
   let completed = 0;
   const lane = async (): Promise<void> => {
     for (;;) {
+      if (finish.requested) return;
       const ch = plan.nextChunk();
       if (!ch) {
         if (plan.idle()) return;
         const seen = completed;
         // another lane's verdicts may open more work (a repository below its share, or one that ran out)
-        await condition(() => completed !== seen);
+        await condition(() => completed !== seen || finish.requested);
         continue;
       }
       const r = await lanes.synthValidateChunk({ ref, repo: states[ch.repo]!.info, tier, from: ch.from, to: ch.to });

@@ -14,7 +14,7 @@ import { startDevServer, type DevServer } from '../../services/temporal-server.t
 import { startWorkers, type RunningWorkers } from '../../workers/index.ts';
 import { validateSynthInput, type SynthInputRaw, type SynthRepo } from '../../lib/factory/config.ts';
 import type { SynthResult, SynthStatus } from '../../lib/factory/shapes.ts';
-import { synthStatusQuery } from '../../workflows/synthesize-signals.ts';
+import { synthFinishSignal, synthStatusQuery } from '../../workflows/synthesize-signals.ts';
 import { followResult } from '../cli-log.ts';
 
 const RepoLineSchema = z
@@ -64,6 +64,8 @@ export interface SynthCliOptions {
   address?: string;
   id?: string;
   quiet?: boolean;
+  /** a time budget: this many minutes after the call, the run is sent the finish signal (it writes what is validated) */
+  minutes?: number;
 }
 
 /** The workflow id of a task set: derived from its directory, so the same command resumes the same run. */
@@ -130,7 +132,21 @@ export async function synthesize(o: SynthCliOptions): Promise<SynthResult> {
       if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
       log(`synthesizeTasks ${workflowId} is already running: following it`);
     }
-    return await follow(client, workflowId, o.quiet ?? false);
+    const budget =
+      o.minutes === undefined
+        ? null
+        : setTimeout(() => {
+            log(`time budget of ${o.minutes} min spent: synthesizeTasks ${workflowId} finishes with the tasks validated so far`);
+            void client.workflow
+              .getHandle(workflowId)
+              .signal(synthFinishSignal)
+              .catch((e: Error) => console.error(`swerl tasks synth: the finish signal failed: ${e.message}`));
+          }, o.minutes * 60_000);
+    try {
+      return await follow(client, workflowId, o.quiet ?? false);
+    } finally {
+      if (budget) clearTimeout(budget);
+    }
   } finally {
     await connection.close().catch(() => undefined);
     await workers?.shutdown();
@@ -224,6 +240,7 @@ interface RawOptions {
   issueWriterModel?: string;
   address?: string;
   id?: string;
+  minutes?: number;
 }
 
 /** The workflow input of the command line's options; a missing or bad option is an error naming it. */
@@ -284,6 +301,11 @@ export function register(program: Command): void {
     .option('--issue-writer-model <name>', 'its model (default: the first it lists)')
     .option('--address <host:port>', 'Temporal frontend (default: $TEMPORAL_ADDRESS, else an embedded server)')
     .option('--id <workflow-id>', 'the run’s workflow id (default: derived from --out; the same id resumes it)')
+    .option(
+      '--minutes <m>',
+      'a time budget: after M minutes, stop taking candidates and write the tasks validated so far (also: temporal workflow signal --name finish)',
+      num('--minutes'),
+    )
     .action(async (o: RawOptions) => {
       let input: SynthInputRaw;
       try {
@@ -293,7 +315,17 @@ export function register(program: Command): void {
         process.exitCode = 2;
         return;
       }
-      const r = await synthesize({ input, ...(o.address ? { address: o.address } : {}), ...(o.id ? { id: o.id } : {}) });
+      if (o.minutes !== undefined && !(o.minutes > 0)) {
+        console.error(`swerl tasks synth: --minutes: must be a positive number, got ${o.minutes}`);
+        process.exitCode = 2;
+        return;
+      }
+      const r = await synthesize({
+        input,
+        ...(o.address ? { address: o.address } : {}),
+        ...(o.id ? { id: o.id } : {}),
+        ...(o.minutes !== undefined ? { minutes: o.minutes } : {}),
+      });
       const rejected = Object.entries(r.rejected)
         .map(([k, n]) => `${k} ${n}`)
         .join(', ');

@@ -22,7 +22,7 @@ import { loadTasksStrict, type SweTask } from '../../lib/swe/task.ts';
 import { leakedLines } from '../../lib/factory/problem.ts';
 import { QualityLineSchema, TaskQualitySchema } from '../../lib/swe/quality.ts';
 import type { SynthResult, SynthStatus } from '../../lib/factory/shapes.ts';
-import { synthStatusQuery } from '../../workflows/synthesize-signals.ts';
+import { synthFinishSignal, synthStatusQuery } from '../../workflows/synthesize-signals.ts';
 import { startWorkers } from '../../workers/index.ts';
 import { whenNamespaceReady } from '../../scripts/commands/tasks.ts';
 
@@ -88,6 +88,28 @@ test('synthesizeTasks resumes after its worker is SIGKILLed mid-validation and w
   } finally {
     worker.kill('SIGKILL');
     for (const pid of pids) await removeSandboxContainers({ labels: { 'swerl.pid': String(pid) } });
+  }
+});
+
+test('the finish signal (swerl tasks synth --minutes): validation stops, the tasks validated so far are written', async () => {
+  const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  try {
+    const dir = join(t.dir, 'finish-out');
+    const h = await t.client.workflow.start('synthesizeTasks', {
+      taskQueue: 'learner',
+      workflowId: 'synth-finish',
+      args: [{ repos: [{ source: REPO, testCmd: TEST_CMD, name: 'swerl/shelf' }], outDir: dir, max: 40, seed: 2, strengthK: 1, concurrency: 1 }],
+    });
+    await waitFor('a task validated', async () => ((await h.query(synthStatusQuery)).validated >= 1 ? true : null), 600_000, 200);
+    await h.signal(synthFinishSignal);
+    const r = (await h.result()) as SynthResult;
+    const st: SynthStatus = await h.query(synthStatusQuery);
+    assert.equal(st.phase, 'done');
+    assert.ok(r.tasks >= 1 && r.tasks < 40, JSON.stringify(r));
+    assert.ok(r.tried < st.candidates, `${r.tried} of ${st.candidates} candidates tried: the run did not stop early`);
+    assert.equal(readFileSync(r.tasksFile, 'utf8').trim().split('\n').length, r.tasks);
+  } finally {
+    await workers.shutdown();
   }
 });
 
