@@ -223,6 +223,18 @@ export const HyperparametersUpdateSchema = HyperparametersSchema.partial().stric
 export type HyperparametersUpdate = z.infer<typeof HyperparametersUpdateSchema>;
 
 /** Experiment tracking of training runs and evaluations (docs/monitoring.md). */
+/** The artifact store of a run, an evaluation or a factory (one schema for all three). */
+export const StoreSchema = z
+  .object({
+    url: z
+      .string()
+      .regex(/^file:\/\//, 'must be a file:// URL')
+      .default('file://.runs/store')
+      .describe("the artifact store (lib/store.ts); a relative path resolves against each worker's working directory"),
+  })
+  .strict()
+  .prefault({});
+
 export const TrackingConfigSchema = z
   .object({
     mlflow: z
@@ -374,16 +386,7 @@ export const TrainingConfigSchema = z
       })
       .strict()
       .prefault({}),
-    store: z
-      .object({
-        url: z
-          .string()
-          .regex(/^file:\/\//, 'must be a file:// URL')
-          .default('file://.runs/store')
-          .describe("the artifact store (lib/store.ts); a relative path resolves against each worker's working directory"),
-      })
-      .strict()
-      .prefault({}),
+    store: StoreSchema,
     env: EnvConfigSchema.prefault({ kind: 'frozenlake' }).describe('the environment, by kind'),
     tracking: TrackingConfigSchema.describe('experiment tracking: with `mlflow`, every training run is an MLflow run (metrics, params, plots)'),
     integrity: IntegrityConfigSchema.optional().describe('the hack-rate watch (docs/integrity.md): what the run does about episodes the grader caught hacking'),

@@ -43,101 +43,44 @@ export interface Row {
 }
 
 const base = { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 256 };
+/** a 2-layer shape of hidden 32, 4 heads over 2 KV heads of 8, vocab 97, untied; `o` changes what a config tests */
+const small = (o: Partial<QwenConfig>): QwenConfig => ({
+  ...base,
+  vocab_size: 97,
+  hidden_size: 32,
+  intermediate_size: 48,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 8,
+  tie_word_embeddings: false,
+  ...o,
+});
 /** Tiny shapes covering the variants real checkpoints use: Qwen3 (q/k norm), Llama (tied, head_dim given and ≠
  *  hidden/heads, theta 1e5 as SmolLM2) and Qwen2 (q/k/v biases, no o bias, head_dim derived, theta 1e6 as Qwen2.5). */
 export const ORACLE_CONFIGS: { name: string; config: QwenConfig; writer: 'native' | 'transformers' }[] = [
-  {
-    name: 'tied GQA 4/2',
-    writer: 'native',
-    config: {
-      ...base,
-      vocab_size: 97,
-      hidden_size: 32,
-      intermediate_size: 48,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      head_dim: 8,
-      tie_word_embeddings: true,
-    },
-  },
-  {
-    name: 'untied MQA 4/1',
-    writer: 'native',
-    config: {
-      ...base,
-      vocab_size: 97,
-      hidden_size: 32,
-      intermediate_size: 48,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 1,
-      head_dim: 8,
-      tie_word_embeddings: false,
-    },
-  },
+  { name: 'tied GQA 4/2', writer: 'native', config: small({ tie_word_embeddings: true }) },
+  { name: 'untied MQA 4/1', writer: 'native', config: small({ num_key_value_heads: 1 }) },
   {
     name: 'head_dim 12 != 48/6',
     writer: 'native',
-    config: {
-      ...base,
-      vocab_size: 64,
-      hidden_size: 48,
-      intermediate_size: 40,
-      num_hidden_layers: 2,
-      num_attention_heads: 6,
-      num_key_value_heads: 3,
-      head_dim: 12,
-      tie_word_embeddings: false,
-    },
+    config: small({ vocab_size: 64, hidden_size: 48, intermediate_size: 40, num_attention_heads: 6, num_key_value_heads: 3, head_dim: 12 }),
   },
-  {
-    name: 'attention bias',
-    writer: 'native',
-    config: {
-      ...base,
-      vocab_size: 64,
-      hidden_size: 32,
-      intermediate_size: 48,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      head_dim: 8,
-      tie_word_embeddings: true,
-      attention_bias: true,
-    },
-  },
-  {
-    name: 'written by transformers 5',
-    writer: 'transformers',
-    config: {
-      ...base,
-      vocab_size: 80,
-      hidden_size: 32,
-      intermediate_size: 48,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      head_dim: 8,
-      tie_word_embeddings: false,
-    },
-  },
+  { name: 'attention bias', writer: 'native', config: small({ vocab_size: 64, tie_word_embeddings: true, attention_bias: true }) },
+  { name: 'written by transformers 5', writer: 'transformers', config: small({ vocab_size: 80 }) },
   {
     name: 'llama tied 6/2 d12 θ1e5',
     writer: 'transformers',
-    config: {
-      ...base,
+    config: small({
       model_type: 'llama',
       rope_theta: 1e5,
       vocab_size: 90,
       hidden_size: 48,
       intermediate_size: 64,
-      num_hidden_layers: 2,
       num_attention_heads: 6,
-      num_key_value_heads: 2,
       head_dim: 12,
       tie_word_embeddings: true,
-    },
+    }),
   },
   {
     name: 'qwen2 qkv-bias 4/2 θ1e6',

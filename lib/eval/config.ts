@@ -7,6 +7,7 @@ import {
   maxTokensPerTurnField,
   renamedTo,
   RUN_ID,
+  StoreSchema,
   TrackingConfigSchema,
   TRAINING_RENAMED,
   withRenamedFields,
@@ -84,17 +85,6 @@ const EvalEnvSchema = SweEnvConfigSchema.pick({
 })
   .partial()
   .strict();
-
-const StoreSchema = z
-  .object({
-    url: z
-      .string()
-      .regex(/^file:\/\//, 'must be a file:// URL')
-      .default('file://.runs/store')
-      .describe("the artifact store (lib/store.ts); a relative path resolves against each worker's working directory"),
-  })
-  .strict()
-  .prefault({});
 
 export const EvalConfigSchema = z
   .object({

@@ -1,32 +1,17 @@
 // The episode loop with its chat transport (lib/episode-chat.ts), against a scripted chat model as
 // test/unit/episode.test.ts scripts the token policy; the same episode through both transports; the chat
 // transport's tool-call formats, cut replies, and the server's own count of a prompt it refused as too long.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { z } from 'zod';
 import { chatTransport, runEpisode, tokenTransport, turnSeed, type EpisodePolicy, type EpisodeStepEvent } from '../../lib/episode.ts';
-import { FrozenLakeEnv, generateMap } from '../../lib/envs/frozenlake.ts';
+import { FrozenLakeEnv } from '../../lib/envs/frozenlake.ts';
 import { PolicyResponseError } from '../../lib/policy/http.ts';
 import type { ChatClient, ChatRequest, ChatResult, ChatToolCall } from '../../lib/policy/chat.ts';
-import { writeModel } from '../../lib/model-init.ts';
-import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
+import { openSeed, useFrozenLakeModel } from '../helpers/frozenlake-model.ts';
 import type { TextEnvironment } from '../../lib/types.ts';
 
-let dir = '';
-let tok: Tokenizer;
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'episode-chat-test-'));
-  await writeModel(join(dir, 'model'), 'frozenlake', 3);
-  tok = await loadTokenizer(join(dir, 'model'));
-});
-after(() => rm(dir, { recursive: true, force: true }));
-
-const openSeed = () => {
-  for (let s = 0; ; s++) if (generateMap(s).every((r) => r.every((c) => c !== 'H'))) return s;
-};
+const fl = useFrozenLakeModel('episode-chat-test-');
 const base = { maxSteps: 10, responseBudget: 64, maxTokensPerTurn: 1, sampling: { temperature: 1, topP: 1 }, seed: 11 };
 
 type Reply = Partial<ChatResult> | Error;
@@ -73,14 +58,14 @@ test('one loop: the same FrozenLake episode through the token and the chat trans
   let turn = 0;
   const policy: EpisodePolicy = {
     async complete(req) {
-      const ids = tok.encode(letters[turn++]!).slice(0, req.maxTokens);
+      const ids = fl.tok.encode(letters[turn++]!).slice(0, req.maxTokens);
       return { ids, logprobs: ids.map(() => -0.5), finishReason: 'length' };
     },
   };
   const { chat, requests } = scriptedChat([...letters].map((c) => ({ content: c, finishReason: 'length' as const })));
   const events: EpisodeStepEvent[][] = [[], []];
   const seed = openSeed();
-  const viaTokens = await runEpisode({ ...base, env: new FrozenLakeEnv(seed), transport: tokenTransport({ policy, tokenizer: tok }), onStep: (e) => void events[0]!.push(e) });
+  const viaTokens = await runEpisode({ ...base, env: new FrozenLakeEnv(seed), transport: tokenTransport({ policy, tokenizer: fl.tok }), onStep: (e) => void events[0]!.push(e) });
   const viaChat = await runEpisode({ ...base, env: new FrozenLakeEnv(seed), transport: chatTransport({ chat, toolFormat: 'text' }), onStep: (e) => void events[1]!.push(e) });
   for (const r of [viaTokens, viaChat]) assert.deepEqual([r.end, r.reward, r.steps, r.responseTokens], ['done', 1, 6, 6]);
   assert.deepEqual(events[1], events[0]);

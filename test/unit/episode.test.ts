@@ -1,29 +1,16 @@
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runEpisode, tokenTransport, observationText, turnSeed, TOKEN_BUDGET_WARNING, type EpisodePolicy } from '../../lib/episode.ts';
 import { FrozenLakeEnv, generateMap, renderGrid } from '../../lib/envs/frozenlake.ts';
 import { PolicyUnavailableError } from '../../lib/policy/http.ts';
 import { createInProcessPolicyClient } from '../../lib/policy/completions.ts';
 import { writeModel } from '../../lib/model-init.ts';
-import { loadTokenizer, type Tokenizer } from '../../lib/tokenizer.ts';
+import { openSeed, useFrozenLakeModel } from '../helpers/frozenlake-model.ts';
+import { loadTokenizer } from '../../lib/tokenizer.ts';
 import type { CompletionRequest, TextEnvironment } from '../../lib/types.ts';
 
-let dir = '';
-let tok: Tokenizer;
-
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'episode-test-'));
-  await writeModel(join(dir, 'model'), 'frozenlake', 3);
-  tok = await loadTokenizer(join(dir, 'model'));
-});
-after(() => rm(dir, { recursive: true, force: true }));
-
-const openSeed = () => {
-  for (let s = 0; ; s++) if (generateMap(s).every((r) => r.every((c) => c !== 'H'))) return s;
-};
+const fl = useFrozenLakeModel('episode-test-');
 
 /** A deterministic policy that answers the next letter of a script (and records requests). */
 function scripted(letters: string, opts: { endWithImEnd?: boolean } = {}) {
@@ -33,9 +20,9 @@ function scripted(letters: string, opts: { endWithImEnd?: boolean } = {}) {
     async complete(req) {
       requests.push(req);
       const ch = letters[turn++ % letters.length];
-      const ids = tok.encode(ch).slice(0, req.maxTokens);
-      if (opts.endWithImEnd && ids.length < req.maxTokens) ids.push(tok.imEnd);
-      return { ids, logprobs: ids.map((_, i) => -0.25 * (i + 1)), finishReason: ids.at(-1) === tok.imEnd ? 'stop' : 'length' };
+      const ids = fl.tok.encode(ch).slice(0, req.maxTokens);
+      if (opts.endWithImEnd && ids.length < req.maxTokens) ids.push(fl.tok.imEnd);
+      return { ids, logprobs: ids.map((_, i) => -0.25 * (i + 1)), finishReason: ids.at(-1) === fl.tok.imEnd ? 'stop' : 'length' };
     },
   };
   return { policy, requests };
@@ -47,17 +34,17 @@ test('token stream is exact: prompt, sampled tokens, im_end, observation', async
   const seed = openSeed();
   const env = new FrozenLakeEnv(seed);
   const { policy, requests } = scripted('RRRDDD');
-  const r = await runEpisode({ ...base, env, transport: tokenTransport({ policy, tokenizer: tok, allowedActionTokens: true }) });
+  const r = await runEpisode({ ...base, env, transport: tokenTransport({ policy, tokenizer: fl.tok, allowedActionTokens: true }) });
   assert.equal(r.end, 'done');
   assert.equal(r.reward, 1);
   assert.equal(r.steps, 6);
   assert.equal(r.responseTokens, 6);
 
-  const prompt = tok.applyChatTemplate(await new FrozenLakeEnv(seed).reset(), { addGenerationPrompt: true });
-  const want: number[] = tok.encode(prompt);
+  const prompt = fl.tok.applyChatTemplate(await new FrozenLakeEnv(seed).reset(), { addGenerationPrompt: true });
+  const want: number[] = fl.tok.encode(prompt);
   const wantMask: number[] = want.map(() => 0);
   assert.equal(r.promptLength, want.length);
-  assert.equal(tok.decode(r.ids.slice(0, r.promptLength)), prompt);
+  assert.equal(fl.tok.decode(r.ids.slice(0, r.promptLength)), prompt);
   const path: [number, number][] = [
     [0, 1],
     [0, 2],
@@ -67,10 +54,10 @@ test('token stream is exact: prompt, sampled tokens, im_end, observation', async
     [3, 3],
   ];
   path.forEach((pos, k) => {
-    want.push(tok.tokenId('RRRDDD'[k]), tok.imEnd);
+    want.push(fl.tok.tokenId('RRRDDD'[k]), fl.tok.imEnd);
     wantMask.push(1, 0);
     if (k < path.length - 1) {
-      const obs = tok.encode(observationText(renderGrid(generateMap(seed), pos)));
+      const obs = fl.tok.encode(observationText(renderGrid(generateMap(seed), pos)));
       want.push(...obs);
       wantMask.push(...obs.map(() => 0));
     }
@@ -81,15 +68,15 @@ test('token stream is exact: prompt, sampled tokens, im_end, observation', async
     r.logprobs,
     wantMask.map((m) => (m ? -0.25 : 0)),
   );
-  assert.match(tok.decode(r.ids), /<\|im_end\|>\n<\|im_start\|>user\nSPFF\nFFFF\nFFFF\nFFFG<\|im_end\|>\n<\|im_start\|>assistant\nR<\|im_end\|>/);
+  assert.match(fl.tok.decode(r.ids), /<\|im_end\|>\n<\|im_start\|>user\nSPFF\nFFFF\nFFFF\nFFFG<\|im_end\|>\n<\|im_start\|>assistant\nR<\|im_end\|>/);
   // each request's prompt is the stream so far; per-turn seeds; allowed ids are the action letters
   requests.forEach((q, k) => assert.equal(q.seed, turnSeed(11, k)));
   assert.equal(new Set(requests.map((q) => q.seed)).size, requests.length);
   assert.deepEqual(
     requests[0].allowedIds,
-    ['L', 'D', 'R', 'U'].map((c) => tok.tokenId(c)),
+    ['L', 'D', 'R', 'U'].map((c) => fl.tok.tokenId(c)),
   );
-  assert.deepEqual(requests[0].stopIds, [tok.imEnd]);
+  assert.deepEqual(requests[0].stopIds, [fl.tok.imEnd]);
   assert.deepEqual(requests[1].promptIds, r.ids.slice(0, requests[1].promptIds.length));
   assert.equal(r.info.outcome, 'goal');
 });
@@ -97,9 +84,9 @@ test('token stream is exact: prompt, sampled tokens, im_end, observation', async
 test('a turn that ends with im_end gets no extra im_end', async () => {
   const env = new FrozenLakeEnv(openSeed());
   const { policy } = scripted('U', { endWithImEnd: true });
-  const r = await runEpisode({ ...base, maxSteps: 2, maxTokensPerTurn: 4, env, transport: tokenTransport({ policy, tokenizer: tok }) });
+  const r = await runEpisode({ ...base, maxSteps: 2, maxTokensPerTurn: 4, env, transport: tokenTransport({ policy, tokenizer: fl.tok }) });
   const tail = r.ids.slice(r.promptLength, r.promptLength + 3);
-  assert.deepEqual(tail, [tok.tokenId('U'), tok.imEnd, tok.encode('\n')[0]]);
+  assert.deepEqual(tail, [fl.tok.tokenId('U'), fl.tok.imEnd, fl.tok.encode('\n')[0]]);
   assert.deepEqual(r.mask.slice(r.promptLength, r.promptLength + 3), [1, 1, 0]);
   assert.equal(r.end, 'max_steps');
   assert.equal(r.steps, 2);
@@ -108,7 +95,7 @@ test('a turn that ends with im_end gets no extra im_end', async () => {
 
 test('max_steps, max_context, timeout', async () => {
   const { policy } = scripted('U');
-  const ms = await runEpisode({ ...base, maxSteps: 3, env: new FrozenLakeEnv(openSeed()), transport: tokenTransport({ policy, tokenizer: tok }) });
+  const ms = await runEpisode({ ...base, maxSteps: 3, env: new FrozenLakeEnv(openSeed()), transport: tokenTransport({ policy, tokenizer: fl.tok }) });
   assert.equal(ms.end, 'max_steps');
   assert.equal(ms.steps, 3);
   assert.equal(ms.reward, 0);
@@ -118,7 +105,7 @@ test('max_steps, max_context, timeout', async () => {
   const greedy: EpisodePolicy = {
     async complete(req) {
       calls++;
-      const ids = Array.from({ length: req.maxTokens }, () => tok.tokenId('x'));
+      const ids = Array.from({ length: req.maxTokens }, () => fl.tok.tokenId('x'));
       return { ids, logprobs: ids.map(() => -1), finishReason: 'length' };
     },
   };
@@ -127,7 +114,7 @@ test('max_steps, max_context, timeout', async () => {
     responseBudget: 3,
     maxTokensPerTurn: 2,
     env: new FrozenLakeEnv(openSeed()),
-    transport: tokenTransport({ policy: greedy, tokenizer: tok }),
+    transport: tokenTransport({ policy: greedy, tokenizer: fl.tok }),
   });
   assert.equal(mc.end, 'max_context');
   assert.equal(mc.responseTokens, 3);
@@ -140,7 +127,7 @@ test('max_steps, max_context, timeout', async () => {
   assert.equal(mc.info.wastedSteps, 1); // 'xx' was a wasted step, the cut 'x' never reached the env
 
   let t = 0;
-  const to = await runEpisode({ ...base, env: new FrozenLakeEnv(openSeed()), transport: tokenTransport({ policy, tokenizer: tok }), deadlineMs: 2, now: () => t++ });
+  const to = await runEpisode({ ...base, env: new FrozenLakeEnv(openSeed()), transport: tokenTransport({ policy, tokenizer: fl.tok }), deadlineMs: 2, now: () => t++ });
   assert.equal(to.end, 'timeout');
   assert.equal(to.steps, 1);
 });
@@ -154,9 +141,9 @@ test('steps-remaining suffix and token-budget warning', async () => {
     stepsRemainingSuffix: true,
     tokenWarningAt: 2,
     env: new FrozenLakeEnv(openSeed()),
-    transport: tokenTransport({ policy, tokenizer: tok }),
+    transport: tokenTransport({ policy, tokenizer: fl.tok }),
   });
-  const text = tok.decode(r.ids.slice(r.promptLength));
+  const text = fl.tok.decode(r.ids.slice(r.promptLength));
   assert.match(text, /^U<\|im_end\|>\n<\|im_start\|>user\nPFFF\nFFFF\nFFFF\nFFFG\nSteps Remaining: 4<\|im_end\|>\n<\|im_start\|>assistant\nU/);
   assert.ok(!text.split('Steps Remaining: 3')[0].includes(TOKEN_BUDGET_WARNING));
   assert.match(text, new RegExp(`Steps Remaining: 3\\n${TOKEN_BUDGET_WARNING.replace(/\./g, '\\.')}<\\|im_end\\|>`));
@@ -171,9 +158,9 @@ test('steps-remaining suffix and token-budget warning', async () => {
     tokenWarningAt: 2,
     tokenWarning: (n) => `only ${n} left`,
     env: new FrozenLakeEnv(openSeed()),
-    transport: tokenTransport({ policy: again.policy, tokenizer: tok }),
+    transport: tokenTransport({ policy: again.policy, tokenizer: fl.tok }),
   });
-  const text2 = tok.decode(r2.ids.slice(r2.promptLength));
+  const text2 = fl.tok.decode(r2.ids.slice(r2.promptLength));
   assert.match(text2, /only 2 left<\|im_end\|>/);
   assert.ok(!text2.includes(TOKEN_BUDGET_WARNING));
 });
@@ -192,7 +179,7 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
   };
   const { policy } = scripted('U');
   // an environment throws from step only when its sandbox failed: the rollout is retried, never scored
-  await assert.rejects(runEpisode({ ...base, env, transport: tokenTransport({ policy, tokenizer: tok }) }), /sandbox exploded/);
+  await assert.rejects(runEpisode({ ...base, env, transport: tokenTransport({ policy, tokenizer: fl.tok }) }), /sandbox exploded/);
   // an episode the environment itself ends with error (the agent lost its sandbox) is a result, reward 0
   let rewarded = false;
   const lost: TextEnvironment = {
@@ -200,7 +187,7 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
     step: async () => ({ observation: 'gone', done: true, end: 'error', info: { reason: 'disk_limit', error: 'evicted' } }),
     reward: async () => ((rewarded = true), { reward: 1 }),
   };
-  const r = await runEpisode({ ...base, env: lost, transport: tokenTransport({ policy: scripted('U').policy, tokenizer: tok }) });
+  const r = await runEpisode({ ...base, env: lost, transport: tokenTransport({ policy: scripted('U').policy, tokenizer: fl.tok }) });
   assert.equal(r.end, 'error');
   assert.deepEqual(r.info, { reason: 'disk_limit', error: 'evicted' }, 'why it ended, in the trajectory');
   assert.equal(r.reward, 0);
@@ -214,7 +201,7 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
       throw new Error('no such image');
     },
   };
-  await assert.rejects(runEpisode({ ...base, env: noSandbox, transport: tokenTransport({ policy, tokenizer: tok }) }), /no such image/);
+  await assert.rejects(runEpisode({ ...base, env: noSandbox, transport: tokenTransport({ policy, tokenizer: fl.tok }) }), /no such image/);
   const noGrading: TextEnvironment = {
     ...env,
     step: async () => ({ observation: 'ok', done: true, end: 'submitted' }),
@@ -222,14 +209,14 @@ test('reset, step, reward and policy failures propagate (infrastructure); an env
       throw new Error('grading container failed to start');
     },
   };
-  await assert.rejects(runEpisode({ ...base, env: noGrading, transport: tokenTransport({ policy, tokenizer: tok }) }), /grading container/);
+  await assert.rejects(runEpisode({ ...base, env: noGrading, transport: tokenTransport({ policy, tokenizer: fl.tok }) }), /grading container/);
 
   const down: EpisodePolicy = {
     complete: async () => {
       throw new PolicyUnavailableError('down');
     },
   };
-  await assert.rejects(runEpisode({ ...base, env: new FrozenLakeEnv(1), transport: tokenTransport({ policy: down, tokenizer: tok }) }), PolicyUnavailableError);
+  await assert.rejects(runEpisode({ ...base, env: new FrozenLakeEnv(1), transport: tokenTransport({ policy: down, tokenizer: fl.tok }) }), PolicyUnavailableError);
 });
 
 // --- with the real Learner -------------------------------------------------------------------
@@ -238,7 +225,7 @@ const learnerPath = new URL('../../gpu-learner/index.ts', import.meta.url);
 
 test('real Learner: stream invariants and log-probs equal Learner.logprobs', async () => {
   const { Learner } = await import(learnerPath.href);
-  const learner = await Learner.load(join(dir, 'model'), { device: 'cpu', threads: 1 });
+  const learner = await Learner.load(fl.model, { device: 'cpu', threads: 1 });
   try {
     const policy = createInProcessPolicyClient(learner);
     const ends = new Set<string>();
@@ -250,12 +237,12 @@ test('real Learner: stream invariants and log-probs equal Learner.logprobs', asy
         maxTokensPerTurn: k % 2 === 0 ? 1 : 3,
         responseBudget: 12,
         env,
-        transport: tokenTransport({ policy, tokenizer: tok, allowedActionTokens: k % 2 === 0 }),
+        transport: tokenTransport({ policy, tokenizer: fl.tok, allowedActionTokens: k % 2 === 0 }),
         seed: k,
       });
       ends.add(r.end);
-      const prompt = tok.applyChatTemplate(await new FrozenLakeEnv(100 + k).reset(), { addGenerationPrompt: true });
-      assert.equal(tok.decode(r.ids.slice(0, r.promptLength)), prompt);
+      const prompt = fl.tok.applyChatTemplate(await new FrozenLakeEnv(100 + k).reset(), { addGenerationPrompt: true });
+      assert.equal(fl.tok.decode(r.ids.slice(0, r.promptLength)), prompt);
       assert.ok(r.mask.slice(0, r.promptLength).every((m) => m === 0));
       assert.equal(
         r.mask.reduce((a, b) => a + b, 0),
@@ -281,21 +268,21 @@ test('real policy server over HTTP gives the same stream as the in-process clien
   const { Learner } = await import(learnerPath.href);
   const { startPolicyServer } = await import('../../policy-server/index.ts');
   const { createPolicyClient } = await import('../../lib/policy/completions.ts');
-  const learner = await Learner.load(join(dir, 'model'), { device: 'cpu', threads: 1 });
-  const server = await startPolicyServer({ learner, tokenizer: tok, checkpoint: 0 });
+  const learner = await Learner.load(fl.model, { device: 'cpu', threads: 1 });
+  const server = await startPolicyServer({ learner, tokenizer: fl.tok, checkpoint: 0 });
   try {
     const http = createPolicyClient({ baseUrl: server.url, retries: 0 });
     assert.deepEqual(await http.servedModel(), { checkpoint: 0, path: null });
     const local = createInProcessPolicyClient(learner);
     const opts = { ...base, maxSteps: 5, maxTokensPerTurn: 2, responseBudget: 8, seed: 77 };
-    const a = await runEpisode({ ...opts, env: new FrozenLakeEnv(9), transport: tokenTransport({ policy: http, tokenizer: tok, allowedActionTokens: true }) });
-    const b = await runEpisode({ ...opts, env: new FrozenLakeEnv(9), transport: tokenTransport({ policy: local, tokenizer: tok, allowedActionTokens: true }) });
+    const a = await runEpisode({ ...opts, env: new FrozenLakeEnv(9), transport: tokenTransport({ policy: http, tokenizer: fl.tok, allowedActionTokens: true }) });
+    const b = await runEpisode({ ...opts, env: new FrozenLakeEnv(9), transport: tokenTransport({ policy: local, tokenizer: fl.tok, allowedActionTokens: true }) });
     assert.deepEqual(a.ids, b.ids);
     assert.deepEqual(a.mask, b.mask);
     a.logprobs.forEach((x, i) => assert.ok(Math.abs(x - b.logprobs[i]) < 1e-6));
     assert.equal(a.end, b.end);
     // only action letters were sampled
-    const allowed = new Set(['L', 'D', 'R', 'U'].map((c) => tok.tokenId(c)));
+    const allowed = new Set(['L', 'D', 'R', 'U'].map((c) => fl.tok.tokenId(c)));
     a.ids.forEach((id, i) => a.mask[i] && assert.ok(allowed.has(id)));
   } finally {
     await server.close();
@@ -304,8 +291,8 @@ test('real policy server over HTTP gives the same stream as the in-process clien
 });
 
 test('tools rendered by the chat template: a <tool_call> turn gets its result as the template renders a tool message', async () => {
-  await writeModel(join(dir, 'tiny'), 'tiny', 0);
-  const tiny = await loadTokenizer(join(dir, 'tiny'));
+  await writeModel(join(fl.dir, 'tiny'), 'tiny', 0);
+  const tiny = await loadTokenizer(join(fl.dir, 'tiny'));
   const tools = [{ type: 'function', function: { name: 'echo', description: 'Echoes.', parameters: { type: 'object', properties: { x: { type: 'string' } } } } }];
   const replies = ['<tool_call>\n{"name": "echo", "arguments": {"x": "hi"}}\n</tool_call>', 'no call here'];
   let turn = 0;
