@@ -42,6 +42,31 @@ export interface BenchOptions {
   log?: (line: string) => void;
 }
 
+/** One FrozenLake episode of task `taskId` as a rollout runs it (actions only), the run's sampling unless `over` says. */
+async function flEpisode(
+  config: TrainingConfig,
+  envConfig: FrozenLakeConfig & { maxSteps: number },
+  model: { policy: EpisodePolicy; tokenizer: EpisodeTokenizer },
+  taskId: string,
+  seed: number,
+  over: { maxTokensPerTurn?: number; sampling?: { temperature: number; topP: number } } = {},
+) {
+  const env = frozenLakeFromTaskId(taskId, envConfig, seed);
+  try {
+    return await runEpisode({
+      env,
+      transport: tokenTransport({ ...model, allowedActionTokens: true }),
+      maxSteps: envConfig.maxSteps,
+      responseBudget: config.episode.responseBudget,
+      maxTokensPerTurn: over.maxTokensPerTurn ?? config.episode.maxTokensPerTurn,
+      sampling: over.sampling ?? { temperature: config.episode.temperature, topP: config.episode.topP },
+      seed,
+    });
+  } finally {
+    await env.close();
+  }
+}
+
 /** Success on `maps` held-out maps (iterations 1e6.. of the run's task ids) at the run's temperature and greedy. */
 export interface HeldOut {
   maps: number;
@@ -77,16 +102,7 @@ async function heldOut(
   const success = async (temperature: number) => {
     let won = 0;
     for (const [k, taskId] of ids.entries()) {
-      const env = frozenLakeFromTaskId(taskId, envConfig, k);
-      const r = await runEpisode({
-        env,
-        transport: tokenTransport({ policy, tokenizer, allowedActionTokens: true }),
-        maxSteps: envConfig.maxSteps,
-        responseBudget: config.episode.responseBudget,
-        maxTokensPerTurn: 1,
-        sampling: { temperature, topP: 1 },
-        seed: k,
-      });
+      const r = await flEpisode(config, envConfig, { policy, tokenizer }, taskId, k, { maxTokensPerTurn: 1, sampling: { temperature, topP: 1 } });
       won += r.reward >= 1 ? 1 : 0;
     }
     return won / ids.length;
@@ -118,17 +134,7 @@ export async function trainFrozenLake(config: TrainingConfig, o: BenchOptions): 
           const k = next++;
           const { taskId, sample } = jobs[k]!;
           const seed = rolloutSeed(config.seed, it, taskId, sample);
-          const env = frozenLakeFromTaskId(taskId, envConfig, seed);
-          const r = await runEpisode({
-            env,
-            transport: tokenTransport({ policy, tokenizer, allowedActionTokens: true }),
-            maxSteps: envConfig.maxSteps,
-            responseBudget: config.episode.responseBudget,
-            maxTokensPerTurn: config.episode.maxTokensPerTurn,
-            sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
-            seed,
-          });
-          await env.close();
+          const r = await flEpisode(config, envConfig, { policy, tokenizer }, taskId, seed);
           results[k] = { ...r, taskId, sample };
         }
       };
