@@ -222,8 +222,7 @@ export type Hyperparameters = z.infer<typeof HyperparametersSchema>;
 export const HyperparametersUpdateSchema = HyperparametersSchema.partial().strict();
 export type HyperparametersUpdate = z.infer<typeof HyperparametersUpdateSchema>;
 
-/** Experiment tracking of training runs and evaluations (docs/monitoring.md). */
-/** The artifact store of a run, an evaluation or a factory (one schema for all three). */
+/** The artifact store of a training run and of an evaluation (one schema for both). */
 export const StoreSchema = z
   .object({
     url: z
@@ -235,6 +234,7 @@ export const StoreSchema = z
   .strict()
   .prefault({});
 
+/** Experiment tracking of training runs and evaluations (docs/monitoring.md). */
 export const TrackingConfigSchema = z
   .object({
     mlflow: z

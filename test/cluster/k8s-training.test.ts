@@ -272,7 +272,9 @@ test('swerl grade and swerl validate-tasks take --backend kubernetes --kubeconfi
 test('a worker SIGKILLed mid-rollout: the restarted worker sweeps its pods; nothing lost, nothing run twice', async () => {
   const runId = 'k8s-kill';
   const policy = await scriptedPolicy(join(t.dir, 'policy-kill'), 15);
-  const config = sweConfig(runId, policy);
+  // heartbeat timeouts of 10 minutes: the interrupted rollouts can only come back through the restarted worker
+  // (a loaded host may take over a minute to start it, past the default 60 s timeout)
+  const config = { ...sweConfig(runId, policy), rollout: { heartbeatTimeoutSeconds: 600 } };
   const env = { ...process.env, SWERL_SANDBOX_BACKEND: 'kubernetes' };
   const args = ['--queues', 'rollout,learner', '--address', t.server.address, '--policy-port', '0', '--threads', '1'];
   const logFile = join(t.dir, 'worker-k8s-kill.log');
