@@ -17,7 +17,8 @@ import { saveHistory, startTemporalWithWorker } from '../test/helpers/temporal.t
 import { iterationWorkflowId } from '../lib/training/shapes.ts';
 import { shardWorkflowId } from '../workflows/evaluation-run.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../test/helpers/scripted-agent.ts';
-import { seedTable } from '../test/helpers/eval.ts';
+import { scriptedEvalConfig, seedTable } from '../test/helpers/eval.ts';
+import type { EvalConfigInput } from '../lib/eval/config.ts';
 import { buildSweTasks } from './build-swe-tasks.ts';
 import { trackingCatchUpWorkflowId } from '../workflows/run-reporting.ts';
 
@@ -41,15 +42,7 @@ const judgeModel = await Learner.load(tiny.dir, { threads: 1 });
 const judge = await startPolicyServer({ learner: judgeModel, tokenizer: await loadTokenizer(tiny.dir), modelName: 'judge' });
 const save = (workflowId: string, file: string) => saveHistory(client, join(outDir, file), workflowId);
 /** an evaluation of the scripted model on the tasks `ids` (all by default) */
-const evalInput = (evalId: string, o: { tasks: string[]; runs: number; concurrency: number; shardSize: number; tracking?: unknown }) => ({
-  evalId,
-  tasksFile,
-  seed: 2,
-  model: { baseUrl: model.url, model: 'scripted', api: 'chat' },
-  maxSteps: 20,
-  store: { url: storeUrl },
-  ...o,
-});
+const evalInput = (evalId: string, o: Partial<EvalConfigInput> & { tasks: string[] }) => ({ evalId, ...scriptedEvalConfig(model.url, tasksFile, storeUrl, { seed: 2, ...o }) });
 try {
   mkdirSync(outDir, { recursive: true });
   if (only === 'tracking') {

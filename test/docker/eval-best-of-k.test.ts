@@ -25,7 +25,7 @@ import { loadTokenizer } from '../../lib/tokenizer.ts';
 import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import type { SelectionResult } from '../../workflows/select-best-of-k.ts';
 import { sweTasksFile, TASK } from '../helpers/swe-tasks.ts';
-import { seedTable } from '../helpers/eval.ts';
+import { scriptedEvalConfig, seedTable } from '../helpers/eval.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../helpers/scripted-agent.ts';
 import { ROOT, waitFor, type TestTemporal } from '../helpers/temporal.ts';
 import { useSweWorker } from '../helpers/swe-worker.ts';
@@ -35,10 +35,7 @@ const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 let tasks: SweTask[];
-useSweWorker((x, ts) => {
-  t = x;
-  tasks = ts;
-});
+useSweWorker((x, ts) => ([t, tasks] = [x, ts]));
 
 /** Per task: a fix that does not fix, a test-file edit, and a script that reproduces the issue. */
 const CASES: Record<string, { wrong: string; testFile: string; repro: string }> = {
@@ -131,16 +128,7 @@ test('Best@K: the execution-based verifier picks gold among {gold, empty, wrong 
   const storeUrl = fileStoreUrl(join(t.dir, 'store'));
   try {
     // the evaluation started, queried and listed with the official `temporal` CLI, as the README shows
-    const evalConfig = {
-      tasksFile: TASKS_FILE,
-      tasks: ids,
-      runs: 4,
-      seed: 4,
-      model: { baseUrl: agent.url, model: 'scripted', api: 'chat' },
-      maxSteps: 20,
-      concurrency: 6,
-      store: { url: storeUrl },
-    };
+    const evalConfig = scriptedEvalConfig(agent.url, TASKS_FILE, storeUrl, { tasks: ids, runs: 4, seed: 4, concurrency: 6 });
     const temporal = async (...args: string[]) => (await run(temporalBinary(), [...args, '--address', t.server.address], { encoding: 'utf8', timeout: 120_000 })).stdout;
     await temporal('workflow', 'start', '--type', 'evaluationRun', '--task-queue', 'learner', '--workflow-id', 'eval-bok', '--input', JSON.stringify(evalConfig));
     const er = (await t.client.workflow.getHandle('eval-bok').result()) as EvaluationRunResult;

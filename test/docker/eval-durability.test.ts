@@ -14,7 +14,7 @@ import { imagesFor, requireDocker } from '../helpers/docker.ts';
 import { sweTasks, sweTasksFile } from '../helpers/swe-tasks.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptTurn } from '../helpers/scripted-agent.ts';
 import { spawnWorker, startTestTemporal, waitFor, type TestTemporal } from '../helpers/temporal.ts';
-import { seedTable } from '../helpers/eval.ts';
+import { scriptedEvalConfig, seedTable } from '../helpers/eval.ts';
 
 const TASKS_FILE = await sweTasksFile();
 
@@ -46,17 +46,7 @@ test('a worker SIGKILLed mid-evaluation and restarted: every episode once, the u
   let worker: ChildProcess = spawnWorker(args, logFile);
   const pids = [worker.pid!];
   try {
-    const config = {
-      tasksFile: TASKS_FILE,
-      tasks: order,
-      runs: 3,
-      seed: 9,
-      model: { baseUrl: model.url, model: 'scripted', api: 'chat' },
-      maxSteps: 20,
-      concurrency: 4,
-      heartbeatTimeoutSeconds: 6,
-      store: { url: storeUrl },
-    };
+    const config = scriptedEvalConfig(model.url, TASKS_FILE, storeUrl, { tasks: order, runs: 3, seed: 9, concurrency: 4, heartbeatTimeoutSeconds: 6 });
     const h = await t.client.workflow.start('evaluationRun', { taskQueue: 'learner', workflowId: 'eval-kill', args: [config] });
     const store = openStore(storeUrl);
     // kill once a few episodes are stored and others are under way: an episode that asked the model and is not

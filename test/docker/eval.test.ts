@@ -25,7 +25,7 @@ import { evaluationStatusQuery } from '../../workflows/evaluation-signals.ts';
 import type { EvaluationRunResult } from '../../lib/eval/shapes.ts';
 import { sweTasksFile } from '../helpers/swe-tasks.ts';
 import { editCallsFromPatch, FINISH, startScriptedModel, type ScriptedModelServer, type ScriptTurn } from '../helpers/scripted-agent.ts';
-import { seedTable } from '../helpers/eval.ts';
+import { scriptedEvalConfig, seedTable } from '../helpers/eval.ts';
 import { ROOT, type TestTemporal } from '../helpers/temporal.ts';
 import { useSweWorker } from '../helpers/swe-worker.ts';
 
@@ -33,25 +33,19 @@ const TASKS_FILE = await sweTasksFile();
 
 let t: TestTemporal;
 let tasks: SweTask[];
-useSweWorker((x, ts) => {
-  t = x;
-  tasks = ts;
-});
+useSweWorker((x, ts) => ([t, tasks] = [x, ts]));
 
 const storeUrl = () => fileStoreUrl(join(t.dir, 'store'));
 
 function evalConfig(model: ScriptedModelServer, over: Partial<EvalConfigInput> & { tasks: string[] }): EvalConfigInput {
-  return {
-    tasksFile: TASKS_FILE,
+  return scriptedEvalConfig(model.url, TASKS_FILE, storeUrl(), {
     seed: 1,
     model: { baseUrl: model.url, model: 'scripted', api: 'chat', toolFormat: 'text' },
-    maxSteps: 20,
     concurrency: 6,
     maxAttempts: 3,
     heartbeatTimeoutSeconds: 30,
-    store: { url: storeUrl() },
     ...over,
-  };
+  });
 }
 
 async function evaluate(id: string, config: EvalConfigInput): Promise<EvaluationRunResult> {

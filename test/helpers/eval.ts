@@ -1,6 +1,7 @@
 // Evaluation test helpers: which episode a scripted model is asked for, from the request's seed.
 import { evalEpisodeSeed } from '../../lib/seed.ts';
 import { turnSeed } from '../../lib/episode.ts';
+import type { EvalConfigInput } from '../../lib/eval/config.ts';
 import type { ScriptContext } from './scripted-agent.ts';
 
 /** seed → (task, run, turn) for every episode of an evaluation with this seed (the episode loop's turn seeds). */
@@ -13,4 +14,9 @@ export function seedTable(seed: number, taskIds: readonly string[], runs: number
     }
   }
   return (s) => m.get(s);
+}
+
+/** An evaluation of the scripted chat model at `url` (test/helpers/scripted-agent.ts): 20 steps, stored at `storeUrl`; `over` sets the rest. */
+export function scriptedEvalConfig(url: string, tasksFile: string, storeUrl: string, over: Partial<EvalConfigInput> & { tasks: string[] }): EvalConfigInput {
+  return { tasksFile, model: { baseUrl: url, model: 'scripted', api: 'chat' }, maxSteps: 20, store: { url: storeUrl }, ...over };
 }
