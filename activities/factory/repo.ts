@@ -13,7 +13,7 @@ import type { BaselineSummary, CandidatesSummary, RepoInfo, SynthRef } from '../
 import type { TestOutcome } from '../../lib/swe/grading.ts';
 import type { SweTask } from '../../lib/swe/task.ts';
 import { Lane, type RunResult } from './lane.ts';
-import { loadSource, readTarball, sha256, SourceError, testFilesIn, writeTarball, type TarEntry } from './source.ts';
+import { loadSource, pythonFilesOf, readTarball, sha256, SourceError, testFilesIn, writeTarball, type TarEntry } from './source.ts';
 import { heartbeating } from '../swe.ts';
 
 /** What the baseline found (stored; candidates are judged against it). */
@@ -71,7 +71,8 @@ export async function synthPrepareRepo(input: { ref: SynthRef; repo: SynthRepo; 
   const name = repo.name ?? loaded.defaultName;
   const label = `repository ${name} (${repo.source})`;
   const paths = loaded.entries.map((e) => e.path);
-  if (testFilesIn(paths).length === 0) throw fail(`${label} has no tests: no test_*.py or *_test.py file`);
+  const pythonFiles = pythonFilesOf(loaded.entries);
+  if (testFilesIn(paths, pythonFiles).length === 0) throw fail(`${label} has no tests: no file named ${pythonFiles.join(' or ')} (pytest's python_files)`);
   const packageDirs = repo.packageDirs ?? defaultPackageDirs(paths);
   const mutable = paths.filter((p) => isMutable(p, packageDirs, repo.packageDirsExclude));
   if (mutable.length === 0) throw fail(`${label} has no Python source to put bugs in (package dirs ${JSON.stringify(packageDirs)}, excluding tests)`);

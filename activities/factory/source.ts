@@ -230,7 +230,49 @@ export async function loadSource(spec: string, src: RepoSource): Promise<{ entri
   return { entries: d.entries, provenance, defaultName: basename(relative('/', src.path)) || 'repo' };
 }
 
-/** Test files of a repository by pytest's default names. */
-export function testFilesIn(paths: readonly string[]): string[] {
-  return paths.filter((p) => /(^|\/)(test_[^/]*|[^/]*_test)\.py$/.test(p));
+/** pytest's default `python_files`. */
+export const DEFAULT_PYTHON_FILES = ['test_*.py', '*_test.py'];
+
+/**
+ * The `python_files` globs of the repository's pytest configuration at its root (pytest.ini, pyproject.toml's
+ * [tool.pytest.ini_options], tox.ini's [pytest], setup.cfg's [tool:pytest]; the first that has a section wins,
+ * as pytest picks its configuration file), or pytest's default.
+ */
+export function pythonFilesOf(entries: readonly Pick<TarEntry, 'path' | 'data'>[]): string[] {
+  const text = (name: string) => entries.find((e) => e.path === name)?.data.toString('utf8');
+  for (const [file, section] of [
+    ['pytest.ini', /^\[pytest\]\s*$/],
+    ['pyproject.toml', /^\[tool\.pytest\.ini_options\]\s*$/],
+    ['tox.ini', /^\[pytest\]\s*$/],
+    ['setup.cfg', /^\[tool:pytest\]\s*$/],
+  ] as const) {
+    const lines = text(file)?.split('\n');
+    const at = lines?.findIndex((l) => section.test(l)) ?? -1;
+    if (!lines || at < 0) continue;
+    for (const l of lines.slice(at + 1)) {
+      if (/^\[/.test(l)) break;
+      const m = /^python_files\s*=\s*(.+)$/.exec(l.trim());
+      if (m)
+        return m[1]!
+          .replace(/[[\]"',]/g, ' ')
+          .split(/\s+/)
+          .filter(Boolean);
+    }
+    return DEFAULT_PYTHON_FILES;
+  }
+  return DEFAULT_PYTHON_FILES;
+}
+
+/** Test files of a repository: files whose name matches one of the `python_files` globs (pytest's default names). */
+export function testFilesIn(paths: readonly string[], pythonFiles: readonly string[] = DEFAULT_PYTHON_FILES): string[] {
+  const globs = pythonFiles.map(
+    (g) =>
+      new RegExp(
+        `^${g
+          .replace(/[.+^${}()|\\]/g, '\\$&')
+          .replace(/\*/g, '[^/]*')
+          .replace(/\?/g, '[^/]')}$`,
+      ),
+  );
+  return paths.filter((p) => globs.some((g) => g.test(p.split('/').at(-1)!)));
 }

@@ -257,7 +257,7 @@ test('bad repositories are named with what is wrong: no tests, no Python source,
         (e: Error) => e,
       );
     const msg = String((err as { cause?: Error } | null)?.cause?.message);
-    assert.match(msg, /repository bad\/notests .* has no tests: no test_\*\.py or \*_test\.py file/);
+    assert.match(msg, /repository bad\/notests .* has no tests: no file named test_\*\.py or \*_test\.py \(pytest's python_files\)/);
     assert.match(msg, /repository bad\/nosource .* has no Python source to put bugs in/);
     assert.match(msg, /repository bad\/nocmd: test command "\/opt\/none\/pytest -rA tests" not found \(exit 127\)/);
     assert.match(msg, /repository bad\/failing: the tests fail at the given state, so no task can be made: 1 failing: tests\/test_text\.py::test_broken/);

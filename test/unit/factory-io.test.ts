@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fetchSdist, loadSource, readTarball, writeTarball } from '../../activities/factory/source.ts';
+import { fetchSdist, loadSource, pythonFilesOf, readTarball, testFilesIn, writeTarball } from '../../activities/factory/source.ts';
 import { rewriteStatement } from '../../activities/factory/issue-writer.ts';
 import { filePatch } from '../../lib/factory/patch.ts';
 import { defaultPackageDirs } from '../../activities/factory/repo.ts';
@@ -109,4 +109,18 @@ test('the issue writer rewrites the template unless the rewrite quotes the fix o
   const down = await rewriteStatement({ url: 'http://127.0.0.1:9/v1', model: 'm' }, template, patch, 1);
   assert.equal(down.text, template);
   assert.match(down.by, /^template \(the issue writer failed: /);
+});
+
+test("test files by the repository's pytest python_files (voluptuous keeps its tests in tests.py), pytest's default names otherwise", () => {
+  const entry = (path: string, text: string) => ({ path, data: Buffer.from(text) });
+  const paths = ['pkg/__init__.py', 'pkg/tests/tests.py', 'pkg/tests/helpers.py', 'tests/test_a.py', 'b_test.py', 'pkg/contest.py'];
+  assert.deepEqual(testFilesIn(paths), ['tests/test_a.py', 'b_test.py']);
+  const toml = entry('pyproject.toml', '[project]\nname = "x"\n\n[tool.pytest.ini_options]\npython_files = "tests.py"\ntestpaths = "pkg/tests"\n');
+  assert.deepEqual(pythonFilesOf([toml]), ['tests.py']);
+  assert.deepEqual(testFilesIn(paths, pythonFilesOf([toml])), ['pkg/tests/tests.py']);
+  // a list, and globs; pytest.ini wins over the others; a section without python_files keeps the default
+  assert.deepEqual(pythonFilesOf([entry('pytest.ini', '[pytest]\npython_files = check_*.py *_spec.py\n'), toml]), ['check_*.py', '*_spec.py']);
+  assert.deepEqual(pythonFilesOf([entry('setup.cfg', '[tool:pytest]\npython_files = ["t_*.py", "tests.py"]\n')]), ['t_*.py', 'tests.py']);
+  assert.deepEqual(pythonFilesOf([entry('tox.ini', '[pytest]\naddopts = -q\n[testenv]\npython_files = no.py\n')]), ['test_*.py', '*_test.py']);
+  assert.deepEqual(pythonFilesOf([entry('setup.cfg', '[metadata]\nname = x\n')]), ['test_*.py', '*_test.py']);
 });
