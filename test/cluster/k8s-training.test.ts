@@ -312,7 +312,10 @@ test('a worker SIGKILLed mid-rollout: the restarted worker sweeps its pods; noth
         .filter((l) => /\[worker\]|\[sandbox\]|rollout|attempt|retry/i.test(l))
         .slice(-20)
         .join('\n');
-    assert.match(readFileSync(logFile, 'utf8'), /\[sandbox\] sweep \(kubernetes\): removed \d+ leftover sandbox/, logLines());
+    // the sweep logs once all its deletions returned, which may be after the pods are gone from the list
+    await waitFor('the sweep logged', async () => /\[sandbox\] sweep \(kubernetes\): removed \d+ leftover sandbox/.test(readFileSync(logFile, 'utf8')) || null, 60_000, 200).catch(
+      (e: Error) => assert.fail(`${e.message}\n${logLines()}`),
+    );
     const result = (await h.result()) as TrainingRunResult;
     assert.equal(result.iterations, 1);
     const { trajectories } = await checkSweRun(runId, config.store.url);
