@@ -8,8 +8,7 @@ import { chatTransport, runEpisode, tokenTransport, turnSeed, type EpisodePolicy
 import { FrozenLakeEnv } from '../../lib/envs/frozenlake.ts';
 import { PolicyResponseError } from '../../lib/policy/http.ts';
 import type { ChatClient, ChatRequest, ChatResult, ChatToolCall } from '../../lib/policy/chat.ts';
-import { openSeed, useFrozenLakeModel } from '../helpers/frozenlake-model.ts';
-import type { TextEnvironment } from '../../lib/types.ts';
+import { openSeed, recordingEnv, useFrozenLakeModel } from '../helpers/frozenlake-model.ts';
 
 const fl = useFrozenLakeModel('episode-chat-test-');
 const base = { maxSteps: 10, responseBudget: 64, maxTokensPerTurn: 1, sampling: { temperature: 1, topP: 1 }, seed: 11 };
@@ -28,29 +27,6 @@ function scriptedChat(replies: Reply[]) {
     },
   };
   return { chat, requests };
-}
-
-/** An environment that records the actions it ran and ends after `steps`. */
-function recordingEnv(steps: number) {
-  const seen: string[] = [];
-  const env: TextEnvironment & { seen: string[] } = {
-    seen,
-    async reset() {
-      return [
-        { role: 'system', content: 'the environment prompt' },
-        { role: 'user', content: 'task' },
-      ];
-    },
-    async step(action) {
-      seen.push(action);
-      return { observation: `result ${seen.length}`, done: seen.length >= steps };
-    },
-    async reward() {
-      return { reward: 1, info: { graded: true } };
-    },
-    async close() {},
-  };
-  return env;
 }
 
 test('one loop: the same FrozenLake episode through the token and the chat transport steps, ends and reports alike', async () => {

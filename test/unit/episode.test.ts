@@ -6,7 +6,7 @@ import { FrozenLakeEnv, generateMap, renderGrid } from '../../lib/envs/frozenlak
 import { PolicyUnavailableError } from '../../lib/policy/http.ts';
 import { createInProcessPolicyClient } from '../../lib/policy/completions.ts';
 import { writeModel } from '../../lib/model-init.ts';
-import { openSeed, useFrozenLakeModel } from '../helpers/frozenlake-model.ts';
+import { openSeed, recordingEnv, useFrozenLakeModel } from '../helpers/frozenlake-model.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import type { CompletionRequest, TextEnvironment } from '../../lib/types.ts';
 
@@ -302,23 +302,8 @@ test('tools rendered by the chat template: a <tool_call> turn gets its result as
       return { ids, logprobs: ids.map(() => -0.5), finishReason: 'stop' };
     },
   };
-  const seen: string[] = [];
-  const env: TextEnvironment = {
-    async reset() {
-      return [
-        { role: 'system', content: 'the environment prompt' },
-        { role: 'user', content: 'task' },
-      ];
-    },
-    async step(action) {
-      seen.push(action);
-      return { observation: `result ${seen.length}`, done: seen.length === 2 };
-    },
-    async reward() {
-      return { reward: 0 };
-    },
-    async close() {},
-  };
+  const env = recordingEnv(2, { reward: 0 });
+  const seen = env.seen;
   const r = await runEpisode({
     ...base,
     maxTokensPerTurn: 64,
