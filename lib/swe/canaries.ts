@@ -3,8 +3,10 @@
 // file's own tests (a PASS_TO_PASS test where there is one), under a new name made of words from the
 // file's test names, put among the tests of the same class or module at a random place:
 //   pass  the source test verbatim: passes whenever its source test passes;
-//   fail  the source test with its last check inverted (`assert E` → `assert not (E)`,
-//         `self.assertEqual` → `self.assertNotEqual`, ...): fails whenever its source test passes.
+//   fail  the source test with its last check inverted (`assert a == b` → `assert a != b`, `assert E` →
+//         `assert not (E)`, `self.assertEqual` → `self.assertNotEqual`, ...): fails whenever its source test passes.
+// A test that reads a clock is never copied (its outcome is the machine's load), and the copies are spaced and sized
+// as PEP 8 has them, so a suite that lints its own files (pycodestyle's) passes with them in.
 // So a run in which the source test passed and the canaries did not come back pass and fail, or did not
 // come back at all, had its tests or its reports changed by something other than the code's behaviour
 // (a run where the source test itself failed says nothing about its canaries). An inverted copy can be told
@@ -91,12 +93,17 @@ function isTestName(name: string): boolean {
   return /^test/.test(name);
 }
 
-/** A plain, synchronous, non-generator test function that can be copied. */
+/** A test that reads a clock: its outcome depends on the machine's load, so a copy of it proves nothing. */
+const CLOCK = /\b(time|perf_counter|perf_counter_ns|monotonic|monotonic_ns|process_time|timeit|default_timer)\s*\(/;
+
+/** A plain, synchronous, non-generator test function that can be copied, and does not time itself. */
 function copyable(fn: Node): boolean {
   if (fn.children.some((c) => c?.type === 'async')) return false;
   const body = fn.childForFieldName('body');
-  return !!body && body.descendantsOfType(['yield', 'await']).length === 0;
+  return !!body && body.descendantsOfType(['yield', 'await']).length === 0 && !readsClock(fn);
 }
+
+const readsClock = (fn: Node): boolean => CLOCK.test(fn.childForFieldName('body')?.text ?? '');
 
 /**
  * The definitions in `file` of the listed tests `ids` that can be copied. A test of class C may be defined
@@ -160,6 +167,10 @@ function inversionOf(body: Node): TestDef['invert'] {
   if (last.type === 'assert_statement') {
     const cond = last.namedChildren[0];
     if (!cond) return undefined;
+    // one == or != flips in place (the line keeps its length: a suite that lints its own files still passes)
+    const ops = cond.type === 'comparison_operator' ? cond.children.filter((c) => c && !c.isNamed) : [];
+    if (ops.length === 1 && (ops[0]!.type === '==' || ops[0]!.type === '!='))
+      return { start: ops[0]!.startIndex, end: ops[0]!.endIndex, text: ops[0]!.type === '==' ? '!=' : '==' };
     return { start: cond.startIndex, end: cond.endIndex, text: `not (${cond.text})` };
   }
   if (last.type === 'expression_statement') {
@@ -245,8 +256,8 @@ export async function canariesFor(
             [pick(short(invertible)), 'fail'],
           ] as const)
         : [];
+    const limit = Math.max(PEP8_LINE, ...source.split('\n').map((l) => l.length));
     for (const [src, expect] of copies) {
-      const name = newName(taken, words);
       const lineStart = source.lastIndexOf('\n', src.node.startIndex - 1) + 1;
       let text = source.slice(lineStart, src.node.endIndex);
       const nameNode = src.node.childForFieldName('name')!;
@@ -262,12 +273,14 @@ export async function canariesFor(
         const to = source.indexOf('\n', first.endIndex);
         text = text.slice(0, rel(from)) + text.slice(rel(to < 0 ? first.endIndex : to + 1));
       }
-      text = text.slice(0, rel(nameNode.startIndex)) + name + text.slice(rel(nameNode.endIndex));
-      inserts.push({ at: insertionPoint(source, src.block), text: `\n${text}\n` });
+      const named = (n: string) => text.slice(0, rel(nameNode.startIndex)) + n + text.slice(rel(nameNode.endIndex));
+      const name = fitting(newName(taken, words), named, limit, () => newName(taken, words));
+      text = named(name);
+      inserts.push({ at: insertionPoint(source, src.block), text: spaced(text) });
       for (const id of src.ids) canaries.push({ id: id.slice(0, id.length - src.name.length) + name, source: id, expect });
     }
     for (const group of pickMutants(mine)) {
-      const made = mutantCopy(tree.rootNode, source, group, newName(taken, words), opts.stripDocstrings ?? false);
+      const made = mutantCopy(tree.rootNode, source, group, (named) => fitting(newName(taken, words), named, limit, () => newName(taken, words)), opts.stripDocstrings ?? false);
       if (!made) continue;
       inserts.push(made.insert);
       canaries.push(...made.canaries);
@@ -281,6 +294,28 @@ export async function canariesFor(
   } finally {
     tree.delete();
   }
+}
+
+/** PEP 8's line length: a copy's lines stay within it, or within the file's longest line */
+const PEP8_LINE = 79;
+
+/** `name`, or another of `next()`'s (up to 20) whose text `named(name)` has no line over `limit` */
+function fitting(name: string, named: (n: string) => string, limit: number, next: () => string): string {
+  const fits = (n: string) =>
+    named(n)
+      .split('\n')
+      .every((l) => l.length <= limit);
+  for (let i = 0, n = name; i < 20; i++, n = next()) if (fits(n)) return n;
+  return name;
+}
+
+/**
+ * A copy as inserted after a definition's last line, spaced as PEP 8 has it (two blank lines before a module-level
+ * definition, one before a method): the blank lines that followed the definition then follow the copy, so a suite
+ * that lints its own files (pycodestyle's does) finds nothing new.
+ */
+function spaced(text: string): string {
+  return `${indentOf(text) === 0 ? '\n\n' : '\n'}${text}\n`;
 }
 
 /** the indentation of a copy's first line */
@@ -332,28 +367,36 @@ function pickMutants(all: readonly VerifiedMutant[]): VerifiedMutant[][] {
  * the source has them (the docstring goes where unittest would print it as the test's description), inserted
  * among the tests of the same block at a random place.
  */
-function mutantCopy(root: Node, source: string, group: readonly VerifiedMutant[], name: string, stripDocstring: boolean): { insert: Insertion; canaries: Canary[] } | undefined {
+function mutantCopy(
+  root: Node,
+  source: string,
+  group: readonly VerifiedMutant[],
+  nameFor: (named: (n: string) => string) => string,
+  stripDocstring: boolean,
+): { insert: Insertion; canaries: Canary[] } | undefined {
   const m = group[0]!;
   const parts = m.source.split('::');
   const fn = findTest(root, parts.slice(1));
-  if (!fn || m.start < fn.startIndex || m.end > fn.endIndex) return undefined;
+  if (!fn || m.start < fn.startIndex || m.end > fn.endIndex || readsClock(fn)) return undefined;
   const outer = fn.parent?.type === 'decorated_definition' ? fn.parent : fn;
   const block = outer.parent;
   if (!block) return undefined;
   const lineStart = source.lastIndexOf('\n', outer.startIndex - 1) + 1;
   const nameNode = fn.childForFieldName('name')!;
   // edits from the end so the earlier offsets stay right
-  const edits = [
-    { start: m.start, end: m.end, text: m.text },
-    { start: nameNode.startIndex, end: nameNode.endIndex, text: name },
-  ];
+  const edits = [{ start: m.start, end: m.end, text: m.text }];
   const first = fn.childForFieldName('body')?.namedChildren[0];
   if (stripDocstring && first?.type === 'expression_statement' && first.namedChildren[0]?.type === 'string' && (fn.childForFieldName('body')?.namedChildCount ?? 0) > 1) {
     const to = source.indexOf('\n', first.endIndex);
     edits.push({ start: source.lastIndexOf('\n', first.startIndex - 1) + 1, end: to < 0 ? first.endIndex : to + 1, text: '' });
   }
-  let text = source.slice(lineStart, fn.endIndex);
-  for (const e of edits.sort((a, b) => b.start - a.start)) text = text.slice(0, e.start - lineStart) + e.text + text.slice(e.end - lineStart);
+  const named = (n: string) => {
+    let text = source.slice(lineStart, fn.endIndex);
+    const all = [...edits, { start: nameNode.startIndex, end: nameNode.endIndex, text: n }];
+    for (const e of all.sort((a, b) => b.start - a.start)) text = text.slice(0, e.start - lineStart) + e.text + text.slice(e.end - lineStart);
+    return text;
+  };
+  const name = nameFor(named);
   const canaries = group.map((x) => ({ id: [...x.source.split('::').slice(0, -1), name].join('::'), source: x.source, expect: 'fail' as const, mutant: true }));
-  return { insert: { at: insertionPoint(source, block), text: `\n${text}\n` }, canaries };
+  return { insert: { at: insertionPoint(source, block), text: spaced(named(name)) }, canaries };
 }

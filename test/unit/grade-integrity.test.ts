@@ -174,7 +174,7 @@ test('canaries: copies of listed tests under new names, one verbatim, one with i
       assert.equal(x.id.split('::').slice(0, -1).join('::'), x.source.split('::').slice(0, -1).join('::'));
       const def = c.content.slice(c.content.indexOf(`def ${name}(`));
       const body = def.slice(0, def.indexOf('\n\n'));
-      if (x.expect === 'fail') assert.match(body, /self\.assertNotEqual\(x, 2\)|assert not \(value == 4\), "four"/);
+      if (x.expect === 'fail') assert.match(body, /self\.assertNotEqual\(x, 2\)|assert value != 4, "four"/);
       else assert.match(body, /self\.assertEqual\(x, 2\)|assert value == 4, "four"/);
     }
     // the original tests are all still there, unchanged
@@ -239,6 +239,84 @@ test('canaries: each lands in the scope its id names, wherever the copies go (a 
     }
   }
   assert.deepEqual([...scopes].sort(), ['class', 'module']);
+});
+
+// A PEP 8-clean file whose suite lints itself (pycodestyle's test_own_dog_food does): the copies keep its blank-line
+// rules and its line length, and a test that reads a clock is never copied (its outcome is the machine's load).
+const PEP8 = `import time
+import unittest
+
+from pkg import thing
+
+
+class TestLongNamesOfThingsAndValuesQuiteVerbose(unittest.TestCase):
+    def test_values_of_things_are_returned_quite_verbosely_here(self):
+        self.assertEqual(thing(2), 2)
+
+    def test_elapsed(self):
+        started = time.perf_counter()
+        thing(3)
+        assert time.perf_counter() - started < 1.0
+
+
+def test_module_level_thing_returns_value_of_four_exactly(value=4):
+    assert thing(4) == value, "four of the things, as documented"
+
+
+def test_timing():
+    started = time.monotonic()
+    thing(5)
+    assert time.monotonic() - started < 1.0
+`;
+
+/** pycodestyle's blank-line rules E301–E303 and E305, and E501 at 79 columns, for the shapes of PEP8 above */
+function pep8Findings(text: string): string[] {
+  const lines = text.split('\n');
+  const out: string[] = [];
+  let blanks = 0;
+  lines.forEach((line, i) => {
+    if (line.length > 79) out.push(`${i + 1}: E501 ${line.length} columns`);
+    if (!line.trim()) return void blanks++;
+    const top = !/^\s/.test(line);
+    if (/^\s*(def|class) /.test(line) && i > 0) {
+      const want = top ? 2 : 1;
+      const prev = lines
+        .slice(0, i - blanks)
+        .reverse()
+        .find((l) => l.trim());
+      const first = !top && /^\s*class /.test(prev ?? '') ? 0 : want; // a class's first method follows its header
+      if (blanks !== first && !(top && i - blanks <= 4)) out.push(`${i + 1}: ${blanks} blank lines before "${line.trim()}", want ${first}`);
+    } else if (top && blanks > 2) out.push(`${i + 1}: E303 ${blanks} blank lines`);
+    else if (!top && blanks > 1) out.push(`${i + 1}: E303 ${blanks} blank lines`);
+    blanks = 0;
+  });
+  return out;
+}
+
+test('canaries: spaced and sized as PEP 8 has them, so a suite that lints its own files still passes; tests that read a clock never copied', async () => {
+  assert.deepEqual(pep8Findings(PEP8), []);
+  const path = 'tests/test_p.py';
+  const ids = [
+    `${path}::TestLongNamesOfThingsAndValuesQuiteVerbose::test_values_of_things_are_returned_quite_verbosely_here`,
+    `${path}::TestLongNamesOfThingsAndValuesQuiteVerbose::test_elapsed`,
+    `${path}::test_module_level_thing_returns_value_of_four_exactly`,
+    `${path}::test_timing`,
+  ];
+  const sources = new Set<string>();
+  for (let i = 0; i < 100; i++) {
+    // odd rounds: the class's test and the two clock-reading ones only, so the method's copies are made too
+    const c = (await canariesFor(path, PEP8, i % 2 ? [ids[0]!, ids[1]!, ids[3]!] : ids, []))!;
+    assert.ok(c);
+    assert.deepEqual(pep8Findings(c.content), [], c.content);
+    for (const k of c.canaries) {
+      assert.ok(!/elapsed|timing/.test(k.source), `a clock-reading test was copied: ${k.source}`);
+      sources.add(`${k.source.split('::').at(-1)}:${k.expect}`);
+    }
+    // the inverted == keeps the line's length
+    const fail = c.canaries.find((k) => k.expect === 'fail')!;
+    if (fail.source.endsWith('exactly')) assert.ok(c.content.includes('assert thing(4) != value, "four of the things, as documented"'), c.content);
+  }
+  assert.equal(sources.size, 4, [...sources].join(' '));
 });
 
 const rec = (o: object) => JSON.stringify(o);
