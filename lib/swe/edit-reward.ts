@@ -14,7 +14,9 @@ import type { MalformedReason } from './edit-format.ts';
 export const GRADED_MALFORMED: Readonly<Record<MalformedReason | 'syntax_error', number>> = Object.freeze({
   no_block: -1,
   no_change: -1,
-  missing_file: -0.75,
+  // a file the prompt did not show: what a reply copying the worked example names (shapes/area.py), so no better
+  // than no block at all
+  missing_file: -1,
   search_not_found: -0.75,
   ambiguous_search: -0.75,
   bad_range: -0.75,

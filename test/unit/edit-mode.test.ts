@@ -183,6 +183,10 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     const gold = await run(GOLD_REPLIES.search_replace);
     assert.match(gold.messages[1]!.content, /### calc\/ops\.py\n {5}1\t"""Small arithmetic helpers\."""/);
     assert.match(gold.messages[1]!.content, /sub\(5, 3\) returns 8/);
+    // the worked example before the code, the request naming the file shown last (a small model copied an example it read last)
+    const prompt = gold.messages[1]!.content;
+    assert.ok(prompt.indexOf('### shapes/area.py') < prompt.indexOf('### calc/ops.py'), 'the example comes before the code');
+    assert.match(prompt, /fix it in calc\/ops\.py\. Change only what the fix needs\. Do not edit test files\.$/);
     assert.equal(gold.reward, 1);
     assert.equal(gold.info!.swerlReward, 1);
     assert.equal(gold.info!.editOutcome, 'valid');
@@ -198,6 +202,13 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     assert.equal(noop.info!.editOutcome, 'no_change');
     assert.equal(noop.reward, -1);
     assert.equal(noop.info!.patch, '');
+    // the worked example copied: a file the prompt did not show, no better than no block
+    const copied = await run(
+      '```python\n### shapes/area.py\n<<<<<<< SEARCH\ndef square(side):\n    return side * 2\n=======\ndef square(side):\n    return side * side\n>>>>>>> REPLACE\n```',
+      { malformed: 'graded' },
+    );
+    assert.equal(copied.info!.editOutcome, 'missing_file');
+    assert.equal(copied.reward, -1);
     const broken = await run('### calc/ops.py\n<<<<<<< SEARCH\ndef sub(a, b):\n=======\ndef sub(a, b:\n>>>>>>> REPLACE\n', { malformed: 'graded' });
     assert.equal(broken.info!.syntaxError, true);
     assert.equal(broken.reward, GRADED_MALFORMED.syntax_error);
