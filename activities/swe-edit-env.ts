@@ -198,7 +198,7 @@ export class SweEditEnvironment implements TextEnvironment {
     const format = this.cfg.edit.format;
     return [
       { role: 'system', content: editSystemPrompt(format) },
-      { role: 'user', content: editInstancePrompt({ problemStatement: this.task.problem_statement, context: this.context.text, files: paths, format }) },
+      { role: 'user', content: editInstancePrompt({ problemStatement: this.task.problem_statement, context: this.context.text, files: paths, format, example: this.cfg.edit.example }) },
     ];
   }
 

@@ -16,7 +16,7 @@ import { parseArgs } from 'node:util';
 import { train, type TrainOutcome } from '../scripts/commands/train.ts';
 import { evaluate } from '../scripts/commands/eval.ts';
 import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
-import { bootstrapMeanCI } from '../lib/eval/metrics.ts';
+import { bootstrapDiffCI, bootstrapMeanCI } from '../lib/eval/metrics.ts';
 import { readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
 import type { Trajectory } from '../lib/types.ts';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
@@ -33,21 +33,37 @@ const { values } = parseArgs({
   },
 });
 
-/** Valid-edit and exact-fix rates of one iteration, read from its trajectories in the store. */
-function iterationEdits(storeUrl: string, runId: string, iteration: number): { valid: number; exact: number; episodes: number } {
+/** Valid-edit and exact-fix rates and the rewards of one iteration, read from its trajectories in the store. */
+function iterationEdits(storeUrl: string, runId: string, iteration: number): { valid: number; exact: number; episodes: number; rewards: number[] } {
   const dir = openStore(storeUrl).dirFor(keys.trajectories(runId, iteration));
   let valid = 0;
   let exact = 0;
-  let episodes = 0;
-  if (!existsSync(dir)) return { valid: 0, exact: 0, episodes: 0 };
+  const rewards: number[] = [];
+  if (!existsSync(dir)) return { valid: 0, exact: 0, episodes: 0, rewards };
   for (const task of readdirSync(dir))
     for (const f of readdirSync(join(dir, task)).filter((n) => n.endsWith('.json'))) {
       const t = JSON.parse(readFileSync(join(dir, task, f), 'utf8')) as Trajectory;
-      episodes++;
+      rewards.push(t.reward);
       if (t.info?.editOutcome === 'valid') valid++;
       if (t.info?.swerlReward === 1) exact++;
     }
-  return { valid: episodes ? valid / episodes : 0, exact: episodes ? exact / episodes : 0, episodes };
+  const n = rewards.length;
+  return { valid: n ? valid / n : 0, exact: n ? exact / n : 0, episodes: n, rewards };
+}
+
+/** The training curve's trend: the episodes' mean reward in the last third of the iterations against the first third's. */
+function printTrend(o: TrainOutcome, storeUrl: string): void {
+  const its = o.metrics.map((m) => m.iteration);
+  const third = Math.floor(its.length / 3);
+  if (third < 1) return void console.log('training trend: fewer than 3 iterations');
+  const rewardsOf = (xs: number[]) => xs.flatMap((i) => iterationEdits(storeUrl, o.runId, i).rewards);
+  const first = rewardsOf(its.slice(0, third));
+  const last = rewardsOf(its.slice(its.length - third));
+  const d = bootstrapDiffCI(first, last, { samples: 2000, seed: 0 });
+  console.log(
+    `training trend: mean reward of the first third ${mean(first).toFixed(3)} (${first.length} episodes) -> last third ${mean(last).toFixed(3)} ` +
+      `(${last.length}) (difference ${(mean(last) - mean(first)).toFixed(3)}, 95% CI ${d ? `[${d.low.toFixed(3)}, ${d.high.toFixed(3)}]` : '[-, -]'})`,
+  );
 }
 
 function printIterations(o: TrainOutcome, storeUrl: string): void {
@@ -129,6 +145,7 @@ async function main() {
   const o = await train({ config: configFile, out: join(out, 'train'), quiet: true });
   const storeUrl = (raw.store as { url?: string } | undefined)?.url ?? fileStoreUrl(join(out, 'train', 'store'));
   printIterations(o, storeUrl);
+  printTrend(o, storeUrl);
   console.log(`training: ${o.metrics.length} iterations in ${((Date.now() - started) / 60000).toFixed(1)} min; metrics ${o.metricsPath}; plot ${o.plotPaths.join(' ')}`);
   const last = o.result.checkpoint;
   const store = openStore(storeUrl);

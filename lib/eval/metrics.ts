@@ -75,6 +75,27 @@ export function bootstrapMeanCI(values: readonly number[], opts: { samples?: num
   return { low: q((1 - level) / 2), high: q(1 - (1 - level) / 2), level, samples };
 }
 
+/**
+ * Two-sample percentile bootstrap of mean(b) − mean(a), each sample resampled on its own (two independent sets of
+ * episodes, such as the first and the last third of a run's iterations); null when either is empty.
+ */
+export function bootstrapDiffCI(a: readonly number[], b: readonly number[], opts: { samples?: number; level?: number; seed?: number } = {}): Interval | null {
+  const samples = opts.samples ?? 2000;
+  const level = opts.level ?? 0.95;
+  if (a.length === 0 || b.length === 0) return null;
+  const rand = seededRandom(opts.seed ?? 0);
+  const resampledMean = (xs: readonly number[]) => {
+    let s = 0;
+    for (let i = 0; i < xs.length; i++) s += xs[Math.floor(rand() * xs.length)]!;
+    return s / xs.length;
+  };
+  const diffs = new Float64Array(samples);
+  for (let k = 0; k < samples; k++) diffs[k] = resampledMean(b) - resampledMean(a);
+  diffs.sort();
+  const q = (p: number) => diffs[Math.min(samples - 1, Math.max(0, Math.round(p * (samples - 1))))]!;
+  return { low: q((1 - level) / 2), high: q(1 - (1 - level) / 2), level, samples };
+}
+
 /** What the summary needs of each completed episode. */
 export interface EpisodeFacts {
   taskId: string;

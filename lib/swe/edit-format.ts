@@ -15,10 +15,11 @@ export { EDIT_FORMATS, type EditFormat };
 
 /**
  * Why a reply is not a valid edit: no block in the format; a block naming a file the prompt did not show; a search
- * text (or function name) not found, or found more than once; a line range outside the file or overlapping another;
- * edits that leave every file as it was.
+ * text none of whose lines is in the file, or a function the file does not define (the worked example copied, or
+ * code made up: `foreign_search`); a search text not found as a whole (some of its lines are the file's), or found
+ * more than once; a line range outside the file or overlapping another; edits that leave every file as it was.
  */
-export const MALFORMED_REASONS = ['no_block', 'missing_file', 'search_not_found', 'ambiguous_search', 'bad_range', 'no_change'] as const;
+export const MALFORMED_REASONS = ['no_block', 'missing_file', 'foreign_search', 'search_not_found', 'ambiguous_search', 'bad_range', 'no_change'] as const;
 export type MalformedReason = (typeof MALFORMED_REASONS)[number];
 
 export type Edit =
@@ -159,7 +160,14 @@ function replaceOnce(content: string, e: { path: string; search: string; replace
   const hay = `\n${content}`;
   const needle = `\n${e.search}`;
   const n = occurrences(hay, needle);
-  if (n === 0) return fail('search_not_found', `the search text is not in ${e.path}: ${JSON.stringify(e.search.slice(0, 120))}`);
+  if (n === 0) {
+    const lines = new Set(content.split('\n').map((l) => l.trim()));
+    const shared = e.search.split('\n').some((l) => l.trim() !== '' && lines.has(l.trim()));
+    return fail(
+      shared ? 'search_not_found' : 'foreign_search',
+      `the search text is not in ${e.path}${shared ? '' : ' (no line of it is)'}: ${JSON.stringify(e.search.slice(0, 120))}`,
+    );
+  }
   if (n > 1) return fail('ambiguous_search', `the search text occurs ${n} times in ${e.path}: ${JSON.stringify(e.search.slice(0, 120))}`);
   return hay.replace(needle, () => `\n${e.replace}`).slice(1);
 }
@@ -201,7 +209,7 @@ async function replaceFunction(content: string, e: { path: string; code: string 
   } finally {
     tree.delete();
   }
-  if (spans.length === 0) return fail('search_not_found', `no function or class ${name} in ${e.path}`);
+  if (spans.length === 0) return fail('foreign_search', `no function or class ${name} in ${e.path}`);
   if (spans.length > 1) return fail('ambiguous_search', `${spans.length} functions or classes named ${name} in ${e.path}`);
   const s = spans[0]!;
   // the block keeps its own indentation relative to its def line; the def goes where the original one was

@@ -17,6 +17,8 @@ export const GRADED_MALFORMED: Readonly<Record<MalformedReason | 'syntax_error',
   // a file the prompt did not show: what a reply copying the worked example names (shapes/area.py), so no better
   // than no block at all
   missing_file: -1,
+  // no line of the search text (or no function of the name) in the file: the example copied, or code made up
+  foreign_search: -1,
   search_not_found: -0.75,
   ambiguous_search: -0.75,
   bad_range: -0.75,

@@ -34,6 +34,10 @@ export const EditConfigSchema = z
       .default('minus-one')
       .describe('how a malformed reply scores: "minus-one" (SWE-RL) or "graded" (−1 no block or no-op, −0.75 a block that does not apply, −0.5 a broken syntax)'),
     hybridWeight: z.number().min(0).lt(1).default(0.5).describe('"hybrid": an unresolved valid edit scores this × its similarity (a resolved one 1)'),
+    example: z
+      .boolean()
+      .default(true)
+      .describe('show a worked example of the format (on a file of another project); a small model may copy it instead of editing (docs/edit-mode.md)'),
   })
   .strict();
 export type EditConfig = z.infer<typeof EditConfigSchema>;

@@ -166,6 +166,8 @@ export interface EditPromptInput {
   /** their paths, named again in the closing request */
   files?: readonly string[];
   format: EditFormat;
+  /** show the format's worked example (default true) */
+  example?: boolean;
 }
 
 /**
@@ -173,17 +175,16 @@ export interface EditPromptInput {
  * the request naming the files shown: a small model continues what it read last, and with the example last it copied
  * the example (11-28: 21 of 48 replies of Qwen2.5-Coder-0.5B-Instruct named the example's file).
  */
-export function editInstancePrompt({ problemStatement, context, files = [], format }: EditPromptInput): string {
+export function editInstancePrompt({ problemStatement, context, files = [], format, example = true }: EditPromptInput): string {
   const where = files.length ? ` in ${files.join(', ')}` : '';
+  const shown = example ? ` For example, a fix of shapes/area.py, a file of another project:\n\n${EDIT_EXAMPLES[format]}` : '';
   return `Here is an issue reported against a Python repository:
 
 <issue>
 ${problemStatement.trim()}
 </issue>
 
-${EDIT_RULES[format]} For example, a fix of shapes/area.py, a file of another project:
-
-${EDIT_EXAMPLES[format]}
+${EDIT_RULES[format]}${shown}
 
 Below are parts of the files involved, with the numbers of their lines at the left; "..." stands for lines left out.
 

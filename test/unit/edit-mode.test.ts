@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { applyEdits, applySweRlEdits, parseEdits, type Edit } from '../../lib/swe/edit-format.ts';
+import { applyEdits, applySweRlEdits, MALFORMED_REASONS, parseEdits, type Edit } from '../../lib/swe/edit-format.ts';
 import { applyPatch, changeSimilarity, touchedLines, unifiedChange } from '../../lib/swe/similarity.ts';
 import { editReward, GRADED_MALFORMED, type EditOutcome } from '../../lib/swe/edit-reward.ts';
 import { buildEditContext } from '../../lib/swe/edit-context.ts';
@@ -51,14 +51,18 @@ test('malformed edits end with a named reason: missing file, not found, found tw
   };
   const sr = (path: string, search: string, replace: string) => `### ${path}\n<<<<<<< SEARCH\n${search}\n=======\n${replace}\n>>>>>>> REPLACE`;
   assert.equal(await reason('search_replace', sr('calc/other.py', 'x', 'y')), 'missing_file');
-  assert.equal(await reason('search_replace', sr('calc/ops.py', '    return a / b', '    return a - b')), 'search_not_found');
+  // no line of the search text in the file (the worked example copied, code made up), against a search text of the
+  // file's lines that is not there as a whole
+  assert.equal(await reason('search_replace', sr('calc/ops.py', '    return a / b', '    return a - b')), 'foreign_search');
+  assert.equal(await reason('search_replace', sr('calc/ops.py', 'def square(side):\n    return side * 2', 'def square(side):\n    return side * side')), 'foreign_search');
+  assert.equal(await reason('search_replace', sr('calc/ops.py', 'def sub(a, b):\n    return a / b', 'def sub(a, b):\n    return a - b')), 'search_not_found');
   // `return a + b` is both add's and sub's line: SWE-RL would replace both, we refuse to guess
   assert.equal(await reason('search_replace', sr('calc/ops.py', '    return a + b', '    return a - b')), 'ambiguous_search');
   assert.equal(await reason('search_replace', sr('./calc/ops.py', 'def sub(a, b):', 'def sub(a, b):')), 'no_change', 'search = replace');
   // two edits that cancel out leave the file as it was: a no-op too
   const undo = `${sr('calc/ops.py', 'def mul(a, b):', 'def times(a, b):')}\n${sr('calc/ops.py', 'def times(a, b):', 'def mul(a, b):')}`;
   assert.equal(await reason('search_replace', undo), 'no_change');
-  assert.equal(await reason('whole_function', '```\n### calc/ops.py\ndef div(a, b):\n    return a / b\n```'), 'search_not_found');
+  assert.equal(await reason('whole_function', '```\n### calc/ops.py\ndef div(a, b):\n    return a / b\n```'), 'foreign_search');
   assert.equal(await reason('whole_function', '```\n### calc/ops.py\nreturn a - b\n```'), 'no_block');
   assert.equal(await reason('whole_function', '```\n### calc/ops.py\ndef sub(a, b):\n    return a + b\n```'), 'no_change');
   assert.equal(await reason('numbered_lines', '```\n### calc/ops.py\n@@ 12-20\nx\n```'), 'bad_range');
@@ -126,7 +130,7 @@ test('rewards: malformed replies never score above an honest miss; the graded sc
   assert.equal(editReward('similarity', noop, cfg), -1, 'the no-op scores below it');
   assert.equal(editReward('similarity', noop, { ...cfg, rule: 'swe-rl' }), 0, "SWE-RL's rule as released gives the no-op 0");
   assert.equal(editReward('similarity', miss, { ...cfg, rule: 'swe-rl' }), 0.91);
-  for (const reason of ['no_block', 'missing_file', 'search_not_found', 'ambiguous_search', 'bad_range', 'no_change'] as const) {
+  for (const reason of MALFORMED_REASONS) {
     const o: EditOutcome = { malformed: reason, syntaxError: false, located: 0, swerl: -1 };
     assert.equal(editReward('similarity', o, cfg), -1, reason);
     assert.equal(editReward('similarity', o, graded), GRADED_MALFORMED[reason], reason);
@@ -202,6 +206,11 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     assert.equal(noop.info!.editOutcome, 'no_change');
     assert.equal(noop.reward, -1);
     assert.equal(noop.info!.patch, '');
+    // without the worked example (edit.example false): the rules alone
+    const bare = await run(GOLD_REPLIES.search_replace, { example: false });
+    assert.ok(!bare.messages[1]!.content.includes('shapes/area.py'), 'no example');
+    assert.match(bare.messages[1]!.content, /the line ">>>>>>> REPLACE"\.\n\nBelow are parts of the files involved/);
+    assert.equal(bare.reward, 1);
     // the worked example copied: a file the prompt did not show, no better than no block
     const copied = await run(
       '```python\n### shapes/area.py\n<<<<<<< SEARCH\ndef square(side):\n    return side * 2\n=======\ndef square(side):\n    return side * side\n>>>>>>> REPLACE\n```',
@@ -209,6 +218,12 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     );
     assert.equal(copied.info!.editOutcome, 'missing_file');
     assert.equal(copied.reward, -1);
+    // and copied into the file shown: no line of its search text is there, no better either
+    const copiedHere = await run('### calc/ops.py\n<<<<<<< SEARCH\ndef square(side):\n    return side * 2\n=======\ndef square(side):\n    return side * side\n>>>>>>> REPLACE\n', {
+      malformed: 'graded',
+    });
+    assert.equal(copiedHere.info!.editOutcome, 'foreign_search');
+    assert.equal(copiedHere.reward, -1);
     const broken = await run('### calc/ops.py\n<<<<<<< SEARCH\ndef sub(a, b):\n=======\ndef sub(a, b:\n>>>>>>> REPLACE\n', { malformed: 'graded' });
     assert.equal(broken.info!.syntaxError, true);
     assert.equal(broken.reward, GRADED_MALFORMED.syntax_error);

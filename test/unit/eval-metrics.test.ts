@@ -2,7 +2,17 @@
 // (i + r) mod 3 table, the bootstrap interval, the hybrid cascade on hand-made score tables, Best@K.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bootstrapMeanCI, evaluationMetrics, formatEvalMetrics, passAtK, passAtKCurve, repoOf, type EpisodeFacts, formatEvalErrors } from '../../lib/eval/metrics.ts';
+import {
+  bootstrapDiffCI,
+  bootstrapMeanCI,
+  evaluationMetrics,
+  formatEvalMetrics,
+  passAtK,
+  passAtKCurve,
+  repoOf,
+  type EpisodeFacts,
+  formatEvalErrors,
+} from '../../lib/eval/metrics.ts';
 import { judgeMessages, judgementScore, reportsResolved, scriptFrom, trajectoryText } from '../../lib/eval/verifiers.ts';
 import { readFileSync } from 'node:fs';
 import { validateBestOfKConfig, validateEvalConfig } from '../../lib/eval/config.ts';
@@ -102,6 +112,19 @@ test('bootstrap interval over tasks: seeded, brackets the mean, narrows with mor
   const b = bootstrapMeanCI(big, { seed: 3 })!;
   assert.ok(b.high - b.low < (a.high - a.low) / 4, JSON.stringify({ a, b }));
   assert.equal(bootstrapMeanCI([]), null);
+});
+
+test('two-sample bootstrap of a difference of means: seeded, brackets the difference, excludes 0 only when the samples differ', () => {
+  const before = [-1, -1, -0.75, -1, -1, -0.75, -1, -1, -1, -0.75, -1, -1];
+  const after = [-0.75, -0.5, 0.2, -0.75, -1, 0.1, -0.75, -0.5, -1, 0.3, -0.75, -0.5];
+  const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / xs.length;
+  const d = bootstrapDiffCI(before, after, { seed: 1 })!;
+  assert.deepEqual(bootstrapDiffCI(before, after, { seed: 1 }), d);
+  const diff = mean(after) - mean(before);
+  assert.ok(d.low < diff && diff < d.high && d.low > 0, JSON.stringify({ d, diff }));
+  const same = bootstrapDiffCI(before, [...before].reverse(), { seed: 1 })!;
+  assert.ok(same.low < 0 && same.high > 0, JSON.stringify(same));
+  assert.equal(bootstrapDiffCI([], after), null);
 });
 
 const C = (run: number, resolved: boolean, ef: number, regression: number, reproduction: number): Candidate => ({ run, resolved, ef, regression, reproduction });
