@@ -194,11 +194,21 @@ export class SweEditEnvironment implements TextEnvironment {
       content: this.originals.get(path) ?? null,
       touched: [...touchedLines(this.originals.get(path) ?? '', this.oracle.get(path) ?? '')],
     }));
-    this.context = await buildEditContext(files, this.cfg.edit.contextTokens, countTokens);
+    this.context = await buildEditContext(files, this.cfg.edit.contextTokens, countTokens, { lineNumbers: this.cfg.edit.lineNumbers });
     const format = this.cfg.edit.format;
     return [
       { role: 'system', content: editSystemPrompt(format) },
-      { role: 'user', content: editInstancePrompt({ problemStatement: this.task.problem_statement, context: this.context.text, files: paths, format, example: this.cfg.edit.example }) },
+      {
+        role: 'user',
+        content: editInstancePrompt({
+          problemStatement: this.task.problem_statement,
+          context: this.context.text,
+          files: paths,
+          format,
+          example: this.cfg.edit.example,
+          lineNumbers: this.cfg.edit.lineNumbers,
+        }),
+      },
     ];
   }
 

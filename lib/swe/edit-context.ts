@@ -22,6 +22,8 @@ export interface EditContext {
   /** how it fits: whole files; the touched functions plus `margin` lines each side; only `margin` lines around the touched lines; over the budget even so */
   fit: 'whole' | 'functions' | 'lines' | 'over';
   margin: number;
+  /** lines carry their numbers (the default; `edit.lineNumbers: false` shows them as they are) */
+  numbered?: boolean;
   /** per file: its line count and the 1-based ranges shown */
   files: { path: string; lines: number; shown: [number, number][] }[];
 }
@@ -68,14 +70,14 @@ function fileLines(content: string): string[] {
   return (content.endsWith('\n') ? content.slice(0, -1) : content).split('\n');
 }
 
-/** One file's block: `### path` then its shown lines numbered, `...` for each elided stretch, in a fence. */
-function renderFile(path: string, lines: string[] | null, shown: [number, number][]): string {
+/** One file's block: `### path` then its shown lines (numbered, or as they are), `...` for each elided stretch, in a fence. */
+function renderFile(path: string, lines: string[] | null, shown: [number, number][], numbered: boolean): string {
   if (lines === null) return `\`\`\`\n### ${path}\n(a new file: it does not exist yet)\n\`\`\``;
   const rows: string[] = [];
   let next = 1;
   for (const [a, b] of shown) {
     if (a > next) rows.push('...');
-    rows.push(numberLines(lines.slice(a - 1, b), a));
+    rows.push(numbered ? numberLines(lines.slice(a - 1, b), a) : lines.slice(a - 1, b).join('\n'));
     next = b + 1;
   }
   if (next <= lines.length) rows.push('...');
@@ -86,7 +88,13 @@ function renderFile(path: string, lines: string[] | null, shown: [number, number
  * The context of `files` within `budget` tokens: whole files when they fit; else the touched functions widened by the
  * largest margin that fits; else windows of the largest margin around the touched lines (down to the lines alone).
  */
-export async function buildEditContext(files: readonly ContextFile[], budget: number, countTokens: (text: string) => number): Promise<EditContext> {
+export async function buildEditContext(
+  files: readonly ContextFile[],
+  budget: number,
+  countTokens: (text: string) => number,
+  opts: { lineNumbers?: boolean } = {},
+): Promise<EditContext> {
+  const numbered = opts.lineNumbers ?? true;
   const parsed = await Promise.all(
     files.map(async (f) => {
       const lines = f.content === null ? null : fileLines(f.content);
@@ -109,7 +117,7 @@ export async function buildEditContext(files: readonly ContextFile[], budget: nu
       };
     });
   const measure = (l: ReturnType<typeof layout>) => {
-    const text = l.map((f) => renderFile(f.path, f.lines, f.shown)).join('\n\n');
+    const text = l.map((f) => renderFile(f.path, f.lines, f.shown, numbered)).join('\n\n');
     return { text, tokens: countTokens(text), l };
   };
   const result = (m: ReturnType<typeof measure>, fit: EditContext['fit'], margin: number): EditContext => ({
@@ -118,6 +126,7 @@ export async function buildEditContext(files: readonly ContextFile[], budget: nu
     budget,
     fit,
     margin,
+    numbered,
     files: m.l.map((f) => ({ path: f.path, lines: f.lines?.length ?? 0, shown: f.shown })),
   });
   const whole = measure(layout('whole', 0));
@@ -144,9 +153,9 @@ export async function buildEditContext(files: readonly ContextFile[], budget: nu
 }
 
 /** The setting a report names: where the context comes from and how it was cut. */
-export function describeContext(c: Pick<EditContext, 'fit' | 'margin' | 'tokens' | 'budget' | 'files'>): string {
+export function describeContext(c: Pick<EditContext, 'fit' | 'margin' | 'tokens' | 'budget' | 'files' | 'numbered'>): string {
   const cut = { whole: 'whole files', functions: `touched functions ±${c.margin} lines`, lines: `touched lines ±${c.margin} lines`, over: 'touched lines only, over the budget' }[
     c.fit
   ];
-  return `oracle files (${c.files.length}), ${cut}, ${c.tokens}/${c.budget} tokens, numbered lines`;
+  return `oracle files (${c.files.length}), ${cut}, ${c.tokens}/${c.budget} tokens, ${c.numbered === false ? 'lines without numbers' : 'numbered lines'}`;
 }

@@ -34,12 +34,20 @@ export const EditConfigSchema = z
       .default('minus-one')
       .describe('how a malformed reply scores: "minus-one" (SWE-RL) or "graded" (−1 no block or no-op, −0.75 a block that does not apply, −0.5 a broken syntax)'),
     hybridWeight: z.number().min(0).lt(1).default(0.5).describe('"hybrid": an unresolved valid edit scores this × its similarity (a resolved one 1)'),
+    lineNumbers: z
+      .boolean()
+      .default(true)
+      .describe('number the lines of the context (the numbered_lines format needs them); a small model may copy the numbers into its search text'),
     example: z
       .boolean()
       .default(true)
       .describe('show a worked example of the format (on a file of another project); a small model may copy it instead of editing (docs/edit-mode.md)'),
   })
-  .strict();
+  .strict()
+  .refine((e) => e.lineNumbers || e.format !== 'numbered_lines', {
+    message: 'the numbered_lines format edits lines by the numbers the context shows: lineNumbers must be true',
+    path: ['lineNumbers'],
+  });
 export type EditConfig = z.infer<typeof EditConfigSchema>;
 
 /** The SWE environment's fields of the run config (lib/config.ts adds `kind: 'swe'`). */

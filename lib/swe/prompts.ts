@@ -168,6 +168,8 @@ export interface EditPromptInput {
   format: EditFormat;
   /** show the format's worked example (default true) */
   example?: boolean;
+  /** the context's lines carry their numbers (default true) */
+  lineNumbers?: boolean;
 }
 
 /**
@@ -175,7 +177,7 @@ export interface EditPromptInput {
  * the request naming the files shown: a small model continues what it read last, and with the example last it copied
  * the example (11-28: 21 of 48 replies of Qwen2.5-Coder-0.5B-Instruct named the example's file).
  */
-export function editInstancePrompt({ problemStatement, context, files = [], format, example = true }: EditPromptInput): string {
+export function editInstancePrompt({ problemStatement, context, files = [], format, example = true, lineNumbers = true }: EditPromptInput): string {
   const where = files.length ? ` in ${files.join(', ')}` : '';
   const shown = example ? ` For example, a fix of shapes/area.py, a file of another project:\n\n${EDIT_EXAMPLES[format]}` : '';
   return `Here is an issue reported against a Python repository:
@@ -186,7 +188,7 @@ ${problemStatement.trim()}
 
 ${EDIT_RULES[format]}${shown}
 
-Below are parts of the files involved, with the numbers of their lines at the left; "..." stands for lines left out.
+Below are parts of the files involved${lineNumbers ? ', with the numbers of their lines at the left' : ''}; "..." stands for lines left out.
 
 ${context}
 

@@ -211,6 +211,14 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     assert.ok(!bare.messages[1]!.content.includes('shapes/area.py'), 'no example');
     assert.match(bare.messages[1]!.content, /the line ">>>>>>> REPLACE"\.\n\nBelow are parts of the files involved/);
     assert.equal(bare.reward, 1);
+    // the lines as they are (edit.lineNumbers false): a small model copied the numbers into its search text
+    const plain = await run(GOLD_REPLIES.search_replace, { lineNumbers: false });
+    assert.match(plain.messages[1]!.content, /### calc\/ops\.py\n"""Small arithmetic helpers\."""/);
+    assert.match(plain.messages[1]!.content, /Below are parts of the files involved; "\.\.\." stands for lines left out\./);
+    assert.match(String(plain.info!.setting), /lines without numbers$/);
+    assert.equal(plain.reward, 1);
+    const refused = EditConfigSchema.safeParse({ format: 'numbered_lines', lineNumbers: false });
+    assert.ok(!refused.success && refused.error.issues[0]!.path.join('.') === 'lineNumbers', 'numbered_lines needs the numbers');
     // the worked example copied: a file the prompt did not show, no better than no block
     const copied = await run(
       '```python\n### shapes/area.py\n<<<<<<< SEARCH\ndef square(side):\n    return side * 2\n=======\ndef square(side):\n    return side * side\n>>>>>>> REPLACE\n```',
