@@ -10,8 +10,8 @@
 // Prints per iteration the mean reward, valid-edit and exact-fix rates, tokens per second and the time split; then
 // each checkpoint's held-out mean reward, valid-edit rate and pass@1 by tests with bootstrap 95% intervals over tasks,
 // and the paired difference. The last four lines are the base and trained checkpoints and the two held-out lines.
-import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { train, type TrainOutcome } from '../scripts/commands/train.ts';
 import { evaluate } from '../scripts/commands/eval.ts';
@@ -74,6 +74,27 @@ function printIterations(o: TrainOutcome, storeUrl: string): void {
       `iter ${m.iteration}: mean reward ${m.meanReward.toFixed(3)}  valid edits ${(100 * e.valid).toFixed(1)}%  exact fixes ${(100 * e.exact).toFixed(1)}%  ` +
         `${tps.toFixed(0)} tokens/s (${m.tokens} tokens, ${m.responseTokens} sampled)  time ${m.iterationSeconds.toFixed(1)}s = rollouts ${m.rolloutSeconds.toFixed(1)}s + learner ${m.learnerSeconds.toFixed(1)}s + orchestration ${m.orchestrationSeconds.toFixed(1)}s`,
     );
+  }
+}
+
+/**
+ * A checkpoint of the 0.5B model is 7.5 GB (weights and AdamW moments): the bench keeps checkpoint 0 and the newest
+ * two whole (a resumed step reads the newest; the held-out evaluation reads 0 and the last) and drops the weights
+ * and moments of the others, whose stats.json and tokenizer stay.
+ */
+function pruneCheckpoints(storeUrl: string): void {
+  const root = dirname(openStore(storeUrl).dirFor(keys.checkpoint('x', 0)));
+  const runs = dirname(dirname(root));
+  if (!existsSync(runs)) return;
+  for (const run of readdirSync(runs)) {
+    const dir = join(runs, run, 'ckpt');
+    if (!existsSync(dir)) continue;
+    const ns = readdirSync(dir)
+      .filter((n) => /^\d+$/.test(n))
+      .map(Number)
+      .sort((a, b) => a - b);
+    for (const n of ns.slice(1, -2))
+      for (const f of ['model.safetensors', 'optimizer.bin']) rmSync(join(dir, String(n), f), { force: true });
   }
 }
 
@@ -142,8 +163,10 @@ async function main() {
   writeFileSync(configFile, JSON.stringify(raw, null, 2));
 
   const started = Date.now();
-  const o = await train({ config: configFile, out: join(out, 'train'), quiet: true });
   const storeUrl = (raw.store as { url?: string } | undefined)?.url ?? fileStoreUrl(join(out, 'train', 'store'));
+  const pruning = setInterval(() => pruneCheckpoints(storeUrl), 20_000);
+  const o = await train({ config: configFile, out: join(out, 'train'), quiet: true }).finally(() => clearInterval(pruning));
+  pruneCheckpoints(storeUrl);
   printIterations(o, storeUrl);
   printTrend(o, storeUrl);
   console.log(`training: ${o.metrics.length} iterations in ${((Date.now() - started) / 60000).toFixed(1)} min; metrics ${o.metricsPath}; plot ${o.plotPaths.join(' ')}`);

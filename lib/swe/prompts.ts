@@ -138,6 +138,14 @@ const EDIT_EXAMPLES: Record<EditFormat, string> = {
   numbered_lines: '```python\n### shapes/area.py\n@@ 12-13\ndef square(side):\n    return side * side\n```',
 };
 
+/** How a block of each format starts, for a file: the cue that replaces the worked example (edit.example false). */
+const BLOCK_START: Record<EditFormat, (path: string) => string> = {
+  'swe-rl': (path) => `<think>\n...\n</think>\n<solution>\n\`\`\`python\n### ${path}\n<<<<<<< SEARCH`,
+  search_replace: (path) => `\`\`\`python\n### ${path}\n<<<<<<< SEARCH`,
+  whole_function: (path) => `\`\`\`python\n### ${path}`,
+  numbered_lines: (path) => `\`\`\`python\n### ${path}\n@@ `,
+};
+
 const EDIT_RULES: Record<EditFormat, string> = {
   'swe-rl': `Inside <solution>, write each change as a SEARCH/REPLACE edit in its own fenced block: the line "### " and the file's path, the line "<<<<<<< SEARCH", lines copied exactly from the file (indentation included, line numbers left out) that occur once in it, the line "=======", the lines that take their place, and the line ">>>>>>> REPLACE".`,
   search_replace: `Write each change as a SEARCH/REPLACE edit in its own fenced block: the line "### " and the file's path, the line "<<<<<<< SEARCH", lines copied exactly from the file (indentation included, line numbers left out) that occur once in it, the line "=======", the lines that take their place, and the line ">>>>>>> REPLACE".`,
@@ -192,5 +200,5 @@ Below are parts of the files involved${lineNumbers ? ', with the numbers of thei
 
 ${context}
 
-Find the cause of the issue in this code and fix it${where}. Change only what the fix needs. Do not edit test files.`;
+Find the cause of the issue in this code and fix it${where}. Change only what the fix needs. Do not edit test files.${example || !files.length ? '' : `\n\nStart your reply with these lines, then go on:\n${BLOCK_START[format](files[0]!)}`}`;
 }
