@@ -39,9 +39,11 @@ export const EditConfigSchema = z
       .default(true)
       .describe('number the lines of the context (the numbered_lines format needs them); a small model may copy the numbers into its search text'),
     example: z
-      .boolean()
-      .default(true)
-      .describe('show a worked example of the format (on a file of another project); a small model may copy it instead of editing (docs/edit-mode.md)'),
+      .enum(['worked', 'template', 'none'])
+      .default('worked')
+      .describe(
+        'how the prompt shows the format: "worked", an example on a file of another project (a small model may copy it); "template", a block for the first file with its lines described; "none", the rules and the lines a block starts with',
+      ),
   })
   .strict()
   .refine((e) => e.lineNumbers || e.format !== 'numbered_lines', {

@@ -1,7 +1,7 @@
 // Prompt texts of the SWE environment (R2E-Gym / DeepSWE style, our own words): the system prompt with the
 // four tools and the `<function=...>` call format, the instance prompt, the no-call reminder, the budget warning.
 import { MAX_OBSERVATION_CHARS, MAX_SEARCH_FILES } from './tools.ts';
-import type { EditFormat } from './env-config.ts';
+import type { EditConfig, EditFormat } from './env-config.ts';
 
 export const SYSTEM_PROMPT = `You are a programming agent. You work inside a Linux sandbox on a checked-out Python repository and fix the issue you are given by editing its source code with the tools below.
 
@@ -138,7 +138,17 @@ const EDIT_EXAMPLES: Record<EditFormat, string> = {
   numbered_lines: '```python\n### shapes/area.py\n@@ 12-13\ndef square(side):\n    return side * side\n```',
 };
 
-/** How a block of each format starts, for a file: the cue that replaces the worked example (edit.example false). */
+/** A block of each format for a file, its lines described rather than shown (edit.example "template"): nothing to copy. */
+const EDIT_TEMPLATES: Record<EditFormat, (path: string) => string> = {
+  'swe-rl': (path) =>
+    `<think>\nwhere the fault is and how to change the code\n</think>\n<solution>\n\`\`\`python\n### ${path}\n<<<<<<< SEARCH\nthe lines of ${path} to change, copied exactly\n=======\nthe same lines with the fix\n>>>>>>> REPLACE\n\`\`\`\n</solution>`,
+  search_replace: (path) =>
+    `\`\`\`python\n### ${path}\n<<<<<<< SEARCH\nthe lines of ${path} to change, copied exactly\n=======\nthe same lines with the fix\n>>>>>>> REPLACE\n\`\`\``,
+  whole_function: (path) => `\`\`\`python\n### ${path}\nthe whole function of ${path} that holds the fault, fixed\n\`\`\``,
+  numbered_lines: (path) => `\`\`\`python\n### ${path}\n@@ FIRST-LAST\nthe new lines that replace lines FIRST to LAST\n\`\`\``,
+};
+
+/** How a block of each format starts, for a file: the cue that ends the prompt without an example (edit.example "none"). */
 const BLOCK_START: Record<EditFormat, (path: string) => string> = {
   'swe-rl': (path) => `<think>\n...\n</think>\n<solution>\n\`\`\`python\n### ${path}\n<<<<<<< SEARCH`,
   search_replace: (path) => `\`\`\`python\n### ${path}\n<<<<<<< SEARCH`,
@@ -174,8 +184,9 @@ export interface EditPromptInput {
   /** their paths, named again in the closing request */
   files?: readonly string[];
   format: EditFormat;
-  /** show the format's worked example (default true) */
-  example?: boolean;
+  /** "worked" (default): a worked example on a file of another project; "template": a block for the first file with its
+   * lines described; "none": the rules, then the lines a block starts with */
+  example?: EditConfig['example'];
   /** the context's lines carry their numbers (default true) */
   lineNumbers?: boolean;
 }
@@ -185,20 +196,26 @@ export interface EditPromptInput {
  * the request naming the files shown: a small model continues what it read last, and with the example last it copied
  * the example (11-28: 21 of 48 replies of Qwen2.5-Coder-0.5B-Instruct named the example's file).
  */
-export function editInstancePrompt({ problemStatement, context, files = [], format, example = true, lineNumbers = true }: EditPromptInput): string {
+export function editInstancePrompt({ problemStatement, context, files = [], format, example = 'worked', lineNumbers = true }: EditPromptInput): string {
   const where = files.length ? ` in ${files.join(', ')}` : '';
-  const shown = example ? ` For example, a fix of shapes/area.py, a file of another project:\n\n${EDIT_EXAMPLES[format]}` : '';
+  const worked = example === 'worked' ? ` For example, a fix of shapes/area.py, a file of another project:\n\n${EDIT_EXAMPLES[format]}` : '';
+  const closing =
+    !files.length || example === 'worked'
+      ? ''
+      : example === 'template'
+        ? `\n\nWrite it in this shape:\n\n${EDIT_TEMPLATES[format](files[0]!)}`
+        : `\n\nStart your reply with these lines, then go on:\n${BLOCK_START[format](files[0]!)}`;
   return `Here is an issue reported against a Python repository:
 
 <issue>
 ${problemStatement.trim()}
 </issue>
 
-${EDIT_RULES[format]}${shown}
+${EDIT_RULES[format]}${worked}
 
 Below are parts of the files involved${lineNumbers ? ', with the numbers of their lines at the left' : ''}; "..." stands for lines left out.
 
 ${context}
 
-Find the cause of the issue in this code and fix it${where}. Change only what the fix needs. Do not edit test files.${example || !files.length ? '' : `\n\nStart your reply with these lines, then go on:\n${BLOCK_START[format](files[0]!)}`}`;
+Find the cause of the issue in this code and fix it${where}. Change only what the fix needs. Do not edit test files.${closing}`;
 }

@@ -206,11 +206,19 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     assert.equal(noop.info!.editOutcome, 'no_change');
     assert.equal(noop.reward, -1);
     assert.equal(noop.info!.patch, '');
-    // without the worked example (edit.example false): the rules alone
-    const bare = await run(GOLD_REPLIES.search_replace, { example: false });
+    // without the worked example (edit.example "none"): the rules, and the lines a block starts with
+    const bare = await run(GOLD_REPLIES.search_replace, { example: 'none' });
     assert.ok(!bare.messages[1]!.content.includes('shapes/area.py'), 'no example');
     assert.match(bare.messages[1]!.content, /the line ">>>>>>> REPLACE"\.\n\nBelow are parts of the files involved/);
     assert.equal(bare.reward, 1);
+    assert.match(bare.messages[1]!.content, /Start your reply with these lines, then go on:\n```python\n### calc\/ops\.py\n<<<<<<< SEARCH$/);
+    // a template (edit.example "template"): a block for the file shown, its lines described, nothing to copy
+    const shape = await run(GOLD_REPLIES.search_replace, { example: 'template' });
+    assert.match(
+      shape.messages[1]!.content,
+      /Write it in this shape:\n\n```python\n### calc\/ops\.py\n<<<<<<< SEARCH\nthe lines of calc\/ops\.py to change, copied exactly\n=======\n/,
+    );
+    assert.ok(!shape.messages[1]!.content.includes('shapes/area.py'));
     // the lines as they are (edit.lineNumbers false): a small model copied the numbers into its search text
     const plain = await run(GOLD_REPLIES.search_replace, { lineNumbers: false });
     assert.match(plain.messages[1]!.content, /### calc\/ops\.py\n"""Small arithmetic helpers\."""/);
