@@ -6,7 +6,7 @@ import cliProgress from 'cli-progress';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
-import { validateConfig, type TrainingConfig } from '../../lib/config.ts';
+import { asyncMode, validateConfig, type TrainingConfig } from '../../lib/config.ts';
 import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
 import { startDevServer, type DevServer } from '../../services/temporal-server.ts';
 import { writeRewardPlot } from '../../lib/plot.ts';
@@ -83,7 +83,9 @@ async function startEmbedded(config: TrainingConfig, o: TrainOptions, outDir: st
   const workers = await startWorkers({
     address: server.address,
     queues: ['learner', 'rollout'],
-    learner: { device: config.learner.device, threads: o.threads ?? config.learner.threads },
+    // a synchronous run serves one checkpoint at a time: the server keeps no older copy (a 0.5B model is 2.5 GB each;
+    // the default cache of 4 ran a 24 GB machine out of memory at iteration 2)
+    learner: { device: config.learner.device, threads: o.threads ?? config.learner.threads, ...(asyncMode(config) === 'off' ? { policyModels: 1 } : {}) },
   });
   const onSignal = (sig: NodeJS.Signals) => {
     console.error(`\n${sig}: stopping the embedded worker and server (resume with the same --out and --run-id ${config.runId})`);
