@@ -217,8 +217,11 @@ export class SweEditEnvironment implements TextEnvironment {
     const format = this.cfg.edit.format;
     const parsed = parseEdits(format, reply);
     const applied = parsed.ok ? await applyEdits(this.originals, parsed.edits) : parsed;
-    // SWE-RL's own reward, whatever our rule: its application (every occurrence replaced) for its block formats
-    const theirs = !parsed.ok ? null : format === 'swe-rl' || format === 'search_replace' ? applySweRlEdits(this.originals, parsed.edits) : applied.ok ? applied.contents : null;
+    // SWE-RL's own reward, whatever our rule: its application (every occurrence replaced) for its block formats; a block
+    // that names no file is malformed there
+    const unnamed = parsed.ok && parsed.edits.some((e) => e.path === '');
+    const theirs =
+      !parsed.ok || unnamed ? null : format === 'swe-rl' || format === 'search_replace' ? applySweRlEdits(this.originals, parsed.edits) : applied.ok ? applied.contents : null;
     const swerl = theirs ? changeSimilarity(this.originals, this.oracle, theirs).reward : -1;
     if (!applied.ok) {
       this.result = { outcome: { malformed: applied.reason, syntaxError: false, located: 0, swerl }, error: applied.error, patch: '', files: [] };

@@ -86,17 +86,20 @@ export function parseEdits(format: EditFormat, response: string): ParsedEdits {
   return { ok: true, edits };
 }
 
-/** `### PATH`, `<<<<<<< SEARCH`, lines, `=======`, lines, `>>>>>>> REPLACE`, read line by line (fences ignored). */
+/**
+ * `### PATH`, `<<<<<<< SEARCH`, lines, `=======`, lines, `>>>>>>> REPLACE`, read line by line (fences ignored). A block
+ * without its `### PATH` line names no file (path ''): applyEdits gives it the one file shown, if only one was.
+ */
 function searchReplaceBlocks(text: string): Edit[] {
   const lines = text.split('\n');
   const out: Edit[] = [];
-  for (let i = 0; i + 1 < lines.length; i++) {
-    const head = /^###\s+(\S.*)$/.exec(lines[i]!);
-    if (!head || lines[i + 1]!.trim() !== '<<<<<<< SEARCH') continue;
-    const sep = lines.findIndex((l, k) => k > i + 1 && l.trim() === '=======');
+  for (let i = 0; i < lines.length; i++) {
+    if (lines[i]!.trim() !== '<<<<<<< SEARCH') continue;
+    const head = i > 0 ? /^###\s+(\S.*)$/.exec(lines[i - 1]!) : null;
+    const sep = lines.findIndex((l, k) => k > i && l.trim() === '=======');
     const end = sep < 0 ? -1 : lines.findIndex((l, k) => k > sep && l.trim() === '>>>>>>> REPLACE');
     if (end < 0) break;
-    out.push({ kind: 'search_replace', path: normalisePath(head[1]!), search: lines.slice(i + 2, sep).join('\n'), replace: lines.slice(sep + 1, end).join('\n') });
+    out.push({ kind: 'search_replace', path: head ? normalisePath(head[1]!) : '', search: lines.slice(i + 1, sep).join('\n'), replace: lines.slice(sep + 1, end).join('\n') });
     i = end;
   }
   return out;
@@ -121,8 +124,12 @@ function fencedFileBlocks(text: string): { path: string; body: string[] }[] {
 export async function applyEdits(files: ReadonlyMap<string, string | null>, edits: readonly Edit[]): Promise<AppliedEdits> {
   const contents = new Map<string, string>();
   const ranges = new Map<string, { start: number; end: number; text: string }[]>();
-  for (const e of edits) {
-    if (!files.has(e.path)) return fail('missing_file', `${e.path} is not one of the files shown (${[...files.keys()].join(', ')})`);
+  const shown = [...files.keys()];
+  for (const named of edits) {
+    // a block that names no file edits the one file shown; with several shown it names none of them
+    const e = named.path === '' && shown.length === 1 ? { ...named, path: shown[0]! } : named;
+    if (e.path === '') return fail('missing_file', `a block names no file, and ${shown.length} files were shown (${shown.join(', ')})`);
+    if (!files.has(e.path)) return fail('missing_file', `${e.path} is not one of the files shown (${shown.join(', ')})`);
     const original = files.get(e.path) ?? null;
     const current = contents.get(e.path) ?? original ?? '';
     if (e.kind === 'lines') {

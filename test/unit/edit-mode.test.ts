@@ -51,6 +51,11 @@ test('malformed edits end with a named reason: missing file, not found, found tw
   };
   const sr = (path: string, search: string, replace: string) => `### ${path}\n<<<<<<< SEARCH\n${search}\n=======\n${replace}\n>>>>>>> REPLACE`;
   assert.equal(await reason('search_replace', sr('calc/other.py', 'x', 'y')), 'missing_file');
+  // no "### PATH" line: the one file shown; with two shown, none of them
+  const unnamed = '<<<<<<< SEARCH\ndef sub(a, b):\n    return a + b\n=======\ndef sub(a, b):\n    return a - b\n>>>>>>> REPLACE';
+  assert.equal(await reason('search_replace', unnamed), 'valid');
+  const two = await applyEdits(new Map([...files, ['calc/more.py', 'x = 1\n']]), edits('search_replace', unnamed));
+  assert.ok(!two.ok && two.reason === 'missing_file' && /names no file, and 2 files were shown/.test(two.error), JSON.stringify(two));
   // no line of the search text in the file (the worked example copied, code made up), against a search text of the
   // file's lines that is not there as a whole
   assert.equal(await reason('search_replace', sr('calc/ops.py', '    return a / b', '    return a - b')), 'foreign_search');
@@ -227,6 +232,12 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     assert.equal(plain.reward, 1);
     const refused = EditConfigSchema.safeParse({ format: 'numbered_lines', lineNumbers: false });
     assert.ok(!refused.success && refused.error.issues[0]!.path.join('.') === 'lineNumbers', 'numbered_lines needs the numbers');
+    // a block without its "### PATH" line (Qwen2.5-Coder-0.5B wrote most of its blocks so) edits the one file shown;
+    // SWE-RL's rule, which needs the line, scores it malformed
+    const unnamed = await run('```\n<<<<<<< SEARCH\ndef sub(a, b):\n    return a + b\n=======\ndef sub(a, b):\n    return a - b\n>>>>>>> REPLACE\n```');
+    assert.equal(unnamed.info!.editOutcome, 'valid');
+    assert.equal(unnamed.reward, 1);
+    assert.equal(unnamed.info!.swerlReward, -1);
     // the worked example copied: a file the prompt did not show, no better than no block
     const copied = await run(
       '```python\n### shapes/area.py\n<<<<<<< SEARCH\ndef square(side):\n    return side * 2\n=======\ndef square(side):\n    return side * side\n>>>>>>> REPLACE\n```',
