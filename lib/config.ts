@@ -2,7 +2,7 @@
 // Pure and deterministic: imported by workflow code as well as by activities and the CLI.
 import { z } from 'zod';
 import { FrozenLakeConfigSchema } from './envs/frozenlake.ts';
-import { modeRewardError, SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
+import { editSettingsError, modeRewardError, SweEnvConfigSchema as SweFieldsSchema } from './swe/env-config.ts';
 
 const int = () => z.number().int();
 
@@ -443,6 +443,8 @@ export const TrainingConfigSchema = z
     checkAsync(c, ctx);
     const modeReward = c.env.kind === 'swe' ? modeRewardError(c.env) : null;
     if (modeReward) ctx.addIssue({ code: 'custom', path: ['env', 'reward'], message: modeReward });
+    const edit = c.env.kind === 'swe' ? editSettingsError(c.env.edit) : null;
+    if (edit) ctx.addIssue({ code: 'custom', path: ['env', 'edit', 'lineNumbers'], message: edit });
     if (c.rollout.heartbeatTimeoutSeconds <= c.rollout.heartbeatSeconds) {
       ctx.addIssue({ code: 'custom', path: ['rollout', 'heartbeatTimeoutSeconds'], message: `must be > rollout.heartbeatSeconds (${c.rollout.heartbeatSeconds})` });
     }

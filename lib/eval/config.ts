@@ -14,7 +14,7 @@ import {
   type RenamedField,
   type TrainingConfig,
 } from '../config.ts';
-import { EditConfigSchema, modeRewardError, SweEnvConfigSchema } from '../swe/env-config.ts';
+import { EditConfigSchema, editSettingsError, modeRewardError, SweEnvConfigSchema } from '../swe/env-config.ts';
 
 const int = () => z.number().int();
 const runId = () => z.string().regex(RUN_ID, 'must be an id ([A-Za-z0-9._:-], at most 200)');
@@ -156,6 +156,8 @@ export const EvalConfigSchema = z
     if (c.tasks && new Set(c.tasks).size !== c.tasks.length) ctx.addIssue({ code: 'custom', path: ['tasks'], message: 'lists an instance id twice' });
     const modeReward = modeRewardError(c);
     if (modeReward) ctx.addIssue({ code: 'custom', path: ['reward'], message: modeReward });
+    const edit = editSettingsError(c.edit);
+    if (edit) ctx.addIssue({ code: 'custom', path: ['edit', 'lineNumbers'], message: edit });
     if (c.mode === 'agent' && c.reward !== 'tests') ctx.addIssue({ code: 'custom', path: ['reward'], message: 'agent mode is graded by tests: "tests"' });
   });
 

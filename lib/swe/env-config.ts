@@ -45,11 +45,7 @@ export const EditConfigSchema = z
         'how the prompt shows the format: "worked", an example on a file of another project (a small model may copy it); "template", a block for the first file with its lines described; "none", the rules and the lines a block starts with',
       ),
   })
-  .strict()
-  .refine((e) => e.lineNumbers || e.format !== 'numbered_lines', {
-    message: 'the numbered_lines format edits lines by the numbers the context shows: lineNumbers must be true',
-    path: ['lineNumbers'],
-  });
+  .strict();
 export type EditConfig = z.infer<typeof EditConfigSchema>;
 
 /** The SWE environment's fields of the run config (lib/config.ts adds `kind: 'swe'`). */
@@ -130,6 +126,11 @@ export const SweEnvConfigSchema = z
 /** Why a SWE environment's mode and reward do not go together (lib/config.ts and the evaluation config report it), or null. */
 export function modeRewardError(c: { mode: 'agent' | 'edit'; reward: string }): string | null {
   return c.reward === 'hybrid' && c.mode !== 'edit' ? '"hybrid" needs mode "edit"' : null;
+}
+
+/** What a config's edit settings cannot combine: numbered_lines edits lines by the numbers the context shows. */
+export function editSettingsError(e: EditConfig): string | null {
+  return e.format === 'numbered_lines' && !e.lineNumbers ? 'the numbered_lines format edits lines by the numbers the context shows: must be true, got false' : null;
 }
 
 export type SweEnvConfig = z.infer<typeof SweEnvConfigSchema>;

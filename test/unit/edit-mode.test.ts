@@ -11,6 +11,7 @@ import { applyPatch, changeSimilarity, touchedLines, unifiedChange } from '../..
 import { editReward, GRADED_MALFORMED, type EditOutcome } from '../../lib/swe/edit-reward.ts';
 import { buildEditContext } from '../../lib/swe/edit-context.ts';
 import { EditConfigSchema } from '../../lib/swe/env-config.ts';
+import { validateConfig } from '../../lib/config.ts';
 import { createSweEditEnvironment } from '../../activities/swe-env.ts';
 import { FIXED_OPS_PY, GOLD_REPLIES, OPS_PY, writeEditTask } from '../helpers/edit-task.ts';
 
@@ -230,8 +231,8 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     assert.match(plain.messages[1]!.content, /Below are parts of the files involved; "\.\.\." stands for lines left out\./);
     assert.match(String(plain.info!.setting), /lines without numbers$/);
     assert.equal(plain.reward, 1);
-    const refused = EditConfigSchema.safeParse({ format: 'numbered_lines', lineNumbers: false });
-    assert.ok(!refused.success && refused.error.issues[0]!.path.join('.') === 'lineNumbers', 'numbered_lines needs the numbers');
+    const refused = validateConfig({ env: { kind: 'swe', tasksFile, mode: 'edit', reward: 'similarity', edit: { format: 'numbered_lines', lineNumbers: false } } });
+    assert.ok(!refused.ok && refused.errors.some((x) => x.startsWith('config.env.edit.lineNumbers: the numbered_lines format')), JSON.stringify(refused));
     // a block without its "### PATH" line (Qwen2.5-Coder-0.5B wrote most of its blocks so) edits the one file shown;
     // SWE-RL's rule, which needs the line, scores it malformed
     const unnamed = await run('```\n<<<<<<< SEARCH\ndef sub(a, b):\n    return a + b\n=======\ndef sub(a, b):\n    return a - b\n>>>>>>> REPLACE\n```');
