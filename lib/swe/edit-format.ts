@@ -99,6 +99,12 @@ function searchReplaceBlocks(text: string): Edit[] {
     const sep = lines.findIndex((l, k) => k > i && l.trim() === '=======');
     const end = sep < 0 ? -1 : lines.findIndex((l, k) => k > sep && l.trim() === '>>>>>>> REPLACE');
     if (end < 0) break;
+    // one separator per block: a second one makes the block malformed (a model rewarded for such blocks learned to
+    // repeat the line until its reply was cut)
+    if (lines.slice(sep + 1, end).some((l) => l.trim() === '=======')) {
+      i = end;
+      continue;
+    }
     out.push({ kind: 'search_replace', path: head ? normalisePath(head[1]!) : '', search: lines.slice(i + 1, sep).join('\n'), replace: lines.slice(sep + 1, end).join('\n') });
     i = end;
   }

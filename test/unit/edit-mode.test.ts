@@ -55,6 +55,8 @@ test('malformed edits end with a named reason: missing file, not found, found tw
   // no "### PATH" line: the one file shown; with two shown, none of them
   const unnamed = '<<<<<<< SEARCH\ndef sub(a, b):\n    return a + b\n=======\ndef sub(a, b):\n    return a - b\n>>>>>>> REPLACE';
   assert.equal(await reason('search_replace', unnamed), 'valid');
+  // a second ======= in a block: not a block (a model rewarded for them repeated the line until its reply was cut)
+  assert.equal(parseEdits('search_replace', unnamed.replace('=======', '=======\n    x = 1\n=======')).ok, false);
   const two = await applyEdits(new Map([...files, ['calc/more.py', 'x = 1\n']]), edits('search_replace', unnamed));
   assert.ok(!two.ok && two.reason === 'missing_file' && /names no file, and 2 files were shown/.test(two.error), JSON.stringify(two));
   // no line of the search text in the file (the worked example copied, code made up), against a search text of the
