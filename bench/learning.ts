@@ -132,6 +132,9 @@ async function heldOut(config: TrainingConfig, runId: string, checkpoint: number
     runs: Number(values['eval-runs']),
     seed: 1,
     maxSteps: 1,
+    // the reply limits the run trained with (the evaluation's own defaults allow 8,192 tokens per turn)
+    maxTokensPerTurn: config.episode.maxTokensPerTurn,
+    responseBudget: config.episode.responseBudget,
     sampling: { temperature: config.episode.temperature, topP: config.episode.topP },
     store: { url: storeUrl },
   };
