@@ -15,6 +15,7 @@ import { progressQuery, statusQuery } from '../../workflows/signals.ts';
 import type { IterationMetrics, TrainingRunResult } from '../../lib/training/shapes.ts';
 import { followResult, installCliLogger, useLogDir } from '../cli-log.ts';
 import { checkedKubeConfig } from './cluster.ts';
+import type { LearnerWorkerOptions } from '../../activities/index.ts';
 
 export interface TrainOptions {
   config: string;
@@ -34,6 +35,14 @@ export interface TrainOutcome {
   metricsPath: string;
   plotPaths: string[];
   outDir: string;
+}
+
+/**
+ * The embedded learner worker's options: a synchronous run serves one checkpoint at a time, so its policy server keeps
+ * no older copy (a 0.5B model is 2.5 GB each; the default cache of 4 ran a 24 GB machine out of memory at iteration 2).
+ */
+export function embeddedLearnerOptions(config: TrainingConfig, threads?: number): LearnerWorkerOptions {
+  return { device: config.learner.device, threads: threads ?? config.learner.threads, ...(asyncMode(config) === 'off' ? { policyModels: 1 } : {}) };
 }
 
 export function formatMetrics(m: IterationMetrics): string {
@@ -83,9 +92,7 @@ async function startEmbedded(config: TrainingConfig, o: TrainOptions, outDir: st
   const workers = await startWorkers({
     address: server.address,
     queues: ['learner', 'rollout'],
-    // a synchronous run serves one checkpoint at a time: the server keeps no older copy (a 0.5B model is 2.5 GB each;
-    // the default cache of 4 ran a 24 GB machine out of memory at iteration 2)
-    learner: { device: config.learner.device, threads: o.threads ?? config.learner.threads, ...(asyncMode(config) === 'off' ? { policyModels: 1 } : {}) },
+    learner: embeddedLearnerOptions(config, o.threads),
   });
   const onSignal = (sig: NodeJS.Signals) => {
     console.error(`\n${sig}: stopping the embedded worker and server (resume with the same --out and --run-id ${config.runId})`);

@@ -129,3 +129,13 @@ test('a writer SIGKILLed inside putDir leaves a temp directory that the next put
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('the embedded worker of a synchronous run keeps one checkpoint in its policy server; an asynchronous one the default cache', async () => {
+  const { embeddedLearnerOptions } = await import('../../scripts/commands/train.ts');
+  const sync = validateConfig({});
+  const onestep = validateConfig({ async: { mode: 'one-step' } });
+  assert.ok(sync.ok && onestep.ok, JSON.stringify([sync, onestep]));
+  assert.equal(embeddedLearnerOptions(sync.config).policyModels, 1);
+  assert.equal(embeddedLearnerOptions(onestep.config).policyModels, undefined);
+  assert.equal(embeddedLearnerOptions(sync.config, 1).threads, 1);
+});
