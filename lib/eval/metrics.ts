@@ -60,19 +60,8 @@ export interface Interval {
 
 /** Percentile bootstrap of the mean of `values` (one per task), resampling tasks with replacement; seeded. */
 export function bootstrapMeanCI(values: readonly number[], opts: { samples?: number; level?: number; seed?: number } = {}): Interval | null {
-  const samples = opts.samples ?? 2000;
-  const level = opts.level ?? 0.95;
   if (values.length === 0) return null;
-  const rand = seededRandom(opts.seed ?? 0);
-  const means = new Float64Array(samples);
-  for (let b = 0; b < samples; b++) {
-    let s = 0;
-    for (let i = 0; i < values.length; i++) s += values[Math.floor(rand() * values.length)];
-    means[b] = s / values.length;
-  }
-  means.sort();
-  const q = (p: number) => means[Math.min(samples - 1, Math.max(0, Math.round(p * (samples - 1))))];
-  return { low: q((1 - level) / 2), high: q(1 - (1 - level) / 2), level, samples };
+  return percentileInterval(opts, (mean) => mean(values));
 }
 
 /**
@@ -80,19 +69,24 @@ export function bootstrapMeanCI(values: readonly number[], opts: { samples?: num
  * episodes, such as the first and the last third of a run's iterations); null when either is empty.
  */
 export function bootstrapDiffCI(a: readonly number[], b: readonly number[], opts: { samples?: number; level?: number; seed?: number } = {}): Interval | null {
+  if (a.length === 0 || b.length === 0) return null;
+  return percentileInterval(opts, (mean) => mean(b) - mean(a));
+}
+
+/** The percentile interval of `draw` over `samples` bootstrap draws; `mean` resamples a set with replacement. */
+function percentileInterval(opts: { samples?: number; level?: number; seed?: number }, draw: (mean: (xs: readonly number[]) => number) => number): Interval {
   const samples = opts.samples ?? 2000;
   const level = opts.level ?? 0.95;
-  if (a.length === 0 || b.length === 0) return null;
   const rand = seededRandom(opts.seed ?? 0);
-  const resampledMean = (xs: readonly number[]) => {
+  const mean = (xs: readonly number[]) => {
     let s = 0;
     for (let i = 0; i < xs.length; i++) s += xs[Math.floor(rand() * xs.length)]!;
     return s / xs.length;
   };
-  const diffs = new Float64Array(samples);
-  for (let k = 0; k < samples; k++) diffs[k] = resampledMean(b) - resampledMean(a);
-  diffs.sort();
-  const q = (p: number) => diffs[Math.min(samples - 1, Math.max(0, Math.round(p * (samples - 1))))]!;
+  const draws = new Float64Array(samples);
+  for (let k = 0; k < samples; k++) draws[k] = draw(mean);
+  draws.sort();
+  const q = (p: number) => draws[Math.min(samples - 1, Math.max(0, Math.round(p * (samples - 1))))]!;
   return { low: q((1 - level) / 2), high: q(1 - (1 - level) / 2), level, samples };
 }
 

@@ -274,13 +274,13 @@ export async function canariesFor(
         text = text.slice(0, rel(from)) + text.slice(rel(to < 0 ? first.endIndex : to + 1));
       }
       const named = (n: string) => text.slice(0, rel(nameNode.startIndex)) + n + text.slice(rel(nameNode.endIndex));
-      const name = fitting(newName(taken, words), named, limit, () => newName(taken, words));
+      const name = fitting(named, limit, () => newName(taken, words));
       text = named(name);
       inserts.push({ at: insertionPoint(source, src.block), text: spaced(text) });
       for (const id of src.ids) canaries.push({ id: id.slice(0, id.length - src.name.length) + name, source: id, expect });
     }
     for (const group of pickMutants(mine)) {
-      const made = mutantCopy(tree.rootNode, source, group, (named) => fitting(newName(taken, words), named, limit, () => newName(taken, words)), opts.stripDocstrings ?? false);
+      const made = mutantCopy(tree.rootNode, source, group, (named) => fitting(named, limit, () => newName(taken, words)), opts.stripDocstrings ?? false);
       if (!made) continue;
       inserts.push(made.insert);
       canaries.push(...made.canaries);
@@ -299,14 +299,15 @@ export async function canariesFor(
 /** PEP 8's line length: a copy's lines stay within it, or within the file's longest line */
 const PEP8_LINE = 79;
 
-/** `name`, or another of `next()`'s (up to 20) whose text `named(name)` has no line over `limit` */
-function fitting(name: string, named: (n: string) => string, limit: number, next: () => string): string {
+/** The first of up to 20 names from `next()` whose text `named(name)` has no line over `limit` (else the first). */
+function fitting(named: (n: string) => string, limit: number, next: () => string): string {
   const fits = (n: string) =>
     named(n)
       .split('\n')
       .every((l) => l.length <= limit);
-  for (let i = 0, n = name; i < 20; i++, n = next()) if (fits(n)) return n;
-  return name;
+  const first = next();
+  for (let i = 0, n = first; i < 20; i++, n = next()) if (fits(n)) return n;
+  return first;
 }
 
 /**
