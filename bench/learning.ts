@@ -93,8 +93,7 @@ function pruneCheckpoints(storeUrl: string): void {
       .filter((n) => /^\d+$/.test(n))
       .map(Number)
       .sort((a, b) => a - b);
-    for (const n of ns.slice(1, -2))
-      for (const f of ['model.safetensors', 'optimizer.bin']) rmSync(join(dir, String(n), f), { force: true });
+    for (const n of ns.slice(1, -2)) for (const f of ['model.safetensors', 'optimizer.bin']) rmSync(join(dir, String(n), f), { force: true });
   }
 }
 

@@ -71,7 +71,8 @@ run_group() {
   if [ "$name" = unit ]; then
     node --import tsx --test --test-concurrency="$slots" \
       --test-reporter=spec --test-reporter-destination=stdout \
-      --test-reporter=tap --test-reporter-destination="$logs/$name.tap" "${files[@]}"
+      --test-reporter=tap --test-reporter-destination="$logs/$name.tap" "${files[@]}" ||
+      { echo "the $name tier exited with status $?" >>"$logs/reasons"; return 1; }
     return
   fi
   mkdir -p "$logs/$name"
@@ -85,7 +86,9 @@ run_group() {
       started=$SECONDS
       local -a run=(node --import tsx --test --test-reporter=spec --test-reporter-destination=stdout
         --test-reporter=tap --test-reporter-destination="$logs/$name.$(basename "$f").tap" "$f")
-      if [ "$quiet" = 1 ]; then "${run[@]}" >"$logs/$name/$(printf '%03d' "$i").log" || rc=1; else "${run[@]}" || rc=1; fi
+      local code=0
+      if [ "$quiet" = 1 ]; then "${run[@]}" >"$logs/$name/$(printf '%03d' "$i").log" || code=$?; else "${run[@]}" || code=$?; fi
+      [ "$code" = 0 ] || { rc=1; echo "$f exited with status $code" >>"$logs/reasons"; }
       printf '%5d s  %-9s %s\n' $((SECONDS - started)) "$name" "$f" >>"$logs/times"
     done
     return $rc
@@ -101,8 +104,9 @@ run_group() {
 }
 
 if [ "$unit_only" = 0 ]; then
-  npm run --silent lint || failed=1
-  npm run --silent format:check || failed=1
+  npm run --silent lint || { failed=1; echo "npm run lint failed (its output is at the top)" >>"$logs/reasons"; }
+  npm run --silent format:check ||
+    { failed=1; echo "npm run format:check failed (npm run format fixes it; the files are at the top)" >>"$logs/reasons"; }
 fi
 run_group unit 2 0 || failed=1
 
@@ -139,4 +143,6 @@ for t in "$logs"/*.tap; do
 done
 [ "$fail" = 0 ] || node scripts/tap-failures.mjs "$logs"/*.tap
 echo "$pass passed, $fail failed"
+# a run can fail with every test passing (lint, formatting, a file that crashed outside its tests): say what failed
+[ -f "$logs/reasons" ] && { echo "[test] the run failed because:"; sed 's/^/  /' "$logs/reasons"; }
 [ "$failed" = 0 ] && [ "$fail" = 0 ]
