@@ -15,12 +15,15 @@ import type { SweTask } from '../../lib/swe/task.ts';
 import { Lane, type RunResult } from './lane.ts';
 import { loadSource, pythonFilesOf, readTarball, sha256, SourceError, testFilesIn, writeTarball, type TarEntry } from './source.ts';
 import { heartbeating } from '../swe.ts';
+import { clockReadingTests } from '../../lib/swe/canaries.ts';
 
 /** What the baseline found (stored; candidates are judged against it). */
 export interface Baseline {
   /** PASSED in both runs, in the first run's order: FAIL_TO_PASS and PASS_TO_PASS come from these */
   passing: string[];
   flaky: string[];
+  /** passing twice but read a clock (of `flaky`, which lists them too): never listed, as flaky ones are not */
+  clocked?: string[];
   /** neither passing nor failing (SKIPPED, XFAIL, XPASS) */
   other: Record<string, TestOutcome>;
   /** per-test seconds of the first run */
@@ -184,9 +187,29 @@ async function baselineRuns(ref: SynthRef, repo: RepoInfo, lane: Lane, key: stri
     const shown = failing.slice(0, 20).join(', ');
     throw fail(`repository ${repo.name}: the tests fail at the given state, so no task can be made: ${failing.length} failing: ${shown}${failing.length > 20 ? ', …' : ''}`);
   }
-  const baseline: Baseline = { ...base.baseline, fullSeconds: a.seconds };
+  const sources = await testSources(ref, repo, base.baseline.testFiles);
+  const baseline: Baseline = { ...(await setAsideClockTests(base.baseline, sources)), fullSeconds: a.seconds };
   await openStore(ref.storeUrl).putJson(key, baseline);
   return summarise(repo, baseline);
+}
+
+/** The test files' texts, from the normalised source. */
+async function testSources(ref: SynthRef, repo: RepoInfo, files: readonly string[]): Promise<Map<string, string>> {
+  const wanted = new Set(files);
+  const entries = await repoEntries(ref, repo);
+  return new Map(entries.filter((e) => !e.link && wanted.has(e.path)).map((e) => [e.path, e.data.toString('utf8')]));
+}
+
+/**
+ * The baseline with its passing tests that read a clock (lib/swe/canaries.ts's rule) moved to the flaky ones and
+ * named in `clocked`. They passed twice here, but a timing test's verdict is the load of the machine it runs on: on a
+ * loaded grader it fails a correct fix (mistune's `*_are_near_linear` tests did, in 25 of its 38 factory tasks).
+ */
+export async function setAsideClockTests<B extends Omit<Baseline, 'fullSeconds'>>(baseline: B, sources: ReadonlyMap<string, string>): Promise<B> {
+  const clocked = await clockReadingTests(sources, baseline.passing);
+  if (!clocked.length) return baseline;
+  const set = new Set(clocked);
+  return { ...baseline, passing: baseline.passing.filter((id) => !set.has(id)), flaky: [...baseline.flaky, ...clocked], clocked };
 }
 
 /** Flaky tests (outcomes differ between the runs, or present in one only), failing ones, the rest. */
@@ -219,6 +242,7 @@ function summarise(repo: RepoInfo, b: Baseline): BaselineSummary {
     tests: b.passing.length + b.flaky.length + Object.keys(b.other).length,
     passing: b.passing.length,
     flaky: b.flaky,
+    ...(b.clocked?.length ? { clocked: b.clocked } : {}),
     other: Object.keys(b.other).length,
     seconds: b.fullSeconds,
     coveredFunctions: covered.size,

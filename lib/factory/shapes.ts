@@ -56,6 +56,8 @@ export interface BaselineSummary {
   tests: number;
   passing: number;
   flaky: string[];
+  /** of `flaky`, the tests that passed but read a clock (never listed: their verdict is the machine's load) */
+  clocked?: string[];
   /** SKIPPED, XFAIL, XPASS at baseline (neither FAIL_TO_PASS nor PASS_TO_PASS) */
   other: number;
   /** wall time of one full run */

@@ -17,7 +17,7 @@
 // are, not what they must do. Parsed with tree-sitter (lib/swe/python-outline.ts's parser), whatever Python
 // the image has.
 import { randomInt } from 'node:crypto';
-import type { Node } from 'web-tree-sitter';
+import type { Node, Parser } from 'web-tree-sitter';
 import { pythonParser } from './python-outline.ts';
 import { findTest, sha1, type VerifiedMutant } from './answer-mutants.ts';
 
@@ -103,6 +103,34 @@ function copyable(fn: Node): boolean {
 }
 
 const readsClock = (fn: Node): boolean => CLOCK.test(fn.childForFieldName('body')?.text ?? '');
+
+/**
+ * The listed tests whose definitions read a clock. Their verdict is the machine's load, so the task factory lists
+ * none of them (a loaded grader would fail a correct fix with one) and no canary copies one. `sources` maps a
+ * test file's path to its text; a test whose file or definition is not found there is not returned.
+ */
+export async function clockReadingTests(sources: ReadonlyMap<string, string>, ids: readonly string[]): Promise<string[]> {
+  const parser = await pythonParser();
+  const trees = new Map<string, ReturnType<Parser['parse']>>();
+  try {
+    return ids.filter((id) => {
+      const [file, ...names] = id.split('::');
+      const source = sources.get(file!);
+      if (source === undefined || names.length === 0) return false;
+      if (!trees.has(file!)) trees.set(file!, parser.parse(source));
+      const root = trees.get(file!)?.rootNode;
+      const def =
+        root &&
+        findTest(
+          root,
+          names.map((n) => n.replace(/\[.*$/s, '')),
+        );
+      return !!def && readsClock(def);
+    });
+  } finally {
+    for (const t of trees.values()) t?.delete();
+  }
+}
 
 /**
  * The definitions in `file` of the listed tests `ids` that can be copied. A test of class C may be defined

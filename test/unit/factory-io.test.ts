@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { fetchSdist, loadSource, pythonFilesOf, readTarball, testFilesIn, writeTarball } from '../../activities/factory/source.ts';
 import { rewriteStatement } from '../../activities/factory/issue-writer.ts';
 import { filePatch } from '../../lib/factory/patch.ts';
-import { defaultPackageDirs } from '../../activities/factory/repo.ts';
+import { defaultPackageDirs, setAsideClockTests, type Baseline } from '../../activities/factory/repo.ts';
 
 let server: Server;
 let base = '';
@@ -123,4 +123,57 @@ test("test files by the repository's pytest python_files (voluptuous keeps its t
   assert.deepEqual(pythonFilesOf([entry('setup.cfg', '[tool:pytest]\npython_files = ["t_*.py", "tests.py"]\n')]), ['t_*.py', 'tests.py']);
   assert.deepEqual(pythonFilesOf([entry('tox.ini', '[pytest]\naddopts = -q\n[testenv]\npython_files = no.py\n')]), ['test_*.py', '*_test.py']);
   assert.deepEqual(pythonFilesOf([entry('setup.cfg', '[metadata]\nname = x\n')]), ['test_*.py', '*_test.py']);
+});
+
+test('the baseline sets aside tests that read a clock: never listed, named in clocked; the others stay', async () => {
+  // our own timing tests, in the shapes a real suite writes them: a helper inside the test, a mixin, a parameter
+  const timing = [
+    'import time',
+    'import timeit',
+    'from shelf import render',
+    '',
+    'class LinearMixin:',
+    '    def test_mixin_is_linear(self):',
+    '        assert timeit.timeit(lambda: render("x" * 100), number=3) < 1',
+    '',
+    'class TestSpeed(LinearMixin):',
+    '    def test_nested_is_linear(self):',
+    '        def took(n):',
+    '            start = time.perf_counter()',
+    '            render("*" * n)',
+    '            return time.perf_counter() - start',
+    '        assert took(2000) < 10 * took(200) + 0.01',
+    '',
+    '    def test_renders(self):',
+    '        assert render("a") == "<p>a</p>"',
+    '',
+    'def test_monotonic(n=1):',
+    '    t = time.monotonic()',
+    '    assert render("b")',
+    '    assert time.monotonic() - t < 5',
+    '',
+    'def test_time_in_a_name_only():',
+    '    runtime = 3',
+    '    assert render("time") and runtime',
+    '',
+  ].join('\n');
+  const sources = new Map([['tests/test_speed.py', timing]]);
+  const passing = [
+    'tests/test_speed.py::TestSpeed::test_nested_is_linear',
+    'tests/test_speed.py::TestSpeed::test_mixin_is_linear',
+    'tests/test_speed.py::TestSpeed::test_renders',
+    'tests/test_speed.py::test_monotonic[1]',
+    'tests/test_speed.py::test_time_in_a_name_only',
+    'tests/test_other.py::test_elsewhere',
+  ];
+  const baseline: Omit<Baseline, 'fullSeconds'> = { passing, flaky: ['tests/test_other.py::test_flip'], other: {}, seconds: {}, functions: [], coverage: {}, testFiles: [] };
+  const b = await setAsideClockTests(baseline, sources);
+  const clocked = passing.slice(0, 2).concat(passing[3]!);
+  assert.deepEqual(b.clocked, clocked);
+  assert.deepEqual(b.passing, [passing[2], passing[4], passing[5]]);
+  assert.deepEqual(b.flaky, ['tests/test_other.py::test_flip', ...clocked]);
+  // nothing to set aside: the same baseline, with no clocked field
+  const none = await setAsideClockTests({ ...baseline, passing: [passing[2]!] }, sources);
+  assert.equal(none.clocked, undefined);
+  assert.deepEqual(none.passing, [passing[2]]);
 });
