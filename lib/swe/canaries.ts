@@ -300,7 +300,7 @@ export async function canariesFor(
       const named = (n: string) => text.slice(0, rel(nameNode.startIndex)) + n + text.slice(rel(nameNode.endIndex));
       const name = fitting(named, limit, () => newName(taken, words));
       text = named(name);
-      inserts.push({ at: insertionPoint(source, src.block), text: spaced(text) });
+      inserts.push({ at: insertionPoint(source, src.block, src.node), text: spaced(text) });
       for (const id of src.ids) canaries.push({ id: id.slice(0, id.length - src.name.length) + name, source: id, expect });
     }
     for (const group of pickMutants(mine)) {
@@ -346,10 +346,18 @@ function spaced(text: string): string {
 /** the indentation of a copy's first line */
 const indentOf = (text: string): number => /^\n*([ \t]*)/.exec(text)![1]!.length;
 
-/** The end of a randomly chosen function or class definition in `block` (after its last line), where a sibling can go. */
-function insertionPoint(source: string, block: Node): number {
-  const defs = block.namedChildren.filter((c): c is Node => !!c && ['function_definition', 'decorated_definition', 'class_definition'].includes(c.type));
-  const after = pick(defs);
+/**
+ * The end of a randomly chosen function or class definition in `block` (after its last line), where a sibling of the
+ * definition `source` can go: that definition or one after it, so every name the copy's decorators and defaults read
+ * when it is defined is bound (a click test's `@needs_fd_capture`, assigned after the first tests, made a copy
+ * placed above the assignment fail the whole file's collection: the gold patch scored 0).
+ */
+function insertionPoint(source: string, block: Node, def: Node): number {
+  const outer = def.parent?.type === 'decorated_definition' ? def.parent : def;
+  const defs = block.namedChildren.filter(
+    (c): c is Node => !!c && ['function_definition', 'decorated_definition', 'class_definition'].includes(c.type) && c.startIndex >= outer.startIndex,
+  );
+  const after = defs.length ? pick(defs) : outer;
   const nl = source.indexOf('\n', after.endIndex);
   return nl < 0 ? source.length : nl + 1;
 }
@@ -423,5 +431,5 @@ function mutantCopy(
   };
   const name = nameFor(named);
   const canaries = group.map((x) => ({ id: [...x.source.split('::').slice(0, -1), name].join('::'), source: x.source, expect: 'fail' as const, mutant: true }));
-  return { insert: { at: insertionPoint(source, block), text: spaced(named(name)) }, canaries };
+  return { insert: { at: insertionPoint(source, block, fn), text: spaced(named(name)) }, canaries };
 }

@@ -4,6 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { filesOfUnittestIds, isTestSupportPath, pathsToRestore, pythonImports, testTreeImports, type RestoreInput } from '../../lib/swe/runner-guard.ts';
 import { exitOneWithoutFailure, integrityContradictions, readPluginRecords } from '../../lib/swe/pytest-results.ts';
 import {
@@ -18,6 +19,7 @@ import {
   restoreFindings,
 } from '../../lib/swe/integrity.ts';
 import { canariesFor } from '../../lib/swe/canaries.ts';
+import { mutantCandidates, sha1 } from '../../lib/swe/answer-mutants.ts';
 import { contradictionDetail, parseLsTreeZ, startupLine, testProcessOf, testRunScript } from '../../lib/swe/grade-plan.ts';
 import { pythonParser } from '../../lib/swe/python-outline.ts';
 
@@ -577,4 +579,58 @@ test('a test behind a wrapper of the patch: passed only when its own call happen
   assert.deepEqual(run({ own_called: true, own_raised: null }), []);
   assert.match(run({ own_called: true, own_raised: 'fail', own_exc: 'builtins.AssertionError' }).join(), /the test's own call raised builtins\.AssertionError inside wrapper/);
   assert.match(run({}).join(), /never called the test's own function/);
+});
+
+// our own test module whose decorator is bound after its first tests, as click's `needs_fd_capture` is
+const LATE_DECORATOR = `def test_first():
+    assert 1 + 1 == 2
+
+
+def test_second():
+    assert "a".upper() == "A"
+
+
+def mark(fn):
+    fn.marked = True
+    return fn
+
+
+needs_marking = mark
+
+
+@needs_marking
+def test_decorated():
+    assert [1, 2][0] == 1
+
+
+@needs_marking
+def test_defaulted(n=3):
+    assert n * 2 == 6
+
+
+def test_last():
+    assert "xy"[::-1] == "yx"
+`;
+
+test('canaries and answer-mutants go after their source: a decorator bound late is bound when a copy is defined', async () => {
+  const path = 'tests/test_late.py';
+  const ids = ['test_first', 'test_second', 'test_decorated', 'test_defaulted', 'test_last'].map((n) => `${path}::${n}`);
+  const edits = await mutantCandidates(path, LATE_DECORATOR, ids.slice(2, 4));
+  assert.ok(edits.length >= 2, JSON.stringify(edits));
+  const mutants = edits.map((e) => ({ ...e, path, sha: sha1(LATE_DECORATOR) }));
+  const contents: string[] = [];
+  let copiedDecorated = 0;
+  for (let i = 0; i < 60; i++) {
+    const c = (await canariesFor(path, LATE_DECORATOR, ids.slice(2), ids.slice(0, 2), mutants))!;
+    assert.ok(c);
+    if (c.canaries.some((k) => k.mutant)) copiedDecorated++;
+    contents.push(c.content);
+  }
+  assert.ok(copiedDecorated > 0, 'the decorated tests were copied as answer-mutants');
+  // every placement defines: python runs each module (a copy above `needs_marking = mark` raises NameError)
+  const py = spawnSync('python3', ['-c', 'import json,sys\nfor i, src in enumerate(json.load(sys.stdin)):\n    exec(compile(src, f"placement {i}", "exec"), {})\n'], {
+    input: JSON.stringify(contents),
+    encoding: 'utf8',
+  });
+  assert.equal(py.status, 0, py.stderr);
 });
