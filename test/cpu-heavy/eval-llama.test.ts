@@ -42,7 +42,10 @@ before(async () => {
   tasks = await sweTasks();
   await imagesFor(tasks.slice(2, 7));
   const install = ensureLlama(ROOT);
-  llama = await startLlamaServer({ binary: install.binary, model: install.models[MODEL]!, alias: 'smollm2', ctxSize: CONTEXT });
+  // a slot per episode the evaluations run at once (concurrency 2), each of CONTEXT tokens (GET /v1/models says
+  // 2,560): with one slot two episodes took turns evicting each other's prompt, and every turn evaluated its whole
+  // prompt again (400–1,000 tokens at about 110 tokens/s)
+  llama = await startLlamaServer({ binary: install.binary, model: install.models[MODEL]!, alias: 'smollm2', ctxSize: 2 * CONTEXT, parallel: 2 });
   t = await startTestTemporal();
 });
 after(async () => {
@@ -238,7 +241,7 @@ test('a worker SIGKILLed mid-evaluation against llama-server: every episode stor
     const h = await t.client.workflow.start('evaluationRun', {
       taskQueue: 'learner',
       workflowId: 'llama-kill',
-      args: [config('llama-kill', 'text', ids, { heartbeatTimeoutSeconds: 8, maxSteps: 4 })],
+      args: [config('llama-kill', 'text', ids, { heartbeatTimeoutSeconds: 8, maxSteps: 3 })],
     });
     const store = openStore(storeUrl);
     await waitFor('an episode stored and others in flight', async () => (await readEvalEpisodes(store, 'llama-kill')).length >= 1, 600_000, 200);

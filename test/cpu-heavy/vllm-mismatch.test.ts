@@ -1,6 +1,6 @@
 // Sampler–learner mismatch and its correction (DESIGN §9), checked by hand: the metric on numbers worked out
 // on paper, a sampler holding bf16-rounded or stale weights raising it, and TIS/MIS changing the native
-// engine's loss exactly as the formula says. No vLLM here (test/temporal/vllm-training.test.ts has the real server).
+// engine's loss exactly as the formula says. No vLLM here (test/docker/vllm-training.test.ts has the real server).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';

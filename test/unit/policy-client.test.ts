@@ -160,7 +160,7 @@ test("SGLang: loadWeights, then get_model_info names the directory served, which
 });
 
 // vLLM's weight-transfer HTTP contract with the `disk` backend of an unreleased vLLM (draft PR vllm-project/vllm#52152;
-// released vLLM has no such backend: test/temporal/vllm-training.test.ts runs the real 0.32 and its reload_weights path) as a
+// released vLLM has no such backend: test/docker/vllm-training.test.ts runs the real 0.32 and its reload_weights path) as a
 // loopback server that records every request and answers as that vLLM does: 400 for a missing init_info/update_info,
 // 422 for a bad pause mode, 500 for what the engine raises (a second session, an update outside a session, a path that
 // is not an absolute directory of safetensors). Its /server_info reports the backend, which is what makes swerl use it.

@@ -3,6 +3,7 @@
 // by the probe; tied and untied heads; the planted stale head caught; permanent errors named, not retried.
 // One vLLM server for the whole file (it takes 130–200 s to start on 2 cores): both models have the same shapes
 // (frozenlake32, frozenlake32-tied), and a tied model is served untied (its head from lm_head.safetensors).
+// In the docker tier: its evaluations grade in task containers (and the temporal lane is npm test's longest).
 import { after, afterEach, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
