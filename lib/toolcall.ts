@@ -1,8 +1,10 @@
 // The one tool-call parser (DESIGN §3): the first call of a model's text, in the R2E-Gym format
 // (`<function=NAME><parameter=KEY>VALUE</parameter></function>`) or in the Hermes/Qwen2.5 format that chat templates
 // render (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), or OpenAI `tool_calls`, into one `ToolCall`
-// shape, validated per tool with zod. Never throws: every failure is a `{ ok: false, error }` whose text can go
-// straight back to the model. `extractToolCallBlocks` turns the `<tool_call>` blocks of a reply into OpenAI tool calls.
+// shape, validated per tool with zod. With the tools known, a `{"name", "arguments"}` object of one of them in a
+// fenced code block is a call too (what small models write). Never throws: every failure is a `{ ok: false, error }`
+// whose text can go straight back to the model. `extractToolCallBlocks` turns the `<tool_call>` blocks of a reply
+// into OpenAI tool calls.
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 
@@ -89,7 +91,7 @@ function parseToolCallUnsafe(text: string, opts: ParseOptions): ParseResult {
   const start = text.indexOf(FUNCTION_OPEN);
   const block = text.indexOf(TOOL_CALL_OPEN);
   if (block >= 0 && (start < 0 || block < start)) return parseToolCallBlock(text, block, opts);
-  if (start < 0) return fail('none', 'No function call found.');
+  if (start < 0) return fencedJsonCall(text, opts) ?? fail('none', 'No function call found.');
   const head = readTagName(text, start + FUNCTION_OPEN.length);
   if (!head) {
     return fail('malformed', `Malformed function call: ${tagAt(text, start)} is not \`<function=NAME>\` with a name of letters, digits or \`_\`.`);
@@ -143,6 +145,25 @@ function parseToolCallBlock(text: string, at: number, opts: ParseOptions): Parse
     return fail('malformed', `Malformed tool call: ${call.error}${closed}. Write <tool_call>{"name": FUNCTION_NAME, "arguments": {...}}</tool_call>.`);
   }
   return validate(call, opts);
+}
+
+/**
+ * A reply with neither tag that writes its call as a `{"name": TOOL, "arguments": {...}}` object in a fenced code block
+ * (```json … ```), as small instruct models do (Qwen2.5-Coder-0.5B wrote `finish` so in every turn of an evaluation,
+ * and was told each time that it had made no call). Only with `opts.tools`, and only for one of their names (or an
+ * alias): JSON that shows data or names anything else is no call.
+ */
+function fencedJsonCall(text: string, opts: ParseOptions): ParseResult | null {
+  if (!opts.tools) return null;
+  for (const m of text.matchAll(/```[A-Za-z]*[ \t]*\n([\s\S]*?)```/g)) {
+    const body = m[1]!.trim();
+    if (!body.startsWith('{')) continue;
+    const call = toolCallJson(body);
+    if ('error' in call) continue;
+    const name = opts.aliases?.[call.name] ?? call.name;
+    if (Object.prototype.hasOwnProperty.call(opts.tools, name)) return validate(call, opts);
+  }
+  return null;
 }
 
 /** `{"name", "arguments"}` JSON text as a call, or what is wrong with it. */

@@ -254,3 +254,34 @@ test('extractToolCallBlocks: every well-formed block as an OpenAI tool call, the
   const broken = '<tool_call>{not json}</tool_call>';
   assert.deepEqual(extractToolCallBlocks(broken, idOf), { content: broken, toolCalls: [] });
 });
+
+test('a fenced {"name", "arguments"} object of a known tool is a call; other fenced JSON, and any without the tools, is none', () => {
+  const fenced = (json: string, lang = 'json') => `I will submit now.\n\n\`\`\`${lang}\n${json}\n\`\`\`\n`;
+  const finish = parseToolCall(fenced('{\n  "name": "finish",\n  "arguments": {"command": "submit"}\n}'), swe);
+  assert.deepEqual(finish, { ok: true, call: { name: 'finish', args: { command: 'submit' } } });
+  // an alias, arguments as a JSON string, a fence without a language
+  const bash = parseToolCall(fenced('{"name": "bash", "arguments": "{\\"cmd\\": \\"ls /testbed\\"}"}', ''), swe);
+  assert.deepEqual(bash, { ok: true, call: { name: 'execute_bash', args: { cmd: 'ls /testbed' } } });
+  // validated as any call: a known tool with bad arguments is the tool's error
+  const bad = parseToolCall(fenced('{"name": "file_editor", "arguments": {"command": "explode", "path": "/testbed"}}'), swe);
+  assert.equal(bad.ok === false && bad.kind, 'invalid_args');
+  // the first fenced object that names a tool counts, after code or data that does not
+  const two = parseToolCall(
+    `${fenced('{"name": "reproduce_issue", "arguments": {}}')}${fenced('print(1)', 'python')}${fenced('{"name": "search", "arguments": {"search_term": "foo"}}')}`,
+    swe,
+  );
+  assert.deepEqual(two, { ok: true, call: { name: 'search', args: { search_term: 'foo' } } });
+  for (const none of [
+    fenced('{"name": "reproduce_issue", "arguments": {}}'),
+    fenced('{"key": "value"}'),
+    fenced('{"name": "finish", "arguments": {'),
+    '{"name": "finish", "arguments": {"command": "submit"}}',
+  ]) {
+    const r = parseToolCall(none, swe);
+    assert.equal(r.ok === false && r.kind, 'none', none);
+  }
+  assert.equal(parseToolCall(fenced('{"name": "finish", "arguments": {"command": "submit"}}')).ok, false, 'without the tools nothing names a tool');
+  // a tag still comes first: the text format's call wins over a fenced object before it
+  const tagged = parseToolCall(`${fenced('{"name": "finish", "arguments": {"command": "submit"}}')}<function=search><parameter=search_term>x</parameter></function>`, swe);
+  assert.deepEqual(tagged, { ok: true, call: { name: 'search', args: { search_term: 'x' } } });
+});
