@@ -1,8 +1,8 @@
 // The one tool-call parser (DESIGN §3): the first call of a model's text, in the R2E-Gym format
 // (`<function=NAME><parameter=KEY>VALUE</parameter></function>`) or in the Hermes/Qwen2.5 format that chat templates
 // render (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), or OpenAI `tool_calls`, into one `ToolCall`
-// shape, validated per tool with zod. With the tools known, a `{"name", "arguments"}` object of one of them in a
-// fenced code block is a call too (what small models write). Never throws: every failure is a `{ ok: false, error }`
+// shape, validated per tool with zod. With the tools known, a `{"name", "arguments"}` object of one of them, fenced
+// or the whole reply, is a call too (what small models write). Never throws: every failure is a `{ ok: false, error }`
 // whose text can go straight back to the model. `extractToolCallBlocks` turns the `<tool_call>` blocks of a reply
 // into OpenAI tool calls.
 import { randomUUID } from 'node:crypto';
@@ -91,7 +91,7 @@ function parseToolCallUnsafe(text: string, opts: ParseOptions): ParseResult {
   const start = text.indexOf(FUNCTION_OPEN);
   const block = text.indexOf(TOOL_CALL_OPEN);
   if (block >= 0 && (start < 0 || block < start)) return parseToolCallBlock(text, block, opts);
-  if (start < 0) return fencedJsonCall(text, opts) ?? fail('none', 'No function call found.');
+  if (start < 0) return bareJsonCall(text, opts) ?? fail('none', 'No function call found.');
   const head = readTagName(text, start + FUNCTION_OPEN.length);
   if (!head) {
     return fail('malformed', `Malformed function call: ${tagAt(text, start)} is not \`<function=NAME>\` with a name of letters, digits or \`_\`.`);
@@ -148,33 +148,42 @@ function parseToolCallBlock(text: string, at: number, opts: ParseOptions): Parse
 }
 
 /**
- * A reply with neither tag that writes its call as a `{"name": TOOL, "arguments": {...}}` object in a fenced code block
- * (```json … ```), as small instruct models do (Qwen2.5-Coder-0.5B wrote `finish` so in every turn of an evaluation,
- * and was told each time that it had made no call). Only with `opts.tools`, and only for one of their names (or an
- * alias): JSON that shows data or names anything else is no call.
+ * A reply with neither tag that writes its call as a `{"name": TOOL, "arguments": {...}}` object, in a fenced code
+ * block (```json … ```) or as the whole reply, as small instruct models do (Qwen2.5-Coder-0.5B wrote `finish` so in
+ * every turn of an evaluation, and was told each time that it had made no call). Only with `opts.tools`, and only for
+ * one of their names (or an alias): JSON that shows data or names anything else is no call. An object that names a
+ * tool but is not valid JSON is a malformed call, named as such.
  */
-function fencedJsonCall(text: string, opts: ParseOptions): ParseResult | null {
-  if (!opts.tools) return null;
-  for (const m of text.matchAll(/```[A-Za-z]*[ \t]*\n([\s\S]*?)```/g)) {
-    const body = m[1]!.trim();
+function bareJsonCall(text: string, opts: ParseOptions): ParseResult | null {
+  const tools = opts.tools;
+  if (!tools) return null;
+  const known = (name: string) => Object.prototype.hasOwnProperty.call(tools, opts.aliases?.[name] ?? name);
+  const bodies = [...text.matchAll(/```[A-Za-z]*[ \t]*\n([\s\S]*?)```/g)].map((m) => m[1]!.trim());
+  const whole = text.trim();
+  if (whole.startsWith('{') && whole.endsWith('}')) bodies.push(whole);
+  let malformed: ParseResult | null = null;
+  for (const body of bodies) {
     if (!body.startsWith('{')) continue;
-    const call = toolCallJson(body);
-    if ('error' in call) continue;
-    const name = opts.aliases?.[call.name] ?? call.name;
-    if (Object.prototype.hasOwnProperty.call(opts.tools, name)) return validate(call, opts);
+    const call = toolCallJson(body, 'it');
+    if (!('error' in call)) {
+      if (known(call.name)) return validate(call, opts);
+      continue;
+    }
+    const named = /"name"\s*:\s*"([^"]{1,64})"/.exec(body)?.[1];
+    if (named && known(named) && !malformed) malformed = fail('malformed', `Malformed tool call: the object naming \`${named}\` is not a valid call: ${call.error}.`);
   }
-  return null;
+  return malformed;
 }
 
 /** `{"name", "arguments"}` JSON text as a call, or what is wrong with it. */
-function toolCallJson(body: string): ToolCall | { error: string } {
+function toolCallJson(body: string, where = 'the text inside <tool_call>'): ToolCall | { error: string } {
   let v: unknown;
   try {
     v = JSON.parse(body);
   } catch (e) {
-    return { error: `the text inside <tool_call> is not valid JSON (${(e as Error).message})` };
+    return { error: `${where} is not valid JSON (${(e as Error).message})` };
   }
-  if (v === null || typeof v !== 'object' || Array.isArray(v)) return { error: 'the text inside <tool_call> must be a JSON object' };
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) return { error: `${where} must be a JSON object` };
   const { name, arguments: raw } = v as { name?: unknown; arguments?: unknown };
   if (typeof name !== 'string' || !name.trim()) return { error: 'the JSON object has no "name" string' };
   let args: unknown = raw ?? {};

@@ -255,7 +255,7 @@ test('extractToolCallBlocks: every well-formed block as an OpenAI tool call, the
   assert.deepEqual(extractToolCallBlocks(broken, idOf), { content: broken, toolCalls: [] });
 });
 
-test('a fenced {"name", "arguments"} object of a known tool is a call; other fenced JSON, and any without the tools, is none', () => {
+test('a {"name", "arguments"} object of a known tool, fenced or the whole reply, is a call; broken JSON naming one is malformed; other JSON, and any without the tools, is none', () => {
   const fenced = (json: string, lang = 'json') => `I will submit now.\n\n\`\`\`${lang}\n${json}\n\`\`\`\n`;
   const finish = parseToolCall(fenced('{\n  "name": "finish",\n  "arguments": {"command": "submit"}\n}'), swe);
   assert.deepEqual(finish, { ok: true, call: { name: 'finish', args: { command: 'submit' } } });
@@ -274,13 +274,24 @@ test('a fenced {"name", "arguments"} object of a known tool is a call; other fen
   for (const none of [
     fenced('{"name": "reproduce_issue", "arguments": {}}'),
     fenced('{"key": "value"}'),
-    fenced('{"name": "finish", "arguments": {'),
-    '{"name": "finish", "arguments": {"command": "submit"}}',
+    'Here is the data: {"name": "finish", "arguments": {"command": "submit"}} as the tool returns it.',
   ]) {
     const r = parseToolCall(none, swe);
     assert.equal(r.ok === false && r.kind, 'none', none);
   }
   assert.equal(parseToolCall(fenced('{"name": "finish", "arguments": {"command": "submit"}}')).ok, false, 'without the tools nothing names a tool');
+  const cut = parseToolCall(fenced('{"name": "finish", "arguments": {'), swe);
+  assert.equal(cut.ok === false && cut.kind, 'malformed', 'a cut object naming a tool is a malformed call');
+  // the whole reply as one object (Python's True in it is not JSON: a malformed call naming the tool, not "no call")
+  assert.deepEqual(parseToolCall(' {"name": "search", "arguments": {"search_term": "not_null"}}\n', swe), {
+    ok: true,
+    call: { name: 'search', args: { search_term: 'not_null' } },
+  });
+  const py = parseToolCall('{"name": "file_editor", "arguments": {"command": "view", "path": "/testbed", "concise": True}}', swe);
+  assert.equal(py.ok === false && py.kind, 'malformed');
+  assert.match(py.ok ? '' : py.error, /^Malformed tool call: the object naming `file_editor` is not a valid call: it is not valid JSON \(/);
+  const quotes = parseToolCall(fenced('{"name": "execute_bash", "arguments": {"cmd": "echo "x""}}'), swe);
+  assert.match(quotes.ok ? '' : quotes.error, /naming `execute_bash` is not a valid call/);
   // a tag still comes first: the text format's call wins over a fenced object before it
   const tagged = parseToolCall(`${fenced('{"name": "finish", "arguments": {"command": "submit"}}')}<function=search><parameter=search_term>x</parameter></function>`, swe);
   assert.deepEqual(tagged, { ok: true, call: { name: 'search', args: { search_term: 'x' } } });
