@@ -1,7 +1,7 @@
 // Canary tests (DESIGN §3, test integrity): tests the grader adds to the listed test files after
 // test_patch, whose outcomes it knows and the code under test does not. Each is a copy of one of the
 // file's own tests (a PASS_TO_PASS test where there is one), under a new name made of words from the
-// file's test names, put among the tests of the same class or module at a random place:
+// file's test names, put among the tests of the same class or module at a random place after its source:
 //   pass  the source test verbatim: passes whenever its source test passes;
 //   fail  the source test with its last check inverted (`assert E` → `assert not (E)`, `self.assertEqual` → `self.assertNotEqual`, ...): fails whenever its source test passes.
 // A test that reads a clock is never copied (its outcome is the machine's load), and the copies are spaced and sized
@@ -347,8 +347,8 @@ function spaced(text: string): string {
 const indentOf = (text: string): number => /^\n*([ \t]*)/.exec(text)![1]!.length;
 
 /**
- * The end of a randomly chosen function or class definition in `block` (after its last line), where a sibling of the
- * definition `source` can go: that definition or one after it, so every name the copy's decorators and defaults read
+ * The end of a randomly chosen function or class definition in `block` (after its last line), where a copy of the
+ * definition `def` can go: that definition or one after it, so every name the copy's decorators and defaults read
  * when it is defined is bound (a click test's `@needs_fd_capture`, assigned after the first tests, made a copy
  * placed above the assignment fail the whole file's collection: the gold patch scored 0).
  */
@@ -398,7 +398,7 @@ function pickMutants(all: readonly VerifiedMutant[]): VerifiedMutant[][] {
 /**
  * The copy of a mutant's source test with its answer changed and a new name: decorators, docstring and formatting as
  * the source has them (the docstring goes where unittest would print it as the test's description), inserted
- * among the tests of the same block at a random place.
+ * among the tests of the same block at a random place after its source.
  */
 function mutantCopy(
   root: Node,
