@@ -166,7 +166,7 @@ export async function trackEvaluation(input: TrackEvaluationInput): Promise<void
   }
 }
 
-/** Retries a run's (or an evaluation's) report until the tracker has everything (backing off to every 5 minutes, for up to a week). */
+/** Retries a run's (or an evaluation's) report until the tracker has everything (backing off to every minute, for up to a week). */
 export async function trackingCatchUp(input: ReportRunInput | TrackEvaluationInput): Promise<ReportRunResult | ReportRunResult['tracking']> {
   const acts = proxyActivities<Activities>({
     taskQueue: TASK_QUEUES.rollout,
