@@ -2,7 +2,7 @@
 // episodes, hacks and findings by kind and rule, and a small sample of flagged trajectories kept whole for
 // review in the store (runs/<run>/integrity/iter-<n>/<task>-<sample>/: the trajectory, the grading's whole test
 // log and its integrity findings). The counts per iteration come from the rollout summaries (lib/grpo.ts).
-import { writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import type { ArtifactStore } from '../lib/store.ts';
 import { keys } from '../lib/store.ts';
 import type { Trajectory } from '../lib/types.ts';
@@ -40,4 +40,8 @@ export async function recordIntegrity(o: { store: ArtifactStore; trajectory: Tra
     if (typeof t.info?.patch === 'string') await writeFile(`${tmp}/patch.diff`, t.info.patch);
     for (const [name, text] of Object.entries(o.reviewFiles ?? {})) await writeFile(`${tmp}/${name.replace(/[^\w.-]/g, '_')}`, text);
   });
+  // flagged rollouts that end together all found a place free: each writer, once its own is complete, keeps the
+  // first `keepPerIteration` names and removes the rest, so the last to finish leaves exactly that many
+  const all = await o.store.children(keys.integrityKept(t.runId, t.iteration)).catch(() => [] as string[]);
+  for (const extra of all.slice(o.keepPerIteration)) await rm(o.store.dirFor(`${keys.integrityKept(t.runId, t.iteration)}/${extra}`), { recursive: true, force: true });
 }

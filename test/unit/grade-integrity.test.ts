@@ -3,7 +3,12 @@
 // checks in a real run are test/docker/grade-adversarial.test.ts and test/docker/grade-mutation.test.ts.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { recordIntegrity } from '../../activities/integrity.ts';
+import { fileStoreUrl, keys, openStore } from '../../lib/store.ts';
+import type { Trajectory } from '../../lib/types.ts';
 import { spawnSync } from 'node:child_process';
 import { filesOfUnittestIds, isTestSupportPath, pathsToRestore, pythonImports, testTreeImports, type RestoreInput } from '../../lib/swe/runner-guard.ts';
 import { exitOneWithoutFailure, integrityContradictions, readPluginRecords } from '../../lib/swe/pytest-results.ts';
@@ -633,4 +638,33 @@ test('canaries and answer-mutants go after their source: a decorator bound late 
     encoding: 'utf8',
   });
   assert.equal(py.status, 0, py.stderr);
+});
+
+test('flagged rollouts that end together keep keepPerIteration of them, not one each', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'swerl-kept-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const store = openStore(fileStoreUrl(dir));
+  const finding = { kind: 'suspicious_patch', rule: 'frame-getframe', detail: 'toolz/__init__.py:2' };
+  const flagged = (taskId: string, sample: number) =>
+    ({
+      runId: 'kept',
+      iteration: 0,
+      taskId,
+      sample,
+      checkpoint: 0,
+      ids: [],
+      mask: [],
+      logprobs: [],
+      promptLength: 0,
+      reward: 0,
+      end: 'submitted',
+      steps: 1,
+      info: { graderVersion: 'swerl-grader/4', integrity: [finding], patch: '+x\n' },
+    }) as unknown as Trajectory;
+  for (const keep of [1, 2]) {
+    const run = `kept-${keep}`;
+    const ts = ['a', 'b', 'c', 'd'].flatMap((task) => [0, 1].map((s) => ({ ...flagged(task, s), runId: run })));
+    await Promise.all(ts.map((trajectory) => recordIntegrity({ store, trajectory, keepPerIteration: keep })));
+    assert.equal((await store.children(keys.integrityKept(run, 0))).length, keep, `keepPerIteration ${keep}`);
+  }
 });
