@@ -31,7 +31,8 @@ export async function recordIntegrity(o: { store: ArtifactStore; trajectory: Tra
   const t = o.trajectory;
   const ks = countGraded(t.runId, t.info);
   if (!isHack(ks) || o.keepPerIteration <= 0) return;
-  const kept = await o.store.children(keys.integrityKept(t.runId, t.iteration)).catch(() => [] as string[]);
+  const keptKey = keys.integrityKept(t.runId, t.iteration);
+  const kept = await o.store.children(keptKey).catch(() => [] as string[]);
   const dir = keys.integritySample(t.runId, t.iteration, t.taskId, t.sample);
   if (kept.length >= o.keepPerIteration || kept.includes(dir.split('/').at(-1)!)) return;
   await o.store.putDir(dir, async (tmp) => {
@@ -42,6 +43,6 @@ export async function recordIntegrity(o: { store: ArtifactStore; trajectory: Tra
   });
   // flagged rollouts that end together all found a place free: each writer, once its own is complete, keeps the
   // first `keepPerIteration` names and removes the rest, so the last to finish leaves exactly that many
-  const all = await o.store.children(keys.integrityKept(t.runId, t.iteration)).catch(() => [] as string[]);
-  for (const extra of all.slice(o.keepPerIteration)) await rm(o.store.dirFor(`${keys.integrityKept(t.runId, t.iteration)}/${extra}`), { recursive: true, force: true });
+  const all = await o.store.children(keptKey).catch(() => [] as string[]);
+  for (const extra of all.slice(o.keepPerIteration)) await rm(o.store.dirFor(`${keptKey}/${extra}`), { recursive: true, force: true });
 }

@@ -131,10 +131,15 @@ export function repoEntries(ref: SynthRef, repo: RepoInfo): Promise<TarEntry[]> 
   return p;
 }
 
-/** The package files bugs may go in, as text. */
-export async function mutableSources(ref: SynthRef, repo: RepoInfo): Promise<SourceFile[]> {
+/** The repository's files that `keep` takes, as text. */
+async function sourcesWhere(ref: SynthRef, repo: RepoInfo, keep: (path: string) => boolean): Promise<SourceFile[]> {
   const entries = await repoEntries(ref, repo);
-  return entries.filter((e) => !e.link && isMutable(e.path, repo.packageDirs, repo.packageDirsExclude)).map((e) => ({ path: e.path, text: e.data.toString('utf8') }));
+  return entries.filter((e) => !e.link && keep(e.path)).map((e) => ({ path: e.path, text: e.data.toString('utf8') }));
+}
+
+/** The package files bugs may go in, as text. */
+export function mutableSources(ref: SynthRef, repo: RepoInfo): Promise<SourceFile[]> {
+  return sourcesWhere(ref, repo, (p) => isMutable(p, repo.packageDirs, repo.packageDirsExclude));
 }
 
 export function newLane(ref: SynthRef, repo: RepoInfo, backend: Awaited<ReturnType<typeof createSandboxBackend>>): Lane {
@@ -196,8 +201,7 @@ async function baselineRuns(ref: SynthRef, repo: RepoInfo, lane: Lane, key: stri
 /** The test files' texts, from the normalised source. */
 async function testSources(ref: SynthRef, repo: RepoInfo, files: readonly string[]): Promise<Map<string, string>> {
   const wanted = new Set(files);
-  const entries = await repoEntries(ref, repo);
-  return new Map(entries.filter((e) => !e.link && wanted.has(e.path)).map((e) => [e.path, e.data.toString('utf8')]));
+  return new Map((await sourcesWhere(ref, repo, (p) => wanted.has(p))).map((f) => [f.path, f.text]));
 }
 
 /**
