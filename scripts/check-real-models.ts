@@ -1,7 +1,8 @@
 // npm run check:real-models: both catalog models (SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct) through every
 // engine, on their own: `swerl model import` (or an import already made: --dir NAME=DIR), the oracle (native engine
 // vs transformers), one AdamW step on the native and the FSDP engine from the same batch, and vLLM synced to a trained
-// checkpoint verified by the probe (fp32 and bf16), and a one-task SWE evaluation through our policy server and through
+// checkpoint verified by the probe (fp32 and bf16), llama-server serving the directory exported as a GGUF (`swerl model
+// export-gguf`) verified by the same probe, and a one-task SWE evaluation through our policy server and through
 // vLLM with 0 errors. Prints one table (scripts/checks/real-models.ts states the
 // tolerances and why) and exits 1 when a row is over. The weights are Q4-dequantized GGUFs (lib/model-catalog.ts).
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
@@ -11,10 +12,11 @@ import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { catalogModel, CATALOG_NAMES } from '../lib/model-catalog.ts';
 import { importModel } from './model-import/index.ts';
-import { formatRealRows, oneTaskEval, realEngineStepRows, realOracleRows, vllmProbeRows, type OneTaskEval, type RealRow } from './checks/real-models.ts';
+import { formatRealRows, llamaProbeRows, oneTaskEval, realEngineStepRows, realOracleRows, vllmProbeRows, type OneTaskEval, type RealRow } from './checks/real-models.ts';
+import { ensureCatalogGguf } from './model-import/fetch.ts';
 import { startVllm } from '../services/vllm.ts';
 
-const STEPS = ['oracle', 'fsdp', 'vllm-fp32', 'vllm-bf16', 'eval-ours', 'eval-vllm'] as const;
+const STEPS = ['oracle', 'fsdp', 'vllm-fp32', 'vllm-bf16', 'llama', 'eval-ours', 'eval-vllm'] as const;
 const ArgsSchema = z.object({
   model: z.array(z.enum(CATALOG_NAMES as [string, ...string[]])).default([...CATALOG_NAMES]),
   dir: z
@@ -69,6 +71,12 @@ try {
       if (skip.has(dtype === 'float32' ? 'vllm-fp32' : 'vllm-bf16')) continue;
       const r = await timed(`${name} vLLM ${dtype}`, () => vllmProbeRows(dir!, join(work, `vllm-${dtype}`), label, { dtype }));
       timings.push(`  vLLM started in ${r.startSeconds.toFixed(0)} s, reloaded checkpoint 1 in ${r.syncSeconds.toFixed(1)} s`);
+      rows.push(...r.rows);
+    }
+    if (!skip.has('llama')) {
+      const quantizedGguf = await ensureCatalogGguf(m, process.env.SWERL_PYTHON ?? 'python3');
+      const r = await timed(`${name} llama-server (exported GGUF)`, () => llamaProbeRows(dir!, join(work, 'llama'), label, { quantizedGguf }));
+      timings.push(`  exported to GGUF (f32) in ${r.exportSeconds.toFixed(0)} s`);
       rows.push(...r.rows);
     }
     if (!skip.has('eval-ours'))

@@ -5,7 +5,7 @@
 //            batch of chat-templated text: log-probs, the GRPO++ loss and every gradient;
 //   engines: one AdamW step from the same batch on the native engine and on the FSDP engine (1 rank): loss, grad
 //            norm and the weight change;
-//   probe:   vLLM synced to a trained checkpoint (DESIGN §9);
+//   probe:   vLLM synced to a trained checkpoint (DESIGN §9), and llama-server serving the checkpoint exported as a GGUF;
 //   eval:    a one-task SWE evaluation, through our policy server or vLLM.
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -19,12 +19,14 @@ import { FsdpLearner, fsdpPython, writeTrainBatch } from '../../gpu-learner/fsdp
 import { fsdpOptions, mutantRow, rel, relL2, row, type Row } from '../../gpu-learner/fsdp/crosscheck.ts';
 import { chatCorpus } from './chat-templates.ts';
 import type { ProbeResult } from '../../lib/sync-probe.ts';
+import type { PolicyClient } from '../../lib/types.ts';
 import type { EvalConfigInput } from '../../lib/eval/config.ts';
 
 type EvalModelInput = EvalConfigInput['model'];
 
 export type { Row };
-const FSDP_PKG = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'gpu-learner', 'fsdp');
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const FSDP_PKG = join(ROOT, 'gpu-learner', 'fsdp');
 
 /**
  * Tolerances on a real model (fp32 everywhere; the engines differ in accumulation order, GEMM blocking and threads).
@@ -281,6 +283,88 @@ export async function vllmProbeRows(
     await vllm.close();
     l0.close();
     l1.close();
+  }
+}
+
+/**
+ * llama-server's `/completion` as the probe's completion client: greedy (llama.cpp reports the log-probs of a
+ * softmax of the raw logits whatever the samplers), the generated ids and their log-probs.
+ */
+export function llamaProbeClient(url: string): Pick<PolicyClient, 'complete'> {
+  return {
+    async complete(req) {
+      const r = await fetch(`${url}/completion`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: req.promptIds, n_predict: req.maxTokens, temperature: 0, n_probs: 1, return_tokens: true, cache_prompt: false }),
+        signal: AbortSignal.timeout(120_000),
+      });
+      if (!r.ok) throw new Error(`llama-server /completion: HTTP ${r.status} ${await r.text()}`);
+      const body = (await r.json()) as { tokens: number[]; completion_probabilities: { id: number; logprob: number }[]; stop_type?: string };
+      const probs = body.completion_probabilities;
+      if (probs.length !== body.tokens.length || probs.some((p, i) => p.id !== body.tokens[i]))
+        throw new Error('llama-server /completion: its tokens and their probabilities disagree');
+      return { ids: body.tokens, logprobs: probs.map((p) => p.logprob), finishReason: body.stop_type === 'limit' ? 'length' : 'stop' };
+    },
+  };
+}
+
+/**
+ * The probe's tolerance on llama-server serving an f32 GGUF (no flash attention, f32 KV cache). Its log-probs are
+ * log(p) of a softmax whose normalizer is summed in fp32 over the whole vocabulary (49K–152K terms), so every token's
+ * log-prob moves alike: SmolLM2 measured 1.1e-4 mean and 1.6e-4 max |Δ| against the native engine (vLLM: 1.7e-5).
+ * 1e-3 leaves 6× that and stays 100× below a stale or quantized model (≥ 0.1; the Q4_1 GGUF: 0.17). With llama.cpp's
+ * CPU flash attention (K and V in f16) the same file measured 4.8e-3: it is turned off here.
+ */
+export const LLAMA_PROBE_TOLERANCE = 1e-3;
+
+export interface LlamaProbeResult {
+  rows: RealRow[];
+  /** the exported GGUF, and how long the export took */
+  gguf: string;
+  exportSeconds: number;
+  /** the probe of the exported file (its `ok` is against the fp32 tolerance of a vLLM server; the row uses LLAMA_PROBE_TOLERANCE) */
+  probe: ProbeResult;
+}
+
+/**
+ * llama-server serving the checkpoint directory: `swerl model export-gguf` (llama.cpp's converter, f32) writes it
+ * as a GGUF, the server loads it with an f32 KV cache and no flash attention, and the probe (DESIGN §9) compares its greedy
+ * continuation's log-probs with the native engine's on the directory: the same model within LLAMA_PROBE_TOLERANCE. The GGUF the import
+ * started from is served too, as the mutant: its Q4 kernels (activations rounded to 8 bits) are another model.
+ */
+export async function llamaProbeRows(dir: string, work: string, name: string, o: { quantizedGguf?: string; threads?: number } = {}): Promise<LlamaProbeResult> {
+  const { ensureLlama, startLlamaServer } = await import('../../services/llama-server.ts');
+  const { exportGguf } = await import('../model-import/export-gguf.ts');
+  const { probeServedCheckpoint } = await import('../../activities/learner.ts');
+  mkdirSync(work, { recursive: true });
+  const install = ensureLlama(ROOT);
+  const exported = await exportGguf({ model: dir, out: join(work, 'model-f32.gguf'), outtype: 'f32', converter: join(dirname(install.binary), '..', 'convert') });
+  const learner = await Learner.load(dir, { threads: o.threads ?? 2 });
+  const serve = async (gguf: string) => {
+    const server = await startLlamaServer({
+      binary: install.binary,
+      model: gguf,
+      ctxSize: 256,
+      threads: o.threads ?? 2,
+      args: ['--cache-type-k', 'f32', '--cache-type-v', 'f32', '--flash-attn', 'off'],
+    });
+    try {
+      return await probeServedCheckpoint(llamaProbeClient(server.url), learner, dir, 'float32');
+    } finally {
+      await server.stop();
+    }
+  };
+  try {
+    const probe = await serve(exported.file);
+    const rows: RealRow[] = [row('probe', `${name}, llama-server f32`, 'exported GGUF served, max |Δ log p|', probe.maxAbsDelta, LLAMA_PROBE_TOLERANCE)];
+    if (o.quantizedGguf) {
+      const q = await serve(o.quantizedGguf);
+      rows.push(mutantRow('mutant', `${name}, llama-server`, 'the quantized GGUF served instead', q.maxAbsDelta, LLAMA_PROBE_TOLERANCE));
+    }
+    return { rows, gguf: exported.file, exportSeconds: exported.seconds, probe };
+  } finally {
+    learner.close();
   }
 }
 

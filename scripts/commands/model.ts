@@ -1,6 +1,7 @@
 // `swerl model init --out DIR --preset tiny|frozenlake [--seed N]`: writes a random checkpoint 0.
 // `swerl model import --from NAME|FILE.gguf --out DIR [--dtype float32|bfloat16]`: a real pretrained model
 // (scripts/model-import/) as a Hugging Face checkpoint directory.
+// `swerl model export-gguf --model DIR --out FILE.gguf [--outtype f32|f16|bf16|q8_0]`: the other way, for llama-server.
 import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { z } from 'zod';
@@ -9,6 +10,7 @@ import { writeModel, type WrittenModel } from '../../lib/model-init.ts';
 import { catalogModel, CATALOG_NAMES, MODEL_CATALOG } from '../../lib/model-catalog.ts';
 import { importModel, ModelImportError, type ImportProgress } from '../model-import/index.ts';
 import { ensureCatalogGguf } from '../model-import/fetch.ts';
+import { exportGguf, GGUF_OUT_TYPES } from '../model-import/export-gguf.ts';
 
 export const ModelInitOptionsSchema = z.object({
   out: z.string({ error: 'out: required (--out DIR)' }).min(1, 'out: must not be empty'),
@@ -36,7 +38,7 @@ export async function modelInit(raw: ModelInitOptions): Promise<WrittenModel> {
 }
 
 /** A progress bar per phase on a terminal; one line per phase otherwise. */
-function progressPrinter(): { onProgress: (p: ImportProgress) => void; stop: () => void } {
+function progressPrinter(tag = 'model import'): { onProgress: (p: ImportProgress) => void; stop: () => void } {
   const tty = process.stderr.isTTY;
   let phase = '';
   let bar: cliProgress.SingleBar | null = null;
@@ -48,7 +50,7 @@ function progressPrinter(): { onProgress: (p: ImportProgress) => void; stop: () 
         if (tty) {
           bar = new cliProgress.SingleBar({ format: `${p.phase.padEnd(40).slice(0, 40)} [{bar}] {percentage}%`, stream: process.stderr }, cliProgress.Presets.shades_classic);
           bar.start(p.total, p.done);
-        } else process.stderr.write(`[model import] ${p.phase}\n`);
+        } else process.stderr.write(`[${tag}] ${p.phase}\n`);
       }
       bar?.setTotal(p.total);
       bar?.update(p.done);
@@ -98,6 +100,26 @@ export function register(program: Command): void {
       } catch (e) {
         progress.stop();
         console.error(`swerl model import: ${e instanceof ModelImportError ? `${e.kind}: ` : ''}${(e as Error).message}`);
+        process.exitCode = e instanceof ModelImportError ? 2 : 1;
+      }
+    });
+  model
+    .command('export-gguf')
+    .description(
+      "write a Hugging Face checkpoint directory (an import, or a checkpoint a run saved) as one GGUF file for llama-server, with llama.cpp's own converter (scripts/ensure-llama.sh installs it)",
+    )
+    .requiredOption('--model <dir>', 'the checkpoint directory (config.json, model.safetensors, tokenizer.json)')
+    .requiredOption('--out <file>', 'the GGUF file to write (must not exist)')
+    .option('--outtype <type>', `${GGUF_OUT_TYPES.join(' | ')}: f32 keeps the weights as trained`, 'f32')
+    .action(async (opts: { model: string; out: string; outtype: string }) => {
+      const progress = progressPrinter('model export-gguf');
+      try {
+        const r = await exportGguf({ model: opts.model, out: opts.out, outtype: opts.outtype as 'f32', onProgress: progress.onProgress });
+        progress.stop();
+        console.log(`wrote ${r.file}: ${(r.bytes / 2 ** 20).toFixed(0)} MiB, ${r.outtype}, ${r.seconds.toFixed(0)} s`);
+      } catch (e) {
+        progress.stop();
+        console.error(`swerl model export-gguf: ${e instanceof ModelImportError ? `${e.kind}: ` : ''}${(e as Error).message}`);
         process.exitCode = e instanceof ModelImportError ? 2 : 1;
       }
     });

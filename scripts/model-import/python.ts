@@ -14,6 +14,7 @@ export type ImportErrorKind =
   | 'unsupported_architecture'
   | 'unsupported_quantization'
   | 'unsupported_tensor'
+  | 'unsupported_tokenizer'
   | 'no_space'
   | 'bad_artifact'
   | 'out_exists';

