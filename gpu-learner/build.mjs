@@ -63,10 +63,16 @@ const run = (args) => {
   if (r.status !== 0) fail(`cmake ${args.join(' ')} failed (status ${r.status})`, (r.stdout ?? '') + (r.stderr ?? ''));
 };
 
+// ccache when installed (scripts/setup.sh installs it), with the repository as its base directory: a fresh clone
+// in another directory compiles from the cache shared by every clone on the machine (~/.cache/ccache).
+const root = dirname(here);
+const launcher = has('ccache') ? ['C', 'CXX'].map((lang) => `-DCMAKE_${lang}_COMPILER_LAUNCHER=cmake;-E;env;CCACHE_BASEDIR=${root};ccache`) : [];
+
 if (!existsSync(join(build, 'CMakeCache.txt'))) {
   const gen = has('ninja') ? ['-G', 'Ninja'] : [];
   run([
     ...gen,
+    ...launcher,
     '-S',
     here,
     '-B',

@@ -26,6 +26,14 @@ if [ "${GL_BLAS:-ON}" != OFF ] && ! pkg-config --exists openblas 2>/dev/null; th
   apt-get update -qq >&2
   apt-get install -y -qq --no-install-recommends libopenblas-dev pkg-config >&2
 fi
+# ccache (Debian, GPL-3; optional) keeps the native builds' objects across clones: gpu-learner/build.mjs uses it when
+# present, so a fresh clone on a warm machine compiles in seconds.
+if ! command -v ccache >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "[setup] apt-get install ccache" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ccache >&2 ||
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ccache >&2; } ||
+    echo "[setup] no ccache: the native builds compile from scratch" >&2
+fi
 if [ ! -d node_modules/@temporalio/worker ] || [ package.json -nt node_modules/.package-lock.json ]; then
   echo "[setup] npm install" >&2
   npm install --no-audit --no-fund >&2
