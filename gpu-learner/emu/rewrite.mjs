@@ -1,14 +1,16 @@
 // The mechanical rewrite that lets g++ compile a .cu file against gl-emu (emu/include): line numbers kept
-// (#line points at the original file), nothing else touched.
+// (#line points at the original file, by its path in the repository, so the generated file is the same in every clone
+// and ccache reuses its object), nothing else touched.
 //   kernel<<<grid, block[, smem[, stream]]>>>(args)  →  ::gl_emu::Launch("kernel", __FILE__, __LINE__, grid, block, ...).run(kernel, args)
 //   __shared__ T name[N];                            →  GL_EMU_SHARED(T, name, [N]);
 //   extern __shared__ T name[];                      →  GL_EMU_EXTERN_SHARED(T, name);
 // Usage: node rewrite.mjs IN.cu OUT.cpp [--mutant NAME]   (--mutant: apply one planted bug from mutants.json first)
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
-import { dirname, resolve, basename, join } from 'node:path';
+import { dirname, resolve, basename, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, '..', '..');
 
 export function applyMutant(text, file, name) {
   const mutants = JSON.parse(readFileSync(join(here, 'mutants.json'), 'utf8'));
@@ -38,7 +40,7 @@ export function rewrite(text, file) {
       const line = code.slice(0, code.indexOf(bad)).split('\n').length;
       throw new Error(`${file}:${line}: "${bad}" in a form the gl-emu rewrite does not handle`);
     }
-  return `#line 1 ${JSON.stringify(resolve(file))}\n${out}`;
+  return `#line 1 ${JSON.stringify(relative(repo, resolve(file)))}\n${out}`;
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
