@@ -10,7 +10,7 @@
 //                               [--threads 2] [--concurrency 16] [--out bench/out/frozenlake]
 
 import { parseArgs } from 'node:util';
-import { mkdir, mkdtemp, readFile, rm, writeFile, appendFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, rm, writeFile, appendFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { frozenLakeFromTaskId, frozenLakeTaskIds, type FrozenLakeConfig } from '../lib/envs/frozenlake.ts';
@@ -113,14 +113,17 @@ async function heldOut(
 /** Runs `config` (a FrozenLake training config) in process and returns its per-iteration records. */
 export async function trainFrozenLake(config: TrainingConfig, o: BenchOptions): Promise<IterationRecord[]> {
   if (config.env.kind !== 'frozenlake') throw new Error(`config.env.kind: the bench runs FrozenLake, got ${JSON.stringify(config.env.kind)}`);
-  if (!('preset' in config.model)) throw new Error('config.model: the bench starts from a preset');
+  if (!('preset' in config.model) && !('path' in config.model)) throw new Error('config.model: the bench starts from a preset or a model directory');
   const { kind: _kind, ...envConfig } = config.env;
   const { Learner } = await import('../gpu-learner/index.ts');
   const work = await mkdtemp(join(tmpdir(), 'fl-bench-'));
   try {
-    await writeModel(join(work, 'model'), config.model.preset, config.model.seed);
-    const tokenizer = await loadTokenizer(join(work, 'model'));
-    const learner = await Learner.load(join(work, 'model'), { device: 'cpu', threads: o.threads });
+    // a model directory is copied: the learner trains in place
+    const model = join(work, 'model');
+    if ('preset' in config.model) await writeModel(model, config.model.preset, config.model.seed);
+    else await cp(config.model.path, model, { recursive: true });
+    const tokenizer = await loadTokenizer(model);
+    const learner = await Learner.load(model, { device: 'cpu', threads: o.threads });
     const policy = createInProcessPolicyClient(learner);
     const records: IterationRecord[] = [];
     for (let it = 0; it < config.iterations; it++) {
