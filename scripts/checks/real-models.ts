@@ -34,7 +34,7 @@ const FSDP_PKG = join(ROOT, 'gpu-learner', 'fsdp');
  * so fp32 rounding (unit roundoff 6e-8) accumulates over more terms. Measured (2026-11-28, SmolLM2 / Qwen2.5-Coder):
  * log-probs 2.9e-5 / 6.7e-5, loss 6.0e-6 / 2.0e-5, gradients 1.8e-4 / 2.2e-4 (the worst tensor is an RMSNorm weight:
  * its gradient sums products over every token and hidden unit, terms that largely cancel, so its relative error is
- * the largest), FSDP step loss 9.0e-6 and grad norm 1.3e-5 (SmolLM2). The bounds leave 3–5× margin and stay below
+ * the largest), FSDP step loss 9.0e-6 / 2.0e-5 and grad norm 1.3e-5 / 1.3e-4 (11-29). The bounds leave 3–5× margin and stay below
  * what a planted bug gives (a wrong bias or RoPE theta: ≥ 7e-4 in log-probs on the tiny configs).
  */
 export const REAL_TOLERANCE = {
@@ -44,8 +44,13 @@ export const REAL_TOLERANCE = {
   loss: 1e-4,
   /** relative L2 per tensor (RMSNorm weights are the worst, above) */
   gradient: 1e-3,
-  /** relative */
-  gradNorm: 1e-4,
+  /**
+   * relative. The norms of two gradients differ by at most the norm of their difference (the triangle inequality),
+   * so the relative difference of the norms is at most the relative L2 difference of the whole gradient, which the
+   * per-tensor bound above caps: the same 1e-3. Measured: 1.3e-5 on SmolLM2, 1.27e-4 on Qwen2.5-Coder-0.5B (its
+   * gradients' worst tensor 2.2e-4), where an earlier bound of 1e-4, tighter than the gradients' own, failed it.
+   */
+  gradNorm: 1e-3,
   /**
    * relative L2 of one AdamW step's weight change. Adam's first step is lr·g/(|g|+ε) per weight: ±lr wherever |g| ≫ ε,
    * so where |g| is near ε (1e-8) a rounding-sized change of g moves the update by up to lr (measured 5.1e-3 on
