@@ -292,8 +292,9 @@ export async function vllmProbeRows(
 }
 
 /**
- * llama-server's `/completion` as the probe's completion client: greedy (llama.cpp reports the log-probs of a
- * softmax of the raw logits whatever the samplers), the generated ids and their log-probs.
+ * llama-server's `/completion` as the probe's completion client: greedy, past an end-of-text token (the probe's prompt
+ * is ids spread over the vocabulary, after which a model may well end at once), with the generated ids and their
+ * log-probs (of a softmax of the raw logits, whatever the samplers).
  */
 export function llamaProbeClient(url: string): Pick<PolicyClient, 'complete'> {
   return {
@@ -301,15 +302,19 @@ export function llamaProbeClient(url: string): Pick<PolicyClient, 'complete'> {
       const r = await fetch(`${url}/completion`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ prompt: req.promptIds, n_predict: req.maxTokens, temperature: 0, n_probs: 1, return_tokens: true, cache_prompt: false }),
+        body: JSON.stringify({ prompt: req.promptIds, n_predict: req.maxTokens, temperature: 0, ignore_eos: true, n_probs: 1, return_tokens: true, cache_prompt: false }),
         signal: AbortSignal.timeout(120_000),
       });
       if (!r.ok) throw new Error(`llama-server /completion: HTTP ${r.status} ${await r.text()}`);
       const body = (await r.json()) as { tokens: number[]; completion_probabilities: { id: number; logprob: number }[]; stop_type?: string };
+      // llama-server leaves out the probability of a token whose text is an incomplete UTF-8 sequence (Qwen's Q4_K_M
+      // GGUF: one of 16), so the continuation is cut before the first token without one: a prefix is a continuation too
       const probs = body.completion_probabilities;
-      if (probs.length !== body.tokens.length || probs.some((p, i) => p.id !== body.tokens[i]))
-        throw new Error('llama-server /completion: its tokens and their probabilities disagree');
-      return { ids: body.tokens, logprobs: probs.map((p) => p.logprob), finishReason: body.stop_type === 'limit' ? 'length' : 'stop' };
+      let n = 0;
+      while (n < body.tokens.length && probs[n]?.id === body.tokens[n]) n++;
+      if (n === 0) throw new Error(`llama-server /completion: no probability for its first token ${body.tokens[0]}`);
+      const cut = n < body.tokens.length;
+      return { ids: body.tokens.slice(0, n), logprobs: probs.slice(0, n).map((p) => p.logprob), finishReason: cut || body.stop_type === 'limit' ? 'length' : 'stop' };
     },
   };
 }
@@ -317,8 +322,9 @@ export function llamaProbeClient(url: string): Pick<PolicyClient, 'complete'> {
 /**
  * The probe's tolerance on llama-server serving an f32 GGUF (no flash attention, f32 KV cache). Its log-probs are
  * log(p) of a softmax whose normalizer is summed in fp32 over the whole vocabulary (49K–152K terms), so every token's
- * log-prob moves alike: SmolLM2 measured 1.1e-4 mean and 1.6e-4 max |Δ| against the native engine (vLLM: 1.7e-5).
- * 1e-3 leaves 6× that and stays 100× below a stale or quantized model (≥ 0.1; the Q4_1 GGUF: 0.17). With llama.cpp's
+ * log-prob moves alike: SmolLM2 (49K) measured 1.6e-4 max |Δ| against the native
+ * engine (1.1e-4 mean; vLLM: 1.7e-5), Qwen2.5-Coder-0.5B (152K) 6.1e-4.
+ * 1e-3 stays 100× below a stale or quantized model (≥ 0.1; the Q4 GGUFs served instead: 0.20). With llama.cpp's
  * CPU flash attention (K and V in f16) the same file measured 4.8e-3: it is turned off here.
  */
 export const LLAMA_PROBE_TOLERANCE = 1e-3;
