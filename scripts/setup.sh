@@ -9,6 +9,7 @@
 # sha256-pinned, into ~/.cache/swerl/models: `swerl model fetch`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tag=setup; . scripts/lib.sh
 want_docker=0
 want_torch=0
 want_monitoring=0
@@ -29,10 +30,7 @@ fi
 # ccache (Debian, GPL-3; optional) keeps the native builds' objects across clones: gpu-learner/build.mjs uses it when
 # present, so a fresh clone on a warm machine compiles in seconds.
 if ! command -v ccache >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "[setup] apt-get install ccache" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ccache >&2 ||
-    { DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ccache >&2; } ||
-    echo "[setup] no ccache: the native builds compile from scratch" >&2
+  apt_install ccache || say "no ccache: the native builds compile from scratch"
 fi
 if [ ! -d node_modules/@temporalio/worker ] || [ package.json -nt node_modules/.package-lock.json ]; then
   echo "[setup] npm install" >&2

@@ -6,9 +6,11 @@ import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
-/** Where scripts/ensure-llama.sh installs: `bin/llama-server` and `models/*.gguf`. */
+/** Where scripts/ensure-llama.sh installs: `bin/llama-server`, `convert/` and `models/*.gguf`. */
 export interface LlamaInstall {
   binary: string;
+  /** the directory of llama.cpp's convert_hf_to_gguf.py, from the same sources as the binary */
+  converter: string;
   /** the GGUF model files by file name */
   models: Record<string, string>;
 }
@@ -28,7 +30,7 @@ export function llamaInstall(dir: string): LlamaInstall {
   if (!existsSync(binary)) throw new Error(`${binary} is missing: run bash scripts/ensure-llama.sh`);
   const modelDir = join(dir, 'models');
   const models = Object.fromEntries((existsSync(modelDir) ? readdirSync(modelDir) : []).filter((f) => f.endsWith('.gguf')).map((f) => [f, join(modelDir, f)]));
-  return { binary, models };
+  return { binary, converter: join(dir, 'convert'), models };
 }
 
 export interface LlamaServerOptions {

@@ -350,7 +350,7 @@ export async function llamaProbeRows(dir: string, work: string, name: string, o:
   const { probeServedCheckpoint } = await import('../../activities/learner.ts');
   mkdirSync(work, { recursive: true });
   const install = ensureLlama(ROOT);
-  const exported = await exportGguf({ model: dir, out: join(work, 'model-f32.gguf'), outtype: 'f32', converter: join(dirname(install.binary), '..', 'convert') });
+  const exported = await exportGguf({ model: dir, out: join(work, 'model-f32.gguf'), outtype: 'f32', converter: install.converter });
   const learner = await Learner.load(dir, { threads: o.threads ?? 2 });
   const serve = async (gguf: string) => {
     const server = await startLlamaServer({

@@ -3,13 +3,14 @@
 // scripts/ensure-llama.sh from the same sources as the server binary (so the file's format and its tokenizer
 // metadata are what that server reads), run with the torch venv's python. What it cannot convert, such as a
 // tokenizer whose pre-tokenizer llama.cpp does not know (our presets'), is refused with a ModelImportError.
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { fsdpPython } from '../../gpu-learner/fsdp/index.ts';
+import { ensureLlama } from '../../services/llama-server.ts';
 import { ModelImportError, type ProgressFn } from './python.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -39,15 +40,6 @@ export interface GgufExport {
   bytes: number;
   outtype: (typeof GGUF_OUT_TYPES)[number];
   seconds: number;
-}
-
-/** .tools/llama/convert, installed by scripts/ensure-llama.sh (seconds when its cache is warm). */
-export function ensureConverter(): string {
-  const dir = execFileSync('bash', [join(ROOT, 'scripts/ensure-llama.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] })
-    .trim()
-    .split('\n')
-    .at(-1)!;
-  return join(dir, 'convert');
 }
 
 function parseOptions(raw: GgufExportOptions) {
@@ -85,7 +77,7 @@ function classify(stderr: string, code: number | null): Error {
 export async function exportGguf(raw: GgufExportOptions): Promise<GgufExport> {
   const t0 = Date.now();
   const o = parseOptions(raw);
-  const converter = raw.converter ?? ensureConverter();
+  const converter = raw.converter ?? ensureLlama(ROOT).converter;
   const python = raw.python ?? fsdpPython('cpu');
   await mkdir(dirname(o.out), { recursive: true });
   const tmp = `${o.out}.export-${process.pid}`;
