@@ -337,7 +337,7 @@ async function syncExternal(ctx: LearnerContext, input: SyncPolicyInput, store: 
     if (!probe.ok) {
       throw policyMismatch(
         `${input.policyBaseUrl} does not serve checkpoint ${input.checkpoint} (${dir}) after the sync: the probe's log-probs differ from the learner's ` +
-          `by max ${probe.maxAbsDelta.toExponential(2)} (mean ${probe.meanAbsDelta.toExponential(2)}) over ${probe.tokens} tokens, above the ` +
+          `by max ${probe.maxAbsDelta.toExponential(2)} (mean ${probe.meanAbsDelta.toExponential(2)}) over ${probe.tokens} tokens, the ${probe.statistic} above the ` +
           `${probe.dtype} tolerance ${probe.tolerance.toExponential(2)}` +
           (weightSync === 'vllm' ? ` (vLLM: a tied head served tied, another dtype than it reports, or a reload that did not take)` : ''),
       );
@@ -521,9 +521,9 @@ export async function probeServedCheckpoint(
   const lp = await engine.logprobs({ ids, offsets: Int32Array.from([0, ids.length]) });
   const mine = lp.subarray(prompt.length, prompt.length + out.ids.length);
   const cls = dtypeClass(dtype);
-  let tolerance = FP32_PROBE_TOLERANCE;
-  if (cls !== 'fp32') tolerance = halfPrecisionProbeTolerance(await weightRoundingDelta(dir, ids, prompt.length, mine));
-  return compareProbe(out.logprobs, mine, tolerance, cls === 'unknown' ? dtype : cls);
+  if (cls === 'fp32') return compareProbe(out.logprobs, mine, FP32_PROBE_TOLERANCE, cls);
+  const tolerance = halfPrecisionProbeTolerance(await emulatedHalfDelta(dir, ids, prompt.length, mine, cls === 'fp16' ? 'fp16' : 'bf16'));
+  return compareProbe(out.logprobs, mine, tolerance, cls === 'unknown' ? dtype : cls, 'mean');
 }
 
 /** The step's items (inline and in stored parts) and their trajectories. */
@@ -652,26 +652,18 @@ function policyMismatch(message: string): ApplicationFailure {
 }
 
 /**
- * max |logπ(W) − logπ(bf16(W))| over the probe's generated tokens, by the native engine on a copy of the checkpoint
- * with every weight rounded to bf16: the scale of a half-precision server's error (halfPrecisionProbeTolerance).
+ * mean |logπ(W) − logπ_half(W)| over the probe's generated tokens: the native engine loaded to emulate a bf16 (or
+ * fp16) server, its weights and every tensor of its forward rounded (LoadOptions.emulateHalf). The scale of a
+ * half-precision server's error (halfPrecisionProbeTolerance). An unknown dtype is taken as bf16, the coarser.
  */
-async function weightRoundingDelta(dir: string, ids: Int32Array, promptLength: number, reference: Float32Array): Promise<number> {
+async function emulatedHalfDelta(dir: string, ids: Int32Array, promptLength: number, reference: Float32Array, half: 'bf16' | 'fp16'): Promise<number> {
   const { Learner } = await import('../gpu-learner/index.ts');
-  const { f32ToBf16 } = await import('../lib/safetensors.ts');
-  const l = await Learner.load(dir, { threads: 1 });
+  const l = await Learner.load(dir, { threads: 1, emulateHalf: half });
   try {
-    for (const p of await l.paramInfo()) {
-      const w = await l.getParam(p.name);
-      const h = f32ToBf16(w);
-      const r = new Float32Array(w.length);
-      const u = new Uint32Array(r.buffer);
-      for (let i = 0; i < h.length; i++) u[i] = h[i]! << 16;
-      await l.setParam(p.name, r);
-    }
     const lp = await l.logprobs({ ids, offsets: Int32Array.from([0, ids.length]) });
-    let max = 0;
-    for (let i = 0; i < reference.length; i++) max = Math.max(max, Math.abs(lp[promptLength + i]! - reference[i]!));
-    return max;
+    let sum = 0;
+    for (let i = 0; i < reference.length; i++) sum += Math.abs(lp[promptLength + i]! - reference[i]!);
+    return sum / reference.length;
   } finally {
     l.close();
   }

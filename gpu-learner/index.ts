@@ -112,6 +112,12 @@ export interface LoadOptions {
    * (default 256 MiB; 0: none), so a later sample of the same prompt copies them instead of prefilling it again
    */
   promptCacheBytes?: number;
+  /**
+   * log-probs as a half-precision server computes them (CPU engine): the weights and every tensor the forward keeps
+   * rounded to bf16 or fp16, the products summed in fp32. Such a learner computes log-probs only: trainStep and
+   * generation reject. The weight-sync probe's bound for a half-precision server (lib/sync-probe.ts).
+   */
+  emulateHalf?: 'bf16' | 'fp16';
 }
 
 interface NativeLearner {
@@ -135,7 +141,7 @@ interface NativeLearner {
 }
 
 interface NativeModule {
-  load(dir: string, device: string, threads: number, naive: boolean, minSharedPrefix?: number, promptCacheBytes?: number): Promise<NativeLearner>;
+  load(dir: string, device: string, threads: number, naive: boolean, minSharedPrefix?: number, promptCacheBytes?: number, emulateHalf?: string): Promise<NativeLearner>;
   grpoTokenLoss(logp: number, oldLogp: number, adv: number, clipLow: number, clipHigh: number): TokenLoss;
   cudaBuilt: boolean;
   gemmKernels(): string;
@@ -210,7 +216,10 @@ export class Learner {
     if (device !== 'cpu' && device !== 'cuda') throw new TypeError(`device must be 'cpu' or 'cuda', got ${JSON.stringify(device)}`);
     const threads = opts.threads ?? 0;
     if (!Number.isInteger(threads) || threads < 0) throw new RangeError(`threads must be a non-negative integer, got ${threads}`);
-    const n = await native().load(dir, device, threads, opts.naiveMatmul ?? false, opts.minSharedPrefix, opts.promptCacheBytes);
+    if (opts.emulateHalf !== undefined && opts.emulateHalf !== 'bf16' && opts.emulateHalf !== 'fp16') {
+      throw new RangeError(`emulateHalf must be 'bf16' or 'fp16', got ${JSON.stringify(opts.emulateHalf)}`);
+    }
+    const n = await native().load(dir, device, threads, opts.naiveMatmul ?? false, opts.minSharedPrefix, opts.promptCacheBytes, opts.emulateHalf);
     return new Learner(n, device);
   }
 

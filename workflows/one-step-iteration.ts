@@ -87,6 +87,17 @@ async function rollOutBatch(input: RlIterationInput, it: IterationProgressView):
     rolloutErrors: it.progress.rolloutErrors,
     ...(r.rolloutWorkflows !== undefined ? { rolloutWorkflows: r.rolloutWorkflows } : {}),
     rolloutSeconds,
-    ...(s ? { sync: { seconds: s.seconds, reloaded: s.reloaded, probeMaxAbsDelta: s.probe.maxAbsDelta, probeTolerance: s.probe.tolerance } } : {}),
+    ...(s
+      ? {
+          sync: {
+            seconds: s.seconds,
+            reloaded: s.reloaded,
+            probeMaxAbsDelta: s.probe.maxAbsDelta,
+            probeMeanAbsDelta: s.probe.meanAbsDelta,
+            probeStatistic: s.probe.statistic,
+            probeTolerance: s.probe.tolerance,
+          },
+        }
+      : {}),
   };
 }

@@ -332,7 +332,18 @@ export function iterationMetrics(
     orchestrationSeconds: Math.max(0, t.iterationSeconds - t.rolloutSeconds - t.learnerSeconds - (validation.evalSeconds ?? 0)),
     iterationSeconds: t.iterationSeconds,
     ...(step.mismatch ? { mismatch: step.mismatch } : {}),
-    ...(sync ? { sync: { seconds: sync.seconds, reloaded: sync.reloaded, probeMaxAbsDelta: sync.probe.maxAbsDelta, probeTolerance: sync.probe.tolerance } } : {}),
+    ...(sync
+      ? {
+          sync: {
+            seconds: sync.seconds,
+            reloaded: sync.reloaded,
+            probeMaxAbsDelta: sync.probe.maxAbsDelta,
+            probeMeanAbsDelta: sync.probe.meanAbsDelta,
+            probeStatistic: sync.probe.statistic,
+            probeTolerance: sync.probe.tolerance,
+          },
+        }
+      : {}),
     ...(s.integrity ? { integrity: { ...s.integrity, hackRate: hackRate(s.integrity) } } : {}),
     ...validation,
   };

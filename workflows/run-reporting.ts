@@ -50,7 +50,9 @@ export function runDetails(o: { runId: string; state: TrainingRunState; config: 
       lines.push(
         `mismatch |Δ log p| mean ${mm.meanAbsDelta.toExponential(2)} · max ${mm.maxAbsDelta.toExponential(2)} · KL k3 ${mm.k3.toExponential(2)}` +
           (mm.corrected !== undefined ? ` · corrected ${pct(mm.corrected)} of tokens` : '') +
-          (m.sync ? ` · sync ${m.sync.seconds.toFixed(2)} s, probe ${m.sync.probeMaxAbsDelta.toExponential(1)}` : ''),
+          (m.sync
+            ? ` · sync ${m.sync.seconds.toFixed(2)} s, probe ${m.sync.probeStatistic === 'mean' ? `mean ${m.sync.probeMeanAbsDelta?.toExponential(1)}` : m.sync.probeMaxAbsDelta.toExponential(1)}`
+            : ''),
       );
     }
     const i = m.integrity;

@@ -429,7 +429,7 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
 };
 Napi::FunctionReference* NativeLearner::ctor = nullptr;
 
-// load(dir, device, threads, naiveMatmul[, minSharedPrefix[, promptCacheBytes]]) -> Promise<NativeLearner>
+// load(dir, device, threads, naiveMatmul[, minSharedPrefix[, promptCacheBytes[, emulateHalf]]]) -> Promise<NativeLearner>
 Napi::Value Load(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsString()) throw Napi::TypeError::New(env, "dir must be a string");
@@ -449,6 +449,12 @@ Napi::Value Load(const Napi::CallbackInfo& info) {
     const double pc = info[5].IsNumber() ? info[5].As<Napi::Number>().DoubleValue() : -1;
     if (!(pc >= 0) || pc != std::floor(pc)) throw Napi::RangeError::New(env, "promptCacheBytes must be a non-negative integer, got " + info[5].ToString().Utf8Value());
     opts.prompt_cache_bytes = int64_t(pc);
+  }
+  if (info.Length() > 6 && !info[6].IsUndefined()) {
+    const std::string h = info[6].IsString() ? info[6].As<Napi::String>().Utf8Value() : info[6].ToString().Utf8Value();
+    if (h == "bf16") opts.emulate_half = gl::EngineOptions::Half::bf16;
+    else if (h == "fp16") opts.emulate_half = gl::EngineOptions::Half::fp16;
+    else throw Napi::RangeError::New(env, "emulateHalf must be \"bf16\" or \"fp16\", got " + h);
   }
   auto m = std::make_shared<Model>();
   return queue_model(

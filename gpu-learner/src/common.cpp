@@ -24,6 +24,7 @@ std::unique_ptr<Engine> make_engine(const std::string& device, const std::string
   if (opts.threads < 0) throw std::invalid_argument("threads must be >= 0, got " + std::to_string(opts.threads));
   if (device == "cpu") return make_cpu_engine(dir, opts);
   if (device == "cuda") {
+    if (opts.emulate_half != EngineOptions::Half::none) throw std::invalid_argument("emulateHalf: the CPU engine's option (device \"cpu\"), got device \"cuda\"");
 #ifdef GL_HAVE_CUDA
     return make_cuda_engine(dir, opts);
 #else

@@ -27,6 +27,32 @@
 
 namespace gl {
 
+namespace {
+// Round to nearest even, as a float holding a bf16 (8-bit mantissa) or fp16 (11-bit, range ±65504, subnormals below
+// 2^-14) value. NaN stays NaN.
+inline float round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+inline float round_fp16(float x) {
+  const float a = std::fabs(x);
+  if (!(a == a)) return x;
+  if (a < 6.103515625e-05f) return std::nearbyint(x * 16777216.0f) / 16777216.0f;  // subnormal: multiples of 2^-24
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x0fffu + ((u >> 13) & 1u);
+  u &= 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return std::fabs(x) > 65504.0f ? std::copysign(INFINITY, x) : x;
+}
+}  // namespace
+
+
 using namespace cpu;
 
 namespace {
@@ -106,6 +132,7 @@ class CpuEngine final : public Engine {
     CheckpointState s = read_checkpoint(dir, cfg_, layout_, false);
     cfg_.raw_json = s.cfg.raw_json;
     w_ = std::move(s.w);
+    to_half(w_.data(), int64_t(w_.size()));
     std::vector<float>().swap(m_);
     std::vector<float>().swap(v_);
     moments_from_ = s.has_optimizer ? dir + "/optimizer.bin" : "";
@@ -131,6 +158,7 @@ class CpuEngine final : public Engine {
     const ParamInfo& p = layout_.find(name);
     check_tensor_size(p, n);
     std::memcpy(w_.data() + p.offset, data, sizeof(float) * size_t(n));
+    to_half(w_.data() + p.offset, n);
     prompts_.clear();
   }
 
@@ -148,6 +176,7 @@ class CpuEngine final : public Engine {
   // ---------------------------------------------------------------- training
 
   TrainStats train_step(const TrainBatch& b, const TrainHyper& hp) override {
+    log_probs_only("trainStep");
     const auto t0 = std::chrono::steady_clock::now();
     ensure_moments();
     TrainStats st = accumulate_gradients(b, hp);
@@ -172,6 +201,7 @@ class CpuEngine final : public Engine {
 
   // One sequence through the batched decoder of its own: the same path, so the same tokens, as in any batch.
   GenerateResult generate(const int32_t* prompt, int64_t n_prompt, const GenerateOptions& o) override {
+    log_probs_only("generate");
     validate_decode(cfg_, prompt, n_prompt, o);
     GenerateResult r;
     if (o.max_new_tokens == 0) return r;
@@ -183,6 +213,7 @@ class CpuEngine final : public Engine {
   }
 
   std::vector<int64_t> decode_add(const int32_t* prompt, int64_t n_prompt, const std::vector<GenerateOptions>& opts) override {
+    log_probs_only("decodeAdd");
     return add_sequences(decoder_, prompt, n_prompt, opts);
   }
   std::vector<DecodeToken> decode_step() override { return step_sequences(decoder_); }
@@ -193,6 +224,18 @@ class CpuEngine final : public Engine {
   // ---------------------------------------------------------------- parameters
 
   float* W(int64_t off) { return off < 0 ? nullptr : w_.data() + off; }
+
+  // EngineOptions::emulate_half: x[0..n) rounded in place to the emulated type (nothing without emulation).
+  void to_half(float* x, int64_t n) const {
+    if (opts_.emulate_half == EngineOptions::Half::bf16)
+      for (int64_t i = 0; i < n; i++) x[i] = round_bf16(x[i]);
+    else if (opts_.emulate_half == EngineOptions::Half::fp16)
+      for (int64_t i = 0; i < n; i++) x[i] = round_fp16(x[i]);
+  }
+  void log_probs_only(const char* call) const {
+    if (opts_.emulate_half != EngineOptions::Half::none)
+      throw std::invalid_argument(std::string(call) + ": this learner was loaded with emulateHalf, which computes log-probs only");
+  }
 
   // The AdamW moments of the loaded checkpoint (zeros without optimizer.bin), read on first need.
   void ensure_moments() {
@@ -355,26 +398,42 @@ class CpuEngine final : public Engine {
       LayerActs& a = la_[size_t(l)];
       float* res_out = l + 1 < L ? la_[size_t(l + 1)].res_in : act_res_final_;
       rmsnorm_forward(*tp_, a.ln1, a.rstd1, a.res_in, W(p.ln1), T, C, cfg_.rms_norm_eps);
+      to_half(a.ln1, T * C);
       linear_forward(a.q, a.ln1, W(p.wq), W(p.bq), T, C, QD);
       linear_forward(a.k, a.ln1, W(p.wk), W(p.bk), T, C, KD);
       linear_forward(a.v, a.ln1, W(p.wv), W(p.bv), T, C, KD);
+      to_half(a.q, T * QD);
+      to_half(a.k, T * KD);
+      to_half(a.v, T * KD);
       // per-head RMSNorm over D (Qwen3), then RoPE
       qk_norm(a.qr, a.qrstd, a.q, p.qn, T * Hq, D);
       qk_norm(a.kr, a.krstd, a.k, p.kn, T * Hkv, D);
       rope_forward(*tp_, a.qr, pos, rope_, T, Hq, D);
       rope_forward(*tp_, a.kr, pos, rope_, T, Hkv, D);
+      to_half(a.qr, T * QD);
+      to_half(a.kr, T * KD);
       // causal attention within each span (after its shared prefix); q head h reads kv head h / (Hq/Hkv)
       attention_forward(*tp_, attn_units(pl, a), attn_shape());
+      to_half(a.atty, T * QD);
       linear_forward(scratch_a_.data(), a.atty, W(p.wo), W(p.bo), T, QD, C);
+      to_half(scratch_a_.data(), T * C);
       for (int64_t i = 0; i < T * C; i++) a.resmid[i] = a.res_in[i] + scratch_a_[size_t(i)];
+      to_half(a.resmid, T * C);
       rmsnorm_forward(*tp_, a.ln2, a.rstd2, a.resmid, W(p.ln2), T, C, cfg_.rms_norm_eps);
+      to_half(a.ln2, T * C);
       linear_forward(a.gate, a.ln2, W(p.wg), nullptr, T, C, I);
       linear_forward(a.up, a.ln2, W(p.wu), nullptr, T, C, I);
+      to_half(a.gate, T * I);
+      to_half(a.up, T * I);
       swiglu_forward(*tp_, h_.data(), a.gate, a.up, T * I);
+      to_half(h_.data(), T * I);
       linear_forward(scratch_a_.data(), h_.data(), W(p.wd), nullptr, T, I, C);
+      to_half(scratch_a_.data(), T * C);
       for (int64_t i = 0; i < T * C; i++) res_out[i] = a.resmid[i] + scratch_a_[size_t(i)];
+      to_half(res_out, T * C);
     }
     rmsnorm_forward(*tp_, act_lnf_, act_rstdf_, act_res_final_, W(normf_), T, C, cfg_.rms_norm_eps);
+    to_half(act_lnf_, T * C);
     // LM head in row chunks (the (n,V) logits never exist at once): logp[r] = logits[r][target[r]] − lse[r]
     const int64_t n = head_rows ? int64_t(head_rows->size()) : T;
     const int64_t* rows = head_rows ? head_rows->data() : nullptr;  // null: every row
@@ -394,6 +453,7 @@ class CpuEngine final : public Engine {
     for (int64_t i0 = 0; i0 < n; i0 += chunk) {
       const int64_t rn = std::min(chunk, n - i0);
       matmul_nt(*tp_, logits_.data(), lnf + i0 * C, W(head_), rn, V, C, false, naive());
+      to_half(logits_.data(), rn * V);
       tp_->parallel_for(rn, [&](int64_t i) {
         const float* lr = logits_.data() + i * V;
         const float lse = float(log_sum_exp(lr, V));

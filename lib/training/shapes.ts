@@ -43,7 +43,7 @@ export interface SyncPolicyResult {
   policyUrl: string;
   checkpoint: number;
   /** an external server: whether it reloaded, how long that took, and the probe that verified it (DESIGN §9) */
-  sync?: { reloaded: boolean; seconds: number; probe: { tokens: number; meanAbsDelta: number; maxAbsDelta: number; tolerance: number; dtype: string } };
+  sync?: { reloaded: boolean; seconds: number; probe: { tokens: number; meanAbsDelta: number; maxAbsDelta: number; tolerance: number; statistic: 'max' | 'mean'; dtype: string } };
 }
 
 /** A rollout is scheduled with ids only; its config lives in the store at keys.iterationConfig(runId, n). */
@@ -171,7 +171,16 @@ export interface IterationMetrics {
   /** an asynchronous run (DESIGN §10): the oldest checkpoint that sampled the batch this step trained */
   sampledFrom?: number;
   /** the weight sync to an external server before the rollouts: its time and the probe's |Δ log p| */
-  sync?: { seconds: number; reloaded: boolean; probeMaxAbsDelta: number; probeTolerance: number };
+  sync?: {
+    seconds: number;
+    reloaded: boolean;
+    probeMaxAbsDelta: number;
+    /** absent in records from before half-precision probes bounded the mean */
+    probeMeanAbsDelta?: number;
+    /** which |Δ| probeTolerance bounds (absent: max) */
+    probeStatistic?: 'max' | 'mean';
+    probeTolerance: number;
+  };
   /**
    * the grader's integrity verdicts on the episodes the tests graded (absent when none was): the hack rate (episodes
    * caught hacking over graded ones), and graded episodes per kind and per `kind/rule` (lib/swe/integrity.ts)

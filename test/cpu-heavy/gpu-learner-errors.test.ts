@@ -77,6 +77,18 @@ test('generate: bad prompt and options', async () => {
   assert.equal(g.finishReason, 'length');
 });
 
+test('emulateHalf: an unknown type is named; such a learner computes log-probs and refuses to train, generate or run on CUDA', async (t) => {
+  await assert.rejects(Learner.load(good, { threads: 1, emulateHalf: 'int8' as 'bf16' }), /emulateHalf must be 'bf16' or 'fp16', got "int8"/);
+  await assert.rejects(Learner.load(good, { device: 'cuda', emulateHalf: 'bf16' }), /emulateHalf: the CPU engine's option \(device "cpu"\), got device "cuda"/);
+  const half = await Learner.load(good, { threads: 1, emulateHalf: 'bf16' });
+  t.after(() => half.close());
+  const lp = await half.logprobs({ ids, offsets });
+  assert.ok(lp.every(Number.isFinite), 'log-probs computed');
+  await assert.rejects(half.trainStep(batch(), hp), /trainStep: this learner was loaded with emulateHalf, which computes log-probs only/);
+  await assert.rejects(half.generate(Int32Array.from([1]), { maxNewTokens: 1, seed: 1 }), /generate: this learner was loaded with emulateHalf/);
+  assert.equal(half.step, 0);
+});
+
 test('load: missing config field, truncated file, header garbage, wrong shape, missing tensor, no CUDA', async () => {
   const mk = (name: string, c: QwenConfig = config) => {
     const d = join(root, name);

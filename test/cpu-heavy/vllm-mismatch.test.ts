@@ -58,7 +58,11 @@ test('probe: prompt spread over the vocabulary, tolerance by dtype, comparison',
   assert.equal(dtypeClass('torch.float32'), 'fp32');
   assert.equal(dtypeClass('bfloat16'), 'bf16');
   assert.equal(dtypeClass('half'), 'fp16');
-  close(halfPrecisionProbeTolerance(0.01), 0.04 + FP32_PROBE_TOLERANCE);
+  close(halfPrecisionProbeTolerance(0.01), 0.03 + FP32_PROBE_TOLERANCE);
+  const mean = compareProbe([-1, -2, -3, -4], [-1.3, -2, -3, -4], 0.1, 'bf16', 'mean');
+  assert.ok(mean.ok && mean.statistic === 'mean', `mean 0.075 within 0.1, though the max 0.3 is not: ${JSON.stringify(mean)}`);
+  assert.equal(compareProbe([-1, -2], [-1.3, -2], 0.1, 'bf16').ok, false, 'the max by default');
+  assert.equal(compareProbe([-1, -2], [NaN, -2], 1, 'bf16', 'mean').ok, false, 'NaN fails the mean too');
   const ok = compareProbe([-1, -2], Float32Array.from([-1.00001, -2]), FP32_PROBE_TOLERANCE, 'fp32');
   assert.equal(ok.ok, true);
   const bad = compareProbe([-1, -2], [-1.3, -2], FP32_PROBE_TOLERANCE, 'fp32');
@@ -227,7 +231,32 @@ test('mismatch/* reaches MLflow (nested keys) and the run details in the UI', as
   assert.match(text, /mismatch \|Δ log p\| mean 1\.20e-2 · max 3\.00e-1 · KL k3 4\.00e-4 · corrected 5\.0% of tokens · sync 0\.12 s, probe 4\.0e-7/);
 });
 
-test('the probe of a bf16 server: within 4× what bf16 weights change (derived by the learner), and another checkpoint still fails', async (t) => {
+test('a half-precision emulation (emulateHalf) rounds the activations as well as the weights: further from fp32 than bf16 weights alone, fp16 nearer than bf16, the same numbers on every call', async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'swerl-emulate-half-'));
+  t.after(() => rmSync(root, { recursive: true, force: true }));
+  const m = await writeModel(join(root, 'c0'), 'tiny', 3);
+  const fp32 = await Learner.load(m.dir, { threads: 1 });
+  const weightsOnly = await bf16Copy(m.dir);
+  const bf16 = await Learner.load(m.dir, { threads: 1, emulateHalf: 'bf16' });
+  const fp16 = await Learner.load(m.dir, { threads: 1, emulateHalf: 'fp16' });
+  t.after(() => [fp32, weightsOnly, bf16, fp16].forEach((l) => l.close()));
+  const prompt = Int32Array.from(probePrompt(m.config.vocab_size));
+  const g = await fp32.generate(prompt, { maxNewTokens: 48, temperature: 1, seed: 5 });
+  const b = { ids: Int32Array.from([...prompt, ...g.ids]), offsets: Int32Array.from([0, prompt.length + g.ids.length]) };
+  const ref = await fp32.logprobs(b);
+  const meanDelta = (x: Float32Array) => x.reduce((s, v, i) => s + Math.abs(v - ref[i]!), 0) / x.length;
+  const w = meanDelta(await weightsOnly.logprobs(b));
+  const h = meanDelta(await bf16.logprobs(b));
+  const f = meanDelta(await fp16.logprobs(b));
+  assert.ok(w > 0 && h > 1.1 * w, `bf16 activations add to the weights' rounding: weights ${w}, emulation ${h}`);
+  assert.ok(f > 0 && f < h / 4, `fp16 (3 more mantissa bits) is nearer fp32: fp16 ${f}, bf16 ${h}`);
+  assert.deepEqual(await bf16.logprobs(b), await bf16.logprobs(b));
+  console.log(
+    `# mean |Δ log p| from fp32 over ${b.ids.length} tokens: bf16 weights ${w.toExponential(1)}; bf16 emulation ${h.toExponential(1)}; fp16 emulation ${f.toExponential(1)}`,
+  );
+});
+
+test("the probe of a bf16 server: its mean |Δ| within 3× the learner's own bf16 emulation, and another checkpoint still fails", async (t) => {
   const { probeServedCheckpoint } = await import('../../activities/learner.ts');
   const { createInProcessPolicyClient } = await import('../../lib/policy/completions.ts');
   const root = mkdtempSync(join(tmpdir(), 'swerl-probe-bf16-'));
@@ -244,10 +273,11 @@ test('the probe of a bf16 server: within 4× what bf16 weights change (derived b
   assert.equal(half.dtype, 'bf16');
   assert.ok(half.ok, `a bf16 copy of the checkpoint passes: ${JSON.stringify(half)}`);
   assert.ok(half.maxAbsDelta > FP32_PROBE_TOLERANCE, `it would fail the fp32 bound (${half.maxAbsDelta})`);
+  assert.equal(half.statistic, 'mean');
   assert.ok(half.tolerance < 0.05, `the derived bound stays tight: ${half.tolerance}`);
   const wrong = await probeServedCheckpoint(createInProcessPolicyClient(stale), learner, m0.dir, 'bfloat16');
   assert.equal(wrong.ok, false, `another checkpoint in bf16 fails: ${JSON.stringify(wrong)}`);
   console.log(
-    `# probe max |Δ log p|: fp32 server ${fp32Server.maxAbsDelta.toExponential(1)}; bf16 copy ${half.maxAbsDelta.toExponential(1)} (bound ${half.tolerance.toExponential(1)}); another checkpoint in bf16 ${wrong.maxAbsDelta.toExponential(1)}`,
+    `# probe |Δ log p|: fp32 server max ${fp32Server.maxAbsDelta.toExponential(1)}; bf16 copy mean ${half.meanAbsDelta.toExponential(1)} (bound ${half.tolerance.toExponential(1)}); another checkpoint in bf16 mean ${wrong.meanAbsDelta.toExponential(1)}`,
   );
 });

@@ -22,6 +22,11 @@ struct EngineOptions {
   // Batched decoding (CPU engine): the keys/values of recently prefilled prompts kept, up to this many bytes, so a
   // later sample of the same prompt skips its prefill; 0 ⇒ none.
   int64_t prompt_cache_bytes = int64_t(256) << 20;
+  // Log-probs as a half-precision server computes them (CPU engine, logprobs() only): the weights and every tensor
+  // the forward stores (norm outputs, projections, attention output, residual stream, MLP, logits) rounded to this
+  // type, the products still summed in fp32 as oneDNN's and cuBLAS's half GEMMs do. The weight-sync probe measures a
+  // bf16 server's expected error with it (lib/sync-probe.ts). A learner loaded so refuses to train or generate.
+  enum class Half { none, bf16, fp16 } emulate_half = Half::none;
 };
 
 // Packed variable-length sequences: sequence i is ids[offsets[i], offsets[i+1]); no padding.
