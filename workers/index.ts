@@ -107,11 +107,33 @@ async function connectWaiting(address: string, waitS: number): Promise<NativeCon
   }
 }
 
+/**
+ * Until the namespace answers on this connection, both where workflows are listed (the frontend) and where tasks are
+ * polled (the matching service): a dev server just started may know it in one service and not yet in the other, and a
+ * worker polling then gets "Namespace not found". Says so when it had to wait; gives up after `waitS`.
+ */
+async function namespaceReady(connection: NativeConnection, namespace: string, taskQueue: string, waitS: number): Promise<void> {
+  const started = Date.now();
+  for (let last = ''; ;) {
+    try {
+      await connection.workflowService.describeNamespace({ namespace });
+      await connection.workflowService.describeTaskQueue({ namespace, taskQueue: { name: taskQueue }, taskQueueType: 1 });
+      if (last) console.warn(`[worker] namespace ${JSON.stringify(namespace)} answered after ${((Date.now() - started) / 1000).toFixed(1)} s (${last})`);
+      return;
+    } catch (e) {
+      last = (e as Error).message;
+      if (!/namespace/i.test(last) || Date.now() - started > waitS * 1000) throw new Error(`namespace ${JSON.stringify(namespace)}: ${last}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+}
+
 export async function startWorkers(o: StartWorkersOptions): Promise<RunningWorkers> {
   // first of all: a restarted worker removes what its dead predecessor left on this host
   const sweeper = o.queues.includes('rollout') && o.sandboxSweepSeconds !== 0 ? startSandboxSweeper(o.sandboxSweepSeconds ?? 60) : null;
   const connection = await connectWaiting(o.address, o.connectWaitSeconds ?? 60);
   const namespace = o.namespace ?? 'default';
+  await namespaceReady(connection, namespace, o.queues.includes('learner') ? TASK_QUEUES.learner : TASK_QUEUES.rollout, o.connectWaitSeconds ?? 60);
   const ctx = new LearnerContext(o.learner);
   const workers: Worker[] = [];
   const identity = workerIdentity();

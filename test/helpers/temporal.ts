@@ -65,10 +65,19 @@ export async function startTestTemporal(prefix = 'swerl-test-', o: { ui?: boolea
 export async function startTemporalWithWorker(prefix = 'swerl-test-', o: { ui?: boolean } = {}): Promise<TestTemporal & { workers: RunningWorkers }> {
   const t = await startTestTemporal(prefix, o);
   const workers = await startWorkers({ address: t.server.address, queues: ['learner', 'rollout'], workflowBundle: t.bundle, learner: { threads: 1 } });
+  // a worker that stops before the file's end leaves its tests waiting: say why at once
+  let closing = false;
+  workers.done.then(
+    () => {
+      if (!closing) console.error(`[test] the workers of ${t.server.address} stopped before the tests ended`);
+    },
+    (e: unknown) => console.error(`[test] the workers of ${t.server.address} failed: ${(e as Error).message}`),
+  );
   const closeServer = t.close.bind(t);
   return Object.assign(t, {
     workers,
     async close() {
+      closing = true;
       await workers.shutdown();
       await closeServer();
     },
