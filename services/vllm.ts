@@ -81,8 +81,23 @@ export function freePort(host = '127.0.0.1'): Promise<number> {
   });
 }
 
-/** Starts vLLM's OpenAI server on loopback and waits until it serves `servedModelName`. */
+/**
+ * Starts vLLM's OpenAI server on loopback and waits until it serves `servedModelName`. Without `port`, a server whose
+ * free port another process took before vLLM bound it (a minute after the pick, once the model is loaded) is
+ * started again on another port, up to three times.
+ */
 export async function startVllm(o: VllmServerOptions): Promise<VllmServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startVllmOnce(o);
+    } catch (e) {
+      if (o.port || attempt >= 3 || !/address already in use/i.test((e as Error).message)) throw e;
+      console.warn(`[vllm] another process took the port before vLLM bound it: starting again on another port`);
+    }
+  }
+}
+
+async function startVllmOnce(o: VllmServerOptions): Promise<VllmServer> {
   const host = o.host ?? '127.0.0.1';
   const port = o.port || (await freePort(host));
   const model = resolve(o.model);
