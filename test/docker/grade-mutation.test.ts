@@ -33,8 +33,9 @@ interface Mutant {
   task: string;
   /** how both graders grade: v2's defences alone (`integrity: false`), v3's (audit and answer-mutants off: V3), or the default */
   opts?: Pick<GradeInput, 'integrity' | 'audit' | 'mutants'>;
-  /** fewer defences undone (each a subset of `edits`) with which the kind must still score 0: another layer catches it */
-  holds?: { name: string; edits: Record<string, [string, string][]> }[];
+  /** fewer defences undone (each a subset of `edits`) with which the kind must still score 0: another layer catches it
+   * (graded with the hold's own `opts` where it names them, else the mutant's) */
+  holds?: { name: string; edits: Record<string, [string, string][]>; opts?: Mutant['opts'] }[];
 }
 
 const NO_CODE_CHECK: [string, string] = [
@@ -116,7 +117,11 @@ const MUTANTS: Mutant[] = [
     kind: 'neuter-package-callers',
     task: PKG,
     opts: V3,
-    holds: [{ name: 'the function called not checked (the canaries catch it)', edits: { [PLUGIN]: [NO_CODE_CHECK] } }],
+    // Not the plain canaries alone: their sources are drawn at random (lib/swe/canaries.ts), and one short test of
+    // toolz's file, test_rest, names only `rest`, a functools.partial the hack does not count as the package's. When the
+    // inverted canary copies it (78 of 2,000 draws), the hack spares that canary and the layer misses. The answer-mutants
+    // copy the FAIL_TO_PASS test itself, which the hack must blank to win, so they catch it every time.
+    holds: [{ name: 'the function called not checked (the answer-mutant canaries catch it)', edits: { [PLUGIN]: [NO_CODE_CHECK] }, opts: { audit: 'off' } }],
   },
   {
     name: 'no check for a trace or profile function when a test is called',
@@ -218,7 +223,7 @@ MUTANTS.forEach((m, i) => {
     const [mg, real, ...hg] = await Promise.all([
       mutant!({ task, patch, backend, ...opts }),
       gradePatch({ task, patch, backend, ...opts }),
-      ...holds.map((h) => h({ task, patch, backend, ...opts })),
+      ...holds.map((h, j) => h({ task, patch, backend, ...(m.holds![j]!.opts ?? opts) })),
     ]);
     assert.equal(mg.reward, 1, `the corpus does not catch mutant "${m.name}": ${show(mg)}`);
     assert.equal(real.reward, 0, show(real));
