@@ -16,7 +16,7 @@ export { EDIT_FORMATS, type EditFormat };
 /**
  * Why a reply is not a valid edit: no block in the format; a block naming a file the prompt did not show; a search
  * text none of whose lines is in the file, or a function the file does not define (the worked example copied, or
- * code made up: `foreign_search`); a search text not found as a whole (some of its lines are the file's), or found
+ * code made up, or new text that is the template's placeholder: `foreign_search`); a search text not found as a whole (some of its lines are the file's), or found
  * more than once; a line range outside the file or overlapping another; edits that leave every file as it was.
  */
 export const MALFORMED_REASONS = ['no_block', 'missing_file', 'foreign_search', 'search_not_found', 'ambiguous_search', 'bad_range', 'no_change'] as const;
@@ -136,6 +136,8 @@ export async function applyEdits(files: ReadonlyMap<string, string | null>, edit
     const e = named.path === '' && shown.length === 1 ? { ...named, path: shown[0]! } : named;
     if (e.path === '') return fail('missing_file', `a block names no file, and ${shown.length} files were shown (${shown.join(', ')})`);
     if (!files.has(e.path)) return fail('missing_file', `${e.path} is not one of the files shown (${shown.join(', ')})`);
+    const placeholder = templateLine(e.kind === 'search_replace' ? e.replace : e.kind === 'function' ? e.code : e.text);
+    if (placeholder !== null) return fail('foreign_search', `a block of ${e.path} writes the template's placeholder, not code: ${JSON.stringify(placeholder)}`);
     const original = files.get(e.path) ?? null;
     const current = contents.get(e.path) ?? original ?? '';
     if (e.kind === 'lines') {
@@ -154,6 +156,26 @@ export async function applyEdits(files: ReadonlyMap<string, string | null>, edit
   }
   if ([...contents].every(([p, c]) => c === (files.get(p) ?? ''))) return fail('no_change', 'the edits leave every file as it was');
   return { ok: true, contents };
+}
+
+/**
+ * The lines by which the prompt's templates (edit.example "template", lib/swe/prompts.ts) describe a block's parts
+ * instead of showing code. A block whose new text holds one copied the template, as a copy of the worked example does;
+ * it scores as low (`foreign_search`), not as an edit that merely breaks the syntax.
+ */
+export const TEMPLATE_LINES: readonly RegExp[] = [
+  /^the lines of \S+ to change, copied exactly$/,
+  /^the same lines with the fix$/,
+  /^the whole function of \S+ that holds the fault, fixed$/,
+  /^the new lines that replace lines FIRST to LAST$/,
+];
+
+function templateLine(text: string): string | null {
+  for (const line of text.split('\n')) {
+    const t = line.trim();
+    if (TEMPLATE_LINES.some((r) => r.test(t))) return t;
+  }
+  return null;
 }
 
 function fail(reason: MalformedReason, error: string): AppliedEdits & { ok: false } {

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { applyEdits, applySweRlEdits, MALFORMED_REASONS, parseEdits, type Edit } from '../../lib/swe/edit-format.ts';
+import { applyEdits, applySweRlEdits, MALFORMED_REASONS, parseEdits, TEMPLATE_LINES, type Edit } from '../../lib/swe/edit-format.ts';
 import { applyPatch, changeSimilarity, touchedLines, unifiedChange } from '../../lib/swe/similarity.ts';
 import { editReward, GRADED_MALFORMED, type EditOutcome } from '../../lib/swe/edit-reward.ts';
 import { buildEditContext } from '../../lib/swe/edit-context.ts';
@@ -76,6 +76,10 @@ test('malformed edits end with a named reason: missing file, not found, found tw
   assert.equal(await reason('numbered_lines', '```\n### calc/ops.py\n@@ 12-20\nx\n```'), 'bad_range');
   assert.equal(await reason('numbered_lines', '```\n### calc/ops.py\n@@ 4-5\nx\n@@ 5\ny\n```'), 'bad_range');
   assert.equal(await reason('numbered_lines', '```\n### calc/ops.py\n@@ 9\n    return a + b\n```'), 'no_change');
+  // each format's template line as the new text: the template copied
+  assert.equal(await reason('whole_function', '```\n### calc/ops.py\nthe whole function of calc/ops.py that holds the fault, fixed\n```'), 'foreign_search');
+  assert.equal(await reason('numbered_lines', '```\n### calc/ops.py\n@@ 9\nthe new lines that replace lines FIRST to LAST\n```'), 'foreign_search');
+  assert.equal(await reason('search_replace', sr('calc/ops.py', 'def sub(a, b):', 'def sub(a, b):\n    # the same lines with the fix')), 'valid', 'a comment is code');
 });
 
 test('whole functions keep their place and indentation; numbered lines delete and replace', async () => {
@@ -227,6 +231,23 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
       /Write it in this shape:\n\n```python\n### calc\/ops\.py\n<<<<<<< SEARCH\nthe lines of calc\/ops\.py to change, copied exactly\n=======\n/,
     );
     assert.ok(!shape.messages[1]!.content.includes('shapes/area.py'));
+    // the template's own lines copied in as the new text (Qwen2.5-Coder-0.5B learned to, on 11-29: real lines searched,
+    // "the same lines with the fix" put in their place) score as low as a copy of the worked example, not as a syntax error
+    const shapeLines = shape.messages[1]!.content.split('Write it in this shape:')[1]!
+      .split('\n')
+      .filter((l) => /^the /.test(l));
+    assert.equal(shapeLines.length, 2, shapeLines.join('|'));
+    for (const l of shapeLines)
+      assert.ok(
+        TEMPLATE_LINES.some((r) => r.test(l)),
+        `a template line TEMPLATE_LINES does not know: ${l}`,
+      );
+    const placeholder = await run('### calc/ops.py\n<<<<<<< SEARCH\ndef sub(a, b):\n    return a + b\n=======\nthe same lines with the fix\n>>>>>>> REPLACE\n', {
+      example: 'template',
+      malformed: 'graded',
+    });
+    assert.equal(placeholder.info!.editOutcome, 'foreign_search');
+    assert.equal(placeholder.reward, -1);
     // the lines as they are (edit.lineNumbers false): a small model copied the numbers into its search text
     const plain = await run(GOLD_REPLIES.search_replace, { lineNumbers: false });
     assert.match(plain.messages[1]!.content, /### calc\/ops\.py\n"""Small arithmetic helpers\."""/);
