@@ -15,9 +15,10 @@ export { EDIT_FORMATS, type EditFormat };
 
 /**
  * Why a reply is not a valid edit: no block in the format; a block naming a file the prompt did not show; a search
- * text none of whose lines is in the file, or a function the file does not define (the worked example copied, or
- * code made up, or new text that is the template's placeholder: `foreign_search`); a search text not found as a whole (some of its lines are the file's), or found
- * more than once; a line range outside the file or overlapping another; edits that leave every file as it was.
+ * text none of whose lines is in the file, or a function the file does not define, or new text that is the
+ * template's placeholder (the worked example or the template copied, or code made up: `foreign_search`); a search
+ * text not found as a whole (some of its lines are the file's), or found more than once; a line range outside the
+ * file or overlapping another; edits that leave every file as it was.
  */
 export const MALFORMED_REASONS = ['no_block', 'missing_file', 'foreign_search', 'search_not_found', 'ambiguous_search', 'bad_range', 'no_change'] as const;
 export type MalformedReason = (typeof MALFORMED_REASONS)[number];
