@@ -3,6 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { existsSync, mkdirSync, openSync, closeSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Connection } from '@temporalio/client';
@@ -219,9 +220,11 @@ async function devServerArgs(opts: DevServerOptions, ip: string, port: number, d
 }
 
 /** The server a probe reached is ready: our search attributes registered, a listing answered, the port ours. */
-async function probeReady(address: string, namespace: string, port: number, child: ChildProcess): Promise<{ ready: boolean; impostor: number | null }> {
+async function probeReady(address: string, namespace: string, port: number, child: ChildProcess): Promise<{ ready: boolean; impostor: number | null; why: string }> {
+  let why = 'search attributes not registered yet';
   try {
-    const conn = await Connection.connect({ address, connectTimeout: 1000 });
+    // 5 s, not 1: on a host loaded past its cores a slow answer is not yet a dead server
+    const conn = await Connection.connect({ address, connectTimeout: 5000 });
     try {
       const sa = await conn.operatorService.listSearchAttributes({ namespace });
       const names = Object.keys(sa.customAttributes ?? {});
@@ -229,16 +232,22 @@ async function probeReady(address: string, namespace: string, port: number, chil
       if (Object.keys(SEARCH_ATTRIBUTES).every((n) => names.includes(n)) && (await conn.workflowService.listWorkflowExecutions({ namespace, pageSize: 1 }))) {
         // the probe may have reached someone else's server: ready only if ours is alive and holds the port
         const holder = listenerPid(port);
-        if (holder === null || isSelfOrDescendant(holder, child.pid)) return { ready: true, impostor: null };
-        return { ready: false, impostor: holder };
+        if (holder === null || isSelfOrDescendant(holder, child.pid)) return { ready: true, impostor: null, why: '' };
+        return { ready: false, impostor: holder, why: `port held by pid ${holder}` };
       }
     } finally {
       await conn.close();
     }
-  } catch {
-    // not ready yet
+  } catch (e) {
+    why = (e as Error).message.split('\n')[0]!; // not ready yet
   }
-  return { ready: false, impostor: null };
+  return { ready: false, impostor: null, why };
+}
+
+/** The last lines of what the server wrote since `from` (for an error that says why it never became ready). */
+function logTail(logFile: string, from: number, lines = 8): string {
+  const said = existsSync(logFile) ? readFileSync(logFile).subarray(from).toString('utf8').trim() : '';
+  return said ? said.split('\n').slice(-lines).join('\n') : '(nothing)';
 }
 
 async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
@@ -266,16 +275,19 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
   });
 
   const address = `${ip}:${port}`;
-  const deadline = Date.now() + (opts.readyTimeoutMs ?? 60_000);
+  const timeoutMs = opts.readyTimeoutMs ?? 120_000;
+  const deadline = Date.now() + timeoutMs;
   const namespace = opts.namespace ?? 'default';
+  let lastProbe: string;
   for (;;) {
     if (exited !== null) {
       const said = readFileSync(logFile).subarray(logStart).toString('utf8');
       const msg = `temporal dev server exited (${exited}); see ${logFile}`;
       throw /bind: address already in use/.test(said) ? new PortRaceError(msg) : new Error(msg);
     }
-    const { ready, impostor } = await probeReady(address, namespace, port, child);
+    const { ready, impostor, why } = await probeReady(address, namespace, port, child);
     if (ready && exited === null) break;
+    lastProbe = why;
     if (impostor !== null && exited === null) {
       child.kill('SIGKILL');
       throw new ServerInUseError(
@@ -285,7 +297,9 @@ async function startDevServerOnce(opts: DevServerOptions): Promise<DevServer> {
     }
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
-      throw new Error(`temporal dev server at ${address} not ready after ${opts.readyTimeoutMs ?? 60_000} ms; see ${join(dir, 'temporal.log')}`);
+      throw new Error(
+        `temporal dev server at ${address} not ready after ${timeoutMs} ms (last probe: ${lastProbe}; load ${loadavg()[0]!.toFixed(1)}); see ${logFile}, which ends:\n${logTail(logFile, logStart)}`,
+      );
     }
     await new Promise((r) => setTimeout(r, 250));
   }

@@ -246,6 +246,11 @@ export class FsdpLearner extends EventEmitter {
     this.server.close();
   }
 
+  /** why the group stopped (a rank's death, a stall, a close), or null while it lives */
+  get failure(): string | null {
+    return this.dead?.message ?? null;
+  }
+
   /** false once any rank died or the group was closed */
   get alive(): boolean {
     return this.dead === null;

@@ -69,6 +69,8 @@ test("fsdp on 2 ranks: the native run's metrics; a killed rank, a half-written c
   const faults: string[] = [];
   const inodes = new Map<string, Set<number>>();
   let watched: FsdpLearner | null = null;
+  const ended: string[] = []; // why each process group ended, for a failure's message
+  const endOf = (g: FsdpLearner | null) => g && ended.push(`group ${ended.length + 1}: ${g.failure ?? 'alive'}`);
   const watch = setInterval(() => {
     if (existsSync(ckptDir)) {
       for (const e of readdirSync(ckptDir)) {
@@ -79,6 +81,7 @@ test("fsdp on 2 ranks: the native run's metrics; a killed rank, a half-written c
     }
     const g = w.ctx.trainer;
     if (!g || g === watched) return;
+    endOf(watched);
     watched = g;
     const group = w.ctx.trainerStarts;
     let steps = 0,
@@ -101,18 +104,27 @@ test("fsdp on 2 ranks: the native run's metrics; a killed rank, a half-written c
     });
   }, 20);
   const started = Date.now();
+  // stall 40 s, not 15: in a CI run at full load the first group ended before its first micro-batch without a fault
+  // of ours (most likely that 15 s stall timer), and every fault moved one group later
   const fsdp = await run('fsdp', {
     learner: {
       engine: 'fsdp',
       device: 'cpu',
       threads: 1,
       timeoutMinutes: 10,
-      fsdp: { nprocPerNode: 2, paramDtype: 'float32', maxTokensPerMicroBatch: 400, checkpointShardMB: 0.1, stallTimeoutSeconds: 15, collectiveTimeoutSeconds: 120 },
+      fsdp: { nprocPerNode: 2, paramDtype: 'float32', maxTokensPerMicroBatch: 400, checkpointShardMB: 0.1, stallTimeoutSeconds: 40, collectiveTimeoutSeconds: 120 },
     },
-  }).finally(() => clearInterval(watch));
+  }).finally(() => {
+    clearInterval(watch);
+    endOf(watched);
+  });
   console.log(`fsdp run ${((Date.now() - started) / 1000).toFixed(1)} s, ${w.ctx.trainerStarts} process groups; ${faults.join('; ')}`);
 
-  assert.deepEqual(faults, ['rank 1 SIGKILLed in step 1', 'rank 0 SIGKILLed saving checkpoint 2 (safetensors written)', 'rank 1 SIGSTOPped in step 3']);
+  assert.deepEqual(
+    faults,
+    ['rank 1 SIGKILLed in step 1', 'rank 0 SIGKILLed saving checkpoint 2 (safetensors written)', 'rank 1 SIGSTOPped in step 3'],
+    `the faults injected, one per process group; the groups ended so: ${ended.join('; ')}`,
+  );
   assert.equal(w.ctx.trainerStarts, 4, 'one process group, restarted after each fault');
   assert.equal(fsdp.o.result.iterations, 3);
   assert.deepEqual(await listCheckpoints(fsdp.store, 'fsdp'), [0, 1, 2, 3]);

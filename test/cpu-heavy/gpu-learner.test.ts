@@ -140,7 +140,8 @@ test("normSequences: leaving out zero-advantage sequences keeps the full batch's
     for (const [name, g] of a.grads) {
       const scale = g.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
       assert.ok(scale > 0, `${mode}: ${name} has a gradient`);
-      assert.ok(maxAbsDiff(b.grads.get(name)!, g) <= 1e-6 * scale, `${mode}: ${name}`);
+      // fp32 sums over other row counts: OpenBLAS's Zen kernels differ by 1.1e-6 of the scale (a wrong N: 0.5)
+      assert.ok(maxAbsDiff(b.grads.get(name)!, g) <= 1e-5 * scale, `${mode}: ${name}: ${maxAbsDiff(b.grads.get(name)!, g)} vs ${scale}`);
     }
     // without normSequences the reduced batch is normalised by its own 2 sequences: 3/2 × the loss
     assert.ok(rel(await learner.debugLoss(reduced, { ...hp, mode }), (a.loss * 3) / 2) < 1e-6, `${mode}: N defaults to the batch`);

@@ -37,7 +37,9 @@ export async function startTestTemporal(prefix = 'swerl-test-', o: { ui?: boolea
   }
   const dir = mkdtempSync(join(tmpdir(), prefix));
   const uiPort = o.ui ? 0 : null;
-  const [server, bundle] = await Promise.all([startDevServer({ dir, uiPort }), buildWorkflowBundle()]);
+  // a CI run at full load (3 lanes on 2 cores, vLLM starting) saw two servers not ready in 60 s: wait longer here
+  const readyTimeoutMs = 240_000;
+  const [server, bundle] = await Promise.all([startDevServer({ dir, uiPort, readyTimeoutMs }), buildWorkflowBundle()]);
   const connection = await Connection.connect({ address: server.address });
   const t: TestTemporal = {
     dir,
@@ -47,7 +49,7 @@ export async function startTestTemporal(prefix = 'swerl-test-', o: { ui?: boolea
     bundle,
     async restartServer() {
       await t.server.stop();
-      t.server = await startDevServer({ dir, uiPort, port: t.server.port });
+      t.server = await startDevServer({ dir, uiPort, port: t.server.port, readyTimeoutMs });
     },
     async close() {
       await connection.close().catch(() => undefined);
