@@ -118,7 +118,8 @@ function configOf(p: Plan, runId: string, storeUrl: string): TrainingConfigInput
     // the pump keeps η + 1 batches in flight at most: as far ahead as the staleness bound lets it run
     maxInflightRollouts: (eta + 1) * batch,
     model: { preset: 'frozenlake', seed: p.seed },
-    env: { ...(preset.env as object), kind: 'frozenlake', ...(p.scenario === 'longtail' ? { latency: LATENCY } : {}) } as TrainingConfigInput['env'],
+    // the lake and step limit this bench's figures were measured with (the demo's config now ends out-of-steps episodes as `fail`)
+    env: { ...(preset.env as object), kind: 'frozenlake', stepLimit: 'truncate', ...(p.scenario === 'longtail' ? { latency: LATENCY } : {}) } as TrainingConfigInput['env'],
     // the scale, not crash recovery, is measured here: heartbeat timeouts a busy shared host does not trip
     rollout: { ...preset.rollout, heartbeatSeconds: 5, heartbeatTimeoutSeconds: 60 },
     learner: { ...preset.learner, threads: 1, heartbeatTimeoutSeconds: 60, ...(p.mode.correction ? { correction: p.mode.correction } : {}) },

@@ -90,8 +90,10 @@ export const ModelSourceSchema = z
     z
       .object({
         preset: z
-          .enum(['tiny', 'frozenlake', 'frozenlake32', 'frozenlake32-tied'])
-          .describe('a random Qwen3-shaped model of lib/presets.ts (frozenlake32*: head_dim 32, which vLLM serves on a CPU)'),
+          .enum(['tiny', 'frozenlake', 'frozenlake32', 'frozenlake32-tied', 'frozenlake-rows'])
+          .describe(
+            "a random Qwen3-shaped model of lib/presets.ts (frozenlake32*: head_dim 32, which vLLM serves on a CPU; frozenlake-rows: a map row per token and RoPE θ 10, the demo's)",
+          ),
         seed: int().min(0).default(0).describe('seed of the random weights'),
       })
       .strict(),

@@ -256,6 +256,20 @@ export const FROZENLAKE_CELL_IDS: Readonly<Record<(typeof FROZENLAKE_CELLS)[numb
 export const FROZENLAKE_SPECIAL_IDS = Object.freeze({ endOfText: 0, imStart: 1, imEnd: 2, unk: 3 });
 
 export function frozenLakeTokenizer(): TokenizerFiles {
+  return frozenLakeVocabulary(false);
+}
+
+/**
+ * The frozenlake vocabulary plus one token per run of 2 or 3 grid cells (FROZENLAKE_CELLS: 25 pairs, then 125
+ * triples, ids from 117), so each row of a 3×3 map is one token (`PFF`, `FHF`, `FFG`) whose embedding says where
+ * the agent and the holes of that row are. Single cells, actions and every other character keep their frozenlake ids.
+ * Each triple is reachable from both of its pairs (`PF`+`F` and `P`+`FF`), so BPE's merge order always ends on it.
+ */
+export function frozenLakeRowsTokenizer(): TokenizerFiles {
+  return frozenLakeVocabulary(true);
+}
+
+function frozenLakeVocabulary(rowTokens: boolean): TokenizerFiles {
   const vocab: Record<string, number> = {};
   vocab[FROZENLAKE_UNK] = FROZENLAKE_SPECIAL_IDS.unk;
   FROZENLAKE_CHARS.forEach((ch) => (vocab[ch] = flCharId(ch)));
@@ -269,6 +283,19 @@ export function frozenLakeTokenizer(): TokenizerFiles {
       merges.push([word.slice(0, i - 1), word[i - 1]!]);
       vocab[piece] = next++;
     }
+  }
+  if (rowTokens) {
+    for (const a of FROZENLAKE_CELLS)
+      for (const b of FROZENLAKE_CELLS) {
+        merges.push([a, b]);
+        vocab[a + b] = next++;
+      }
+    for (const a of FROZENLAKE_CELLS)
+      for (const b of FROZENLAKE_CELLS)
+        for (const c of FROZENLAKE_CELLS) {
+          merges.push([a + b, c], [a, b + c]);
+          vocab[a + b + c] = next++;
+        }
   }
   const ids = { endOfText: FROZENLAKE_SPECIAL_IDS.endOfText, imStart: FROZENLAKE_SPECIAL_IDS.imStart, imEnd: FROZENLAKE_SPECIAL_IDS.imEnd };
   return {

@@ -1,7 +1,7 @@
 // The tiny Qwen3 model presets of the tests and demos (DESIGN §6): a shape and a tokenizer each
 // (lib/preset-tokenizers.ts), and the config.json they give. lib/model-init.ts writes checkpoint 0 of one.
 import { decoderTensorShapes, type Qwen3ModelConfig } from './qwen3.ts';
-import { frozenLakeTokenizer, tinyTokenizer, type TokenizerFiles } from './preset-tokenizers.ts';
+import { frozenLakeRowsTokenizer, frozenLakeTokenizer, tinyTokenizer, type TokenizerFiles } from './preset-tokenizers.ts';
 
 export { decoderTensorShapes };
 
@@ -27,8 +27,8 @@ export interface Qwen3Config extends Qwen3ModelConfig {
   transformers_version: string;
 }
 
-export type PresetName = 'tiny' | 'frozenlake' | 'frozenlake32' | 'frozenlake32-tied';
-export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'frozenlake', 'frozenlake32', 'frozenlake32-tied'];
+export type PresetName = 'tiny' | 'frozenlake' | 'frozenlake32' | 'frozenlake32-tied' | 'frozenlake-rows';
+export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'frozenlake', 'frozenlake32', 'frozenlake32-tied', 'frozenlake-rows'];
 
 /** The Qwen3 fields a preset fixes (its tokenizer gives the vocabulary). */
 type ModelShape = Required<
@@ -43,6 +43,8 @@ export interface Preset {
   description: string;
   shape: ModelShape;
   tokenizer(): TokenizerFiles;
+  /** RoPE base (config.json `rope_theta`); default Qwen3's 1e6 */
+  ropeTheta?: number;
 }
 
 /** frozenlake32's shape; frozenlake32-tied differs only in the tied LM head. */
@@ -88,6 +90,26 @@ export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
     },
     tokenizer: frozenLakeTokenizer,
   },
+  // The demo's preset (configs/frozenlake.json, docs/benchmarks.md): frozenlake's shape, a map row per token, and
+  // RoPE θ 10 so a head of 16 dimensions tells apart the few positions between the grid and the reply (at θ 1e6 only
+  // 2 of its 8 frequencies turn by more than a radian within 20 tokens). With the character grid at θ 1e6 even
+  // behaviour cloning of the shortest paths stayed at 73% greedy after 40 steps; RL did not read the map at all.
+  'frozenlake-rows': {
+    name: 'frozenlake-rows',
+    description: 'frozenlake with one token per row of up to 3 map cells and RoPE θ 10 (the demo: 3×3 maps), hidden 64, 2 layers, GQA 4/2, untied LM head',
+    shape: {
+      hidden_size: 64,
+      intermediate_size: 192,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 16,
+      tie_word_embeddings: false,
+      max_position_embeddings: 4096,
+    },
+    tokenizer: frozenLakeRowsTokenizer,
+    ropeTheta: 10,
+  },
   // vLLM's CPU attention takes head sizes 32, 64, 80, ... only (frozenlake's 16 kills its engine on the first request)
   frozenlake32: {
     name: 'frozenlake32',
@@ -124,7 +146,7 @@ export function presetConfig(preset: Preset, tok: TokenizerFiles = preset.tokeni
     hidden_act: 'silu',
     max_position_embeddings: s.max_position_embeddings,
     rms_norm_eps: 1e-6,
-    rope_theta: 1e6,
+    rope_theta: preset.ropeTheta ?? 1e6,
     rope_scaling: null,
     tie_word_embeddings: s.tie_word_embeddings,
     attention_bias: false,

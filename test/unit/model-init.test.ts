@@ -118,7 +118,10 @@ for (const [preset, expect] of [
 }
 
 test('bad preset, bad seed and bad --out fail with clear errors', async () => {
-  await assert.rejects(modelInit({ out: join(root, 'x'), preset: 'huge' }), /preset: expected one of tiny, frozenlake, frozenlake32, frozenlake32-tied, got "huge"/);
+  await assert.rejects(
+    modelInit({ out: join(root, 'x'), preset: 'huge' }),
+    /preset: expected one of tiny, frozenlake, frozenlake32, frozenlake32-tied, frozenlake-rows, got "huge"/,
+  );
   await assert.rejects(modelInit({ out: join(root, 'x'), preset: 'tiny', seed: 'abc' }), /seed/);
   await assert.rejects(modelInit({ out: join(root, 'x'), preset: 'tiny', seed: -1 }), /seed/);
   await assert.rejects(modelInit({ out: '', preset: 'tiny' }), /out: must not be empty/);
@@ -146,7 +149,7 @@ test('swerl model init on the command line', async () => {
     run(process.execPath, ['scripts/swerl.mjs', 'model', 'init', '--out', join(root, 'cli2'), '--preset', 'big'], { cwd: repo }),
     (e: { code: number; stderr: string }) => {
       assert.equal(e.code, 2);
-      assert.match(e.stderr, /preset: expected one of tiny, frozenlake, frozenlake32, frozenlake32-tied, got "big"/);
+      assert.match(e.stderr, /preset: expected one of tiny, frozenlake, frozenlake32, frozenlake32-tied, frozenlake-rows, got "big"/);
       return true;
     },
   );

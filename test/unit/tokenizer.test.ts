@@ -89,6 +89,20 @@ test('frozenlake preset: role words are one token, arbitrary ASCII round-trips, 
   assert.deepEqual(lake.encode('é'), [FROZENLAKE_SPECIAL_IDS.unk]);
 });
 
+test('frozenlake-rows preset: a 3×3 map row is one token; actions, cells and other text keep their frozenlake ids', async () => {
+  const rows = await loadTokenizer((await writeModel(join(root, 'rows'), 'frozenlake-rows', 0)).dir);
+  assert.equal(rows.vocabSize, lake.vocabSize + 25 + 125);
+  for (const a of FROZENLAKE_ACTIONS) assert.deepEqual(rows.encode(a), [FROZENLAKE_ACTION_IDS[a]]);
+  for (const c of FROZENLAKE_CELLS) assert.deepEqual(rows.encode(c), [FROZENLAKE_CELL_IDS[c]]);
+  // every row of 3 cells, whichever pair BPE merges first, ends as its own token
+  for (const row of ['PFF', 'FFP', 'FPF', 'SHF', 'HHG', 'FFG', 'PHH']) assert.deepEqual(rows.encode(row), [rows.tokenId(row)], row);
+  const grid = 'PFF\nFHF\nFFG';
+  assert.deepEqual(rows.encode(grid), [rows.tokenId('PFF'), rows.tokenId('\n'), rows.tokenId('FHF'), rows.tokenId('\n'), rows.tokenId('FFG')]);
+  assert.equal(rows.decode(rows.encode(grid)), grid);
+  const prompt = '<|im_start|>system\nReach G. Avoid H. Reply L D R U.<|im_end|>\n<|im_start|>assistant\n';
+  assert.deepEqual(rows.encode(prompt), lake.encode(prompt));
+});
+
 test('real Qwen3 tokenizer loads through the same path', async () => {
   const qwen = await loadTokenizer(QWEN3_DIR);
   assert.equal(qwen.vocabSize, 151669);
