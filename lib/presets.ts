@@ -47,6 +47,18 @@ export interface Preset {
   ropeTheta?: number;
 }
 
+/** frozenlake's shape, which frozenlake-rows shares (only the tokenizer and RoPE base differ). */
+const FROZENLAKE_SHAPE: ModelShape = {
+  hidden_size: 64,
+  intermediate_size: 192,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 16,
+  tie_word_embeddings: false,
+  max_position_embeddings: 4096,
+};
+
 /** frozenlake32's shape; frozenlake32-tied differs only in the tied LM head. */
 const FROZENLAKE32_SHAPE: ModelShape = {
   hidden_size: 64,
@@ -78,16 +90,7 @@ export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
   frozenlake: {
     name: 'frozenlake',
     description: 'ASCII character vocabulary with single-token actions L D R U, hidden 64, 2 layers, GQA 4/2, untied LM head',
-    shape: {
-      hidden_size: 64,
-      intermediate_size: 192,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      head_dim: 16,
-      tie_word_embeddings: false,
-      max_position_embeddings: 4096,
-    },
+    shape: FROZENLAKE_SHAPE,
     tokenizer: frozenLakeTokenizer,
   },
   // The demo's preset (configs/frozenlake.json, docs/benchmarks.md): frozenlake's shape, a map row per token, and
@@ -97,16 +100,7 @@ export const PRESETS: Readonly<Record<PresetName, Preset>> = Object.freeze({
   'frozenlake-rows': {
     name: 'frozenlake-rows',
     description: 'frozenlake with one token per row of up to 3 map cells and RoPE θ 10 (the demo: 3×3 maps), hidden 64, 2 layers, GQA 4/2, untied LM head',
-    shape: {
-      hidden_size: 64,
-      intermediate_size: 192,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      head_dim: 16,
-      tie_word_embeddings: false,
-      max_position_embeddings: 4096,
-    },
+    shape: FROZENLAKE_SHAPE,
     tokenizer: frozenLakeRowsTokenizer,
     ropeTheta: 10,
   },
