@@ -162,19 +162,24 @@ export async function applyEdits(files: ReadonlyMap<string, string | null>, edit
 /**
  * The lines by which the prompt's templates (edit.example "template", lib/swe/prompts.ts) describe a block's parts
  * instead of showing code. A block whose new text holds one copied the template, as a copy of the worked example does;
- * it scores as low (`foreign_search`), not as an edit that merely breaks the syntax.
+ * it scores as low (`foreign_search`), not as an edit that merely breaks the syntax. Loosely matched (case, a leading
+ * "the", a missing comma, trailing punctuation, runs of spaces): on 11-29 Qwen2.5-Coder-0.5B learned to write "same
+ * lines with the fix" under a copied context, which the exact line missed and the graded scheme paid −0.75.
  */
 export const TEMPLATE_LINES: readonly RegExp[] = [
-  /^the lines of \S+ to change, copied exactly$/,
-  /^the same lines with the fix$/,
-  /^the whole function of \S+ that holds the fault, fixed$/,
-  /^the new lines that replace lines FIRST to LAST$/,
+  /^(the )?lines of \S+ to change,? copied exactly$/i,
+  /^(the )?same lines,? with (the )?fix(es)?$/i,
+  /^(the )?whole function of \S+ that holds the fault,? fixed$/i,
+  /^(the )?new lines that replace lines first to last$/i,
 ];
 
 function templateLine(text: string): string | null {
   for (const line of text.split('\n')) {
-    const t = line.trim();
-    if (TEMPLATE_LINES.some((r) => r.test(t))) return t;
+    const t = line
+      .trim()
+      .replace(/\s+/g, ' ')
+      .replace(/[.:;!]+$/, '');
+    if (TEMPLATE_LINES.some((r) => r.test(t))) return line.trim();
   }
   return null;
 }

@@ -248,6 +248,14 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     });
     assert.equal(placeholder.info!.editOutcome, 'foreign_search');
     assert.equal(placeholder.reward, -1);
+    // and loosely (11-29: the context copied as the search text, "..." included, then "same lines with the fix"): a
+    // search text that is not found does not lift the copy to -0.75
+    for (const copy of ['same lines with the fix', 'The same lines with the fix.', 'the  same lines, with fix', 'THE LINES OF calc/ops.py TO CHANGE COPIED EXACTLY'])
+      for (const search of ['def sub(a, b):\n    return a + b', '...\ndef sub(a, b):\n    return a + b']) {
+        const loose = await run(`### calc/ops.py\n<<<<<<< SEARCH\n${search}\n=======\n...\n${copy}\n>>>>>>> REPLACE\n`, { example: 'template', malformed: 'graded' });
+        assert.equal(loose.info!.editOutcome, 'foreign_search', `${copy} under ${JSON.stringify(search)}`);
+        assert.equal(loose.reward, -1);
+      }
     // the lines as they are (edit.lineNumbers false): a small model copied the numbers into its search text
     const plain = await run(GOLD_REPLIES.search_replace, { lineNumbers: false });
     assert.match(plain.messages[1]!.content, /### calc\/ops\.py\n"""Small arithmetic helpers\."""/);
