@@ -3,7 +3,12 @@
 // set, then evaluates checkpoint 0 and the last checkpoint on the held-out split (repositories never trained on).
 //
 //   npm run bench:learning -- --tasks DIR --model DIR [--config configs/swe-rl.json] [--iterations N]
-//                             [--eval-runs 2] [--no-eval] [--out bench/out/learning]
+//                             [--eval-runs 2] [--no-eval] [--vllm] [--out bench/out/learning]
+//
+// --vllm samples the rollouts with vLLM (its CPU build, fp32, started here from --model) instead of the learner
+// worker's batching server: the config's `policy` becomes { baseUrl, model: "policy", weightSync: "vllm" }, so
+// every learner step is synced into vLLM and verified by the probe (docs/swe-training.md). The held-out evaluation
+// serves the checkpoints with our server either way.
 //
 // DIR of --tasks is `swerl tasks synth --repos FILE --out DIR`'s output (train.jsonl, validation.jsonl; the team
 // makes it from the benchmark repositories outside the clone, a user from any repositories file in that format).
@@ -19,7 +24,9 @@ import { fileStoreUrl, keys, openStore } from '../lib/store.ts';
 import { bootstrapDiffCI, bootstrapMeanCI } from '../lib/eval/metrics.ts';
 import { readEvalEpisodes, type EvalEpisodeRecord } from '../activities/evaluation.ts';
 import type { Trajectory } from '../lib/types.ts';
+import type { IterationMetrics } from '../lib/training/shapes.ts';
 import { validateConfig, type TrainingConfig } from '../lib/config.ts';
+import { startVllm, type VllmServer } from '../services/vllm.ts';
 
 const { values } = parseArgs({
   options: {
@@ -29,6 +36,7 @@ const { values } = parseArgs({
     iterations: { type: 'string' },
     'eval-runs': { type: 'string', default: '2' },
     'no-eval': { type: 'boolean', default: false },
+    vllm: { type: 'boolean', default: false },
     out: { type: 'string', default: 'bench/out/learning' },
   },
 });
@@ -66,15 +74,14 @@ function printTrend(o: TrainOutcome, storeUrl: string): void {
   );
 }
 
-function printIterations(o: TrainOutcome, storeUrl: string): void {
-  for (const m of o.metrics) {
-    const e = iterationEdits(storeUrl, o.runId, m.iteration);
-    const tps = m.iterationSeconds > 0 ? m.tokens / m.iterationSeconds : 0;
-    console.log(
-      `iter ${m.iteration}: mean reward ${m.meanReward.toFixed(3)}  valid edits ${(100 * e.valid).toFixed(1)}%  exact fixes ${(100 * e.exact).toFixed(1)}%  ` +
-        `${tps.toFixed(0)} tokens/s (${m.tokens} tokens, ${m.responseTokens} sampled)  time ${m.iterationSeconds.toFixed(1)}s = rollouts ${m.rolloutSeconds.toFixed(1)}s + learner ${m.learnerSeconds.toFixed(1)}s + orchestration ${m.orchestrationSeconds.toFixed(1)}s`,
-    );
-  }
+/** An iteration's line, printed as its metrics land (the trajectories are in the store by then). */
+function printIteration(m: IterationMetrics, runId: string, storeUrl: string): void {
+  const e = iterationEdits(storeUrl, runId, m.iteration);
+  const tps = m.iterationSeconds > 0 ? m.tokens / m.iterationSeconds : 0;
+  console.log(
+    `iter ${m.iteration}: mean reward ${m.meanReward.toFixed(3)}  valid edits ${(100 * e.valid).toFixed(1)}%  exact fixes ${(100 * e.exact).toFixed(1)}%  ` +
+      `${tps.toFixed(0)} tokens/s (${m.tokens} tokens, ${m.responseTokens} sampled)  time ${m.iterationSeconds.toFixed(1)}s = rollouts ${m.rolloutSeconds.toFixed(1)}s + learner ${m.learnerSeconds.toFixed(1)}s + orchestration ${m.orchestrationSeconds.toFixed(1)}s`,
+  );
 }
 
 /**
@@ -161,15 +168,24 @@ async function main() {
   raw.model = { path: resolve(model) };
   raw.env = { ...raw.env, tasksFile: resolve(tasksDir, 'train.jsonl') };
   if (values.iterations !== undefined) raw.iterations = Number(values.iterations);
+  const started = Date.now();
+  let vllm: VllmServer | null = null;
+  if (values.vllm) {
+    // the prompt (context budget, issue, template) and the reply fit in 4,096 tokens
+    vllm = await startVllm({ model: resolve(model), servedModelName: 'policy', maxModelLen: 4096, logFile: join(out, 'vllm.log') });
+    console.log(`vLLM started in ${vllm.startSeconds.toFixed(0)} s at ${vllm.url}: it samples the rollouts, synced after every learner step`);
+    raw.policy = { ...(raw.policy as Record<string, unknown> | undefined), baseUrl: vllm.url, model: 'policy', weightSync: 'vllm' };
+  }
   const configFile = join(out, 'swe-rl.json');
   writeFileSync(configFile, JSON.stringify(raw, null, 2));
 
-  const started = Date.now();
   const storeUrl = (raw.store as { url?: string } | undefined)?.url ?? fileStoreUrl(join(out, 'train', 'store'));
   const pruning = setInterval(() => pruneCheckpoints(storeUrl), 20_000);
-  const o = await train({ config: configFile, out: join(out, 'train'), quiet: true }).finally(() => clearInterval(pruning));
+  const o = await train({ config: configFile, out: join(out, 'train'), quiet: true, onIteration: (m, runId) => printIteration(m, runId, storeUrl) }).finally(async () => {
+    clearInterval(pruning);
+    await vllm?.close();
+  });
   pruneCheckpoints(storeUrl);
-  printIterations(o, storeUrl);
   printTrend(o, storeUrl);
   console.log(`training: ${o.metrics.length} iterations in ${((Date.now() - started) / 60000).toFixed(1)} min; metrics ${o.metricsPath}; plot ${o.plotPaths.join(' ')}`);
   const last = o.result.checkpoint;

@@ -26,6 +26,8 @@ export interface TrainOptions {
   threads?: number;
   /** no progress bar (tests) */
   quiet?: boolean;
+  /** called once per iteration as its metrics land, quiet or not (bench:learning prints its own line) */
+  onIteration?: (m: IterationMetrics, runId: string) => void;
 }
 
 export interface TrainOutcome {
@@ -106,7 +108,14 @@ async function startEmbedded(config: TrainingConfig, o: TrainOptions, outDir: st
 }
 
 /** Follows a started run to its end: metrics.jsonl and a line per iteration as they land, a progress bar of the current iteration's rollouts. */
-async function followRun(client: Client, config: TrainingConfig, metricsPath: string, quiet: boolean, log: (s: string) => void): Promise<TrainingRunResult> {
+async function followRun(
+  client: Client,
+  config: TrainingConfig,
+  metricsPath: string,
+  quiet: boolean,
+  log: (s: string) => void,
+  onIteration?: TrainOptions['onIteration'],
+): Promise<TrainingRunResult> {
   const runId = config.runId!;
   const handle = client.workflow.getHandle(runId);
   const total = config.batch.tasks * config.batch.samples;
@@ -123,6 +132,7 @@ async function followRun(client: Client, config: TrainingConfig, metricsPath: st
         bar?.stop();
         bar = null;
         log(formatMetrics(m));
+        onIteration?.(m, runId);
         printed = m.iteration;
       }
   };
@@ -187,9 +197,11 @@ export async function train(o: TrainOptions): Promise<TrainOutcome> {
       if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
       log(`trainingRun ${runId} is already running: following it`);
     }
-    const result = await followRun(client, config, metricsPath, o.quiet ?? false, log);
+    const result = await followRun(client, config, metricsPath, o.quiet ?? false, log, o.onIteration);
     const metrics = readMetrics(config.store.url, runId);
-    const plotPaths = metrics.length ? await writeRewardPlot(metricsPath, join(outDir, 'reward.html'), `FrozenLake reward (${runId})`) : [];
+    const plotPaths = metrics.length
+      ? await writeRewardPlot(metricsPath, join(outDir, 'reward.html'), `${config.env.kind === 'frozenlake' ? 'FrozenLake' : 'SWE'} reward (${runId})`)
+      : [];
     return { runId, result, metrics, metricsPath, plotPaths, outDir };
   } finally {
     await connection.close().catch(() => undefined);
