@@ -62,15 +62,15 @@ export function parseEdits(format: EditFormat, response: string): ParsedEdits {
       edits = searchReplaceBlocks(text);
       break;
     case 'whole_function':
-      edits = fencedFileBlocks(text).map((b) => ({ kind: 'function' as const, path: b.path, code: b.body.join('\n') }));
+      edits = fencedFileBlocks(text, (body) => body.some((l) => DEF_LINE.test(l))).map((b) => ({ kind: 'function' as const, path: b.path, code: b.body.join('\n') }));
       break;
     case 'numbered_lines': {
       edits = [];
-      for (const b of fencedFileBlocks(text)) {
+      for (const b of fencedFileBlocks(text, (body) => body.some((l) => LINES_HEADER.test(l)))) {
         let cur: { start: number; end: number; lines: string[] } | undefined;
         const flush = () => cur && edits.push({ kind: 'lines', path: b.path, start: cur.start, end: cur.end, text: cur.lines.join('\n') });
         for (const line of b.body) {
-          const h = /^@@\s*(\d+)(?:\s*-\s*(\d+))?\s*(?:@@)?\s*$/.exec(line);
+          const h = LINES_HEADER.exec(line);
           if (h) {
             flush();
             cur = { start: Number(h[1]), end: Number(h[2] ?? h[1]), lines: [] };
@@ -112,13 +112,29 @@ function searchReplaceBlocks(text: string): Edit[] {
   return out;
 }
 
-/** Fenced blocks whose first line is `### PATH`: the path and the lines after it. */
-function fencedFileBlocks(text: string): { path: string; body: string[] }[] {
+const LINES_HEADER = /^@@\s*(\d+)(?:\s*-\s*(\d+))?\s*(?:@@)?\s*$/;
+
+/**
+ * Fenced blocks naming their file: the path and the lines after it. A block names it by its first line `### PATH` (the
+ * format), or, if `isEdit(body)` (the block holds what an edit of the format must: a def line, an `@@` line), by a
+ * line `### PATH` just before the fence, or not at all (path '': applyEdits gives it the one file shown, if only one
+ * was). Qwen2.5-Coder-0.5B wrote its header above the fence in about half of its whole_function replies (11-29); a
+ * fence without a header holding no edit (the issue's traceback quoted back) is not a block.
+ */
+function fencedFileBlocks(text: string, isEdit: (body: string[]) => boolean): { path: string; body: string[] }[] {
   const out: { path: string; body: string[] }[] = [];
   for (const m of text.matchAll(/```[^\n]*\n([\s\S]*?)(?:\n)?```/g)) {
-    const [first, ...body] = m[1]!.split('\n');
+    const [first, ...rest] = m[1]!.split('\n');
     const head = /^###\s+(\S.*)$/.exec(first ?? '');
-    if (head) out.push({ path: normalisePath(head[1]!), body });
+    if (head) {
+      out.push({ path: normalisePath(head[1]!), body: rest });
+      continue;
+    }
+    const body = m[1]!.split('\n');
+    if (!isEdit(body)) continue;
+    const before = text.slice(0, m.index).replace(/\s+$/, '').split('\n').pop() ?? '';
+    const above = /^###\s+(\S.*)$/.exec(before.trim());
+    out.push({ path: above ? normalisePath(above[1]!) : '', body });
   }
   return out;
 }

@@ -82,6 +82,28 @@ test('malformed edits end with a named reason: missing file, not found, found tw
   assert.equal(await reason('search_replace', sr('calc/ops.py', 'def sub(a, b):', 'def sub(a, b):\n    # the same lines with the fix')), 'valid', 'a comment is code');
 });
 
+test('fenced formats: the file named above the fence, or by no header when one file is shown; a quoted traceback is no block', async () => {
+  const fixed = 'def sub(a, b):\n    return a - b';
+  const valid = async (format: 'whole_function' | 'numbered_lines', reply: string) => {
+    const a = await applyEdits(files, edits(format, reply));
+    assert.ok(a.ok, `${format}: ${a.ok ? '' : a.error}`);
+    assert.equal(a.contents.get('calc/ops.py'), FIXED_OPS_PY, format);
+  };
+  await valid('whole_function', `### calc/ops.py\n\n\`\`\`python\n${fixed}\n\`\`\``);
+  await valid('whole_function', `The fix:\n\`\`\`python\n${fixed}\n\`\`\``);
+  await valid('numbered_lines', '### calc/ops.py\n```\n@@ 9\n    return a - b\n```');
+  // the header above the fence names the file even when it is not the one shown
+  const other = await applyEdits(files, edits('whole_function', `### calc/other.py\n\`\`\`python\n${fixed}\n\`\`\``));
+  assert.ok(!other.ok && other.reason === 'missing_file', JSON.stringify(other));
+  // a fence holding no edit of the format and no header (the issue's traceback quoted back) is skipped, not a block
+  const quoted = '```\nTraceback (most recent call last):\n  File "calc/ops.py", line 9\nAssertionError\n```\n';
+  assert.equal(parseEdits('whole_function', quoted).ok, false);
+  assert.equal(parseEdits('numbered_lines', quoted).ok, false);
+  await valid('whole_function', `${quoted}\`\`\`python\n${fixed}\n\`\`\``);
+  // the header line inside the fence is still read as the format's: a def-less block there is no_block, as before
+  assert.equal(parseEdits('whole_function', '```\n### calc/ops.py\nreturn a - b\n```').ok, true);
+});
+
 test('whole functions keep their place and indentation; numbered lines delete and replace', async () => {
   const cls = new Map([['m.py', 'class A:\n    @staticmethod\n    def f(x):\n        return x\n\n    def g(self):\n        return 1\n']]);
   // the block written unindented lands at the method's indentation, its decorator replaced with it
