@@ -17,7 +17,7 @@ import type { ChatMessage, EndReason, EnvStep, TextEnvironment } from '../lib/ty
 import { filesInPatch, type SweTask } from '../lib/swe/task.ts';
 import type { SweEnvConfig } from '../lib/swe/env-config.ts';
 import { applyEdits, applySweRlEdits, parseEdits, pythonParses, type MalformedReason } from '../lib/swe/edit-format.ts';
-import { buildEditContext, describeContext, type EditContext } from '../lib/swe/edit-context.ts';
+import { buildEditContext, describeContext, localizedShare, type EditContext } from '../lib/swe/edit-context.ts';
 import { editReward, type EditOutcome } from '../lib/swe/edit-reward.ts';
 import { applyPatch, changeSimilarity, touchedLines } from '../lib/swe/similarity.ts';
 import { editInstancePrompt, editSystemPrompt } from '../lib/swe/prompts.ts';
@@ -234,7 +234,8 @@ export class SweEditEnvironment implements TextEnvironment {
     }
     const patch = await this.deps.workspace.patch(applied.contents);
     const located = changeSimilarity(this.originals, this.oracle, applied.contents).located;
-    this.result = { outcome: { malformed: null, syntaxError, located, swerl }, patch, files: [...applied.contents.keys()] };
+    const localized = await localizedShare(this.originals, this.oracle, applied.contents);
+    this.result = { outcome: { malformed: null, syntaxError, located, localized, swerl }, patch, files: [...applied.contents.keys()] };
     return { observation: '', done: true, end: 'submitted', info: { editOutcome: 'valid' } };
   }
 
@@ -260,6 +261,7 @@ export class SweEditEnvironment implements TextEnvironment {
       ...(r.error ? { editError: r.error } : {}),
       syntaxError: r.outcome.syntaxError,
       similarity: r.outcome.located,
+      localized: r.outcome.localized ?? 0,
       swerlReward: r.outcome.swerl,
       patch: r.patch,
       reason: r.outcome.malformed ?? 'edit',

@@ -42,21 +42,23 @@ const { values } = parseArgs({
 });
 
 /** Valid-edit and exact-fix rates and the rewards of one iteration, read from its trajectories in the store. */
-function iterationEdits(storeUrl: string, runId: string, iteration: number): { valid: number; exact: number; episodes: number; rewards: number[] } {
+function iterationEdits(storeUrl: string, runId: string, iteration: number): { valid: number; localized: number; exact: number; episodes: number; rewards: number[] } {
   const dir = openStore(storeUrl).dirFor(keys.trajectories(runId, iteration));
   let valid = 0;
+  let localized = 0;
   let exact = 0;
   const rewards: number[] = [];
-  if (!existsSync(dir)) return { valid: 0, exact: 0, episodes: 0, rewards };
+  if (!existsSync(dir)) return { valid: 0, localized: 0, exact: 0, episodes: 0, rewards };
   for (const task of readdirSync(dir))
     for (const f of readdirSync(join(dir, task)).filter((n) => n.endsWith('.json'))) {
       const t = JSON.parse(readFileSync(join(dir, task, f), 'utf8')) as Trajectory;
       rewards.push(t.reward);
       if (t.info?.editOutcome === 'valid') valid++;
+      if (Number(t.info?.localized ?? 0) > 0) localized++;
       if (t.info?.swerlReward === 1) exact++;
     }
   const n = rewards.length;
-  return { valid: n ? valid / n : 0, exact: n ? exact / n : 0, episodes: n, rewards };
+  return { valid: n ? valid / n : 0, localized: n ? localized / n : 0, exact: n ? exact / n : 0, episodes: n, rewards };
 }
 
 /** The training curve's trend: the episodes' mean reward in the last third of the iterations against the first third's. */
@@ -79,7 +81,7 @@ function printIteration(m: IterationMetrics, runId: string, storeUrl: string): v
   const e = iterationEdits(storeUrl, runId, m.iteration);
   const tps = m.iterationSeconds > 0 ? m.tokens / m.iterationSeconds : 0;
   console.log(
-    `iter ${m.iteration}: mean reward ${m.meanReward.toFixed(3)}  valid edits ${(100 * e.valid).toFixed(1)}%  exact fixes ${(100 * e.exact).toFixed(1)}%  ` +
+    `iter ${m.iteration}: mean reward ${m.meanReward.toFixed(3)}  valid edits ${(100 * e.valid).toFixed(1)}%  in the faulty function ${(100 * e.localized).toFixed(1)}%  exact fixes ${(100 * e.exact).toFixed(1)}%  ` +
       `${tps.toFixed(0)} tokens/s (${m.tokens} tokens, ${m.responseTokens} sampled)  time ${m.iterationSeconds.toFixed(1)}s = rollouts ${m.rolloutSeconds.toFixed(1)}s + learner ${m.learnerSeconds.toFixed(1)}s + orchestration ${m.orchestrationSeconds.toFixed(1)}s`,
   );
 }
@@ -152,8 +154,11 @@ async function heldOut(config: TrainingConfig, runId: string, checkpoint: number
 function reportHeldOut(name: string, eps: EvalEpisodeRecord[]): void {
   const r = [...perTask(eps, (e) => e.reward).values()];
   const v = [...perTask(eps, (e) => (e.grade.editOutcome === 'valid' ? 1 : 0)).values()];
+  const l = [...perTask(eps, (e) => (Number(e.grade.localized ?? 0) > 0 ? 1 : 0)).values()];
   const p = [...perTask(eps, (e) => (e.resolved ? 1 : 0)).values()];
-  console.log(`${name}: mean reward ${mean(r).toFixed(3)} ${ci(r)}  valid edits ${mean(v).toFixed(3)} ${ci(v)}  pass@1 ${mean(p).toFixed(3)} ${ci(p)}  (${r.length} tasks)`);
+  console.log(
+    `${name}: mean reward ${mean(r).toFixed(3)} ${ci(r)}  valid edits ${mean(v).toFixed(3)} ${ci(v)}  in the faulty function ${mean(l).toFixed(3)} ${ci(l)}  pass@1 ${mean(p).toFixed(3)} ${ci(p)}  (${r.length} tasks)`,
+  );
 }
 
 async function main() {

@@ -3,6 +3,7 @@
 // the file_editor's views print them (`cat -n`). Elided stretches show as one `...` row. Pure apart from the parser.
 import { numberLines } from './tools.ts';
 import { pythonParser } from './python-outline.ts';
+import { touchedLines } from './similarity.ts';
 import type { Node } from 'web-tree-sitter';
 
 export interface ContextFile {
@@ -51,6 +52,28 @@ export async function enclosingDefinitions(path: string, content: string, touche
   } finally {
     tree.delete();
   }
+}
+
+/**
+ * Localization of a predicted edit (edit.localizeWeight): per file either side changes, the share of the innermost
+ * definitions holding the gold's changed lines (a line outside any: that line) in which the prediction changes a line
+ * too; the mean over those files, 0 for a file only one side changes (as the located similarity averages them).
+ */
+export async function localizedShare(original: ReadonlyMap<string, string | null>, oracleNew: ReadonlyMap<string, string>, predNew: ReadonlyMap<string, string>): Promise<number> {
+  const shares: number[] = [];
+  for (const path of [...new Set([...oracleNew.keys(), ...predNew.keys()])].sort()) {
+    const old = original.get(path) ?? '';
+    const gold = oracleNew.has(path) ? [...touchedLines(old, oracleNew.get(path)!)] : [];
+    const mine = predNew.has(path) ? [...touchedLines(old, predNew.get(path)!)] : [];
+    if (gold.length === 0 && mine.length === 0) continue;
+    if (gold.length === 0 || mine.length === 0) {
+      shares.push(0);
+      continue;
+    }
+    const spans = [...new Map((await enclosingDefinitions(path, old, gold)).map((r) => [r.join('-'), r])).values()];
+    shares.push(spans.filter(([a, b]) => mine.some((l) => a <= l && l <= b)).length / spans.length);
+  }
+  return shares.length ? shares.reduce((a, b) => a + b, 0) / shares.length : 0;
 }
 
 /** Sorted, merged ranges (adjacent ones join), clamped to 1..n. */

@@ -3,7 +3,9 @@
 //               rule `swe-rl`: the paper's computation as released; a reply whose edits cancel out scores 0 there.
 //               rule `located` (default): the ratio × the share of the oracle's changed lines the edit also changes,
 //               and a reply that changes nothing is malformed: neither a no-op nor a similar line rewritten elsewhere
-//               scores above an honest miss (a valid edit that changes the wrong code scores 0).
+//               scores above an honest miss (a valid edit that changes the wrong code scores 0). With
+//               localizeWeight w > 0: (1 − w) × that + w × the share of the gold's enclosing functions the edit
+//               changes a line in (an edit of the right function that misses the faulty line scores w at most).
 //   tests       1 iff the patch resolves the task (graded in a sandbox with every integrity check), else 0.
 //   hybrid      tests, an unresolved valid edit shaped by hybridWeight × its similarity (< 1: below any fix).
 // Malformed replies score −1 (`minus-one`, SWE-RL) or by kind (`graded`), always below any valid edit.
@@ -33,6 +35,8 @@ export interface EditOutcome {
   syntaxError: boolean;
   /** the rule-`located` similarity of a valid edit (0 otherwise) */
   located: number;
+  /** the share of the gold's enclosing functions (or classes) in which a valid edit changes a line (0 otherwise) */
+  localized?: number;
   /** SWE-RL's reward as its released code computes it, whatever the config (always reported) */
   swerl: number;
   /** the tests' verdict, when the patch was graded */
@@ -45,15 +49,20 @@ export function malformedScore(reason: MalformedReason | 'syntax_error', scheme:
 }
 
 /** The similarity reward of an outcome under the config's rule. */
-export function similarityScore(o: EditOutcome, cfg: Pick<EditConfig, 'rule' | 'malformed'>): number {
+export function similarityScore(o: EditOutcome, cfg: Pick<EditConfig, 'rule' | 'malformed'> & Partial<Pick<EditConfig, 'localizeWeight'>>): number {
   if (cfg.rule === 'swe-rl') return o.swerl;
   if (o.malformed) return malformedScore(o.malformed, cfg.malformed);
   if (o.syntaxError && cfg.malformed === 'graded') return GRADED_MALFORMED.syntax_error;
-  return o.located;
+  const w = cfg.localizeWeight ?? 0;
+  return (1 - w) * o.located + w * (o.localized ?? 0);
 }
 
 /** The episode's reward. `tests` and `hybrid` need `resolved` for a valid edit (a malformed reply is never graded). */
-export function editReward(kind: 'similarity' | 'tests' | 'hybrid', o: EditOutcome, cfg: Pick<EditConfig, 'rule' | 'malformed' | 'hybridWeight'>): number {
+export function editReward(
+  kind: 'similarity' | 'tests' | 'hybrid',
+  o: EditOutcome,
+  cfg: Pick<EditConfig, 'rule' | 'malformed' | 'hybridWeight'> & Partial<Pick<EditConfig, 'localizeWeight'>>,
+): number {
   if (kind === 'similarity') return similarityScore(o, cfg);
   if (o.malformed) return malformedScore(o.malformed, cfg.malformed);
   if (o.resolved === undefined) throw new Error(`editReward: a ${kind} reward needs the tests' verdict of the edit`);

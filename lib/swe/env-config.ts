@@ -33,6 +33,14 @@ export const EditConfigSchema = z
       .enum(['minus-one', 'graded'])
       .default('minus-one')
       .describe('how a malformed reply scores: "minus-one" (SWE-RL) or "graded" (−1 no block or no-op, −0.75 a block that does not apply, −0.5 a broken syntax)'),
+    localizeWeight: z
+      .number()
+      .min(0)
+      .max(0.5)
+      .default(0)
+      .describe(
+        'rule "located": a valid edit earns this × the share of the gold\'s enclosing functions it changes a line in, and 1 − this × its located similarity (an exact fix still scores 1); 0: off',
+      ),
     hybridWeight: z.number().min(0).lt(1).default(0.5).describe('"hybrid": an unresolved valid edit scores this × its similarity (a resolved one 1)'),
     lineNumbers: z
       .boolean()

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { applyEdits, applySweRlEdits, MALFORMED_REASONS, parseEdits, TEMPLATE_LINES, type Edit } from '../../lib/swe/edit-format.ts';
 import { applyPatch, changeSimilarity, touchedLines, unifiedChange } from '../../lib/swe/similarity.ts';
 import { editReward, GRADED_MALFORMED, type EditOutcome } from '../../lib/swe/edit-reward.ts';
-import { buildEditContext } from '../../lib/swe/edit-context.ts';
+import { buildEditContext, localizedShare } from '../../lib/swe/edit-context.ts';
 import { EditConfigSchema } from '../../lib/swe/env-config.ts';
 import { validateConfig } from '../../lib/config.ts';
 import { createSweEditEnvironment } from '../../activities/swe-env.ts';
@@ -182,6 +182,26 @@ test('rewards: malformed replies never score above an honest miss; the graded sc
   assert.throws(() => editReward('tests', close, cfg), /needs the tests' verdict/);
 });
 
+test('localizeWeight: an edit of the faulty function earns a share of the reward; an exact fix still scores 1', async () => {
+  const orig = new Map<string, string | null>([['calc/ops.py', OPS_PY]]);
+  const oracle = new Map([['calc/ops.py', FIXED_OPS_PY]]);
+  const pred = (text: string, more: [string, string][] = []) => new Map([['calc/ops.py', text], ...more]);
+  // sub holds the fault (line 9): an edit of sub's def line hits it, an edit of add's line does not
+  assert.equal(await localizedShare(orig, oracle, pred(FIXED_OPS_PY)), 1);
+  assert.equal(await localizedShare(orig, oracle, pred(OPS_PY.replace('def sub(a, b):', 'def sub(a, b):  # subtract'))), 1);
+  assert.equal(await localizedShare(orig, oracle, pred(OPS_PY.replace('def add(a, b):\n    return a + b', 'def add(a, b):\n    return b + a'))), 0);
+  // a second file only the prediction changes halves it (as the located similarity averages files)
+  assert.equal(await localizedShare(new Map([...orig, ['calc/io.py', 'x = 1\n']]), oracle, pred(FIXED_OPS_PY, [['calc/io.py', 'x = 2\n']])), 0.5);
+  const cfg = EditConfigSchema.parse({ malformed: 'graded', localizeWeight: 0.2 });
+  const rightFunction: EditOutcome = { malformed: null, syntaxError: false, located: 0, localized: 1, swerl: 0.3 };
+  assert.equal(editReward('similarity', rightFunction, cfg), 0.2);
+  assert.equal(editReward('similarity', { ...rightFunction, located: 1 }, cfg), 1, 'the exact fix');
+  assert.equal(editReward('similarity', { ...rightFunction, localized: 0 }, cfg), 0, 'the wrong function: an honest miss');
+  assert.equal(editReward('similarity', { ...rightFunction, syntaxError: true }, cfg), GRADED_MALFORMED.syntax_error);
+  assert.equal(editReward('similarity', rightFunction, EditConfigSchema.parse({})), 0, 'off by default');
+  assert.ok(!EditConfigSchema.safeParse({ localizeWeight: 0.6 }).success, 'at most 0.5: locating never pays more than fixing');
+});
+
 test('the context keeps the touched functions, numbered, within the token budget', async () => {
   const long = Array.from({ length: 60 }, (_, i) => `def f${i}(x):\n    return x + ${i}\n`).join('\n');
   const f = [{ path: 'big.py', content: long, touched: [3 * 30 + 2] }];
@@ -228,6 +248,7 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     assert.equal(gold.reward, 1);
     assert.equal(gold.info!.swerlReward, 1);
     assert.equal(gold.info!.editOutcome, 'valid');
+    assert.equal(gold.info!.localized, 1);
     assert.match(String(gold.info!.setting), /oracle files \(1\), whole files, \d+\/4096 tokens, numbered lines/);
     // the patch is git's, the same as the gold patch up to the index line
     const strip = (p: string) => p.replace(/^index .*\n/m, '');
@@ -235,6 +256,10 @@ test('an edit episode: the prompt shows the numbered oracle file, the reply beco
     // the nearby-line rewrite: add's line made into the fix scores 0 here, SWE-RL's rule pays it
     const near = await run('### calc/ops.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a + b\n=======\ndef add(a, b):\n    return a - b\n>>>>>>> REPLACE\n');
     assert.equal(near.reward, 0);
+    assert.equal(near.info!.localized, 0, 'add is not the faulty function');
+    // an edit of the faulty function that misses the faulty line: 0 by the located rule, localizeWeight of it located
+    const inSub = '### calc/ops.py\n<<<<<<< SEARCH\ndef sub(a, b):\n=======\ndef sub(a, b):  # subtract\n>>>>>>> REPLACE\n';
+    assert.deepEqual([(await run(inSub)).reward, (await run(inSub, { localizeWeight: 0.2 })).reward], [0, 0.2]);
     assert.ok(Number(near.info!.swerlReward) > 0.8, `SWE-RL's rule: ${String(near.info!.swerlReward)}`);
     const noop = await run('### calc/ops.py\n<<<<<<< SEARCH\ndef mul(a, b):\n=======\ndef mul(a, b):\n>>>>>>> REPLACE\n', { malformed: 'graded' });
     assert.equal(noop.info!.editOutcome, 'no_change');
