@@ -162,7 +162,7 @@ export async function applyEdits(files: ReadonlyMap<string, string | null>, edit
       ranges.set(e.path, [...(ranges.get(e.path) ?? []), e]);
       continue;
     }
-    const next = e.kind === 'search_replace' ? replaceOnce(current, e, original === null) : await replaceFunction(current, e);
+    const next = e.kind === 'search_replace' ? replaceOnce(current, e, original === null) : await replaceDefinitions(current, e);
     if (typeof next !== 'string') return next;
     contents.set(e.path, next);
   }
@@ -243,6 +243,84 @@ export function applySweRlEdits(files: ReadonlyMap<string, string | null>, edits
 
 const DEF_LINE = /^(\s*)(?:async\s+def|def|class)\s+([A-Za-z_]\w*)/;
 
+/**
+ * A whole_function block's definitions: it is cut before each def or class line at the block's outermost def
+ * indentation (with the decorators, comments and blank lines just above it), so that each replaces its namesake; lines
+ * before the first definition go with it. A trailing `...` no deeper than the def is the context's elision mark copied,
+ * not code, and is dropped.
+ */
+function definitions(body: string[]): string[][] {
+  const defs = body.map((l) => DEF_LINE.exec(l)).filter((m) => m !== null);
+  if (defs.length === 0) return [body];
+  const outer = Math.min(...defs.map((m) => m[1]!.length));
+  const starts: number[] = [];
+  body.forEach((l, i) => {
+    const m = DEF_LINE.exec(l);
+    if (!m || m[1]!.length !== outer) return;
+    let k = i;
+    while (k > 0 && (body[k - 1]!.trim() === '' || /^\s*[@#]/.test(body[k - 1]!)) && /^\s*/.exec(body[k - 1]!)![0].length <= outer) k--;
+    // blank lines between two definitions belong to neither: the block's own spacing is kept by the file
+    while (k < i && body[k]!.trim() === '') k++;
+    starts.push(starts.length === 0 ? 0 : k);
+  });
+  return starts.map((a, j) => {
+    const lines = body.slice(a, starts[j + 1] ?? body.length);
+    while (lines.length && (lines.at(-1)!.trim() === '' || (lines.at(-1)!.trim() === '...' && /^\s*/.exec(lines.at(-1)!)![0].length <= outer))) lines.pop();
+    return lines;
+  });
+}
+
+/**
+ * A whole_function block: each of its definitions replaces its namesake, in turn. A definition the file does not have
+ * (a helper the fix adds) goes with the one before it (or, first, the one after), so it lands beside it.
+ */
+async function replaceDefinitions(content: string, e: { path: string; code: string }): Promise<string | (AppliedEdits & { ok: false })> {
+  const chunks = definitions(e.code.replace(/\s+$/, '').split('\n'));
+  let groups = chunks;
+  if (chunks.length > 1 && e.path.endsWith('.py')) {
+    const names = await definedNames(content);
+    const known = chunks.map((c) => names.has(DEF_LINE.exec(c.find((l) => DEF_LINE.test(l))!)![2]!));
+    if (known.some(Boolean)) {
+      groups = [];
+      let pending: string[] = [];
+      chunks.forEach((c, i) => {
+        if (known[i]) {
+          groups.push([...pending, ...(pending.length ? [''] : []), ...c]);
+          pending = [];
+        } else if (groups.length) groups[groups.length - 1] = [...groups.at(-1)!, '', ...c];
+        else pending = [...pending, ...(pending.length ? [''] : []), ...c];
+      });
+    } else groups = [chunks.flatMap((c, i) => (i ? ['', ...c] : c))];
+  }
+  let current = content;
+  for (const g of groups) {
+    const next = await replaceFunction(current, { path: e.path, code: g.join('\n') });
+    if (typeof next !== 'string') return next;
+    current = next;
+  }
+  return current;
+}
+
+/** The names of every function and class the Python source defines, at any depth. */
+async function definedNames(content: string): Promise<Set<string>> {
+  const tree = (await pythonParser()).parse(content);
+  const names = new Set<string>();
+  if (!tree) return names;
+  try {
+    const visit = (n: Node): void => {
+      if (n.type === 'function_definition' || n.type === 'class_definition') {
+        const name = n.childForFieldName('name')?.text;
+        if (name) names.add(name);
+      }
+      for (const c of n.namedChildren) if (c) visit(c);
+    };
+    visit(tree.rootNode);
+  } finally {
+    tree.delete();
+  }
+  return names;
+}
+
 async function replaceFunction(content: string, e: { path: string; code: string }): Promise<string | (AppliedEdits & { ok: false })> {
   const codeLines = e.code.replace(/\s+$/, '').split('\n');
   const defAt = codeLines.findIndex((l) => DEF_LINE.test(l));
@@ -272,6 +350,10 @@ async function replaceFunction(content: string, e: { path: string; code: string 
   // the block keeps its own indentation relative to its def line; the def goes where the original one was
   const reindented = codeLines.map((l) => (l.trim() === '' ? '' : l.startsWith(codeIndent!) ? s.indent + l.slice(codeIndent!.length) : l));
   const lines = content.split('\n');
+  // the first lines of the definition exactly, and no more: a copy of a definition the context showed cut short, which
+  // leaves it as it is (a small model copies the neighbours of the function it fixes, as far as it saw them)
+  const original = lines.slice(s.start, s.end + 1).map((l) => l.trimEnd());
+  if (reindented.length < original.length && reindented.every((l, i) => l.trimEnd() === original[i])) return content;
   lines.splice(s.start, s.end - s.start + 1, ...reindented);
   return lines.join('\n');
 }

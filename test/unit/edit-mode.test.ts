@@ -104,6 +104,36 @@ test('fenced formats: the file named above the fence, or by no header when one f
   assert.equal(parseEdits('whole_function', '```\n### calc/ops.py\nreturn a - b\n```').ok, true);
 });
 
+test('whole_function: each definition of a block replaces its namesake; a copy of a definition cut short leaves it be', async () => {
+  const apply = async (reply: string) => {
+    const a = await applyEdits(files, edits('whole_function', reply));
+    assert.ok(a.ok, a.ok ? '' : a.error);
+    return a.contents.get('calc/ops.py');
+  };
+  const reasonOf = async (reply: string) => {
+    const a = await applyEdits(files, edits('whole_function', reply));
+    return a.ok ? 'valid' : a.reason;
+  };
+  // sub fixed and mul changed in one block: both, each in its place (before, the block replaced sub with both)
+  const both = await apply('```python\n### calc/ops.py\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return b * a\n```');
+  assert.equal(both, FIXED_OPS_PY.replace('return a * b', 'return b * a'));
+  // sub fixed, add copied as it is: the fix alone
+  assert.equal(await apply('```python\n### calc/ops.py\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n```'), FIXED_OPS_PY);
+  // mul copied as far as a cut context showed it, the elision mark with it: mul is left as it is
+  assert.equal(await apply('```python\n### calc/ops.py\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n...\n```'), FIXED_OPS_PY);
+  // a helper the file does not define goes with the definition before it
+  assert.equal(
+    await apply('```python\n### calc/ops.py\ndef sub(a, b):\n    return a + _neg(b)\n\n\ndef _neg(x):\n    return -x\n```'),
+    OPS_PY.replace('def sub(a, b):\n    return a + b', 'def sub(a, b):\n    return a + _neg(b)\n\ndef _neg(x):\n    return -x'),
+  );
+  assert.equal(await reasonOf('```python\n### calc/ops.py\ndef _neg(x):\n    return -x\n\ndef _pos(x):\n    return x\n```'), 'foreign_search', 'no namesake at all');
+  // an Ellipsis body is code, not the mark
+  const cls = new Map([['m.py', 'class A:\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n']]);
+  const e = await applyEdits(cls, edits('whole_function', '```python\n### m.py\n@property\ndef f(self):\n    return 3\n\ndef g(self):\n    ...\n```'));
+  assert.ok(e.ok);
+  assert.equal(e.contents.get('m.py'), 'class A:\n    @property\n    def f(self):\n        return 3\n\n    def g(self):\n        ...\n');
+});
+
 test('whole functions keep their place and indentation; numbered lines delete and replace', async () => {
   const cls = new Map([['m.py', 'class A:\n    @staticmethod\n    def f(x):\n        return x\n\n    def g(self):\n        return 1\n']]);
   // the block written unindented lands at the method's indentation, its decorator replaced with it
