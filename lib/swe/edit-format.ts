@@ -276,22 +276,19 @@ function definitions(body: string[]): string[][] {
  */
 async function replaceDefinitions(content: string, e: { path: string; code: string }): Promise<string | (AppliedEdits & { ok: false })> {
   const chunks = definitions(e.code.replace(/\s+$/, '').split('\n'));
-  let groups = chunks;
-  if (chunks.length > 1 && e.path.endsWith('.py')) {
-    const names = await definedNames(content);
-    const known = chunks.map((c) => names.has(DEF_LINE.exec(c.find((l) => DEF_LINE.test(l))!)![2]!));
-    if (known.some(Boolean)) {
-      groups = [];
-      let pending: string[] = [];
-      chunks.forEach((c, i) => {
-        if (known[i]) {
-          groups.push([...pending, ...(pending.length ? [''] : []), ...c]);
-          pending = [];
-        } else if (groups.length) groups[groups.length - 1] = [...groups.at(-1)!, '', ...c];
-        else pending = [...pending, ...(pending.length ? [''] : []), ...c];
-      });
-    } else groups = [chunks.flatMap((c, i) => (i ? ['', ...c] : c))];
+  const names = chunks.length > 1 && e.path.endsWith('.py') ? new Set((await pythonDefinitions(content))?.map((d) => d.name)) : null;
+  const groups: string[][] = [];
+  let pending: string[] = [];
+  for (const c of chunks) {
+    const known = !names || names.has(DEF_LINE.exec(c.find((l) => DEF_LINE.test(l)) ?? '')?.[2] ?? '');
+    if (known) {
+      groups.push(pending.length ? [...pending, '', ...c] : c);
+      pending = [];
+    } else if (groups.length) groups.at(-1)!.push('', ...c);
+    else pending = pending.length ? [...pending, '', ...c] : c;
   }
+  // no definition the file has: the block as one, which fails on its first name
+  if (pending.length) groups.push(pending);
   let current = content;
   for (const g of groups) {
     const next = await replaceFunction(current, { path: e.path, code: g.join('\n') });
@@ -301,16 +298,19 @@ async function replaceDefinitions(content: string, e: { path: string; code: stri
   return current;
 }
 
-/** The names of every function and class the Python source defines, at any depth. */
-async function definedNames(content: string): Promise<Set<string>> {
+/** Every function and class of Python source, at any depth: its name, rows (decorators included) and indentation; null if it does not parse. */
+async function pythonDefinitions(content: string): Promise<{ name: string; start: number; end: number; indent: string }[] | null> {
   const tree = (await pythonParser()).parse(content);
-  const names = new Set<string>();
-  if (!tree) return names;
+  if (!tree) return null;
+  const rows = content.split('\n');
+  const out: { name: string; start: number; end: number; indent: string }[] = [];
   try {
     const visit = (n: Node): void => {
-      if (n.type === 'function_definition' || n.type === 'class_definition') {
-        const name = n.childForFieldName('name')?.text;
-        if (name) names.add(name);
+      const name = n.type === 'function_definition' || n.type === 'class_definition' ? n.childForFieldName('name')?.text : undefined;
+      if (name) {
+        // decorators belong to the function they decorate
+        const outer = n.parent?.type === 'decorated_definition' ? n.parent : n;
+        out.push({ name, start: outer.startPosition.row, end: n.endPosition.row, indent: /^\s*/.exec(rows[n.startPosition.row]!)![0] });
       }
       for (const c of n.namedChildren) if (c) visit(c);
     };
@@ -318,7 +318,7 @@ async function definedNames(content: string): Promise<Set<string>> {
   } finally {
     tree.delete();
   }
-  return names;
+  return out;
 }
 
 async function replaceFunction(content: string, e: { path: string; code: string }): Promise<string | (AppliedEdits & { ok: false })> {
@@ -327,23 +327,9 @@ async function replaceFunction(content: string, e: { path: string; code: string 
   if (defAt < 0) return fail('no_block', `the block for ${e.path} holds no def or class line`);
   const [, codeIndent, name] = DEF_LINE.exec(codeLines[defAt]!)!;
   if (!e.path.endsWith('.py')) return fail('search_not_found', `${e.path} is not a Python file: whole functions cannot be found in it`);
-  const tree = (await pythonParser()).parse(content);
-  if (!tree) return fail('search_not_found', `${e.path} could not be parsed`);
-  const spans: { start: number; end: number; indent: string }[] = [];
-  try {
-    const rows = content.split('\n');
-    const visit = (n: Node): void => {
-      if ((n.type === 'function_definition' || n.type === 'class_definition') && n.childForFieldName('name')?.text === name) {
-        // decorators belong to the function they decorate
-        const outer = n.parent?.type === 'decorated_definition' ? n.parent : n;
-        spans.push({ start: outer.startPosition.row, end: n.endPosition.row, indent: /^\s*/.exec(rows[n.startPosition.row]!)![0] });
-      }
-      for (const c of n.namedChildren) if (c) visit(c);
-    };
-    visit(tree.rootNode);
-  } finally {
-    tree.delete();
-  }
+  const defs = await pythonDefinitions(content);
+  if (!defs) return fail('search_not_found', `${e.path} could not be parsed`);
+  const spans = defs.filter((d) => d.name === name);
   if (spans.length === 0) return fail('foreign_search', `no function or class ${name} in ${e.path}`);
   if (spans.length > 1) return fail('ambiguous_search', `${spans.length} functions or classes named ${name} in ${e.path}`);
   const s = spans[0]!;
