@@ -14,7 +14,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { asyncMode, effectiveCorrection, validateConfig, type ModelSource, type TrainingConfig } from '../lib/config.ts';
 import { FailureType, nonRetryable } from '../lib/failures.ts';
-import { buildTrainBatch, correctedMask, keptTokens, logprobMismatch, type MismatchStats, type PackedTrainBatch, type StepStats } from '../lib/grpo.ts';
+import {
+  buildTrainBatch,
+  correctedMask,
+  keptTokens,
+  logprobMismatch,
+  packSequences,
+  scatterKeptTokens,
+  type MismatchStats,
+  type PackedTrainBatch,
+  type StepStats,
+} from '../lib/grpo.ts';
 import { createPolicyClient } from '../lib/policy/completions.ts';
 import { PolicyResponseError } from '../lib/policy/http.ts';
 import { servesCheckpoint } from '../lib/policy/weight-sync.ts';
@@ -34,7 +44,10 @@ import { checkpointBytes, checkpointBytesWritten, learnerStepSeconds, mismatchK3
 export interface LearnerEngine {
   /** packed log-probs on the current weights: entry t = log p(ids[t] | earlier ids of its sequence), 0 for each first token */
   logprobs(batch: { ids: Int32Array; offsets: Int32Array }): Promise<Float32Array>;
-  trainStep(batch: PackedTrainBatch, hp: ReturnType<typeof trainHyper>): Promise<StepStats>;
+  /** with stepLogprobs: `logprobs` holds each trained token's log-prob before the step (packed as the batch, NaN elsewhere) */
+  trainStep(batch: PackedTrainBatch, hp: ReturnType<typeof trainHyper>): Promise<StepStats & { logprobs?: Float32Array }>;
+  /** trainStep reports the trained tokens' log-probs from its own forward (the native engine) */
+  readonly stepLogprobs?: boolean;
   /** writes the weights (and optimizer state) into `dir` */
   save(dir: string): Promise<void>;
 }
@@ -406,8 +419,8 @@ async function learnerStepNow(ctx: LearnerContext, input: LearnerStepInput): Pro
             ? fsdpEngine(await ctx.ensureTrainer(dir, config.learner), dir, keys.iteration(runId, n), progress, store)
             : await ctx.ensureLoaded(dir, checkpoint, config.learner);
         const started = Date.now();
-        let step: StepStats = { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true };
-        const mismatch = await measureMismatch(engine, config, all, batch, trajs, checkpoint, runId, progress);
+        let step: StepStats & { logprobs?: Float32Array } = { loss: 0, gradNorm: 0, clipFraction: 0, meanRatio: 0, tokens: 0, seconds: 0, skipped: true };
+        const finishMismatch = await measureMismatch(engine, config, all, batch, trajs, checkpoint, runId, progress);
         // the weights in memory change now: until n+1 is saved, a retry must reload n
         if (engineName !== 'fsdp') ctx.loaded = null;
         // nothing to train (every group's rewards equal): no engine call, a skipped step with zero stats;
@@ -416,6 +429,7 @@ async function learnerStepNow(ctx: LearnerContext, input: LearnerStepInput): Pro
           progress({ phase: 'train', sequences: batch.kept.length });
           step = await engine.trainStep(batch, trainHyper(config, batch.episodes));
         }
+        const mismatch = finishMismatch(step.logprobs);
         const result: LearnerStepResult = {
           checkpoint: checkpoint + 1,
           loss: step.loss,
@@ -447,7 +461,13 @@ type BuiltBatch = ReturnType<typeof buildTrainBatch>;
 
 /**
  * π_old against the behaviour log-probs stored in the trajectories (mismatch/*): every sampled token's learner log-prob
- * on checkpoint n, and the optional correction folded into `batch`'s mask. Undefined when nothing was sampled.
+ * on checkpoint n, and the optional correction folded into `batch`'s mask. Called before the step; the stats come
+ * from the function it returns, given the step's log-probs (undefined when nothing was sampled).
+ *
+ * Without a correction, on an engine whose step reports its log-probs (the native one), the sequences the step trains
+ * take theirs from the step's own forward, and only the others (zero advantage, compact-filtered) are forwarded
+ * here: a second forward of the trained sequences was a quarter of the step's compute (issue 29). A correction needs
+ * the log-probs before the step to build its mask, so it forwards every sequence here, as the FSDP engine does.
  */
 async function measureMismatch(
   engine: LearnerEngine,
@@ -458,24 +478,42 @@ async function measureMismatch(
   checkpoint: number,
   runId: string,
   progress: (p: object) => void,
-): Promise<MismatchStats | undefined> {
-  if (all.offsets.length <= 1 || all.trainableTokens <= 0) return undefined;
+): Promise<(stepLogprobs: Float32Array | undefined) => MismatchStats | undefined> {
+  if (all.offsets.length <= 1 || all.trainableTokens <= 0) return () => undefined;
+  const correction = effectiveCorrection(config);
+  let correctedShare = 0;
+  const finish = (learnerLp: Float32Array): MismatchStats => {
+    const mismatch = logprobMismatch(learnerLp, all.oldLogprobs!, all.mask);
+    if (correction) mismatch.corrected = correctedShare;
+    if (asyncMode(config) !== 'off') mismatch.staleness = tokenStaleness(trajs, checkpoint);
+    recordMismatch(runId, mismatch);
+    return mismatch;
+  };
+  if (!correction && engine.stepLogprobs && batch.kept.length > 0) {
+    const trained = new Set(batch.kept); // all's sequence i is trajectory i (nothing dropped)
+    const rest = all.kept.filter((i) => !trained.has(i));
+    const learnerLp = new Float32Array(all.ids.length).fill(NaN);
+    if (rest.length > 0) {
+      progress({ phase: 'logprobs', sequences: rest.length });
+      scatterKeptTokens(learnerLp, all.offsets, rest, await engine.logprobs(packSequences(all, rest)));
+    }
+    return (stepLp) => {
+      if (!stepLp) throw new Error('learner step: the engine reported no log-probs of the trained tokens');
+      scatterKeptTokens(learnerLp, all.offsets, batch.kept, stepLp);
+      for (let t = 0; t < learnerLp.length; t++) if (all.mask[t] !== 0 && Number.isNaN(learnerLp[t])) throw new Error(`learner step: no log-prob for sampled token ${t}`);
+      return finish(learnerLp);
+    };
+  }
   progress({ phase: 'logprobs' });
   const learnerLp = await engine.logprobs(all);
-  const mismatch = logprobMismatch(learnerLp, all.oldLogprobs!, all.mask);
-  const correction = effectiveCorrection(config);
-  if (correction) {
+  if (correction && batch.kept.length > 0) {
     // the fraction of the step's trained tokens whose weight the correction changed (0 when nothing is trained)
-    mismatch.corrected = 0;
-    if (batch.kept.length > 0) {
-      const c = correctedMask(batch.mask, keptTokens(learnerLp, all.offsets, batch.kept), keptTokens(all.oldLogprobs!, all.offsets, batch.kept), correction);
-      batch.mask = c.mask;
-      mismatch.corrected = batch.trainableTokens ? c.changed / batch.trainableTokens : 0;
-    }
+    const c = correctedMask(batch.mask, keptTokens(learnerLp, all.offsets, batch.kept), keptTokens(all.oldLogprobs!, all.offsets, batch.kept), correction);
+    batch.mask = c.mask;
+    correctedShare = batch.trainableTokens ? c.changed / batch.trainableTokens : 0;
   }
-  if (asyncMode(config) !== 'off') mismatch.staleness = tokenStaleness(trajs, checkpoint);
-  recordMismatch(runId, mismatch);
-  return mismatch;
+  const mismatch = finish(learnerLp);
+  return () => mismatch;
 }
 
 /** Checkpoint n+1 saved atomically with the files carried from n and its stats.json; the engine's state follows it. */

@@ -8,7 +8,8 @@
 // as one batch; the native engine against its own naive-matmul reference. Then the policy server over HTTP: tokens/s
 // of 1, 8 and 16 concurrent completion streams, batching vs the single-stream server (`batching: false`).
 // --grpo: one GRPO iteration of 8 tasks × 4 samples (900-token prompt, 300 sampled tokens) on the Qwen2.5 shape, timed
-// by its parts (prefill, batched decoding of 32 streams, training with the prompt shared or not) and added up.
+// by its parts (prefill, batched decoding of 32 streams, training with the prompt shared or not, the step with and
+// without a separate log-probs pass for the sampler-learner mismatch) and added up.
 // --memory: peak RSS of a 630M-parameter fp32 model with AdamW state training 8 × 1,500 tokens (a child process).
 // Ends with `min ratio vs torch: X` (the worst native/torch ratio over the rows).
 // The FSDP engine's rows (--fsdp, or --fsdp-shape qwen3-0.6b [--fsdp-layers N]): training tokens/s, native vs fsdp
@@ -374,16 +375,17 @@ async function grpoIteration(threads: number): Promise<void> {
     for (const q of seqs) await shared.decodeRemove(q);
     const hp2 = { ...hp, microBatchTokens: 4096 };
     const [lp, logprobs] = await time(() => shared.logprobs(group));
-    void lp;
+    void lp; // the baseline's pass (the sampler-learner mismatch before the step measured it so)
     const [st, trainShared] = await time(() => shared.trainStep(group, hp2));
     shared.close(); // one 630M trainer at a time (10 GiB with its AdamW state)
     plain = await Learner.load(dir, { threads, minSharedPrefix: 0 });
     const [stPlain, trainPlain] = await time(() => plain!.trainStep(group, hp2));
     const step = decode / STEPS;
+    // the learner step measures π_old on the step's own forward (activities/learner.ts measureMismatch): the separate
+    // log-probs pass it made before is no longer run for trained sequences
     const parts = {
       prefill: TASKS * prefill,
       decode: RESP * step,
-      logprobs: TASKS * logprobs,
       train: TASKS * trainShared,
     };
     const total = Object.values(parts).reduce((a, b) => a + b, 0);
@@ -392,7 +394,9 @@ async function grpoIteration(threads: number): Promise<void> {
     );
     console.log(`  prefill      ${prefill.toFixed(1)} s per prompt (${(PROMPT / prefill).toFixed(0)} tokens/s)   × ${TASKS} = ${parts.prefill.toFixed(0)} s`);
     console.log(`  decode       ${step.toFixed(2)} s per step of ${TASKS * G} sequences (${((TASKS * G) / step).toFixed(1)} tokens/s)   × ${RESP} = ${parts.decode.toFixed(0)} s`);
-    console.log(`  log-probs    ${logprobs.toFixed(1)} s per group (${group.ids.length} tokens)   × ${TASKS} = ${parts.logprobs.toFixed(0)} s   (the sampler-learner mismatch)`);
+    console.log(
+      `  learner step ${trainShared.toFixed(1)} s per group with π_old from the step's own forward (its log-probs: ${st.logprobs.filter((v) => !Number.isNaN(v)).length} tokens); with a log-probs pass first (${logprobs.toFixed(1)} s, ${group.ids.length} tokens) ${(logprobs + trainShared).toFixed(1)} s: ${((logprobs + trainShared) / trainShared).toFixed(2)}x`,
+    );
     console.log(
       `  train        ${trainShared.toFixed(1)} s per group, prompt shared: ${st.rows} rows for ${st.tokens} tokens (${(st.tokens / st.rows).toFixed(2)}x fewer); not shared ${trainPlain.toFixed(1)} s (${stPlain.rows} rows): ${(trainPlain / trainShared).toFixed(2)}x   × ${TASKS} = ${parts.train.toFixed(0)} s`,
     );

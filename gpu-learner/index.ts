@@ -42,6 +42,11 @@ export interface TrainStats extends StepStats {
   step: number;
   /** rows run through the model: `tokens` less what shared prompts saved (LoadOptions.minSharedPrefix) */
   rows: number;
+  /**
+   * packed as the batch: each trained token's (mask ≠ 0) log-prob on the weights before this step, from the step's
+   * own forward; NaN elsewhere (untrained tokens, each sequence's first)
+   */
+  logprobs: Float32Array;
 }
 
 export interface GenerateOptions {
@@ -196,6 +201,8 @@ function idList(field: string, v: unknown): Int32Array | undefined {
 export class Learner {
   readonly config: QwenConfig;
   readonly device: Device;
+  /** trainStep's stats carry each trained token's log-prob before the step (TrainStats.logprobs) */
+  readonly stepLogprobs = true;
   #native: NativeLearner | undefined;
   #step: number;
   #tail: Promise<unknown> = Promise.resolve();

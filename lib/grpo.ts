@@ -399,6 +399,26 @@ export function keptTokens(values: ArrayLike<number>, allOffsets: ArrayLike<numb
   return out;
 }
 
+/** keptTokens' inverse: `values`, laid out like the train batch of the sequences `kept` names, written into `into` at their rows of `all`. */
+export function scatterKeptTokens(into: Float32Array, allOffsets: ArrayLike<number>, kept: readonly number[], values: ArrayLike<number>): void {
+  let total = 0;
+  for (const i of kept) total += allOffsets[i + 1] - allOffsets[i];
+  if (total !== values.length) throw new Error(`scatterKeptTokens: ${values.length} values for ${total} tokens of the kept sequences`);
+  let pos = 0;
+  for (const i of kept) {
+    for (let t = allOffsets[i]; t < allOffsets[i + 1]; t++) into[t] = values[pos++];
+  }
+}
+
+/** The sequences `seqs` names of a packed batch, packed alone (ids and offsets) in that order. */
+export function packSequences(all: { ids: Int32Array; offsets: Int32Array }, seqs: readonly number[]): { ids: Int32Array; offsets: Int32Array } {
+  const offsets = new Int32Array(seqs.length + 1);
+  seqs.forEach((i, k) => (offsets[k + 1] = offsets[k] + all.offsets[i + 1] - all.offsets[i]));
+  const ids = new Int32Array(offsets[seqs.length]);
+  seqs.forEach((i, k) => ids.set(all.ids.subarray(all.offsets[i], all.offsets[i + 1]), offsets[k]));
+  return { ids, offsets };
+}
+
 // ---------------------------------------------------------------------------------------------
 // Decoupled PPO (Hilton et al. 2022, "Batch size-invariance for policy optimization"; AReaL, Fu et al. 2025) for
 // asynchronous runs (DESIGN §10). Three policies: π_b the behaviour policy that sampled the token (a checkpoint

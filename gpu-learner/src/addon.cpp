@@ -3,7 +3,9 @@
 // ArrayBuffers (no copies). One mutex per model serialises its calls.
 #include <napi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <mutex>
 
@@ -348,9 +350,22 @@ class NativeLearner : public Napi::ObjectWrap<NativeLearner> {
     auto m = live(info.Env());
     auto a = parse_train(info);
     auto st = std::make_shared<gl::TrainStats>();
+    // each trained token's log-prob before the step, NaN elsewhere (stats.logprobs)
+    auto lp = std::make_shared<std::vector<float>>(size_t(a->ids.length), std::numeric_limits<float>::quiet_NaN());
     return queue(
-        info.Env(), m, [a, st](gl::Engine& e) { *st = e.train_step(a->batch(), a->hp); },
-        [st](Napi::Env env) -> Napi::Value { return stats_obj(env, *st); });
+        info.Env(), m,
+        [a, st, lp](gl::Engine& e) {
+          gl::TrainBatch b = a->batch();
+          b.logprobs_out = lp->data();
+          *st = e.train_step(b, a->hp);
+        },
+        [st, lp](Napi::Env env) -> Napi::Value {
+          Napi::Object o = stats_obj(env, *st);
+          auto out = Napi::Float32Array::New(env, lp->size());
+          std::copy(lp->begin(), lp->end(), out.Data());
+          o.Set("logprobs", out);
+          return o;
+        });
   }
 
   // debugLoss(ids, offsets, mask, adv, old, hp, withGrads) -> loss; gradients stay readable via getTensor(name, true)

@@ -643,6 +643,7 @@ class CpuEngine final : public Engine {
         const int64_t s = seq_of(t);
         const double norm = norms[size_t(s)], m = b.mask[t];
         if (norm == 0 || m == 0) return 0.0f;  // (the first token of a sequence has no prediction: never asked)
+        if (b.logprobs_out) b.logprobs_out[t] = logp;
         const double lp = logp;
         const double old = b.old_logprobs ? double(b.old_logprobs[t]) : lp;
         const TokenLoss tl = grpo_token_loss(lp, old, b.advantages[s], hp.clip_low, clip_high);

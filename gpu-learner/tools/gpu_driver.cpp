@@ -373,7 +373,25 @@ int cmd_compare(const Args& a) {
   for (auto& p : cpu->params()) w0[p.name] = cpu->get_tensor(p.name, false);
   double worst_step_loss = 0, worst_clip = 0;
   for (int64_t s = 0; s < steps; s++) {
-    const TrainStats sc = cpu->train_step(tb, hp), sg = gpu->train_step(tb, hp);
+    // step 1 also reports each trained token's log-prob before it (TrainBatch::logprobs_out), NaN elsewhere
+    std::vector<float> sc_lp, sg_lp;
+    TrainBatch tbc = tb, tbg = tb;
+    if (s == 0) {
+      sc_lp.assign(size_t(tb.n_tokens), std::nanf(""));
+      sg_lp = sc_lp;
+      tbc.logprobs_out = sc_lp.data();
+      tbg.logprobs_out = sg_lp.data();
+    }
+    const TrainStats sc = cpu->train_step(tbc, hp), sg = gpu->train_step(tbg, hp);
+    if (s == 0) {
+      double worst = 0, pattern = 0;
+      for (size_t t = 0; t < sc_lp.size(); t++) {
+        if (std::isnan(sc_lp[t]) != std::isnan(sg_lp[t])) pattern++;
+        else if (!std::isnan(sc_lp[t])) worst = std::max(worst, double(std::fabs(sg_lp[t] - sc_lp[t])));
+      }
+      report("step 1: trained tokens' log-probs before it, tokens reported by one backend only", pattern, 0);
+      report("step 1: trained tokens' log-probs before it max|diff| (nats)", worst, tol_logp);
+    }
     std::printf("step %lld  loss cpu % .6e cuda % .6e  grad_norm cpu %.6e cuda %.6e  clip %.4f/%.4f\n", (long long)s + 1, sc.loss, sg.loss, sc.grad_norm,
                 sg.grad_norm, sc.clip_fraction, sg.clip_fraction);
     dig.add(&sg.loss, sizeof sg.loss);

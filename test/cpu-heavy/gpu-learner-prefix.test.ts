@@ -95,3 +95,41 @@ for (const [name, config] of [
     }
   });
 }
+
+test("a step reports each trained token's log-prob on the weights before it, from its own forward", async () => {
+  const dir = join(root, 'step-logprobs');
+  writeRandomCheckpoint(dir, base, 6, { std: 0.1, normNoise: 0.1 });
+  for (const minSharedPrefix of [0, 16]) {
+    const learner = await Learner.load(dir, { threads: 2, minSharedPrefix });
+    try {
+      const { batch } = groupedBatch(base.vocab_size);
+      batch.mask[batch.offsets[1] - 3] = 0; // an untrained response token
+      batch.advantages[2] = 0; // a sequence whose tokens add 0 (still asked: its mask is 1)
+      const before = await learner.logprobs(batch);
+      // 150 rows: groups split across micro-batches
+      const st = await learner.trainStep(batch, trainHyper({ lMax: 64, microBatchTokens: 150 }));
+      assert.equal(st.logprobs.length, batch.ids.length);
+      let trained = 0;
+      for (let t = 0; t < batch.ids.length; t++) {
+        if (batch.mask[t] === 0) {
+          assert.ok(Number.isNaN(st.logprobs[t]), `token ${t} is not trained, yet has ${st.logprobs[t]}`);
+          continue;
+        }
+        trained++;
+        assert.ok(Math.abs(st.logprobs[t] - before[t]) <= TOLERANCE.logprobs, `token ${t}: ${st.logprobs[t]} vs ${before[t]} (shared prefix ${minSharedPrefix})`);
+      }
+      assert.equal(
+        trained,
+        batch.mask.reduce((n, m) => n + (m !== 0 ? 1 : 0), 0),
+      );
+      // they are the weights' before the step: after it, the log-probs moved
+      const after = await learner.logprobs(batch);
+      assert.ok(
+        after.some((v, t) => batch.mask[t] !== 0 && Math.abs(v - before[t]) > 100 * TOLERANCE.logprobs),
+        'the step changed no log-prob',
+      );
+    } finally {
+      learner.close();
+    }
+  }
+});

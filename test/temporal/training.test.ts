@@ -14,7 +14,8 @@ let t: TestTemporal;
 useTemporalWithWorker((x) => (t = x));
 
 test('a short FrozenLake run completes with every trajectory and checkpoint in the store', async () => {
-  const config = tinyConfig(t.dir, { iterations: 2, batch: { tasks: 4, samples: 2 } });
+  // a 2×2 lake without holes that fails a walk of too many moves: rewards differ within groups, so steps train
+  const config = tinyConfig(t.dir, { iterations: 2, batch: { tasks: 4, samples: 2 }, env: { kind: 'frozenlake', size: 2, holeProbability: 0, maxSteps: 8, stepLimit: 'fail' } });
   const configPath = join(t.dir, 'config.json');
   writeFileSync(configPath, JSON.stringify(config));
   const out = join(t.dir, 'out');
@@ -25,14 +26,17 @@ test('a short FrozenLake run completes with every trajectory and checkpoint in t
 
   const store = openStore(config.store.url);
   assert.deepEqual(await listCheckpoints(store, 'short-run'), [0, 1, 2]);
+  const sampled: number[] = [];
   for (const n of [0, 1]) {
     const trajKeys = await store.list(keys.trajectories('short-run', n));
     assert.equal(trajKeys.length, 4 * 2, `iteration ${n} trajectories`);
+    sampled[n] = 0;
     for (const k of trajKeys) {
       const tr = (await store.getJson<Trajectory>(k))!;
       assert.equal(tr.iteration, n);
       assert.equal(tr.checkpoint, n, 'sampled from checkpoint n');
       assert.equal(tr.ids.length, tr.mask.length);
+      sampled[n] += tr.mask.filter((m) => m !== 0).length;
     }
   }
   const lines = readFileSync(o.metricsPath, 'utf8')
@@ -47,7 +51,14 @@ test('a short FrozenLake run completes with every trajectory and checkpoint in t
     assert.equal(m.learnerTrajectories, 8);
     assert.equal(m.episodes, 8);
     assert.ok(m.rolloutSeconds >= 0 && m.learnerSeconds >= 0 && m.orchestrationSeconds >= 0);
+    // π_old of every sampled token (the trained ones from the step's own forward): the sampler's weights, rounding only
+    assert.equal(m.mismatch.tokens, sampled[m.iteration], `iteration ${m.iteration}: mismatch over every sampled token`);
+    assert.ok(m.mismatch.maxAbsDelta <= 1e-4, `iteration ${m.iteration}: ${JSON.stringify(m.mismatch)}`);
   }
+  assert.ok(
+    lines.some((m) => m.zeroAdvantageGroups < 4),
+    'a step trained some sequences',
+  );
   assert.ok(
     o.plotPaths.every((p) => existsSync(p)),
     'reward plot written',

@@ -7,7 +7,10 @@ import {
   groupAdvantages,
   grpoAdvantages,
   leaveOneOutAdvantages,
+  keptTokens,
   mergeIterationSummaries,
+  packSequences,
+  scatterKeptTokens,
   summariseIteration,
 } from '../../lib/grpo.ts';
 import type { EndReason } from '../../lib/types.ts';
@@ -134,4 +137,18 @@ test('context_exhausted is compact-filtered and counted; summaries recorded befo
   // a child workflow's summary from a history recorded before context_exhausted existed has no such key
   const old = { ...s, filtered: { max_context: 2, max_steps: 1, timeout: 0 } } as unknown as typeof s;
   assert.deepEqual(mergeIterationSummaries([s, old]).filtered, { max_context: 2, context_exhausted: 1, max_steps: 1, timeout: 0 });
+});
+
+test("the learner step's log-probs go back to their sequences: packSequences and scatterKeptTokens invert keptTokens", () => {
+  // three sequences of 2, 3 and 1 tokens
+  const all = { ids: Int32Array.from([5, 6, 7, 8, 9, 4]), offsets: Int32Array.from([0, 2, 5, 6]) };
+  const rest = packSequences(all, [2, 0]);
+  assert.deepEqual([...rest.ids], [4, 5, 6]);
+  assert.deepEqual([...rest.offsets], [0, 1, 3]);
+  const into = new Float32Array(6).fill(NaN);
+  scatterKeptTokens(into, all.offsets, [2, 0], Float32Array.from([-4, -5, -6]));
+  scatterKeptTokens(into, all.offsets, [1], Float32Array.from([-7, -8, -9]));
+  assert.deepEqual([...into], [-5, -6, -7, -8, -9, -4]);
+  assert.deepEqual([...keptTokens(into, all.offsets, [1])], [-7, -8, -9]);
+  assert.throws(() => scatterKeptTokens(into, all.offsets, [1], Float32Array.from([-1, -2])), /2 values for 3 tokens/);
 });

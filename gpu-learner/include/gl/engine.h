@@ -41,6 +41,9 @@ struct TrainBatch : PackedBatch {
   const float* mask = nullptr;          // n_tokens
   const float* advantages = nullptr;    // n_seqs
   const float* old_logprobs = nullptr;  // n_tokens, or null => recomputed on the current weights
+  // n_tokens, or null: train_step writes here the log-prob of each trained token (mask != 0) on the weights before
+  // the step, from the step's own forward (the caller's π_old measure needs no second pass); other entries untouched
+  float* logprobs_out = nullptr;
 };
 
 enum class LossMode { GrpoPlusPlus, Grpo };

@@ -487,6 +487,7 @@ class CudaEngine final : public Engine {
       }
     }
     double* stats = red_.as<double>();
+    std::vector<float> step_logp;  // a micro-batch's log-probs on the host, for b.logprobs_out
     cudaCheck(cudaMemsetAsync(stats, 0, 4 * sizeof(double), stream_));
     for_micro_batches(b, hp.micro_batch_tokens, [&](int64_t s0, int64_t s1) {
       const int64_t a = b.offsets[s0], T = b.offsets[s1] - a;
@@ -496,9 +497,16 @@ class CudaEngine final : public Engine {
       cudaCheck(cudaMemcpyAsync(adv_, adv.data() + a, sizeof(float) * size_t(T), cudaMemcpyHostToDevice, stream_));
       if (b.old_logprobs) cudaCheck(cudaMemcpyAsync(old_, b.old_logprobs + a, sizeof(float) * size_t(T), cudaMemcpyHostToDevice, stream_));
       forward(T);
+      if (b.logprobs_out) {
+        step_logp.resize(size_t(T));
+        cudaCheck(cudaMemcpyAsync(step_logp.data(), logp_, sizeof(float) * size_t(T), cudaMemcpyDeviceToHost, stream_));
+      }
       cuda::grpo_token_loss(dlogp_, stats, logp_, b.old_logprobs ? old_ : nullptr, adv_, coef_, T, hp.clip_low, clip_high, stream_);
       if (with_grads_) backward(T);
       cudaCheck(cudaStreamSynchronize(stream_));  // coef/adv host vectors outlive this; sync bounds the queue
+      if (b.logprobs_out)  // the trained tokens (coef != 0, as the CPU engine asks them) before the step
+        for (int64_t t = 0; t < T; t++)
+          if (coef[size_t(a + t)] != 0) b.logprobs_out[a + t] = step_logp[size_t(t)];
     });
     double h[4];
     cudaCheck(cudaMemcpyAsync(h, stats, sizeof h, cudaMemcpyDeviceToHost, stream_));
