@@ -246,8 +246,8 @@ const DEF_LINE = /^(\s*)(?:async\s+def|def|class)\s+([A-Za-z_]\w*)/;
 /**
  * A whole_function block's definitions: it is cut before each def or class line at the block's outermost def
  * indentation (with the decorators, comments and blank lines just above it), so that each replaces its namesake; lines
- * before the first definition go with it. A trailing `...` no deeper than the def is the context's elision mark copied,
- * not code, and is dropped.
+ * before the first definition go with it, but for blank ones. A trailing `...` no deeper than the def is the context's
+ * elision mark copied, not code, and is dropped.
  */
 function definitions(body: string[]): string[][] {
   const defs = body.map((l) => DEF_LINE.exec(l)).filter((m) => m !== null);
@@ -265,6 +265,8 @@ function definitions(body: string[]): string[][] {
   });
   return starts.map((a, j) => {
     const lines = body.slice(a, starts[j + 1] ?? body.length);
+    // blank lines opening the block are the fence's spacing: kept, they added a blank line above the definition
+    while (lines.length && lines[0]!.trim() === '') lines.shift();
     while (lines.length && (lines.at(-1)!.trim() === '' || (lines.at(-1)!.trim() === '...' && /^\s*/.exec(lines.at(-1)!)![0].length <= outer))) lines.pop();
     return lines;
   });

@@ -117,6 +117,8 @@ test('whole_function: each definition of a block replaces its namesake; a copy o
   // sub fixed and mul changed in one block: both, each in its place (before, the block replaced sub with both)
   const both = await apply('```python\n### calc/ops.py\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return b * a\n```');
   assert.equal(both, FIXED_OPS_PY.replace('return a * b', 'return b * a'));
+  // a blank line opening the fence is its spacing, not a line above the definition (before, the exact fix gained one)
+  assert.equal(await apply('```python\n### calc/ops.py\n\n\ndef sub(a, b):\n    return a - b\n```'), FIXED_OPS_PY);
   // sub fixed, add copied as it is: the fix alone
   assert.equal(await apply('```python\n### calc/ops.py\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n```'), FIXED_OPS_PY);
   // mul copied as far as a cut context showed it, the elision mark with it: mul is left as it is
