@@ -55,7 +55,9 @@ function iterationEdits(storeUrl: string, runId: string, iteration: number): { v
       rewards.push(t.reward);
       if (t.info?.editOutcome === 'valid') valid++;
       if (Number(t.info?.localized ?? 0) > 0) localized++;
-      if (t.info?.swerlReward === 1) exact++;
+      // the patch's changes are the gold's (the located similarity, whatever the block's header: SWE-RL's own rule
+      // gives a fence without `### PATH` −1 even then)
+      if (t.info?.editOutcome === 'valid' && t.info?.similarity === 1) exact++;
     }
   const n = rewards.length;
   return { valid: n ? valid / n : 0, localized: n ? localized / n : 0, exact: n ? exact / n : 0, episodes: n, rewards };
